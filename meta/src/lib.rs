@@ -1,0 +1,5 @@
+//! Kubernetes API machinery shared by the API server (`skiff-api`) and the client (`skiff-client`):
+//! `Status` errors, label and field selectors, and the table of served resources.
+//!
+//! It exists so that the server and the client agree on these by construction instead of each
+//! carrying a copy. It knows nothing of the log and nothing of HTTP.

@@ -1,0 +1,89 @@
+//! The store's errors. Expected outcomes a caller acts on (a compacted or future revision, a value
+//! over the limit, an unknown lease) are variants of their own; the rest keep their source.
+
+use std::path::PathBuf;
+
+use crate::types::{LeaseId, Revision};
+
+/// What went wrong in the store.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The read or watch needs history that compaction removed. `prefix` names the key prefix
+    /// whose own retention policy pruned it, or is `None` for the global compaction.
+    #[error("revision {requested} has been compacted (history kept from revision {compacted}{})",
+        .prefix.as_ref().map(|p| format!(" for keys under {:?}", String::from_utf8_lossy(p))).unwrap_or_default())]
+    Compacted {
+        /// The revision asked for.
+        requested: Revision,
+        /// The oldest revision still readable (for that prefix).
+        compacted: Revision,
+        /// The prefix whose retention pruned it, if not the global compaction.
+        prefix: Option<Vec<u8>>,
+    },
+    /// The revision asked for has not been written yet.
+    #[error("revision {requested} is in the future (current revision is {current})")]
+    FutureRevision {
+        /// The revision asked for.
+        requested: Revision,
+        /// The current revision.
+        current: Revision,
+    },
+    /// A value over the configured size limit; nothing was written.
+    #[error("value of {size} bytes is over the limit of {limit} bytes")]
+    ValueTooLarge {
+        /// The value's size.
+        size: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// A transaction writes the same key twice.
+    #[error("transaction writes key {:?} more than once", String::from_utf8_lossy(.0))]
+    DuplicateKey(Vec<u8>),
+    /// No lease with this id (never granted, revoked or expired).
+    #[error("lease {0} not found")]
+    LeaseNotFound(LeaseId),
+    /// A time before the oldest retained entry.
+    #[error("no history at that time: the oldest retained entry is revision {oldest}")]
+    TimeBeforeHistory {
+        /// The oldest retained revision.
+        oldest: Revision,
+    },
+    /// Another process holds the data dir.
+    #[error("data dir {path} is locked: another skiff process is using it")]
+    Locked {
+        /// The data dir.
+        path: PathBuf,
+    },
+    /// The directory holds something that is not a skiff log, or one that is damaged.
+    #[error("data dir {path} is not a usable skiff log: {reason}")]
+    Corrupt {
+        /// The data dir.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The disk is full; the write was not acknowledged and nothing acknowledged was lost.
+    #[error("no space left on the device holding the log")]
+    NoSpace(#[source] std::io::Error),
+    /// The store has been closed.
+    #[error("the store is closed")]
+    Closed,
+    /// An I/O error.
+    #[error("i/o error: {0}")]
+    Io(#[from] std::io::Error),
+    /// An error from sled.
+    #[error("storage engine error: {0}")]
+    Sled(#[source] sled::Error),
+    /// A record that does not decode.
+    #[error("undecodable record ({what}): {source}")]
+    Decode {
+        /// Which record.
+        what: &'static str,
+        /// Why.
+        #[source]
+        source: bincode::error::DecodeError,
+    },
+}
+
+/// The store's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,126 @@
+//! The log: an append-only, revisioned MVCC key-value store on sled, after etcd v3.
+//!
+//! Every committed write gets the next [`Revision`]; history stays readable at any retained
+//! revision; a watch can start at any retained revision and sees every later change exactly once,
+//! in order, across the switch from history to live. A write is acknowledged only once it is on
+//! disk. The store knows nothing of Kubernetes: keys and values are bytes.
+//!
+//! # Layout
+//! - [`types`]: revisions, key-values, ranges, transactions, events (the contract's vocabulary).
+//! - [`error`]: [`Error`] and [`Result`].
+//! - [`Store`]: the contract the API server depends on, so that another backend (an external etcd
+//!   cluster) can slot in without touching it.
+
+pub mod error;
+pub mod types;
+
+use std::path::Path;
+use std::pin::Pin;
+use std::time::{Duration, SystemTime};
+
+use futures::Stream;
+
+pub use error::{Error, Result};
+pub use types::*;
+
+/// An ordered stream of watch deliveries. It ends after an `Err` (for example
+/// [`Error::Compacted`] when a watcher that fell behind finds its next revision compacted away).
+pub type WatchStream = Pin<Box<dyn Stream<Item = Result<WatchResponse>> + Send>>;
+
+/// The revisioned key-value log, as the API server uses it.
+#[async_trait::async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Reads a key or range at the current or a retained past revision.
+    async fn range(&self, request: RangeRequest) -> Result<RangeResponse>;
+
+    /// Runs an atomic transaction. Its writes, if any, are one new revision, durable on return.
+    async fn txn(&self, txn: Txn) -> Result<TxnResponse>;
+
+    /// Writes one key; returns the new revision and, if asked, the version replaced.
+    async fn put(
+        &self,
+        key: Vec<u8>,
+        value: Vec<u8>,
+        lease: Option<LeaseId>,
+    ) -> Result<(Revision, Option<KeyValue>)> {
+        let response = self
+            .txn(Txn {
+                compare: vec![],
+                success: vec![Op::Put {
+                    key,
+                    value,
+                    lease,
+                    prev_kv: true,
+                }],
+                failure: vec![],
+            })
+            .await?;
+        let prev = match response.responses.into_iter().next() {
+            Some(OpResponse::Put { prev_kv }) => prev_kv,
+            _ => None,
+        };
+        Ok((response.revision, prev))
+    }
+
+    /// Deletes every key in `range`; returns the revision (the current one if nothing was deleted)
+    /// and the deleted key-values.
+    async fn delete(&self, range: KeyRange) -> Result<(Revision, Vec<KeyValue>)> {
+        let response = self
+            .txn(Txn {
+                compare: vec![],
+                success: vec![Op::Delete {
+                    range,
+                    prev_kv: true,
+                }],
+                failure: vec![],
+            })
+            .await?;
+        let prev = match response.responses.into_iter().next() {
+            Some(OpResponse::Delete { prev_kvs, .. }) => prev_kvs,
+            _ => vec![],
+        };
+        Ok((response.revision, prev))
+    }
+
+    /// Watches `request.range` from `request.start_revision`. Fails at once with
+    /// [`Error::Compacted`] when the start is below the retained history, or
+    /// [`Error::FutureRevision`] when it is beyond the next revision.
+    async fn watch(&self, request: WatchRequest) -> Result<WatchStream>;
+
+    /// Every version of one key still in history, oldest first, deletes included (as
+    /// [`EventKind::Delete`] events), each with its commit time.
+    async fn history(&self, key: &[u8]) -> Result<Vec<(SystemTime, Event)>>;
+
+    /// Committed entries with revisions in `[from, to]` (`to` = `None`: up to the current
+    /// revision), at most `limit` of them, oldest first.
+    async fn log(
+        &self,
+        from: Revision,
+        to: Option<Revision>,
+        limit: usize,
+    ) -> Result<Vec<LogEntry>>;
+
+    /// The newest revision committed at or before `time`.
+    async fn revision_at(&self, time: SystemTime) -> Result<Revision>;
+
+    /// Removes history below `revision` (reads and watches before it get [`Error::Compacted`]).
+    async fn compact(&self, revision: Revision) -> Result<()>;
+
+    /// Grants a lease of `ttl`.
+    async fn lease_grant(&self, ttl: Duration) -> Result<Lease>;
+
+    /// Renews a lease to its full TTL.
+    async fn lease_keep_alive(&self, id: LeaseId) -> Result<Lease>;
+
+    /// Ends a lease now, deleting its keys in one revision.
+    async fn lease_revoke(&self, id: LeaseId) -> Result<Revision>;
+
+    /// Writes a consistent snapshot of the whole store to `path`; returns its revision.
+    async fn snapshot(&self, path: &Path) -> Result<Revision>;
+
+    /// The current and compacted revision and the size on disk.
+    fn status(&self) -> StoreStatus;
+
+    /// Flushes and stops background work; later calls fail with [`Error::Closed`].
+    async fn close(&self) -> Result<()>;
+}
