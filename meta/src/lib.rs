@@ -3,3 +3,10 @@
 //!
 //! It exists so that the server and the client agree on these by construction instead of each
 //! carrying a copy. It knows nothing of the log and nothing of HTTP.
+//!
+//! # Layout
+//! - [`resources`]: the served kinds: names, scope, verbs, subresources, storage keys, URL paths.
+
+pub mod resources;
+
+pub use resources::{RESOURCES, ResourceInfo, Subresource};
