@@ -1,2 +1,359 @@
-//! End-to-end test harness: starts the real `skiff` binary on a temporary data dir and drives it
-//! with kubectl and client libraries.
+//! End-to-end test harness: starts the real `skiff` binary on a temporary data dir and a free
+//! loopback port, and drives it with kubectl and client libraries.
+//!
+//! # Layout
+//! - [`skiff_binary`]: builds (once per test process) and finds the `skiff` binary of this
+//!   workspace, in the same profile as the tests.
+//! - [`TestCluster`]: one running server; its log is printed when a test fails (on drop while
+//!   panicking).
+//! - [`Kubectl`]: runs the machine's kubectl against a cluster and captures what it prints.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// The `skiff` binary of this workspace, built on first use so the tests never run a stale one.
+pub fn skiff_binary() -> PathBuf {
+    static BINARY: OnceLock<PathBuf> = OnceLock::new();
+    BINARY
+        .get_or_init(|| {
+            // The test executable lives in <target>/<profile>/deps/.
+            let exe = std::env::current_exe().expect("test executable path");
+            let profile_dir = exe
+                .parent()
+                .and_then(Path::parent)
+                .expect("test executable is under <target>/<profile>/deps");
+            let target_dir = profile_dir.parent().expect("profile dir has a parent");
+            let release = profile_dir.file_name().is_some_and(|n| n == "release");
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let manifest = Path::new(env!("CARGO_MANIFEST_DIR"))
+                .parent()
+                .expect("tests/ sits in the workspace")
+                .join("Cargo.toml");
+            let mut build = Command::new(cargo);
+            build
+                .args(["build", "-q", "-p", "skiff", "--bin", "skiff", "--manifest-path"])
+                .arg(&manifest)
+                .env("CARGO_TARGET_DIR", target_dir);
+            if release {
+                build.arg("--release");
+            }
+            let status = build.status().expect("running cargo build for the skiff binary");
+            assert!(status.success(), "building the skiff binary failed");
+            let binary = profile_dir.join("skiff");
+            assert!(binary.exists(), "no skiff binary at {}", binary.display());
+            binary
+        })
+        .clone()
+}
+
+/// A port on 127.0.0.1 that was free a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("binding a free loopback port")
+}
+
+/// One running `skiff` process on its own data dir.
+pub struct TestCluster {
+    /// The data dir (removed on drop).
+    pub dir: tempfile::TempDir,
+    /// The API server's URL.
+    pub server: String,
+    /// The admin kubeconfig the server wrote.
+    pub kubeconfig: PathBuf,
+    /// The admin bearer token.
+    pub token: String,
+    /// The PEM of the cluster CA.
+    pub ca_pem: Vec<u8>,
+    port: u16,
+    child: Option<Child>,
+    log: PathBuf,
+    args: Vec<String>,
+}
+
+impl TestCluster {
+    /// Starts `skiff server` with extra `args` and waits until it is ready.
+    pub fn start(args: &[&str]) -> TestCluster {
+        let dir = tempfile::tempdir().expect("temp data dir");
+        let port = free_port();
+        let log = dir.path().join("server.log");
+        let mut cluster = TestCluster {
+            server: format!("https://127.0.0.1:{port}"),
+            kubeconfig: PathBuf::new(),
+            token: String::new(),
+            ca_pem: Vec::new(),
+            port,
+            child: None,
+            log,
+            args: args.iter().map(|s| s.to_string()).collect(),
+            dir,
+        };
+        cluster.spawn();
+        cluster
+    }
+
+    /// The data dir.
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("server log file");
+        let child = Command::new(skiff_binary())
+            .arg("server")
+            .arg("--data-dir")
+            .arg(self.data_dir())
+            .arg("--bind-address")
+            .arg("127.0.0.1")
+            .arg("--port")
+            .arg(self.port.to_string())
+            .args(&self.args)
+            .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log handle"))
+            .stderr(log)
+            .spawn()
+            .expect("starting skiff server");
+        self.child = Some(child);
+        self.wait_ready();
+    }
+
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let kubeconfig = self.data_dir().join("admin.kubeconfig");
+        loop {
+            if let Some(child) = self.child.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                panic!("skiff server exited early with {status}:\n{}", self.log_text());
+            }
+            if kubeconfig.exists() {
+                let out = Command::new("kubectl")
+                    .arg("--kubeconfig")
+                    .arg(&kubeconfig)
+                    .args(["get", "--raw", "/readyz"])
+                    .output();
+                if out.is_ok_and(|o| o.status.success()) {
+                    break;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "skiff server not ready within 30 s:\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        self.kubeconfig = kubeconfig;
+        let config = std::fs::read_to_string(&self.kubeconfig).expect("kubeconfig");
+        self.token = config
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("token:"))
+            .map(|t| t.trim().trim_matches('"').to_string())
+            .expect("kubeconfig has a token");
+        self.ca_pem = std::fs::read(self.data_dir().join("pki").join("ca.crt")).expect("CA file");
+    }
+
+    /// Stops the server with SIGKILL (a crash) and starts it again on the same data dir.
+    pub fn restart_after_crash(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.spawn();
+    }
+
+    /// Stops the server with SIGTERM and waits for it; returns its exit status.
+    pub fn stop(&mut self) -> Option<std::process::ExitStatus> {
+        let mut child = self.child.take()?;
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                return child.wait().ok();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// What the server has logged so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// kubectl pointed at this cluster.
+    pub fn kubectl(&self) -> Kubectl {
+        Kubectl {
+            kubeconfig: self.kubeconfig.clone(),
+            cache: self.dir.path().join("kube-cache"),
+        }
+    }
+
+    /// An HTTPS client that trusts the cluster CA (no token attached).
+    pub fn http(&self) -> reqwest::Client {
+        install_crypto();
+        let ca = reqwest::Certificate::from_pem(&self.ca_pem).expect("CA PEM");
+        reqwest::Client::builder()
+            .add_root_certificate(ca)
+            .build()
+            .expect("HTTPS client")
+    }
+}
+
+impl Drop for TestCluster {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("---- skiff server log ----\n{}", self.log_text());
+        }
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Installs the ring crypto provider for rustls once per process.
+pub fn install_crypto() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// The machine's kubectl against one cluster.
+pub struct Kubectl {
+    kubeconfig: PathBuf,
+    cache: PathBuf,
+}
+
+/// What one kubectl run printed.
+#[derive(Debug)]
+pub struct Run {
+    /// Whether it exited 0.
+    pub ok: bool,
+    /// Its standard output.
+    pub stdout: String,
+    /// Its standard error.
+    pub stderr: String,
+}
+
+impl From<Output> for Run {
+    fn from(o: Output) -> Run {
+        Run {
+            ok: o.status.success(),
+            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        }
+    }
+}
+
+impl Kubectl {
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new("kubectl");
+        command
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .arg("--cache-dir")
+            .arg(&self.cache)
+            .args(args)
+            .stdin(Stdio::null());
+        command
+    }
+
+    /// Runs kubectl with `args`.
+    pub fn run(&self, args: &[&str]) -> Run {
+        self.command(args).output().expect("running kubectl").into()
+    }
+
+    /// Runs kubectl with `args` and `stdin` as its standard input (for `-f -`).
+    pub fn run_with_input(&self, args: &[&str], stdin: &str) -> Run {
+        use std::io::Write;
+        let mut child = self
+            .command(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("running kubectl");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(stdin.as_bytes())
+            .expect("writing kubectl input");
+        child.wait_with_output().expect("kubectl output").into()
+    }
+
+    /// Runs kubectl and panics with its output unless it succeeds; returns stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let run = self.run(args);
+        assert!(
+            run.ok,
+            "kubectl {} failed:\nstdout: {}\nstderr: {}",
+            args.join(" "),
+            run.stdout,
+            run.stderr
+        );
+        run.stdout
+    }
+
+    /// Like [`Kubectl::ok`] with standard input.
+    pub fn ok_with_input(&self, args: &[&str], stdin: &str) -> String {
+        let run = self.run_with_input(args, stdin);
+        assert!(
+            run.ok,
+            "kubectl {} failed:\nstdout: {}\nstderr: {}",
+            args.join(" "),
+            run.stdout,
+            run.stderr
+        );
+        run.stdout
+    }
+
+    /// Runs kubectl expecting failure; returns stderr.
+    pub fn fails(&self, args: &[&str]) -> String {
+        let run = self.run(args);
+        assert!(
+            !run.ok,
+            "kubectl {} unexpectedly succeeded: {}",
+            args.join(" "),
+            run.stdout
+        );
+        run.stderr
+    }
+
+    /// Starts kubectl in the background (for `get -w`), its output going to `out`.
+    pub fn spawn(&self, args: &[&str], out: &Path) -> Child {
+        let file = std::fs::File::create(out).expect("output file");
+        self.command(args)
+            .stdout(file.try_clone().expect("handle"))
+            .stderr(file)
+            .spawn()
+            .expect("starting kubectl")
+    }
+}
+
+/// Polls `check` every 100 ms until it holds or `timeout` passes; returns whether it held.
+pub fn eventually(timeout: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if check() {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

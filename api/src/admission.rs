@@ -1,0 +1,606 @@
+//! The admission chain: ordered, pluggable plugins that see every write after decoding and before
+//! validation and storage, and may change or refuse it (a chain of responsibility).
+//!
+//! Built in, in order: `NamespaceLifecycle` (no content in missing or terminating namespaces; the
+//! system namespaces cannot be deleted), `ServiceIPs` (ClusterIP and NodePort allocation from
+//! ranges inside the loopback block, so the proxy can bind them unprivileged),
+//! `DefaultTolerationSeconds` (pods tolerate not-ready and unreachable nodes for 300 s).
+
+use std::collections::BTreeSet;
+use std::net::Ipv4Addr;
+use std::sync::Mutex;
+
+use serde_json::{Value, json};
+use skiff_meta::ResourceInfo;
+
+use crate::error::{Cause, Error, Result};
+use crate::registry::Registry;
+
+/// What kind of write is being admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    /// A create.
+    Create,
+    /// An update or patch.
+    Update,
+    /// A delete.
+    Delete,
+}
+
+/// One write, as admission sees it.
+pub struct Attributes<'a> {
+    /// The kind of write.
+    pub operation: Operation,
+    /// The resource written.
+    pub info: &'static ResourceInfo,
+    /// The subresource written, if any (`status`, `binding`, `scale`).
+    pub subresource: Option<&'a str>,
+    /// The namespace.
+    pub namespace: Option<&'a str>,
+    /// The object's name.
+    pub name: &'a str,
+    /// The object to be written (create and update), which plugins may change.
+    pub object: Option<&'a mut Value>,
+    /// The stored object (update and delete).
+    pub old: Option<&'a Value>,
+    /// The authenticated user's name.
+    pub user: &'a str,
+}
+
+/// One admission plugin.
+#[async_trait::async_trait]
+pub trait Plugin: Send + Sync {
+    /// The plugin's name, as Kubernetes names it.
+    fn name(&self) -> &'static str;
+
+    /// Admits, changes or refuses a write.
+    async fn admit(&self, registry: &Registry, attributes: &mut Attributes<'_>) -> Result<()>;
+
+    /// The write this plugin admitted did not happen (it failed later): undo any reservation.
+    fn abandoned(&self, _info: &ResourceInfo, _object: &Value) {}
+
+    /// An object left the log: release what it held.
+    fn removed(&self, _info: &ResourceInfo, _object: &Value) {}
+}
+
+/// The ordered chain.
+pub struct Chain {
+    plugins: Vec<Box<dyn Plugin>>,
+}
+
+impl Chain {
+    /// A chain of `plugins`, run in order.
+    pub fn new(plugins: Vec<Box<dyn Plugin>>) -> Chain {
+        Chain { plugins }
+    }
+
+    /// Runs every plugin in order; the first refusal stops the chain (and earlier plugins'
+    /// reservations are released).
+    pub async fn admit(&self, registry: &Registry, attributes: &mut Attributes<'_>) -> Result<()> {
+        for (i, plugin) in self.plugins.iter().enumerate() {
+            if let Err(e) = plugin.admit(registry, attributes).await {
+                if let Some(object) = attributes.object.as_deref() {
+                    for earlier in &self.plugins[..i] {
+                        earlier.abandoned(attributes.info, object);
+                    }
+                }
+                tracing::debug!(plugin = plugin.name(), error = %e, "admission refused");
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Tells every plugin that an admitted write did not happen.
+    pub fn abandoned(&self, info: &ResourceInfo, object: &Value) {
+        for plugin in &self.plugins {
+            plugin.abandoned(info, object);
+        }
+    }
+
+    /// Tells every plugin that an object left the log.
+    pub fn removed(&self, info: &ResourceInfo, object: &Value) {
+        for plugin in &self.plugins {
+            plugin.removed(info, object);
+        }
+    }
+}
+
+/// Namespaces that always exist and may not be deleted.
+pub const SYSTEM_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public"];
+
+/// No creates in a namespace that is missing or terminating; the system namespaces stay.
+pub struct NamespaceLifecycle;
+
+#[async_trait::async_trait]
+impl Plugin for NamespaceLifecycle {
+    fn name(&self) -> &'static str {
+        "NamespaceLifecycle"
+    }
+
+    async fn admit(&self, registry: &Registry, a: &mut Attributes<'_>) -> Result<()> {
+        if a.info.kind == "Namespace" {
+            if a.operation == Operation::Delete && SYSTEM_NAMESPACES.contains(&a.name) {
+                return Err(Error::Forbidden(format!(
+                    "namespaces \"{}\" is forbidden: this namespace may not be deleted",
+                    a.name
+                )));
+            }
+            return Ok(());
+        }
+        if a.operation != Operation::Create || !a.info.namespaced || a.subresource.is_some() {
+            return Ok(());
+        }
+        let Some(namespace) = a.namespace else {
+            return Ok(());
+        };
+        let namespaces = skiff_meta::resources::lookup("", "v1", "namespaces")
+            .expect("namespaces are served");
+        let ns = registry.get(namespaces, None, namespace, None).await?;
+        if ns.pointer("/metadata/deletionTimestamp").is_some()
+            || ns.pointer("/status/phase").and_then(Value::as_str) == Some("Terminating")
+        {
+            return Err(Error::Forbidden(format!(
+                "{} \"{}\" is forbidden: unable to create new content in namespace {} because it is being terminated",
+                a.info.plural, a.name, namespace
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Pods tolerate `not-ready` and `unreachable` nodes for 300 s unless they say otherwise.
+pub struct DefaultTolerationSeconds;
+
+#[async_trait::async_trait]
+impl Plugin for DefaultTolerationSeconds {
+    fn name(&self) -> &'static str {
+        "DefaultTolerationSeconds"
+    }
+
+    async fn admit(&self, _registry: &Registry, a: &mut Attributes<'_>) -> Result<()> {
+        if a.info.kind != "Pod" || a.operation != Operation::Create {
+            return Ok(());
+        }
+        let Some(pod) = a.object.as_deref_mut() else {
+            return Ok(());
+        };
+        let spec = &mut pod["spec"];
+        if !spec.is_object() {
+            return Ok(());
+        }
+        let mut tolerations = spec
+            .get("tolerations")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        for key in [
+            "node.kubernetes.io/not-ready",
+            "node.kubernetes.io/unreachable",
+        ] {
+            let covered = tolerations.iter().any(|t| {
+                let effect = t.get("effect").and_then(Value::as_str).unwrap_or("");
+                let tkey = t.get("key").and_then(Value::as_str).unwrap_or("");
+                let exists = t.get("operator").and_then(Value::as_str) == Some("Exists");
+                (effect.is_empty() || effect == "NoExecute") && (tkey == key || (tkey.is_empty() && exists))
+            });
+            if !covered {
+                tolerations.push(json!({
+                    "key": key,
+                    "operator": "Exists",
+                    "effect": "NoExecute",
+                    "tolerationSeconds": 300,
+                }));
+            }
+        }
+        spec["tolerations"] = Value::Array(tolerations);
+        Ok(())
+    }
+}
+
+/// Ranges services draw their addresses and node ports from.
+#[derive(Debug, Clone)]
+pub struct ServiceRanges {
+    /// The first address of the ClusterIP range (its network address).
+    pub cluster_ip_base: Ipv4Addr,
+    /// The ClusterIP range's prefix length.
+    pub cluster_ip_prefix: u8,
+    /// The NodePort range, inclusive.
+    pub node_ports: (u16, u16),
+}
+
+impl Default for ServiceRanges {
+    /// 127.96.0.0/14 (inside loopback, clear of the pod ranges at 127.100.0.0 and up) and the
+    /// Kubernetes default NodePort range 30000-32767.
+    fn default() -> Self {
+        ServiceRanges {
+            cluster_ip_base: Ipv4Addr::new(127, 96, 0, 0),
+            cluster_ip_prefix: 14,
+            node_ports: (30000, 32767),
+        }
+    }
+}
+
+impl ServiceRanges {
+    fn ip_count(&self) -> u32 {
+        1u32 << (32 - u32::from(self.cluster_ip_prefix))
+    }
+
+    fn contains(&self, ip: Ipv4Addr) -> bool {
+        let base = u32::from(self.cluster_ip_base);
+        let n = u32::from(ip);
+        n > base && n < base + self.ip_count() - 1
+    }
+
+    /// The range as CIDR text.
+    pub fn cidr(&self) -> String {
+        format!("{}/{}", self.cluster_ip_base, self.cluster_ip_prefix)
+    }
+}
+
+/// Allocates ClusterIPs and NodePorts; what is in use is rebuilt from the stored services at
+/// start-up and kept in memory after.
+pub struct ServiceIps {
+    ranges: ServiceRanges,
+    /// Addresses and ports in use. One short critical section per allocation; never held across
+    /// an await.
+    used: Mutex<Used>,
+}
+
+#[derive(Default)]
+struct Used {
+    ips: BTreeSet<Ipv4Addr>,
+    ports: BTreeSet<u16>,
+}
+
+fn service_ips(service: &Value) -> Vec<Ipv4Addr> {
+    let mut ips: Vec<Ipv4Addr> = service
+        .pointer("/spec/clusterIPs")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(|v| v.as_str()?.parse().ok()).collect())
+        .unwrap_or_default();
+    if let Some(ip) = service
+        .pointer("/spec/clusterIP")
+        .and_then(Value::as_str)
+        .and_then(|s| s.parse().ok())
+        && !ips.contains(&ip)
+    {
+        ips.push(ip);
+    }
+    ips
+}
+
+fn service_node_ports(service: &Value) -> Vec<u16> {
+    service
+        .pointer("/spec/ports")
+        .and_then(Value::as_array)
+        .map(|ports| {
+            ports
+                .iter()
+                .filter_map(|p| p.get("nodePort")?.as_u64())
+                .filter_map(|p| u16::try_from(p).ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn wants_node_ports(service: &Value) -> bool {
+    matches!(
+        service.pointer("/spec/type").and_then(Value::as_str),
+        Some("NodePort" | "LoadBalancer")
+    )
+}
+
+fn is_headless(service: &Value) -> bool {
+    service.pointer("/spec/clusterIP").and_then(Value::as_str) == Some("None")
+        || service.pointer("/spec/type").and_then(Value::as_str) == Some("ExternalName")
+}
+
+impl ServiceIps {
+    /// An allocator over `ranges` with `existing` services' addresses and ports marked used.
+    pub fn new(ranges: ServiceRanges, existing: &[Value]) -> ServiceIps {
+        let mut used = Used::default();
+        // The first address is the `kubernetes` service's, as in Kubernetes.
+        used.ips
+            .insert(Ipv4Addr::from(u32::from(ranges.cluster_ip_base) + 1));
+        for service in existing {
+            used.ips.extend(service_ips(service));
+            used.ports.extend(service_node_ports(service));
+        }
+        ServiceIps {
+            ranges,
+            used: Mutex::new(used),
+        }
+    }
+
+    /// The ranges allocated from.
+    pub fn ranges(&self) -> &ServiceRanges {
+        &self.ranges
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Used> {
+        self.used.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn allocate_ip(&self, used: &mut Used) -> Option<Ipv4Addr> {
+        use rand::Rng;
+        let base = u32::from(self.ranges.cluster_ip_base);
+        let count = self.ranges.ip_count();
+        let start = rand::rng().random_range(1..count - 1);
+        (0..count - 2)
+            .map(|i| Ipv4Addr::from(base + 1 + (start - 1 + i) % (count - 2)))
+            .find(|ip| !used.ips.contains(ip))
+            .inspect(|ip| {
+                used.ips.insert(*ip);
+            })
+    }
+
+    fn allocate_port(&self, used: &mut Used) -> Option<u16> {
+        use rand::Rng;
+        let (lo, hi) = self.ranges.node_ports;
+        let span = u32::from(hi - lo) + 1;
+        let start = rand::rng().random_range(0..span);
+        (0..span)
+            .map(|i| lo + ((start + i) % span) as u16)
+            .find(|p| !used.ports.contains(p))
+            .inspect(|p| {
+                used.ports.insert(*p);
+            })
+    }
+
+    fn invalid(info: &ResourceInfo, name: &str, field: &str, message: String) -> Error {
+        Error::invalid(
+            info,
+            name,
+            vec![Cause {
+                field: field.into(),
+                reason: "FieldValueInvalid".into(),
+                message,
+            }],
+        )
+    }
+
+    /// Reserves what a new or changed service needs; on error nothing stays reserved.
+    fn reserve(
+        &self,
+        info: &ResourceInfo,
+        name: &str,
+        service: &mut Value,
+        old: Option<&Value>,
+    ) -> Result<()> {
+        let mut used = self.lock();
+        let mut taken_ips = Vec::new();
+        let mut taken_ports = Vec::new();
+        let result = (|| {
+            let old_ips = old.map(service_ips).unwrap_or_default();
+            if !is_headless(service) {
+                let requested = service_ips(service);
+                if requested.is_empty() {
+                    let ip = match old_ips.first() {
+                        Some(ip) => *ip,
+                        None => {
+                            let ip = self.allocate_ip(&mut used).ok_or_else(|| {
+                                Error::Internal(format!(
+                                    "failed to allocate a serviceIP: range {} is full",
+                                    self.ranges.cidr()
+                                ))
+                            })?;
+                            taken_ips.push(ip);
+                            ip
+                        }
+                    };
+                    service["spec"]["clusterIP"] = json!(ip.to_string());
+                    service["spec"]["clusterIPs"] = json!([ip.to_string()]);
+                } else {
+                    for ip in requested {
+                        if old_ips.contains(&ip) {
+                            continue;
+                        }
+                        if !self.ranges.contains(ip) {
+                            return Err(Self::invalid(
+                                info,
+                                name,
+                                "spec.clusterIPs",
+                                format!(
+                                    "Invalid value: []string{{\"{ip}\"}}: failed to allocate IP {ip}: the provided IP ({ip}) is not in the valid range. The range of valid IPs is {}",
+                                    self.ranges.cidr()
+                                ),
+                            ));
+                        }
+                        if !used.ips.insert(ip) {
+                            return Err(Self::invalid(
+                                info,
+                                name,
+                                "spec.clusterIPs",
+                                format!(
+                                    "Invalid value: []string{{\"{ip}\"}}: failed to allocate IP {ip}: provided IP is already allocated"
+                                ),
+                            ));
+                        }
+                        taken_ips.push(ip);
+                    }
+                    let first = service_ips(service)[0].to_string();
+                    service["spec"]["clusterIP"] = json!(first);
+                    service["spec"]["clusterIPs"] = json!([first]);
+                }
+            }
+            if wants_node_ports(service) {
+                let old_ports = old.map(service_node_ports).unwrap_or_default();
+                let (lo, hi) = self.ranges.node_ports;
+                if let Some(ports) = service
+                    .pointer_mut("/spec/ports")
+                    .and_then(Value::as_array_mut)
+                {
+                    for (i, port) in ports.iter_mut().enumerate() {
+                        match port.get("nodePort").and_then(Value::as_u64) {
+                            Some(p) => {
+                                let p = u16::try_from(p).unwrap_or(0);
+                                if old_ports.contains(&p) {
+                                    continue;
+                                }
+                                if p < lo || p > hi {
+                                    return Err(Self::invalid(
+                                        info,
+                                        name,
+                                        &format!("spec.ports[{i}].nodePort"),
+                                        format!(
+                                            "Invalid value: {p}: provided port is not in the valid range. The range of valid ports is {lo}-{hi}"
+                                        ),
+                                    ));
+                                }
+                                if !used.ports.insert(p) {
+                                    return Err(Self::invalid(
+                                        info,
+                                        name,
+                                        &format!("spec.ports[{i}].nodePort"),
+                                        format!(
+                                            "Invalid value: {p}: provided port is already allocated"
+                                        ),
+                                    ));
+                                }
+                                taken_ports.push(p);
+                            }
+                            None => {
+                                let p = self.allocate_port(&mut used).ok_or_else(|| {
+                                    Error::Internal("failed to allocate a nodePort: range is full".into())
+                                })?;
+                                taken_ports.push(p);
+                                port["nodePort"] = json!(p);
+                            }
+                        }
+                    }
+                }
+            }
+            Ok(())
+        })();
+        if result.is_err() {
+            for ip in taken_ips {
+                used.ips.remove(&ip);
+            }
+            for p in taken_ports {
+                used.ports.remove(&p);
+            }
+        }
+        result
+    }
+
+    fn release(&self, service: &Value) {
+        let mut used = self.lock();
+        for ip in service_ips(service) {
+            used.ips.remove(&ip);
+        }
+        for port in service_node_ports(service) {
+            used.ports.remove(&port);
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Plugin for ServiceIps {
+    fn name(&self) -> &'static str {
+        "ServiceIPs"
+    }
+
+    async fn admit(&self, _registry: &Registry, a: &mut Attributes<'_>) -> Result<()> {
+        if a.info.kind != "Service" || a.subresource.is_some() {
+            return Ok(());
+        }
+        match (a.operation, a.object.as_deref_mut()) {
+            (Operation::Create, Some(service)) => self.reserve(a.info, a.name, service, None),
+            (Operation::Update, Some(service)) => self.reserve(a.info, a.name, service, a.old),
+            _ => Ok(()),
+        }
+    }
+
+    fn abandoned(&self, info: &ResourceInfo, object: &Value) {
+        if info.kind == "Service" {
+            self.release(object);
+        }
+    }
+
+    fn removed(&self, info: &ResourceInfo, object: &Value) {
+        if info.kind == "Service" {
+            self.release(object);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn services() -> &'static ResourceInfo {
+        skiff_meta::resources::lookup("", "v1", "services").unwrap()
+    }
+
+    #[test]
+    fn allocates_unique_ips_in_range_and_releases_them() {
+        let ranges = ServiceRanges {
+            cluster_ip_base: Ipv4Addr::new(127, 96, 0, 0),
+            cluster_ip_prefix: 29, // 6 usable, one kept for `kubernetes`
+            node_ports: (30000, 30001),
+        };
+        let ips = ServiceIps::new(ranges.clone(), &[]);
+        let mut seen = BTreeSet::new();
+        let mut made = Vec::new();
+        for i in 0..5 {
+            let mut svc = json!({"metadata": {"name": format!("s{i}")}, "spec": {"ports": [{"port": 80}]}});
+            ips.reserve(services(), "s", &mut svc, None).unwrap();
+            let ip: Ipv4Addr = svc["spec"]["clusterIP"].as_str().unwrap().parse().unwrap();
+            assert!(ranges.contains(ip));
+            assert_ne!(ip, Ipv4Addr::new(127, 96, 0, 1));
+            assert!(seen.insert(ip), "duplicate {ip}");
+            made.push(svc);
+        }
+        let mut full = json!({"metadata": {"name": "x"}, "spec": {}});
+        assert!(ips.reserve(services(), "x", &mut full, None).is_err());
+        ips.release(&made[0]);
+        let mut again = json!({"metadata": {"name": "y"}, "spec": {}});
+        ips.reserve(services(), "y", &mut again, None).unwrap();
+        assert_eq!(again["spec"]["clusterIP"], made[0]["spec"]["clusterIP"]);
+    }
+
+    #[test]
+    fn requested_ip_must_be_free_and_in_range() {
+        let ips = ServiceIps::new(ServiceRanges::default(), &[]);
+        let mut a = json!({"spec": {"clusterIP": "127.96.0.10"}});
+        ips.reserve(services(), "a", &mut a, None).unwrap();
+        let mut b = json!({"spec": {"clusterIP": "127.96.0.10"}});
+        let err = ips.reserve(services(), "b", &mut b, None).unwrap_err();
+        assert!(err.to_string().contains("already allocated"), "{err}");
+        let mut c = json!({"spec": {"clusterIP": "10.0.0.1"}});
+        let err = ips.reserve(services(), "c", &mut c, None).unwrap_err();
+        assert!(err.to_string().contains("not in the valid range"), "{err}");
+        let mut headless = json!({"spec": {"clusterIP": "None"}});
+        ips.reserve(services(), "h", &mut headless, None).unwrap();
+        assert_eq!(headless["spec"]["clusterIP"], "None");
+    }
+
+    #[test]
+    fn node_ports_allocated_for_node_port_services() {
+        let ips = ServiceIps::new(ServiceRanges::default(), &[]);
+        let mut svc = json!({"spec": {"type": "NodePort", "ports": [{"port": 80}, {"port": 81, "nodePort": 30080}]}});
+        ips.reserve(services(), "s", &mut svc, None).unwrap();
+        let p0 = svc["spec"]["ports"][0]["nodePort"].as_u64().unwrap();
+        assert!((30000..=32767).contains(&p0));
+        assert_eq!(svc["spec"]["ports"][1]["nodePort"], 30080);
+        let mut clash = json!({"spec": {"type": "NodePort", "ports": [{"port": 80, "nodePort": 30080}]}});
+        assert!(ips.reserve(services(), "t", &mut clash, None).is_err());
+        // An update keeps what the service already holds.
+        let old = svc.clone();
+        let mut updated = svc.clone();
+        ips.reserve(services(), "s", &mut updated, Some(&old)).unwrap();
+        assert_eq!(updated["spec"]["clusterIP"], old["spec"]["clusterIP"]);
+    }
+
+    #[test]
+    fn existing_services_are_remembered() {
+        let existing = vec![json!({"spec": {"clusterIP": "127.96.0.9", "type": "NodePort",
+                                            "ports": [{"nodePort": 31000}]}})];
+        let ips = ServiceIps::new(ServiceRanges::default(), &existing);
+        let mut svc = json!({"spec": {"clusterIP": "127.96.0.9"}});
+        assert!(ips.reserve(services(), "s", &mut svc, None).is_err());
+        let mut np = json!({"spec": {"type": "NodePort", "ports": [{"nodePort": 31000}]}});
+        assert!(ips.reserve(services(), "n", &mut np, None).is_err());
+    }
+}

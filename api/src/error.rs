@@ -1,0 +1,371 @@
+//! The API server's errors, and the one place they become Kubernetes `Status` responses.
+
+use http::StatusCode;
+use serde_json::{Value, json};
+use skiff_meta::ResourceInfo;
+
+/// One cause of an `Invalid` error: a field path, a cause reason and the message without the
+/// field path (`Invalid value: "x": ...`), as `metav1.StatusCause` carries it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cause {
+    /// The field path, e.g. `metadata.name`.
+    pub field: String,
+    /// The cause reason, e.g. `FieldValueInvalid`.
+    pub reason: String,
+    /// The field error's message without its field path.
+    pub message: String,
+}
+
+/// What a request failed with. Every variant maps to one HTTP status and `Status` reason.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// No such object.
+    #[error("{resource} \"{name}\" not found")]
+    NotFound {
+        /// The resource's group.
+        group: String,
+        /// The plural resource name.
+        resource: String,
+        /// The object's name.
+        name: String,
+    },
+    /// The URL names no served resource or route.
+    #[error("the server could not find the requested resource")]
+    NoRoute,
+    /// Create of a name that exists.
+    #[error("{resource} \"{name}\" already exists")]
+    AlreadyExists {
+        /// The resource's group.
+        group: String,
+        /// The plural resource name.
+        resource: String,
+        /// The object's name.
+        name: String,
+    },
+    /// A write based on a stale resourceVersion, or another precondition that failed.
+    #[error("Operation cannot be fulfilled on {resource} \"{name}\": {message}")]
+    Conflict {
+        /// The resource's group.
+        group: String,
+        /// The plural resource name.
+        resource: String,
+        /// The object's name.
+        name: String,
+        /// Why.
+        message: String,
+    },
+    /// The object is invalid.
+    #[error("{kind} \"{name}\" is invalid: {}", aggregate(causes))]
+    Invalid {
+        /// The group of the kind.
+        group: String,
+        /// The kind.
+        kind: String,
+        /// The object's name.
+        name: String,
+        /// What is wrong, field by field.
+        causes: Vec<Cause>,
+    },
+    /// A malformed request.
+    #[error("{0}")]
+    BadRequest(String),
+    /// No or a wrong bearer token.
+    #[error("Unauthorized")]
+    Unauthorized,
+    /// The user may not do this.
+    #[error("{0}")]
+    Forbidden(String),
+    /// The verb is not served on this path.
+    #[error("the server does not allow this method on the requested resource")]
+    MethodNotAllowed,
+    /// The Accept header asks for nothing the server speaks.
+    #[error("{0}")]
+    NotAcceptable(String),
+    /// The request body's Content-Type is not served here.
+    #[error("{0}")]
+    UnsupportedMediaType(String),
+    /// The requested history is gone.
+    #[error("{0}")]
+    Gone(String),
+    /// The request body is over the limit.
+    #[error("the request body is too large (limit {limit} bytes)")]
+    TooLarge {
+        /// The limit in bytes.
+        limit: usize,
+    },
+    /// A resourceVersion the server has not reached yet.
+    #[error("Too large resource version: {requested}, current: {current}")]
+    TooLargeResourceVersion {
+        /// The version asked for.
+        requested: u64,
+        /// The current version.
+        current: u64,
+    },
+    /// Something broke inside the server.
+    #[error("{0}")]
+    Internal(String),
+    /// The server cannot serve the request now (for example while shutting down).
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+/// Kubernetes' `utilerrors.Aggregate` wording: one error as it is, several in brackets.
+fn aggregate(causes: &[Cause]) -> String {
+    let all: Vec<String> = causes
+        .iter()
+        .map(|c| {
+            if c.field.is_empty() {
+                c.message.clone()
+            } else {
+                format!("{}: {}", c.field, c.message)
+            }
+        })
+        .collect();
+    match all.len() {
+        1 => all.into_iter().next().unwrap_or_default(),
+        _ => format!("[{}]", all.join(", ")),
+    }
+}
+
+/// The API server's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// A NotFound for an object of `info`.
+    pub fn not_found(info: &ResourceInfo, name: &str) -> Error {
+        Error::NotFound {
+            group: info.group.to_string(),
+            resource: info.plural.to_string(),
+            name: name.to_string(),
+        }
+    }
+
+    /// An AlreadyExists for an object of `info`.
+    pub fn already_exists(info: &ResourceInfo, name: &str) -> Error {
+        Error::AlreadyExists {
+            group: info.group.to_string(),
+            resource: info.plural.to_string(),
+            name: name.to_string(),
+        }
+    }
+
+    /// The optimistic-concurrency Conflict Kubernetes returns for a stale resourceVersion.
+    pub fn stale(info: &ResourceInfo, name: &str) -> Error {
+        Error::conflict(
+            info,
+            name,
+            "the object has been modified; please apply your changes to the latest version and try again",
+        )
+    }
+
+    /// A Conflict with a message of the caller's.
+    pub fn conflict(info: &ResourceInfo, name: &str, message: impl Into<String>) -> Error {
+        Error::Conflict {
+            group: info.group.to_string(),
+            resource: info.plural.to_string(),
+            name: name.to_string(),
+            message: message.into(),
+        }
+    }
+
+    /// An Invalid error for an object of `info`.
+    pub fn invalid(info: &ResourceInfo, name: &str, causes: Vec<Cause>) -> Error {
+        Error::Invalid {
+            group: info.group.to_string(),
+            kind: info.kind.to_string(),
+            name: name.to_string(),
+            causes,
+        }
+    }
+
+    /// An Invalid error with one cause.
+    pub fn invalid_field(
+        info: &ResourceInfo,
+        name: &str,
+        field: &str,
+        reason: &str,
+        message: impl Into<String>,
+    ) -> Error {
+        Error::invalid(
+            info,
+            name,
+            vec![Cause {
+                field: field.to_string(),
+                reason: reason.to_string(),
+                message: message.into(),
+            }],
+        )
+    }
+
+    /// The HTTP status code.
+    pub fn code(&self) -> StatusCode {
+        match self {
+            Error::NotFound { .. } | Error::NoRoute => StatusCode::NOT_FOUND,
+            Error::AlreadyExists { .. } | Error::Conflict { .. } => StatusCode::CONFLICT,
+            Error::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            Error::BadRequest(_) => StatusCode::BAD_REQUEST,
+            Error::Unauthorized => StatusCode::UNAUTHORIZED,
+            Error::Forbidden(_) => StatusCode::FORBIDDEN,
+            Error::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Error::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
+            Error::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Error::Gone(_) => StatusCode::GONE,
+            Error::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Error::TooLargeResourceVersion { .. } => StatusCode::GATEWAY_TIMEOUT,
+            Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    /// The `Status` reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::NotFound { .. } | Error::NoRoute => "NotFound",
+            Error::AlreadyExists { .. } => "AlreadyExists",
+            Error::Conflict { .. } => "Conflict",
+            Error::Invalid { .. } => "Invalid",
+            Error::BadRequest(_) => "BadRequest",
+            Error::Unauthorized => "Unauthorized",
+            Error::Forbidden(_) => "Forbidden",
+            Error::MethodNotAllowed => "MethodNotAllowed",
+            Error::NotAcceptable(_) => "NotAcceptable",
+            Error::UnsupportedMediaType(_) => "UnsupportedMediaType",
+            Error::Gone(_) => "Expired",
+            Error::TooLarge { .. } => "RequestEntityTooLarge",
+            Error::TooLargeResourceVersion { .. } => "Timeout",
+            Error::Internal(_) => "InternalError",
+            Error::Unavailable(_) => "ServiceUnavailable",
+        }
+    }
+
+    /// The `metav1.Status` body for this error.
+    pub fn to_status(&self) -> Value {
+        let mut status = json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.to_string(),
+            "reason": self.reason(),
+            "code": self.code().as_u16(),
+        });
+        let details = match self {
+            Error::NotFound {
+                group,
+                resource,
+                name,
+            }
+            | Error::AlreadyExists {
+                group,
+                resource,
+                name,
+            }
+            | Error::Conflict {
+                group,
+                resource,
+                name,
+                ..
+            } => Some(json!({"name": name, "group": group, "kind": resource})),
+            Error::Invalid {
+                group,
+                kind,
+                name,
+                causes,
+            } => Some(json!({
+                "name": name,
+                "group": group,
+                "kind": kind,
+                "causes": causes.iter().map(|c| json!({
+                    "reason": c.reason,
+                    "message": c.message,
+                    "field": c.field,
+                })).collect::<Vec<_>>(),
+            })),
+            Error::TooLargeResourceVersion { .. } => Some(json!({"retryAfterSeconds": 1})),
+            _ => None,
+        };
+        if let Some(mut details) = details {
+            // Kubernetes leaves out empty strings (an unnamed object, the core group).
+            if let Some(map) = details.as_object_mut() {
+                map.retain(|_, v| v.as_str() != Some(""));
+            }
+            status["details"] = details;
+        }
+        if matches!(self, Error::NoRoute) {
+            status["details"] = json!({});
+        }
+        status
+    }
+}
+
+impl From<skiff_store::Error> for Error {
+    fn from(e: skiff_store::Error) -> Error {
+        use skiff_store::Error as S;
+        match e {
+            S::Compacted {
+                requested,
+                compacted,
+                ..
+            } => Error::Gone(format!(
+                "too old resource version: {requested} ({compacted})"
+            )),
+            S::FutureRevision { requested, current } => Error::TooLargeResourceVersion {
+                requested: requested.0,
+                current: current.0,
+            },
+            S::ValueTooLarge { limit, .. } => Error::TooLarge { limit },
+            S::Closed => Error::Unavailable("the server is shutting down".into()),
+            other => Error::Internal(other.to_string()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn not_found_status_has_kubernetes_shape() {
+        let pods = skiff_meta::resources::lookup("", "v1", "pods").unwrap();
+        let status = Error::not_found(pods, "nginx").to_status();
+        assert_eq!(status["code"], 404);
+        assert_eq!(status["reason"], "NotFound");
+        assert_eq!(status["message"], "pods \"nginx\" not found");
+        assert_eq!(status["details"], json!({"name": "nginx", "kind": "pods"}));
+    }
+
+    #[test]
+    fn invalid_status_lists_causes() {
+        let cm = skiff_meta::resources::lookup("", "v1", "configmaps").unwrap();
+        let e = Error::invalid_field(
+            cm,
+            "Bad_Name",
+            "metadata.name",
+            "FieldValueInvalid",
+            "Invalid value: \"Bad_Name\": a lowercase RFC 1123 subdomain ...",
+        );
+        let status = e.to_status();
+        assert_eq!(status["code"], 422);
+        assert_eq!(status["details"]["kind"], "ConfigMap");
+        assert_eq!(status["details"]["causes"][0]["field"], "metadata.name");
+        assert!(
+            status["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("ConfigMap \"Bad_Name\" is invalid: metadata.name: Invalid value: ")
+        );
+    }
+
+    #[test]
+    fn compacted_store_error_is_gone_expired() {
+        let e: Error = skiff_store::Error::Compacted {
+            requested: skiff_store::Revision(3),
+            compacted: skiff_store::Revision(9),
+            prefix: None,
+        }
+        .into();
+        assert_eq!(e.code(), StatusCode::GONE);
+        assert_eq!(e.reason(), "Expired");
+        assert_eq!(e.to_string(), "too old resource version: 3 (9)");
+    }
+}

@@ -1,0 +1,1513 @@
+//! The resource handlers: every verb on every served resource and subresource, from a parsed
+//! request to a response, through decoding, admission, validation and the registry.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use http::{HeaderMap, Method, StatusCode};
+use serde_json::{Value, json};
+use skiff_meta::ResourceInfo;
+use skiff_store::Revision;
+
+use crate::admission::{Attributes, Operation};
+use crate::error::{Error, Result};
+use crate::registry::{
+    ObjectFilter, Update, UpdateOutcome, WatchEvent, namespace_and_name, resource_version,
+};
+use crate::server::ApiServer;
+use crate::strategy::{self, Deletion};
+use crate::{render, selectors, typed};
+
+/// A request, as the handlers see it.
+pub struct Request {
+    /// The HTTP method.
+    pub method: Method,
+    /// The URL path.
+    pub path: String,
+    /// The query parameters.
+    pub query: Query,
+    /// The headers.
+    pub headers: HeaderMap,
+    /// The body (already size-checked).
+    pub body: Bytes,
+    /// The authenticated user's name.
+    pub user: String,
+}
+
+/// Query parameters.
+#[derive(Debug, Default, Clone)]
+pub struct Query(Vec<(String, String)>);
+
+impl Query {
+    /// Parses a raw query string.
+    pub fn parse(raw: &str) -> Query {
+        Query(
+            form_urlencoded::parse(raw.as_bytes())
+                .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                .collect(),
+        )
+    }
+
+    /// The first value of `key`.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Whether `key` is set to a true value (`true`, `1`).
+    pub fn flag(&self, key: &str) -> bool {
+        matches!(self.get(key), Some("true" | "1" | "True"))
+    }
+
+    /// The value of `key` parsed as a number; a malformed one is a 400.
+    pub fn number<T: std::str::FromStr>(&self, key: &str) -> Result<Option<T>> {
+        self.get(key)
+            .filter(|v| !v.is_empty())
+            .map(|v| {
+                v.parse()
+                    .map_err(|_| Error::BadRequest(format!("invalid value for {key}: {v:?}")))
+            })
+            .transpose()
+    }
+}
+
+/// What a URL names.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// The resource.
+    pub info: &'static ResourceInfo,
+    /// The namespace in the URL.
+    pub namespace: Option<String>,
+    /// The object's name, for object URLs.
+    pub name: Option<String>,
+    /// The subresource, if any.
+    pub subresource: Option<String>,
+}
+
+/// Parses a resource URL: `/api/v1/[namespaces/NS/]PLURAL[/NAME[/SUB]]` or the same under
+/// `/apis/GROUP/VERSION`. `None` for paths that are not resource paths (discovery and the like).
+pub fn parse_path(path: &str) -> Option<Result<Target>> {
+    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    let (group, version, rest) = match segments.as_slice() {
+        ["api", version, rest @ ..] if !rest.is_empty() => ("", *version, rest),
+        ["apis", group, version, rest @ ..] if !rest.is_empty() => (*group, *version, rest),
+        _ => return None,
+    };
+    let namespaced_target = match rest {
+        ["namespaces", ns, plural, tail @ ..] => skiff_meta::resources::lookup(group, version, plural)
+            .filter(|info| info.namespaced)
+            .map(|info| (info, Some(*ns), tail)),
+        _ => None,
+    };
+    let (info, namespace, tail) = match namespaced_target {
+        Some(found) => found,
+        None => {
+            let Some(info) = skiff_meta::resources::lookup(group, version, rest[0]) else {
+                return Some(Err(Error::NoRoute));
+            };
+            (info, None, &rest[1..])
+        }
+    };
+    if tail.len() > 2 {
+        return Some(Err(Error::NoRoute));
+    }
+    for segment in namespace.iter().chain(tail.iter()) {
+        if matches!(*segment, "." | "..") || segment.contains('%') {
+            return Some(Err(Error::BadRequest(format!(
+                "invalid path segment {segment:?}"
+            ))));
+        }
+    }
+    Some(Ok(Target {
+        info,
+        namespace: namespace.map(str::to_string),
+        name: tail.first().map(|s| s.to_string()),
+        subresource: tail.get(1).map(|s| s.to_string()),
+    }))
+}
+
+/// A response body and status, rendered as the client asked.
+pub type Response = warp::reply::Response;
+
+fn json_response(code: StatusCode, body: &Value) -> Response {
+    let mut response = Response::new(serde_json::to_vec(body).unwrap_or_default().into());
+    *response.status_mut() = code;
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// Serves one resource request.
+pub async fn handle(server: &Arc<ApiServer>, request: Request, target: Target) -> Result<Response> {
+    let info = target.info;
+    let verb_allowed = |verb: &str| info.verbs.contains(&verb);
+    if let Some(sub) = target.subresource.as_deref()
+        && info.subresource(sub).is_none()
+        && !(info.kind == "Namespace" && sub == "finalize")
+    {
+        return Err(Error::NoRoute);
+    }
+    if info.namespaced && target.namespace.is_none() && target.name.is_some() {
+        return Err(Error::NoRoute);
+    }
+    let format = render::Format::negotiate(&request.headers, &request.query)?;
+    let ns = target.namespace.clone();
+    let ns = ns.as_deref();
+    match (
+        &request.method,
+        target.name.as_deref(),
+        target.subresource.as_deref(),
+    ) {
+        (&Method::GET, None, None) => {
+            if request.query.flag("watch") {
+                if !verb_allowed("watch") {
+                    return Err(Error::MethodNotAllowed);
+                }
+                watch(server, &request, info, ns, format).await
+            } else {
+                list(server, &request, info, ns, format).await
+            }
+        }
+        (&Method::POST, None, None) if verb_allowed("create") => {
+            create(server, &request, info, ns, format).await
+        }
+        (&Method::DELETE, None, None) if verb_allowed("deletecollection") => {
+            delete_collection(server, &request, info, ns, format).await
+        }
+        (&Method::GET, Some(name), None | Some("status")) => {
+            let object = get(server, &request, info, ns, name).await?;
+            Ok(format.object(info, StatusCode::OK, object))
+        }
+        (&Method::PUT, Some(name), None) => {
+            update(server, &request, info, ns, name, None, format).await
+        }
+        (&Method::PUT, Some(name), Some("status")) => {
+            update(server, &request, info, ns, name, Some("status"), format).await
+        }
+        (&Method::PATCH, Some(name), None) => {
+            patch(server, &request, info, ns, name, None, format).await
+        }
+        (&Method::PATCH, Some(name), Some("status")) => {
+            patch(server, &request, info, ns, name, Some("status"), format).await
+        }
+        (&Method::DELETE, Some(name), None) => {
+            delete(server, &request, info, ns, name, format).await
+        }
+        (&Method::POST, Some(name), Some("binding")) => bind(server, &request, ns, name).await,
+        (&Method::GET, Some(name), Some("scale")) => {
+            let object = get(server, &request, info, ns, name).await?;
+            Ok(json_response(StatusCode::OK, &to_scale(&object)))
+        }
+        (&Method::PUT | &Method::PATCH, Some(name), Some("scale")) => {
+            scale(server, &request, info, ns, name).await
+        }
+        (&Method::PUT, Some(name), Some("finalize")) => {
+            finalize(server, &request, info, name, format).await
+        }
+        (&Method::GET, Some(name), Some("log")) => server.pod_log(&request, ns, name).await,
+        _ => Err(Error::MethodNotAllowed),
+    }
+}
+
+async fn get(
+    server: &ApiServer,
+    request: &Request,
+    info: &ResourceInfo,
+    ns: Option<&str>,
+    name: &str,
+) -> Result<Value> {
+    // A resourceVersion on a get means "not older than"; the log only moves forward, so the
+    // current state always qualifies once the log has reached it.
+    if let Some(rv) = parse_rv(request.query.get("resourceVersion"))?
+        && rv > server.registry.current_revision()
+    {
+        return Err(Error::TooLargeResourceVersion {
+            requested: rv.0,
+            current: server.registry.current_revision().0,
+        });
+    }
+    server.registry.get(info, ns, name, None).await
+}
+
+fn parse_rv(value: Option<&str>) -> Result<Option<Revision>> {
+    match value {
+        None | Some("") | Some("0") => Ok(None),
+        Some(v) => v.parse().map(|n| Some(Revision(n))).map_err(|_| {
+            Error::BadRequest(format!("invalid resource version: {v:?}"))
+        }),
+    }
+}
+
+/// A `continue` token: the revision of the list's first page and the key to continue after.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct ContinueToken {
+    v: String,
+    rv: u64,
+    start: String,
+}
+
+fn encode_continue(revision: Revision, key: &[u8]) -> String {
+    use base64::Engine;
+    let token = ContinueToken {
+        v: "meta.k8s.io/v1".into(),
+        rv: revision.0,
+        start: String::from_utf8_lossy(key).into_owned(),
+    };
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .encode(serde_json::to_vec(&token).unwrap_or_default())
+}
+
+fn decode_continue(token: &str, prefix: &str) -> Result<(Revision, Vec<u8>)> {
+    use base64::Engine;
+    let bad = || Error::BadRequest("continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)".into());
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(token.trim_end_matches('='))
+        .map_err(|_| bad())?;
+    let token: ContinueToken = serde_json::from_slice(&bytes).map_err(|_| bad())?;
+    if token.v != "meta.k8s.io/v1" || token.rv == 0 || !token.start.starts_with(prefix) {
+        return Err(bad());
+    }
+    Ok((Revision(token.rv), token.start.into_bytes()))
+}
+
+async fn list(
+    server: &ApiServer,
+    request: &Request,
+    info: &'static ResourceInfo,
+    ns: Option<&str>,
+    format: render::Format,
+) -> Result<Response> {
+    let q = &request.query;
+    let filter = selectors::filter(info, q)?;
+    let ns = selectors::narrow_namespace(info, ns, q);
+    let limit: Option<usize> = q.number::<i64>("limit")?.filter(|l| *l > 0).map(|l| l as usize);
+    let rv = parse_rv(q.get("resourceVersion"))?;
+    let rv_match = q.get("resourceVersionMatch").unwrap_or("");
+    let (at, start_after) = match q.get("continue").filter(|c| !c.is_empty()) {
+        Some(token) => {
+            if rv.is_some() {
+                return Err(Error::BadRequest(
+                    "specifying resource version is not allowed when using continue".into(),
+                ));
+            }
+            let (rev, key) = decode_continue(token, &info.storage_prefix_in(ns.as_deref()))?;
+            (Some(rev), Some(key))
+        }
+        None => {
+            let at = match (rv_match, rv) {
+                ("Exact", None) => {
+                    return Err(Error::BadRequest(
+                        "resourceVersionMatch \"Exact\" requires a resourceVersion other than 0"
+                            .into(),
+                    ));
+                }
+                ("Exact", Some(rev)) => Some(rev),
+                ("" | "NotOlderThan", Some(rev)) => {
+                    let current = server.registry.current_revision();
+                    if rev > current {
+                        return Err(Error::TooLargeResourceVersion {
+                            requested: rev.0,
+                            current: current.0,
+                        });
+                    }
+                    None
+                }
+                ("" | "NotOlderThan", None) => None,
+                (other, _) => {
+                    return Err(Error::BadRequest(format!(
+                        "unsupported resourceVersionMatch value: {other:?}"
+                    )));
+                }
+            };
+            (at, None)
+        }
+    };
+    let page = server
+        .registry
+        .list(info, ns.as_deref(), at, start_after, limit, filter.as_ref())
+        .await
+        .map_err(|e| match e {
+            Error::Gone(_) if q.get("continue").is_some() => Error::Gone(
+                "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.".into(),
+            ),
+            other => other,
+        })?;
+    let mut metadata = json!({"resourceVersion": page.revision.0.to_string()});
+    if let Some(key) = &page.next_key {
+        metadata["continue"] = json!(encode_continue(page.revision, key));
+    }
+    if let Some(remaining) = page.remaining {
+        metadata["remainingItemCount"] = json!(remaining);
+    }
+    Ok(format.list(info, metadata, page.items))
+}
+
+/// One line of a watch stream.
+fn watch_line(format: &render::Format, info: &ResourceInfo, event: &WatchEvent) -> Bytes {
+    let (kind, object) = match event {
+        WatchEvent::Added(o) => ("ADDED", format.watch_object(info, o)),
+        WatchEvent::Modified(o) => ("MODIFIED", format.watch_object(info, o)),
+        WatchEvent::Deleted(o) => ("DELETED", format.watch_object(info, o)),
+        WatchEvent::Progress(rev) => ("BOOKMARK", bookmark(info, *rev, false)),
+    };
+    let mut line = serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
+    line.push(b'\n');
+    Bytes::from(line)
+}
+
+fn bookmark(info: &ResourceInfo, revision: Revision, initial_events_end: bool) -> Value {
+    let mut metadata = json!({"resourceVersion": revision.0.to_string()});
+    if initial_events_end {
+        metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+    }
+    json!({"kind": info.kind, "apiVersion": info.api_version(), "metadata": metadata})
+}
+
+fn error_line(error: &Error) -> Bytes {
+    let mut line =
+        serde_json::to_vec(&json!({"type": "ERROR", "object": error.to_status()})).unwrap_or_default();
+    line.push(b'\n');
+    Bytes::from(line)
+}
+
+async fn watch(
+    server: &Arc<ApiServer>,
+    request: &Request,
+    info: &'static ResourceInfo,
+    ns: Option<&str>,
+    format: render::Format,
+) -> Result<Response> {
+    let q = &request.query;
+    let filter = selectors::filter(info, q)?;
+    let ns = selectors::narrow_namespace(info, ns, q);
+    let bookmarks = q.flag("allowWatchBookmarks");
+    let send_initial = q.get("sendInitialEvents").map(|v| v == "true" || v == "1");
+    let rv = parse_rv(q.get("resourceVersion"))?;
+    let timeout = q
+        .number::<u64>("timeoutSeconds")?
+        .map(Duration::from_secs)
+        .unwrap_or(server.config.default_watch_timeout);
+
+    // Where the live watch starts, and what goes before it: with no resourceVersion (or "0"),
+    // the current state as synthetic ADDED events, as Kubernetes does (kubectl drops the first
+    // event of `get -w`, expecting exactly that).
+    let mut initial = Vec::new();
+    let start = match (rv, send_initial) {
+        (Some(rev), None | Some(false)) => rev.next(),
+        _ => {
+            let at = rv;
+            let page = server
+                .registry
+                .list(info, ns.as_deref(), at, None, None, filter.as_ref())
+                .await?;
+            initial = page.items.into_iter().map(WatchEvent::Added).collect();
+            if send_initial == Some(true) && bookmarks {
+                initial.push(WatchEvent::Progress(page.revision));
+            }
+            page.revision.next()
+        }
+    };
+    let initial_end = if send_initial == Some(true) && bookmarks {
+        initial.len().checked_sub(1)
+    } else {
+        None
+    };
+
+    let progress = bookmarks.then_some(server.config.bookmark_interval);
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(64);
+    let stream = server
+        .registry
+        .watch(info, ns.as_deref(), start, filter, progress)
+        .await;
+    let shutdown = server.shutdown.clone();
+    let format_for_task = format.clone();
+    server.watchers.spawn(async move {
+        let format = format_for_task;
+        for (i, event) in initial.iter().enumerate() {
+            let line = match (event, initial_end) {
+                (WatchEvent::Progress(rev), Some(end)) if i == end => {
+                    let mut line = serde_json::to_vec(
+                        &json!({"type": "BOOKMARK", "object": bookmark(info, *rev, true)}),
+                    )
+                    .unwrap_or_default();
+                    line.push(b'\n');
+                    Bytes::from(line)
+                }
+                _ => watch_line(&format, info, event),
+            };
+            if tx.send(Ok(line)).await.is_err() {
+                return;
+            }
+        }
+        let mut stream = match stream {
+            Ok(stream) => Box::pin(stream),
+            Err(e) => {
+                let _ = tx.send(Ok(error_line(&e))).await;
+                return;
+            }
+        };
+        let deadline = tokio::time::sleep(timeout);
+        tokio::pin!(deadline);
+        loop {
+            tokio::select! {
+                _ = &mut deadline => return,
+                _ = shutdown.cancelled() => return,
+                _ = tx.closed() => return,
+                next = stream.next() => match next {
+                    None => return,
+                    Some(Err(e)) => {
+                        let _ = tx.send(Ok(error_line(&e))).await;
+                        return;
+                    }
+                    Some(Ok(WatchEvent::Progress(_))) if !bookmarks => {}
+                    Some(Ok(event)) => {
+                        if tx.send(Ok(watch_line(&format, info, &event))).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+    });
+    let body = tokio_stream::wrappers::ReceiverStream::new(rx);
+    let mut response = warp::reply::Reply::into_response(warp::reply::stream(body));
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    response.headers_mut().insert(
+        http::header::CACHE_CONTROL,
+        http::HeaderValue::from_static("no-cache, private"),
+    );
+    Ok(response)
+}
+
+/// Parses a request body as JSON or YAML into an object.
+pub fn parse_body(request: &Request) -> Result<Value> {
+    let content_type = request
+        .headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json");
+    let value: Value = if content_type.contains("yaml") {
+        let text = std::str::from_utf8(&request.body)
+            .map_err(|_| Error::BadRequest("request body is not UTF-8".into()))?;
+        serde_saphyr::from_str(text)
+            .map_err(|e| Error::BadRequest(format!("error decoding YAML: {e}")))?
+    } else if content_type.starts_with("application/json")
+        || content_type.starts_with("*/*")
+        || content_type.is_empty()
+    {
+        serde_json::from_slice(&request.body).map_err(|e| {
+            Error::BadRequest(format!(
+                "couldn't get version/kind; json parse error: {e}"
+            ))
+        })?
+    } else {
+        return Err(Error::UnsupportedMediaType(format!(
+            "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml (got {content_type})"
+        )));
+    };
+    if !value.is_object() {
+        return Err(Error::BadRequest(
+            "the request body must be a JSON object".into(),
+        ));
+    }
+    Ok(value)
+}
+
+/// Checks that a body's apiVersion and kind are the URL's (filling them in when absent).
+fn check_kind(object: &mut Value, info: &ResourceInfo) -> Result<()> {
+    let api_version = info.api_version();
+    match object.get("apiVersion").and_then(Value::as_str) {
+        Some(v) if v != api_version => {
+            return Err(Error::BadRequest(format!(
+                "the API version in the data ({v}) does not match the expected API version ({api_version})"
+            )));
+        }
+        Some(_) => {}
+        None => object["apiVersion"] = json!(api_version),
+    }
+    match object.get("kind").and_then(Value::as_str) {
+        Some(k) if k != info.kind => {
+            return Err(Error::BadRequest(format!(
+                "the kind in the data ({k}) does not match the expected kind ({})",
+                info.kind
+            )));
+        }
+        Some(_) => {}
+        None => object["kind"] = json!(info.kind),
+    }
+    Ok(())
+}
+
+/// Puts the URL's namespace on the object, refusing a different one.
+fn check_namespace(object: &mut Value, info: &ResourceInfo, ns: Option<&str>) -> Result<()> {
+    if !object.get("metadata").is_some_and(Value::is_object) {
+        object["metadata"] = json!({});
+    }
+    if !info.namespaced {
+        if let Some(meta) = object["metadata"].as_object_mut() {
+            meta.remove("namespace");
+        }
+        return Ok(());
+    }
+    let Some(ns) = ns else {
+        return Err(Error::BadRequest(
+            "the namespace of the object must be given in the URL".into(),
+        ));
+    };
+    match object.pointer("/metadata/namespace").and_then(Value::as_str) {
+        Some(given) if !given.is_empty() && given != ns => Err(Error::BadRequest(
+            "the namespace of the provided object does not match the namespace sent on the request"
+                .into(),
+        )),
+        _ => {
+            object["metadata"]["namespace"] = json!(ns);
+            Ok(())
+        }
+    }
+}
+
+/// How the request wants unknown fields treated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FieldValidation {
+    Ignore,
+    Warn,
+    Strict,
+}
+
+fn field_validation(query: &Query) -> Result<FieldValidation> {
+    match query.get("fieldValidation").unwrap_or("Warn") {
+        "Ignore" | "" => Ok(FieldValidation::Ignore),
+        "Warn" => Ok(FieldValidation::Warn),
+        "Strict" => Ok(FieldValidation::Strict),
+        other => Err(Error::BadRequest(format!(
+            "fieldValidation parameter unsupported: {other:?}"
+        ))),
+    }
+}
+
+/// Decodes through the kind's type; returns the canonical object and the warnings to send.
+fn decode_typed(
+    info: &ResourceInfo,
+    object: &Value,
+    validation: FieldValidation,
+) -> Result<(Value, Vec<String>)> {
+    let decoded = typed::decode(info, object).map_err(|e| {
+        Error::BadRequest(format!(
+            "{kind} in version \"{version}\" cannot be handled as a {kind}: {e}",
+            kind = info.kind,
+            version = info.version
+        ))
+    })?;
+    let unknown: Vec<String> = decoded
+        .unknown_fields
+        .iter()
+        .map(|f| format!("unknown field \"{}\"", f.trim_start_matches('.')))
+        .collect();
+    match validation {
+        FieldValidation::Strict if !unknown.is_empty() => Err(Error::BadRequest(format!(
+            "{kind} in version \"{version}\" cannot be handled as a {kind}: strict decoding error: {}",
+            unknown.join(", "),
+            kind = info.kind,
+            version = info.version
+        ))),
+        FieldValidation::Warn => Ok((decoded.object, unknown)),
+        _ => Ok((decoded.object, Vec::new())),
+    }
+}
+
+fn with_warnings(mut response: Response, warnings: &[String]) -> Response {
+    for warning in warnings {
+        let text = format!("299 - \"{}\"", warning.replace('"', "\\\""));
+        if let Ok(value) = http::HeaderValue::from_str(&text) {
+            response.headers_mut().append(http::header::WARNING, value);
+        }
+    }
+    response
+}
+
+fn dry_run(query: &Query) -> Result<bool> {
+    match query.get("dryRun") {
+        None | Some("") => Ok(false),
+        Some("All") => Ok(true),
+        Some(other) => Err(Error::BadRequest(format!(
+            "dryRun parameter unsupported: {other:?} (only All is supported)"
+        ))),
+    }
+}
+
+async fn create(
+    server: &ApiServer,
+    request: &Request,
+    info: &'static ResourceInfo,
+    ns: Option<&str>,
+    format: render::Format,
+) -> Result<Response> {
+    let mut object = parse_body(request)?;
+    check_kind(&mut object, info)?;
+    check_namespace(&mut object, info, ns)?;
+    let (_, name) = namespace_and_name(&object);
+    if name.is_empty() {
+        let generate = object
+            .pointer("/metadata/generateName")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        if generate.is_empty() {
+            return Err(Error::invalid_field(
+                info,
+                "",
+                "metadata.name",
+                "FieldValueRequired",
+                "Required value: name or generateName is required",
+            ));
+        }
+        object["metadata"]["name"] = json!(format!("{generate}{}", strategy::random_suffix()));
+    }
+    let validation = field_validation(&request.query)?;
+    let (mut object, warnings) = decode_typed(info, &object, validation)?;
+    strategy::prepare_for_create(info, &mut object);
+    server.default_object(info, &mut object);
+    server.record_manager(info, &mut object, None, &request.query, "Update");
+    let name = namespace_and_name(&object).1.to_string();
+    server
+        .admission
+        .admit(
+            &server.registry,
+            &mut Attributes {
+                operation: Operation::Create,
+                info,
+                subresource: None,
+                namespace: ns,
+                name: &name,
+                object: Some(&mut object),
+                old: None,
+                user: &request.user,
+            },
+        )
+        .await?;
+    let result = async {
+        server.validate(info, &object, None, ns)?;
+        if dry_run(&request.query)? {
+            return Ok(object.clone());
+        }
+        let lease = server.lease_for(info).await?;
+        server.registry.create(info, object.clone(), lease).await
+    }
+    .await;
+    match result {
+        Ok(created) => {
+            if dry_run(&request.query)? {
+                server.admission.abandoned(info, &object);
+            }
+            Ok(with_warnings(
+                format.object(info, StatusCode::CREATED, created),
+                &warnings,
+            ))
+        }
+        Err(e) => {
+            server.admission.abandoned(info, &object);
+            Err(e)
+        }
+    }
+}
+
+/// The body's resourceVersion, as a precondition.
+fn precondition(object: &Value) -> Result<Option<Revision>> {
+    match object.pointer("/metadata/resourceVersion").and_then(Value::as_str) {
+        None | Some("") => Ok(None),
+        Some(v) => v
+            .parse()
+            .map(|n| Some(Revision(n)))
+            .map_err(|_| Error::BadRequest(format!("invalid resourceVersion {v:?}"))),
+    }
+}
+
+/// The shared tail of every write to an existing object: carry over what may not change,
+/// default, admit, validate; then either the object to write or, for a deleted object whose
+/// finalizers are all gone, its removal.
+#[allow(clippy::too_many_arguments)]
+async fn admit_update(
+    server: &ApiServer,
+    request: &Request,
+    info: &'static ResourceInfo,
+    ns: Option<&str>,
+    name: &str,
+    subresource: Option<&str>,
+    mut new: Value,
+    current: &Value,
+) -> Result<Update> {
+    match subresource {
+        Some("status") => strategy::prepare_for_status_update(&mut new, current),
+        _ => strategy::prepare_for_update(info, &mut new, current),
+    }
+    server.default_object(info, &mut new);
+    server.record_manager(info, &mut new, Some(current), &request.query, "Update");
+    server
+        .admission
+        .admit(
+            &server.registry,
+            &mut Attributes {
+                operation: Operation::Update,
+                info,
+                subresource,
+                namespace: ns,
+                name,
+                object: Some(&mut new),
+                old: Some(current),
+                user: &request.user,
+            },
+        )
+        .await?;
+    if let Err(e) = server.validate(info, &new, Some(current), ns) {
+        server.admission.abandoned(info, &new);
+        return Err(e);
+    }
+    if strategy::ready_to_remove(&new) {
+        return Ok(Update::Delete);
+    }
+    Ok(Update::Write(new))
+}
+
+fn outcome_response(
+    server: &ApiServer,
+    info: &ResourceInfo,
+    format: &render::Format,
+    outcome: UpdateOutcome,
+    warnings: &[String],
+) -> Response {
+    let code = StatusCode::OK;
+    let object = match outcome {
+        UpdateOutcome::Deleted(object) => {
+            server.admission.removed(info, &object);
+            object
+        }
+        other => other.into_object(),
+    };
+    with_warnings(format.object(info, code, object), warnings)
+}
+
+async fn update(
+    server: &ApiServer,
+    request: &Request,
+    info: &'static ResourceInfo,
+    ns: Option<&str>,
+    name: &str,
+    subresource: Option<&str>,
+    format: render::Format,
+) -> Result<Response> {
+    let verb_ok = subresource.is_some() || info.verbs.contains(&"update");
+    if !verb_ok {
+        return Err(Error::MethodNotAllowed);
+    }
+    let mut object = parse_body(request)?;
+    check_kind(&mut object, info)?;
+    check_namespace(&mut object, info, ns)?;
+    let body_name = namespace_and_name(&object).1.to_string();
+    if body_name.is_empty() {
+        object["metadata"]["name"] = json!(name);
+    } else if body_name != name {
+        return Err(Error::BadRequest(format!(
+            "the name of the object ({body_name}) does not match the name on the URL ({name})"
+        )));
+    }
+    let expected = precondition(&object)?;
+    let validation = field_validation(&request.query)?;
+    let (object, warnings) = decode_typed(info, &object, validation)?;
+    let dry = dry_run(&request.query)?;
+    let outcome = server
+        .registry
+        .update(info, ns, name, expected, dry, async |current| {
+            let decided = admit_update(
+                server,
+                request,
+                info,
+                ns,
+                name,
+                subresource,
+                object.clone(),
+                &current,
+            )
+            .await?;
+            Ok(decided)
+        })
+        .await;
+    let outcome = outcome?;
+    Ok(outcome_response(server, info, &format, outcome, &warnings))
+}
+
+async fn patch(
+    server: &ApiServer,
+    request: &Request,
+    info: &'static ResourceInfo,
+    ns: Option<&str>,
+    name: &str,
+    subresource: Option<&str>,
+    format: render::Format,
+) -> Result<Response> {
+    if subresource.is_none() && !info.verbs.contains(&"patch") {
+        return Err(Error::MethodNotAllowed);
+    }
+    let content_type = request
+        .headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let patch_type = crate::patch::PatchType::from_content_type(content_type).map_err(|_| {
+        Error::UnsupportedMediaType(format!(
+            "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got {content_type:?})"
+        ))
+    })?;
+    let validation = field_validation(&request.query)?;
+    let dry = dry_run(&request.query)?;
+    let force = request.query.flag("force");
+    let manager = request.query.get("fieldManager").map(str::to_string);
+    let is_apply = patch_type == crate::patch::PatchType::Apply;
+    if is_apply && manager.as_deref().is_none_or(str::is_empty) {
+        return Err(Error::BadRequest(
+            "PATCH requests with apply content type (application/apply-patch+yaml) must have a fieldManager query parameter".into(),
+        ));
+    }
+
+    // Server-side apply of an object that does not exist yet creates it.
+    if is_apply {
+        match server.registry.get(info, ns, name, None).await {
+            Err(Error::NotFound { .. }) => {
+                return apply_create(server, request, info, ns, name, format).await;
+            }
+            Err(e) => return Err(e),
+            Ok(_) => {}
+        }
+    }
+
+    let mut warnings = Vec::new();
+    let outcome = server
+        .registry
+        .update(info, ns, name, None, dry, async |current| {
+            let options = crate::patch::Options {
+                manager: manager.clone(),
+                force,
+            };
+            let patched = crate::patch::apply(info, &current, patch_type, &request.body, &options)
+                .map_err(|e| server.patch_error(info, name, e))?;
+            let mut patched = patched;
+            if let Some(rv) = precondition(&patched)?
+                && Some(rv) != resource_version(&current)
+            {
+                return Err(Error::stale(info, name));
+            }
+            check_kind(&mut patched, info)?;
+            if namespace_and_name(&patched).1 != name {
+                return Err(Error::BadRequest(
+                    "the name of the object cannot be changed by a patch".into(),
+                ));
+            }
+            let (patched, w) = decode_typed(info, &patched, validation)?;
+            warnings = w;
+            let decided =
+                admit_update(server, request, info, ns, name, subresource, patched, &current)
+                    .await?;
+            Ok(decided)
+        })
+        .await;
+    let outcome = outcome?;
+    Ok(outcome_response(server, info, &format, outcome, &warnings))
+}
+
+/// Server-side apply of a new object: the applied configuration, created.
+async fn apply_create(
+    server: &ApiServer,
+    request: &Request,
+    info: &'static ResourceInfo,
+    ns: Option<&str>,
+    name: &str,
+    format: render::Format,
+) -> Result<Response> {
+    let mut object = parse_body(&Request {
+        method: request.method.clone(),
+        path: request.path.clone(),
+        query: request.query.clone(),
+        headers: {
+            let mut h = request.headers.clone();
+            h.insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_static("application/yaml"),
+            );
+            h
+        },
+        body: request.body.clone(),
+        user: request.user.clone(),
+    })?;
+    check_kind(&mut object, info)?;
+    check_namespace(&mut object, info, ns)?;
+    let body_name = namespace_and_name(&object).1.to_string();
+    if body_name != name {
+        return Err(Error::BadRequest(format!(
+            "the name of the object ({body_name}) does not match the name on the URL ({name})"
+        )));
+    }
+    let validation = field_validation(&request.query)?;
+    let (mut object, warnings) = decode_typed(info, &object, validation)?;
+    let applied = object.clone();
+    strategy::prepare_for_create(info, &mut object);
+    server.default_object(info, &mut object);
+    crate::patch::record_apply(&mut object, &applied, request.query.get("fieldManager").unwrap_or(""));
+    server
+        .admission
+        .admit(
+            &server.registry,
+            &mut Attributes {
+                operation: Operation::Create,
+                info,
+                subresource: None,
+                namespace: ns,
+                name,
+                object: Some(&mut object),
+                old: None,
+                user: &request.user,
+            },
+        )
+        .await?;
+    let result = async {
+        server.validate(info, &object, None, ns)?;
+        if dry_run(&request.query)? {
+            return Ok(object.clone());
+        }
+        let lease = server.lease_for(info).await?;
+        server.registry.create(info, object.clone(), lease).await
+    }
+    .await;
+    match result {
+        Ok(created) => Ok(with_warnings(
+            format.object(info, StatusCode::CREATED, created),
+            &warnings,
+        )),
+        Err(e) => {
+            server.admission.abandoned(info, &object);
+            Err(e)
+        }
+    }
+}
+
+/// Delete options from the body (a `DeleteOptions`) or the query.
+fn delete_options(request: &Request) -> Result<(strategy::DeleteOptions, Option<String>, Option<Revision>)> {
+    let body: Value = if request.body.iter().all(u8::is_ascii_whitespace) {
+        json!({})
+    } else {
+        serde_json::from_slice(&request.body)
+            .map_err(|e| Error::BadRequest(format!("invalid DeleteOptions: {e}")))?
+    };
+    let q = &request.query;
+    let grace_period = match body.get("gracePeriodSeconds").and_then(Value::as_i64) {
+        Some(g) => Some(g),
+        None => q.number("gracePeriodSeconds")?,
+    };
+    let mut propagation = body
+        .get("propagationPolicy")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .or_else(|| q.get("propagationPolicy").map(str::to_string));
+    if propagation.is_none() {
+        let orphan = body
+            .get("orphanDependents")
+            .and_then(Value::as_bool)
+            .or_else(|| q.get("orphanDependents").map(|v| v == "true"));
+        if orphan == Some(true) {
+            propagation = Some("Orphan".into());
+        }
+    }
+    if let Some(p) = &propagation
+        && !matches!(p.as_str(), "Orphan" | "Background" | "Foreground")
+    {
+        return Err(Error::BadRequest(format!(
+            "propagationPolicy: Unsupported value: {p:?}: supported values: \"Foreground\", \"Background\", \"Orphan\""
+        )));
+    }
+    let uid = body
+        .pointer("/preconditions/uid")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let rv = match body
+        .pointer("/preconditions/resourceVersion")
+        .and_then(Value::as_str)
+    {
+        Some(v) => Some(Revision(v.parse().map_err(|_| {
+            Error::BadRequest(format!("invalid precondition resourceVersion {v:?}"))
+        })?)),
+        None => None,
+    };
+    Ok((
+        strategy::DeleteOptions {
+            grace_period,
+            propagation,
+        },
+        uid,
+        rv,
+    ))
+}
+
+/// Deletes one object by the rules of its kind; `Ok(None)` when there is nothing to delete.
+async fn delete_one(
+    server: &ApiServer,
+    request: &Request,
+    info: &'static ResourceInfo,
+    ns: Option<&str>,
+    name: &str,
+    options: &strategy::DeleteOptions,
+    uid: Option<&str>,
+    expected: Option<Revision>,
+) -> Result<(StatusCode, Value)> {
+    let dry = dry_run(&request.query)?;
+    loop {
+        let current = server.registry.get(info, ns, name, None).await?;
+        let current_rev = resource_version(&current);
+        if let Some(uid) = uid
+            && current.pointer("/metadata/uid").and_then(Value::as_str) != Some(uid)
+        {
+            return Err(Error::conflict(
+                info,
+                name,
+                format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                    current.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or("")
+                ),
+            ));
+        }
+        if let Some(expected) = expected
+            && Some(expected) != current_rev
+        {
+            return Err(Error::conflict(
+                info,
+                name,
+                format!(
+                    "Precondition failed: ResourceVersion in precondition: {expected}, ResourceVersion in object meta: {}",
+                    current_rev.unwrap_or_default()
+                ),
+            ));
+        }
+        server
+            .admission
+            .admit(
+                &server.registry,
+                &mut Attributes {
+                    operation: Operation::Delete,
+                    info,
+                    subresource: None,
+                    namespace: ns,
+                    name,
+                    object: None,
+                    old: Some(&current),
+                    user: &request.user,
+                },
+            )
+            .await?;
+        let decision = strategy::deletion(info, &current, options);
+        if dry {
+            return Ok(match decision {
+                Deletion::Now => (StatusCode::OK, current),
+                Deletion::Mark(marked) => (StatusCode::ACCEPTED, marked),
+                Deletion::AlreadyMarked => (StatusCode::ACCEPTED, current),
+            });
+        }
+        match decision {
+            Deletion::AlreadyMarked => return Ok((StatusCode::ACCEPTED, current)),
+            Deletion::Now => match server.registry.delete(info, ns, name, current_rev).await {
+                Ok(deleted) => {
+                    server.admission.removed(info, &deleted);
+                    return Ok((StatusCode::OK, deleted));
+                }
+                // Someone wrote in between: decide again on the new state.
+                Err(Error::Conflict { .. }) => continue,
+                Err(e) => return Err(e),
+            },
+            Deletion::Mark(marked) => {
+                let outcome = server
+                    .registry
+                    .update(info, ns, name, current_rev, false, async |_| {
+                        Ok(Update::Write(marked.clone()))
+                    })
+                    .await;
+                match outcome {
+                    Ok(o) => return Ok((StatusCode::ACCEPTED, o.into_object())),
+                    Err(Error::Conflict { .. }) => continue,
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+    }
+}
+
+async fn delete(
+    server: &ApiServer,
+    request: &Request,
+    info: &'static ResourceInfo,
+    ns: Option<&str>,
+    name: &str,
+    format: render::Format,
+) -> Result<Response> {
+    if !info.verbs.contains(&"delete") {
+        return Err(Error::MethodNotAllowed);
+    }
+    let (options, uid, expected) = delete_options(request)?;
+    let (code, object) =
+        delete_one(server, request, info, ns, name, &options, uid.as_deref(), expected).await?;
+    Ok(format.object(info, code, object))
+}
+
+async fn delete_collection(
+    server: &ApiServer,
+    request: &Request,
+    info: &'static ResourceInfo,
+    ns: Option<&str>,
+    format: render::Format,
+) -> Result<Response> {
+    let (options, _, _) = delete_options(request)?;
+    let filter = selectors::filter(info, &request.query)?;
+    let ns_narrowed = selectors::narrow_namespace(info, ns, &request.query);
+    let page = server
+        .registry
+        .list(info, ns_narrowed.as_deref(), None, None, None, filter.as_ref())
+        .await?;
+    let mut deleted = Vec::new();
+    for object in page.items {
+        let (obj_ns, name) = namespace_and_name(&object);
+        let (obj_ns, name) = (obj_ns.map(str::to_string), name.to_string());
+        match delete_one(server, request, info, obj_ns.as_deref(), &name, &options, None, None).await {
+            Ok((_, object)) => deleted.push(object),
+            Err(Error::NotFound { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let metadata = json!({"resourceVersion": server.registry.current_revision().0.to_string()});
+    Ok(format.list(info, metadata, deleted))
+}
+
+async fn bind(
+    server: &ApiServer,
+    request: &Request,
+    ns: Option<&str>,
+    name: &str,
+) -> Result<Response> {
+    let pods = skiff_meta::resources::lookup("", "v1", "pods").expect("pods are served");
+    let binding = parse_body(request)?;
+    let node = binding
+        .pointer("/target/name")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| {
+            Error::invalid_field(
+                pods,
+                name,
+                "target.name",
+                "FieldValueRequired",
+                "Required value",
+            )
+        })?
+        .to_string();
+    if let Some(body_name) = binding.pointer("/metadata/name").and_then(Value::as_str)
+        && !body_name.is_empty()
+        && body_name != name
+    {
+        return Err(Error::BadRequest(format!(
+            "the name of the object ({body_name}) does not match the name on the URL ({name})"
+        )));
+    }
+    let expected_uid = binding
+        .pointer("/metadata/uid")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    server
+        .registry
+        .update(pods, ns, name, None, false, async |mut pod| {
+            if let Some(uid) = &expected_uid
+                && pod.pointer("/metadata/uid").and_then(Value::as_str) != Some(uid)
+            {
+                return Err(Error::conflict(pods, name, "the pod's UID does not match the binding's"));
+            }
+            if pod.pointer("/metadata/deletionTimestamp").is_some() {
+                return Err(Error::conflict(
+                    pods,
+                    name,
+                    format!("pod {name} is being deleted, cannot be assigned to a host"),
+                ));
+            }
+            if let Some(current) = pod
+                .pointer("/spec/nodeName")
+                .and_then(Value::as_str)
+                .filter(|n| !n.is_empty())
+            {
+                return Err(Error::conflict(
+                    pods,
+                    name,
+                    format!("pod {name} is already assigned to node \"{current}\""),
+                ));
+            }
+            pod["spec"]["nodeName"] = json!(node);
+            set_condition(&mut pod, "PodScheduled", "True", None, None);
+            Ok(Update::Write(pod))
+        })
+        .await?;
+    Ok(json_response(
+        StatusCode::CREATED,
+        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+    ))
+}
+
+/// Sets a condition in `status.conditions`, moving `lastTransitionTime` only when the status changes.
+pub fn set_condition(
+    object: &mut Value,
+    kind: &str,
+    status: &str,
+    reason: Option<&str>,
+    message: Option<&str>,
+) {
+    if !object.get("status").is_some_and(Value::is_object) {
+        object["status"] = json!({});
+    }
+    let conditions = object["status"]
+        .as_object_mut()
+        .expect("status was just made an object")
+        .entry("conditions")
+        .or_insert_with(|| json!([]));
+    if !conditions.is_array() {
+        *conditions = json!([]);
+    }
+    let list = conditions.as_array_mut().expect("conditions is an array");
+    let mut condition = json!({"type": kind, "status": status, "lastProbeTime": null});
+    if let Some(r) = reason {
+        condition["reason"] = json!(r);
+    }
+    if let Some(m) = message {
+        condition["message"] = json!(m);
+    }
+    match list
+        .iter_mut()
+        .find(|c| c.get("type").and_then(Value::as_str) == Some(kind))
+    {
+        Some(existing) => {
+            let moved = existing.get("status").and_then(Value::as_str) != Some(status);
+            let time = if moved {
+                json!(strategy::now())
+            } else {
+                existing
+                    .get("lastTransitionTime")
+                    .cloned()
+                    .unwrap_or_else(|| json!(strategy::now()))
+            };
+            condition["lastTransitionTime"] = time;
+            *existing = condition;
+        }
+        None => {
+            condition["lastTransitionTime"] = json!(strategy::now());
+            list.push(condition);
+        }
+    }
+}
+
+/// The `autoscaling/v1` Scale of a scalable object.
+fn to_scale(object: &Value) -> Value {
+    let meta = &object["metadata"];
+    let selector = object
+        .pointer("/spec/selector")
+        .map(selectors::label_selector_string)
+        .unwrap_or_default();
+    json!({
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": {
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "uid": meta["uid"],
+            "resourceVersion": meta["resourceVersion"],
+            "creationTimestamp": meta["creationTimestamp"],
+        },
+        "spec": {"replicas": object.pointer("/spec/replicas").cloned().unwrap_or(json!(1))},
+        "status": {
+            "replicas": object.pointer("/status/replicas").cloned().unwrap_or(json!(0)),
+            "selector": selector,
+        },
+    })
+}
+
+async fn scale(
+    server: &ApiServer,
+    request: &Request,
+    info: &'static ResourceInfo,
+    ns: Option<&str>,
+    name: &str,
+) -> Result<Response> {
+    let is_put = request.method == Method::PUT;
+    let outcome = server
+        .registry
+        .update(info, ns, name, None, false, async |current| {
+            let scale = to_scale(&current);
+            let new_scale = if is_put {
+                // kubectl sends a PUT with no Content-Type; it is JSON.
+                let body: Value = serde_json::from_slice(&request.body).map_err(|e| {
+                    Error::BadRequest(format!("couldn't get version/kind; json parse error: {e}"))
+                })?;
+                body
+            } else {
+                let content_type = request
+                    .headers
+                    .get(http::header::CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("");
+                let patch_type = crate::patch::PatchType::from_content_type(content_type)
+                    .map_err(|_| {
+                        Error::UnsupportedMediaType(format!(
+                            "unsupported patch content type {content_type:?}"
+                        ))
+                    })?;
+                let scales = skiff_meta::resources::lookup(info.group, info.version, info.plural)
+                    .expect("the resource is served");
+                crate::patch::apply(scales, &scale, patch_type, &request.body, &Default::default())
+                    .map_err(|e| server.patch_error(info, name, e))?
+            };
+            let new_scale = typed::decode_scale(&new_scale).map_err(|e| {
+                Error::BadRequest(format!("Scale in version \"v1\" cannot be handled as a Scale: {e}"))
+            })?;
+            if let Some(rv) = precondition(&new_scale)?
+                && Some(rv) != resource_version(&current)
+            {
+                return Err(Error::stale(info, name));
+            }
+            let replicas = new_scale
+                .pointer("/spec/replicas")
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
+            if replicas < 0 {
+                return Err(Error::invalid_field(
+                    info,
+                    name,
+                    "spec.replicas",
+                    "FieldValueInvalid",
+                    format!("Invalid value: {replicas}: must be greater than or equal to 0"),
+                ));
+            }
+            let mut new = current.clone();
+            new["spec"]["replicas"] = json!(replicas);
+            admit_update(server, request, info, ns, name, None, new, &current).await
+        })
+        .await?;
+    Ok(json_response(StatusCode::OK, &to_scale(&outcome.into_object())))
+}
+
+async fn finalize(
+    server: &ApiServer,
+    request: &Request,
+    info: &'static ResourceInfo,
+    name: &str,
+    format: render::Format,
+) -> Result<Response> {
+    let body = parse_body(request)?;
+    let finalizers = body
+        .pointer("/spec/finalizers")
+        .cloned()
+        .unwrap_or_else(|| json!([]));
+    let outcome = server
+        .registry
+        .update(info, None, name, None, false, async |mut ns| {
+            ns["spec"]["finalizers"] = finalizers.clone();
+            if strategy::ready_to_remove(&ns) {
+                return Ok(Update::Delete);
+            }
+            Ok(Update::Write(ns))
+        })
+        .await?;
+    Ok(outcome_response(server, info, &format, outcome, &[]))
+}
+
+/// Used by the server for request-scoped filters.
+pub fn object_filter_matches(filter: &Option<ObjectFilter>, object: &Value) -> bool {
+    filter.as_ref().is_none_or(|f| f(object))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_resource_paths() {
+        let t = parse_path("/api/v1/namespaces/default/pods/web/status").unwrap().unwrap();
+        assert_eq!(t.info.plural, "pods");
+        assert_eq!(t.namespace.as_deref(), Some("default"));
+        assert_eq!(t.name.as_deref(), Some("web"));
+        assert_eq!(t.subresource.as_deref(), Some("status"));
+
+        let t = parse_path("/api/v1/namespaces/bar").unwrap().unwrap();
+        assert_eq!(t.info.plural, "namespaces");
+        assert_eq!(t.name.as_deref(), Some("bar"));
+        assert!(t.namespace.is_none());
+
+        let t = parse_path("/api/v1/namespaces/bar/finalize").unwrap().unwrap();
+        assert_eq!(t.info.plural, "namespaces");
+        assert_eq!(t.subresource.as_deref(), Some("finalize"));
+
+        let t = parse_path("/apis/apps/v1/deployments").unwrap().unwrap();
+        assert_eq!(t.info.kind, "Deployment");
+        assert!(t.namespace.is_none() && t.name.is_none());
+
+        let t = parse_path("/api/v1/nodes/n1").unwrap().unwrap();
+        assert_eq!(t.info.kind, "Node");
+
+        assert!(matches!(parse_path("/api/v1/widgets"), Some(Err(Error::NoRoute))));
+        assert!(matches!(
+            parse_path("/apis/batch/v1/jobs"),
+            Some(Err(Error::NoRoute))
+        ));
+        assert!(parse_path("/api/v1").is_none());
+        assert!(parse_path("/apis").is_none());
+        assert!(parse_path("/version").is_none());
+    }
+
+    #[test]
+    fn continue_tokens_round_trip_and_reject_foreign_prefixes() {
+        let token = encode_continue(Revision(42), b"/registry/core/pods/default/web");
+        let (rev, key) = decode_continue(&token, "/registry/core/pods/").unwrap();
+        assert_eq!(rev, Revision(42));
+        assert_eq!(key, b"/registry/core/pods/default/web");
+        assert!(decode_continue(&token, "/registry/core/secrets/").is_err());
+        assert!(decode_continue("garbage!", "/registry/").is_err());
+    }
+
+    #[test]
+    fn conditions_keep_transition_time_unless_status_moves() {
+        let mut pod = json!({"status": {"conditions": [
+            {"type": "Ready", "status": "True", "lastTransitionTime": "2020-01-01T00:00:00Z"}
+        ]}});
+        set_condition(&mut pod, "Ready", "True", None, None);
+        assert_eq!(
+            pod["status"]["conditions"][0]["lastTransitionTime"],
+            "2020-01-01T00:00:00Z"
+        );
+        set_condition(&mut pod, "Ready", "False", Some("Down"), None);
+        assert_ne!(
+            pod["status"]["conditions"][0]["lastTransitionTime"],
+            "2020-01-01T00:00:00Z"
+        );
+        set_condition(&mut pod, "PodScheduled", "True", None, None);
+        assert_eq!(pod["status"]["conditions"].as_array().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn kind_and_namespace_checks() {
+        let pods = skiff_meta::resources::lookup("", "v1", "pods").unwrap();
+        let mut pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}});
+        check_kind(&mut pod, pods).unwrap();
+        check_namespace(&mut pod, pods, Some("default")).unwrap();
+        assert_eq!(pod["metadata"]["namespace"], "default");
+        let mut wrong = json!({"apiVersion": "apps/v1", "kind": "Pod", "metadata": {}});
+        assert!(check_kind(&mut wrong, pods).is_err());
+        let mut other_ns = json!({"metadata": {"name": "p", "namespace": "x"}});
+        assert!(check_namespace(&mut other_ns, pods, Some("default")).is_err());
+    }
+}
