@@ -6,7 +6,10 @@
 //!
 //! # Layout
 //! - [`resources`]: the served kinds: names, scope, verbs, subresources, storage keys, URL paths.
+//! - [`status`]: `Status` error bodies, field errors and the typed [`ApiError`].
 
 pub mod resources;
+pub mod status;
 
 pub use resources::{RESOURCES, ResourceInfo, Subresource};
+pub use status::ApiError;
