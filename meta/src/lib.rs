@@ -7,7 +7,9 @@
 //! # Layout
 //! - [`resources`]: the served kinds: names, scope, verbs, subresources, storage keys, URL paths.
 //! - [`status`]: `Status` error bodies, field errors and the typed [`ApiError`].
+//! - [`labels`]: label selectors (`labelSelector=`, `metav1.LabelSelector`) and label name checks.
 
+pub mod labels;
 pub mod resources;
 pub mod status;
 
