@@ -6,7 +6,14 @@
 //!
 //! # Layout
 //! - [`resources`]: the served kinds: names, scope, verbs, subresources, storage keys, URL paths.
+//! - [`status`]: `Status` error bodies, field errors and the typed [`ApiError`].
+//! - [`labels`]: label selectors (`labelSelector=`, `metav1.LabelSelector`) and label name checks.
+//! - [`fields`]: field selectors (`fieldSelector=`) and the per-kind table of selectable fields.
 
+pub mod fields;
+pub mod labels;
 pub mod resources;
+pub mod status;
 
 pub use resources::{RESOURCES, ResourceInfo, Subresource};
+pub use status::ApiError;
