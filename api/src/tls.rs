@@ -425,26 +425,31 @@ fn create_private_dir(dir: &Path) -> Result<()> {
 }
 
 /// Writes `contents` to `path` with `mode` through a temporary file and a rename, so a crash
-/// never leaves a half-written key or certificate behind.
+/// never leaves a half-written key, token file or kubeconfig behind.
 pub(crate) fn write_file(path: &Path, contents: &[u8], mode: u32) -> Result<()> {
-    let io = |source| Error::Io {
+    write_atomically(path, contents, mode).map_err(|source| Error::Io {
         path: path.to_path_buf(),
         source,
-    };
-    let tmp = path.with_extension("tmp");
+    })
+}
+
+/// [`write_file`] with a plain I/O error, for the other modules' error types.
+pub(crate) fn write_atomically(path: &Path, contents: &[u8], mode: u32) -> std::io::Result<()> {
+    let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
+    tmp_name.push(".tmp");
+    let tmp = path.with_file_name(tmp_name);
     let _ = fs::remove_file(&tmp);
     let mut file = fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(mode)
-        .open(&tmp)
-        .map_err(io)?;
-    file.write_all(contents).map_err(io)?;
-    file.sync_all().map_err(io)?;
+        .open(&tmp)?;
+    file.write_all(contents)?;
+    file.sync_all()?;
     drop(file);
     // The mode given to open() is masked by the umask; set it exactly.
-    fs::set_permissions(&tmp, fs::Permissions::from_mode(mode)).map_err(io)?;
-    fs::rename(&tmp, path).map_err(io)
+    fs::set_permissions(&tmp, fs::Permissions::from_mode(mode))?;
+    fs::rename(&tmp, path)
 }
 
 /// Serves `filter` over TLS on `listener` until `shutdown` is cancelled.
@@ -564,9 +569,14 @@ async fn drive<I, S, B>(
     }
 }
 
+/// Helpers for this crate's unit tests.
 #[cfg(test)]
-mod tests {
-    use super::*;
+pub(crate) mod testing {
+    use std::path::PathBuf;
+
+    use http_body_util::BodyExt as _;
+    use hyper::service::Service as _;
+    use warp::{Filter, Rejection, Reply};
 
     /// A fresh, empty directory under the system temp dir, removed on drop.
     pub(crate) struct TempDir(pub PathBuf);
@@ -578,16 +588,58 @@ mod tests {
                 std::process::id(),
                 uuid::Uuid::new_v4()
             ));
-            fs::create_dir_all(&path).unwrap();
+            std::fs::create_dir_all(&path).unwrap();
             TempDir(path)
         }
     }
 
     impl Drop for TempDir {
         fn drop(&mut self) {
-            let _ = fs::remove_dir_all(&self.0);
+            let _ = std::fs::remove_dir_all(&self.0);
         }
     }
+
+    /// Runs one request through `filter` as the server would (rejections become warp's default
+    /// responses) and returns the response with its whole body.
+    pub(crate) async fn call<F, R>(
+        filter: F,
+        request: http::Request<String>,
+    ) -> http::Response<bytes::Bytes>
+    where
+        F: Filter<Extract = (R,), Error = Rejection> + Clone + Send + Sync + 'static,
+        R: Reply,
+    {
+        let service = hyper_util::service::TowerToHyperService::new(warp::service(filter));
+        let response = service.call(request).await.unwrap();
+        let (parts, body) = response.into_parts();
+        let body = body.collect().await.unwrap().to_bytes();
+        http::Response::from_parts(parts, body)
+    }
+
+    /// A GET request for `uri` with the given headers.
+    pub(crate) fn get(uri: &str, headers: &[(&str, &str)]) -> http::Request<String> {
+        let mut builder = http::Request::get(uri);
+        for (name, value) in headers {
+            builder = builder.header(*name, *value);
+        }
+        builder.body(String::new()).unwrap()
+    }
+
+    /// The body as JSON.
+    pub(crate) fn json(response: &http::Response<bytes::Bytes>) -> serde_json::Value {
+        serde_json::from_slice(response.body()).unwrap_or_else(|e| {
+            panic!(
+                "not JSON ({e}): {}",
+                String::from_utf8_lossy(response.body())
+            )
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::TempDir;
+    use super::*;
 
     fn mode(path: &Path) -> u32 {
         fs::metadata(path).unwrap().permissions().mode() & 0o777
