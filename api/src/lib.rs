@@ -4,10 +4,31 @@
 //! Only this crate reads or writes the log; every other component goes through its HTTP API.
 //!
 //! # Layout
-//! - [`error`]: [`Error`] and its mapping to Kubernetes `Status` bodies (the one place).
+//! - [`routes`]: the HTTP front: which path goes where, authentication, body limits, and the one
+//!   place errors become `Status` responses ([`error`]).
+//! - [`handlers`]: every verb on every resource and subresource.
 //! - [`registry`]: objects in the log: keys, encoding, resourceVersion, lists, compare-and-swap.
+//! - [`strategy`], [`admission`], [`typed`]: what a write may change, the admission chain, and
+//!   decoding through the k8s-openapi types.
+//! - [`selectors`], [`render`]: label/field selectors; JSON, YAML and Table responses.
+//! - [`server`]: the API server's state ([`server::ApiServer`]) and settings.
+//! - [`auth`], [`tls`], [`kubeconfig`], [`version`]: tokens, certificates, the admin kubeconfig,
+//!   `/version` and health.
 
+pub mod admission;
+pub mod auth;
 pub mod error;
+pub mod handlers;
+pub mod kubeconfig;
 pub mod registry;
+pub mod render;
+pub mod routes;
+pub mod selectors;
+pub mod server;
+pub mod strategy;
+pub mod tls;
+pub mod typed;
+pub mod version;
 
 pub use error::{Error, Result};
+pub use routes::{insecure_routes, routes};

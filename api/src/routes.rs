@@ -1,0 +1,164 @@
+//! The HTTP front of the API server: which path goes where, authentication, the body limit, and
+//! the one place every error becomes a Kubernetes `Status` response.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use bytes::{Buf, BytesMut};
+use futures::{Stream, StreamExt};
+use http::{HeaderMap, Method};
+use warp::filters::BoxedFilter;
+use warp::{Filter, Rejection, Reply};
+
+use crate::auth::{self, Authenticator, User};
+use crate::error::Error;
+use crate::handlers::{self, Query, Request, Response};
+use crate::server::ApiServer;
+use crate::version;
+
+/// Every route, with bearer-token authentication on all but `/version` and the health checks.
+pub fn routes(api: Arc<ApiServer>, authenticator: Arc<Authenticator>) -> BoxedFilter<(Response,)> {
+    let ready_api = api.clone();
+    let public = version::routes(move || !ready_api.shutdown.is_cancelled());
+    public
+        .or(api_routes(api, authenticator.filter()))
+        .unify()
+        .recover(recover)
+        .unify()
+        .boxed()
+}
+
+/// The same routes without authentication, for the loopback-only plain-HTTP debug listener
+/// (kubectl sends no token over plain HTTP).
+pub fn insecure_routes(api: Arc<ApiServer>) -> BoxedFilter<(Response,)> {
+    let ready_api = api.clone();
+    version::routes(move || !ready_api.shutdown.is_cancelled())
+        .or(api_routes(api, warp::any().map(User::admin).boxed()))
+        .unify()
+        .recover(recover)
+        .unify()
+        .boxed()
+}
+
+/// Discovery, OpenAPI and the resources. The authenticated user's name reaches the handlers.
+fn api_routes(api: Arc<ApiServer>, user: BoxedFilter<(User,)>) -> BoxedFilter<(Response,)> {
+    let discovery = crate::discovery::routes();
+    let openapi = crate::openapi::routes();
+    let limit = api.config.max_body_bytes;
+    let resources = user
+        .clone()
+        .and(warp::method())
+        .and(warp::path::full())
+        .and(
+            warp::query::raw()
+                .or(warp::any().map(String::new))
+                .unify(),
+        )
+        .and(warp::header::headers_cloned())
+        .and(warp::body::stream())
+        .then(
+            move |user: User, method: Method, path: warp::path::FullPath, query: String, headers: HeaderMap, body| {
+                let api = api.clone();
+                async move {
+                    let started = std::time::Instant::now();
+                    let path = path.as_str().to_string();
+                    let response = match serve(&api, user, method.clone(), path.clone(), query, headers, Box::pin(body), limit).await {
+                        Ok(response) => response,
+                        Err(e) => error_response(&e),
+                    };
+                    tracing::debug!(%method, %path, status = response.status().as_u16(), elapsed_ms = started.elapsed().as_millis() as u64, "request");
+                    response
+                }
+            },
+        );
+    user.clone()
+        .and(discovery.or(openapi).unify())
+        .map(|_: User, r| r)
+        .or(resources)
+        .unify()
+        .boxed()
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn serve<S, B>(
+    api: &Arc<ApiServer>,
+    user: User,
+    method: Method,
+    path: String,
+    query: String,
+    headers: HeaderMap,
+    body: S,
+    limit: usize,
+) -> Result<Response, Error>
+where
+    S: Stream<Item = Result<B, warp::Error>> + Unpin + Send,
+    B: Buf,
+{
+    let target = match handlers::parse_path(&path) {
+        None => return Err(Error::NoRoute),
+        Some(target) => target?,
+    };
+    let body = read_body(body, limit).await?;
+    let request = Request {
+        method,
+        path,
+        query: Query::parse(&query),
+        headers,
+        body,
+        user: user.name,
+    };
+    handlers::handle(api, request, target).await
+}
+
+/// Reads a body up to `limit` bytes; more is a 413 and nothing is read further.
+async fn read_body<S, B>(mut body: S, limit: usize) -> Result<bytes::Bytes, Error>
+where
+    S: Stream<Item = Result<B, warp::Error>> + Unpin,
+    B: Buf,
+{
+    let mut buffer = BytesMut::new();
+    while let Some(chunk) = body.next().await {
+        let mut chunk =
+            chunk.map_err(|e| Error::BadRequest(format!("reading the request body: {e}")))?;
+        if buffer.len() + chunk.remaining() > limit {
+            return Err(Error::TooLarge { limit });
+        }
+        while chunk.has_remaining() {
+            let piece = chunk.chunk();
+            let n = piece.len();
+            buffer.extend_from_slice(piece);
+            chunk.advance(n);
+        }
+    }
+    Ok(buffer.freeze())
+}
+
+/// The `Status` response for an error.
+pub fn error_response(error: &Error) -> Response {
+    let mut response =
+        warp::reply::with_status(warp::reply::json(&error.to_status()), error.code()).into_response();
+    if matches!(error, Error::TooLargeResourceVersion { .. }) {
+        response
+            .headers_mut()
+            .insert(http::header::RETRY_AFTER, http::HeaderValue::from_static("1"));
+    }
+    response
+}
+
+/// Turns warp's own rejections (a wrong token, a method no route takes) into `Status` bodies.
+async fn recover(rejection: Rejection) -> Result<Response, Infallible> {
+    if let Some(unauthorized) = rejection.find::<auth::Unauthorized>() {
+        return Ok(unauthorized.response());
+    }
+    let error = if rejection.is_not_found() {
+        Error::NoRoute
+    } else if rejection.find::<warp::reject::MethodNotAllowed>().is_some() {
+        Error::MethodNotAllowed
+    } else if rejection.find::<warp::reject::PayloadTooLarge>().is_some() {
+        Error::TooLarge { limit: 3 * 1024 * 1024 }
+    } else {
+        tracing::warn!(?rejection, "unhandled rejection");
+        Error::Internal(format!("unhandled rejection: {rejection:?}"))
+    };
+    Ok(error_response(&error))
+}

@@ -1,0 +1,856 @@
+//! TLS for the API server: a persistent CA and serving certificate, and a server that drives any
+//! warp filter over TLS (HTTP/1.1 and HTTP/2) or, for loopback debugging only, over plain HTTP.
+//!
+//! warp 0.4 has no TLS support of its own, so the filter is turned into a service
+//! (`warp::service`) and each accepted connection is driven by hyper-util's auto (HTTP/1.1 or
+//! HTTP/2) connection builder on top of tokio-rustls.
+//!
+//! Files in the PKI directory (keys are written with mode 0600):
+//! ```text
+//! ca.crt  ca.key          created once; every kubeconfig trusts ca.crt
+//! server.crt server.key   reissued by the CA when the requested names are no longer covered
+//!                         or the certificate is about to expire
+//! ```
+
+use std::fs;
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
+use hyper_util::service::TowerToHyperService;
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose, SerialNumber,
+};
+use rustls::client::WebPkiServerVerifier;
+use rustls::client::danger::ServerCertVerifier as _;
+use rustls::pki_types::pem::PemObject as _;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::{RootCertStore, ServerConfig};
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+use warp::{Filter, Rejection, Reply};
+
+/// File name of the CA certificate in the PKI directory.
+pub const CA_CERT_FILE: &str = "ca.crt";
+/// File name of the CA private key in the PKI directory.
+pub const CA_KEY_FILE: &str = "ca.key";
+/// File name of the serving certificate in the PKI directory.
+pub const SERVER_CERT_FILE: &str = "server.crt";
+/// File name of the serving certificate's private key in the PKI directory.
+pub const SERVER_KEY_FILE: &str = "server.key";
+
+/// The CA is valid this many years.
+const CA_YEARS: i32 = 10;
+/// The serving certificate is valid this many years.
+const SERVER_YEARS: i32 = 1;
+/// A serving certificate that expires within this window is reissued on start.
+const RENEW_BEFORE: Duration = Duration::from_secs(30 * 24 * 3600);
+/// A TLS handshake that takes longer than this is dropped.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Errors of the PKI and of the TLS server.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A PKI file or directory could not be read or written.
+    #[error("cannot access {path}")]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// What failed.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A PKI file does not hold the expected PEM item.
+    #[error("{path} does not hold a usable PEM {what}")]
+    BadPem {
+        /// The file.
+        path: PathBuf,
+        /// What was expected in it.
+        what: &'static str,
+    },
+    /// Only one of `ca.crt` and `ca.key` exists; a new CA would invalidate every kubeconfig,
+    /// so skiff refuses to guess.
+    #[error("incomplete CA in {dir}: ca.crt and ca.key must both exist or both be absent")]
+    IncompleteCa {
+        /// The PKI directory.
+        dir: PathBuf,
+    },
+    /// Certificate generation failed.
+    #[error("cannot generate a certificate")]
+    Generate(#[from] rcgen::Error),
+    /// rustls rejected the certificate, key or configuration.
+    #[error("invalid TLS configuration")]
+    Rustls(#[from] rustls::Error),
+    /// The certificate verifier could not be built from the CA.
+    #[error("cannot build a verifier for the CA")]
+    Verifier(#[from] rustls::client::VerifierBuilderError),
+    /// The plain HTTP listener is bound to a non-loopback address.
+    #[error("plain HTTP is only served on loopback addresses, not on {0}")]
+    NotLoopback(SocketAddr),
+    /// The listener's local address could not be read.
+    #[error("cannot read the listener's address")]
+    ListenerAddress(#[source] std::io::Error),
+}
+
+/// Result of this module.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Installs the ring crypto provider as the process default (once; later calls are no-ops).
+///
+/// reqwest (`rustls-no-provider`) and kube use the process default provider.
+pub fn install_crypto_provider() {
+    // An error only means that a provider is already installed.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// The names every serving certificate covers: loopback, `localhost`, this host's name, the
+/// in-cluster `kubernetes` service names, then `extra` (further host names or addresses),
+/// without duplicates.
+pub fn default_sans(extra: &[String]) -> Vec<String> {
+    let mut names: Vec<String> = [
+        "127.0.0.1",
+        "::1",
+        "localhost",
+        "kubernetes",
+        "kubernetes.default",
+        "kubernetes.default.svc",
+        "kubernetes.default.svc.cluster.local",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    if let Some(host) = host_name() {
+        names.push(host);
+    }
+    names.extend(extra.iter().cloned());
+    let mut seen = std::collections::HashSet::new();
+    names.retain(|n| !n.is_empty() && seen.insert(n.to_ascii_lowercase()));
+    names
+}
+
+/// This machine's host name, if it can be read.
+fn host_name() -> Option<String> {
+    let name = fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())?;
+    let name = name.trim().to_ascii_lowercase();
+    // Only names that are valid DNS names can go into a certificate.
+    let valid = !name.is_empty()
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        });
+    valid.then_some(name)
+}
+
+/// The cluster's PKI: a CA and a serving certificate issued by it, persisted as PEM files.
+#[derive(Clone)]
+pub struct Pki {
+    dir: PathBuf,
+    ca_cert_pem: String,
+    server_cert_pem: String,
+    server_key_pem: String,
+    sans: Vec<String>,
+    server_reissued: bool,
+}
+
+impl std::fmt::Debug for Pki {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The private key stays out of logs.
+        f.debug_struct("Pki")
+            .field("dir", &self.dir)
+            .field("sans", &self.sans)
+            .field("server_reissued", &self.server_reissued)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Pki {
+    /// Loads the PKI from `dir`, creating the CA on first start and (re)issuing the serving
+    /// certificate when it is missing, not signed by the CA, does not cover every name in
+    /// `sans`, or expires within 30 days. `sans` are DNS names or IP addresses (see
+    /// [`default_sans`]).
+    pub fn load_or_create(dir: &Path, sans: &[String]) -> Result<Pki> {
+        install_crypto_provider();
+        create_private_dir(dir)?;
+        let ca_cert_path = dir.join(CA_CERT_FILE);
+        let ca_key_path = dir.join(CA_KEY_FILE);
+        let (ca_cert_pem, ca_key_pem) = match (ca_cert_path.exists(), ca_key_path.exists()) {
+            (true, true) => (read(&ca_cert_path)?, read(&ca_key_path)?),
+            (false, false) => {
+                let (cert, key) = generate_ca()?;
+                write_file(&ca_key_path, key.as_bytes(), 0o600)?;
+                write_file(&ca_cert_path, cert.as_bytes(), 0o644)?;
+                (cert, key)
+            }
+            _ => {
+                return Err(Error::IncompleteCa {
+                    dir: dir.to_path_buf(),
+                });
+            }
+        };
+        let ca_der = parse_cert(&ca_cert_path, &ca_cert_pem)?;
+
+        let server_cert_path = dir.join(SERVER_CERT_FILE);
+        let server_key_path = dir.join(SERVER_KEY_FILE);
+        let existing = match (server_cert_path.exists(), server_key_path.exists()) {
+            (true, true) => {
+                let cert = read(&server_cert_path)?;
+                let key = read(&server_key_path)?;
+                let cert_der = parse_cert(&server_cert_path, &cert)?;
+                let usable = PrivateKeyDer::from_pem_slice(key.as_bytes()).is_ok()
+                    && covers(&ca_der, &cert_der, sans)?;
+                usable.then_some((cert, key))
+            }
+            _ => None,
+        };
+        let (server_cert_pem, server_key_pem, server_reissued) = match existing {
+            Some((cert, key)) => (cert, key, false),
+            None => {
+                let ca_key = KeyPair::from_pem(&ca_key_pem).map_err(|_| Error::BadPem {
+                    path: ca_key_path.clone(),
+                    what: "private key",
+                })?;
+                let (cert, key) = issue_server_cert(ca_key, sans)?;
+                write_file(&server_key_path, key.as_bytes(), 0o600)?;
+                write_file(&server_cert_path, cert.as_bytes(), 0o644)?;
+                (cert, key, true)
+            }
+        };
+        Ok(Pki {
+            dir: dir.to_path_buf(),
+            ca_cert_pem,
+            server_cert_pem,
+            server_key_pem,
+            sans: sans.to_vec(),
+            server_reissued,
+        })
+    }
+
+    /// The CA certificate (PEM), for kubeconfigs and clients.
+    pub fn ca_pem(&self) -> &str {
+        &self.ca_cert_pem
+    }
+
+    /// The serving certificate (PEM).
+    pub fn server_cert_pem(&self) -> &str {
+        &self.server_cert_pem
+    }
+
+    /// The directory holding the PEM files.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Whether [`Pki::load_or_create`] issued a new serving certificate (rather than reusing
+    /// the one on disk).
+    pub fn server_reissued(&self) -> bool {
+        self.server_reissued
+    }
+
+    /// The rustls server configuration: the serving certificate, the ring provider, ALPN `h2`
+    /// then `http/1.1`, no client certificates.
+    pub fn server_config(&self) -> Result<Arc<ServerConfig>> {
+        let cert_path = self.dir.join(SERVER_CERT_FILE);
+        let key_path = self.dir.join(SERVER_KEY_FILE);
+        let cert = parse_cert(&cert_path, &self.server_cert_pem)?;
+        let key = PrivateKeyDer::from_pem_slice(self.server_key_pem.as_bytes()).map_err(|_| {
+            Error::BadPem {
+                path: key_path,
+                what: "private key",
+            }
+        })?;
+        let mut config =
+            ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()?
+                .with_no_client_auth()
+                .with_single_cert(vec![cert], key)?;
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        Ok(Arc::new(config))
+    }
+
+    /// A rustls client configuration trusting only this CA (for in-process clients and tests).
+    pub fn client_config(&self) -> Result<Arc<rustls::ClientConfig>> {
+        let mut roots = RootCertStore::empty();
+        roots.add(parse_cert(&self.dir.join(CA_CERT_FILE), &self.ca_cert_pem)?)?;
+        let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        Ok(Arc::new(config))
+    }
+}
+
+/// The CA's subject and key usages. Fixed, so that the issuer can be rebuilt from the stored key
+/// alone (rcgen cannot parse a certificate without its `x509-parser` feature); the key identifier
+/// still tells one cluster's CA from another's.
+fn ca_params() -> Result<CertificateParams> {
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, "skiff-ca");
+    dn.push(DnType::OrganizationName, "skiff");
+    params.distinguished_name = dn;
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    Ok(params)
+}
+
+/// Sets the validity to start yesterday (clock skew) and last `years`.
+fn set_validity(params: &mut CertificateParams, years: i32) {
+    let today = jiff::Zoned::now().date();
+    let start = today.yesterday().unwrap_or(today);
+    params.not_before =
+        rcgen::date_time_ymd(start.year().into(), start.month() as u8, start.day() as u8);
+    // Day 28 exists in every month, so the end date is always valid.
+    params.not_after = rcgen::date_time_ymd(
+        i32::from(today.year()) + years,
+        today.month() as u8,
+        (today.day() as u8).min(28),
+    );
+}
+
+fn random_serial() -> SerialNumber {
+    let mut bytes: [u8; 16] = rand::random();
+    // Positive and non-zero, as RFC 5280 asks.
+    bytes[0] = (bytes[0] & 0x7f) | 0x01;
+    SerialNumber::from_slice(&bytes)
+}
+
+/// A new CA: (certificate PEM, private key PEM).
+fn generate_ca() -> Result<(String, String)> {
+    let key = KeyPair::generate()?;
+    let mut params = ca_params()?;
+    set_validity(&mut params, CA_YEARS);
+    params.serial_number = Some(random_serial());
+    let cert = params.self_signed(&key)?;
+    Ok((cert.pem(), key.serialize_pem()))
+}
+
+/// A new serving certificate for `sans` signed by the CA key: (certificate PEM, key PEM).
+fn issue_server_cert(ca_key: KeyPair, sans: &[String]) -> Result<(String, String)> {
+    let issuer = Issuer::new(ca_params()?, ca_key);
+    let key = KeyPair::generate()?;
+    let mut params = CertificateParams::new(sans.to_vec())?;
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, "skiff-apiserver");
+    params.distinguished_name = dn;
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    params.use_authority_key_identifier_extension = true;
+    params.serial_number = Some(random_serial());
+    set_validity(&mut params, SERVER_YEARS);
+    let cert = params.signed_by(&key, &issuer)?;
+    Ok((cert.pem(), key.serialize_pem()))
+}
+
+/// Whether `cert` chains to `ca`, is valid for every name in `sans` and stays valid for the
+/// renewal window.
+fn covers(
+    ca: &CertificateDer<'static>,
+    cert: &CertificateDer<'static>,
+    sans: &[String],
+) -> Result<bool> {
+    let mut roots = RootCertStore::empty();
+    roots.add(ca.clone())?;
+    let verifier = WebPkiServerVerifier::builder_with_provider(
+        Arc::new(roots),
+        Arc::new(rustls::crypto::ring::default_provider()),
+    )
+    .build()?;
+    let horizon = SystemTime::now() + RENEW_BEFORE;
+    let horizon = UnixTime::since_unix_epoch(
+        horizon
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default(),
+    );
+    for san in sans {
+        let Ok(name) = ServerName::try_from(san.as_str()) else {
+            return Ok(false);
+        };
+        if verifier
+            .verify_server_cert(cert, &[], &name, &[], horizon)
+            .is_err()
+        {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+fn parse_cert(path: &Path, pem: &str) -> Result<CertificateDer<'static>> {
+    CertificateDer::from_pem_slice(pem.as_bytes()).map_err(|_| Error::BadPem {
+        path: path.to_path_buf(),
+        what: "certificate",
+    })
+}
+
+fn read(path: &Path) -> Result<String> {
+    fs::read_to_string(path).map_err(|source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+fn create_private_dir(dir: &Path) -> Result<()> {
+    let io = |source| Error::Io {
+        path: dir.to_path_buf(),
+        source,
+    };
+    if !dir.exists() {
+        fs::create_dir_all(dir).map_err(io)?;
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o700)).map_err(io)?;
+    }
+    Ok(())
+}
+
+/// Writes `contents` to `path` with `mode` through a temporary file and a rename, so a crash
+/// never leaves a half-written key, token file or kubeconfig behind.
+pub(crate) fn write_file(path: &Path, contents: &[u8], mode: u32) -> Result<()> {
+    write_atomically(path, contents, mode).map_err(|source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// [`write_file`] with a plain I/O error, for the other modules' error types.
+pub(crate) fn write_atomically(path: &Path, contents: &[u8], mode: u32) -> std::io::Result<()> {
+    let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
+    tmp_name.push(".tmp");
+    let tmp = path.with_file_name(tmp_name);
+    let _ = fs::remove_file(&tmp);
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(&tmp)?;
+    file.write_all(contents)?;
+    file.sync_all()?;
+    drop(file);
+    // The mode given to open() is masked by the umask; set it exactly.
+    fs::set_permissions(&tmp, fs::Permissions::from_mode(mode))?;
+    fs::rename(&tmp, path)
+}
+
+/// Serves `filter` over TLS on `listener` until `shutdown` is cancelled.
+///
+/// Each connection negotiates HTTP/2 or HTTP/1.1 (ALPN from `tls`; upgrades such as
+/// `exec`/`port-forward` are allowed). On cancellation the listener is closed at once and
+/// in-flight requests are allowed to finish: the future completes when every connection has
+/// closed. Long-lived responses (watches, log follows) must end on their own when `shutdown`
+/// is cancelled, and the caller bounds the drain with its grace timeout.
+pub async fn serve<F, R>(
+    listener: TcpListener,
+    tls: Arc<ServerConfig>,
+    filter: F,
+    shutdown: CancellationToken,
+) where
+    F: Filter<Extract = (R,), Error = Rejection> + Clone + Send + Sync + 'static,
+    R: Reply,
+{
+    run(listener, Some(TlsAcceptor::from(tls)), filter, shutdown).await;
+}
+
+/// Serves `filter` over plain HTTP (HTTP/1.1 or prior-knowledge HTTP/2) on `listener`, which
+/// must be bound to a loopback address: this is the explicit debug listener, and kubectl sends
+/// no credentials over plain HTTP anyway. Shutdown as in [`serve`].
+pub async fn serve_plain<F, R>(
+    listener: TcpListener,
+    filter: F,
+    shutdown: CancellationToken,
+) -> Result<()>
+where
+    F: Filter<Extract = (R,), Error = Rejection> + Clone + Send + Sync + 'static,
+    R: Reply,
+{
+    check_loopback(listener.local_addr().map_err(Error::ListenerAddress)?)?;
+    run(listener, None, filter, shutdown).await;
+    Ok(())
+}
+
+fn check_loopback(addr: SocketAddr) -> Result<()> {
+    if addr.ip().is_loopback() {
+        Ok(())
+    } else {
+        Err(Error::NotLoopback(addr))
+    }
+}
+
+async fn run<F, R>(
+    listener: TcpListener,
+    tls: Option<TlsAcceptor>,
+    filter: F,
+    shutdown: CancellationToken,
+) where
+    F: Filter<Extract = (R,), Error = Rejection> + Clone + Send + Sync + 'static,
+    R: Reply,
+{
+    let service = TowerToHyperService::new(warp::service(filter));
+    let builder = auto::Builder::new(TokioExecutor::new());
+    let graceful = GracefulShutdown::new();
+    loop {
+        let accepted = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            accepted = listener.accept() => accepted,
+        };
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
+            Err(error) => {
+                // Out of file descriptors and the like: back off instead of spinning.
+                tracing::warn!(%error, "accept failed");
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    _ = tokio::time::sleep(Duration::from_millis(100)) => continue,
+                }
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let watcher = graceful.watcher();
+        let service = service.clone();
+        let builder = builder.clone();
+        let tls = tls.clone();
+        tokio::spawn(async move {
+            match tls {
+                Some(acceptor) => {
+                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                        Ok(Ok(stream)) => drive(builder, stream, service, watcher, peer).await,
+                        Ok(Err(error)) => tracing::debug!(%peer, %error, "TLS handshake failed"),
+                        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+                    }
+                }
+                None => drive(builder, stream, service, watcher, peer).await,
+            }
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+}
+
+async fn drive<I, S, B>(
+    builder: auto::Builder<TokioExecutor>,
+    io: I,
+    service: S,
+    watcher: Watcher,
+    peer: SocketAddr,
+) where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    S: hyper::service::Service<http::Request<hyper::body::Incoming>, Response = http::Response<B>>
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
+    if let Err(error) = watcher.watch(conn.into_owned()).await {
+        tracing::debug!(%peer, %error, "connection ended with an error");
+    }
+}
+
+/// Helpers for this crate's unit tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    use std::path::PathBuf;
+
+    use http_body_util::BodyExt as _;
+    use hyper::service::Service as _;
+    use warp::{Filter, Rejection, Reply};
+
+    /// A fresh, empty directory under the system temp dir, removed on drop.
+    pub(crate) struct TempDir(pub PathBuf);
+
+    impl TempDir {
+        pub(crate) fn new(tag: &str) -> TempDir {
+            let path = std::env::temp_dir().join(format!(
+                "skiff-api-{tag}-{}-{}",
+                std::process::id(),
+                uuid::Uuid::new_v4()
+            ));
+            std::fs::create_dir_all(&path).unwrap();
+            TempDir(path)
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// Runs one request through `filter` as the server would (rejections become warp's default
+    /// responses) and returns the response with its whole body.
+    pub(crate) async fn call<F, R>(
+        filter: F,
+        request: http::Request<String>,
+    ) -> http::Response<bytes::Bytes>
+    where
+        F: Filter<Extract = (R,), Error = Rejection> + Clone + Send + Sync + 'static,
+        R: Reply,
+    {
+        let service = hyper_util::service::TowerToHyperService::new(warp::service(filter));
+        let response = service.call(request).await.unwrap();
+        let (parts, body) = response.into_parts();
+        let body = body.collect().await.unwrap().to_bytes();
+        http::Response::from_parts(parts, body)
+    }
+
+    /// A GET request for `uri` with the given headers.
+    pub(crate) fn get(uri: &str, headers: &[(&str, &str)]) -> http::Request<String> {
+        let mut builder = http::Request::get(uri);
+        for (name, value) in headers {
+            builder = builder.header(*name, *value);
+        }
+        builder.body(String::new()).unwrap()
+    }
+
+    /// The body as JSON.
+    pub(crate) fn json(response: &http::Response<bytes::Bytes>) -> serde_json::Value {
+        serde_json::from_slice(response.body()).unwrap_or_else(|e| {
+            panic!(
+                "not JSON ({e}): {}",
+                String::from_utf8_lossy(response.body())
+            )
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::TempDir;
+    use super::*;
+
+    fn mode(path: &Path) -> u32 {
+        fs::metadata(path).unwrap().permissions().mode() & 0o777
+    }
+
+    #[test]
+    fn creates_then_reuses_the_pki() {
+        let dir = TempDir::new("pki");
+        let pki_dir = dir.0.join("tls");
+        let sans = default_sans(&[]);
+        let first = Pki::load_or_create(&pki_dir, &sans).unwrap();
+        assert!(first.server_reissued());
+        assert_eq!(mode(&pki_dir.join(CA_KEY_FILE)), 0o600);
+        assert_eq!(mode(&pki_dir.join(SERVER_KEY_FILE)), 0o600);
+        assert_eq!(mode(&pki_dir), 0o700);
+        first.server_config().unwrap();
+
+        let second = Pki::load_or_create(&pki_dir, &sans).unwrap();
+        assert!(!second.server_reissued());
+        assert_eq!(first.ca_pem(), second.ca_pem());
+        assert_eq!(first.server_cert_pem(), second.server_cert_pem());
+    }
+
+    #[test]
+    fn new_names_reissue_the_serving_cert_but_keep_the_ca() {
+        let dir = TempDir::new("pki-sans");
+        let first = Pki::load_or_create(&dir.0, &default_sans(&[])).unwrap();
+        let more = default_sans(&["10.1.2.3".into(), "skiff.example".into()]);
+        let second = Pki::load_or_create(&dir.0, &more).unwrap();
+        assert!(second.server_reissued());
+        assert_eq!(first.ca_pem(), second.ca_pem());
+        assert_ne!(first.server_cert_pem(), second.server_cert_pem());
+        // The new certificate covers the new names and is signed by the kept CA.
+        let ca = parse_cert(Path::new("ca"), second.ca_pem()).unwrap();
+        let cert = parse_cert(Path::new("server"), second.server_cert_pem()).unwrap();
+        assert!(covers(&ca, &cert, &more).unwrap());
+        // The old one did not.
+        let old = parse_cert(Path::new("old"), first.server_cert_pem()).unwrap();
+        assert!(!covers(&ca, &old, &more).unwrap());
+    }
+
+    #[test]
+    fn a_serving_cert_from_another_ca_is_replaced() {
+        let dir = TempDir::new("pki-foreign");
+        let other = TempDir::new("pki-other");
+        let sans = default_sans(&[]);
+        Pki::load_or_create(&dir.0, &sans).unwrap();
+        let foreign = Pki::load_or_create(&other.0, &sans).unwrap();
+        fs::copy(other.0.join(SERVER_CERT_FILE), dir.0.join(SERVER_CERT_FILE)).unwrap();
+        fs::copy(other.0.join(SERVER_KEY_FILE), dir.0.join(SERVER_KEY_FILE)).unwrap();
+        let reloaded = Pki::load_or_create(&dir.0, &sans).unwrap();
+        assert!(reloaded.server_reissued());
+        assert_ne!(reloaded.server_cert_pem(), foreign.server_cert_pem());
+    }
+
+    #[test]
+    fn an_incomplete_ca_is_an_error() {
+        let dir = TempDir::new("pki-incomplete");
+        Pki::load_or_create(&dir.0, &default_sans(&[])).unwrap();
+        fs::remove_file(dir.0.join(CA_KEY_FILE)).unwrap();
+        let err = Pki::load_or_create(&dir.0, &default_sans(&[])).unwrap_err();
+        assert!(matches!(err, Error::IncompleteCa { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn a_garbled_ca_is_an_error() {
+        let dir = TempDir::new("pki-garbled");
+        fs::write(dir.0.join(CA_CERT_FILE), "not a certificate").unwrap();
+        fs::write(dir.0.join(CA_KEY_FILE), "not a key").unwrap();
+        let err = Pki::load_or_create(&dir.0, &default_sans(&[])).unwrap_err();
+        assert!(matches!(err, Error::BadPem { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn default_sans_have_loopback_and_no_duplicates() {
+        let sans = default_sans(&["LOCALHOST".into(), "10.0.0.1".into(), "".into()]);
+        assert!(sans.contains(&"127.0.0.1".to_string()));
+        assert!(sans.contains(&"::1".to_string()));
+        assert!(sans.contains(&"10.0.0.1".to_string()));
+        assert_eq!(
+            sans.iter()
+                .filter(|s| s.eq_ignore_ascii_case("localhost"))
+                .count(),
+            1
+        );
+        assert!(!sans.iter().any(|s| s.is_empty()));
+    }
+
+    fn client(pki: &Pki, http1_only: bool) -> reqwest::Client {
+        let ca = reqwest::Certificate::from_pem(pki.ca_pem().as_bytes()).unwrap();
+        let builder = reqwest::Client::builder().tls_certs_only([ca]);
+        let builder = if http1_only {
+            builder.http1_only()
+        } else {
+            builder
+        };
+        builder.build().unwrap()
+    }
+
+    #[tokio::test]
+    async fn serves_a_filter_over_https_with_http1_and_http2() {
+        let dir = TempDir::new("serve");
+        let pki = Pki::load_or_create(&dir.0, &default_sans(&[])).unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shutdown = CancellationToken::new();
+        let filter = warp::path("hello").map(|| "hi there");
+        let server = tokio::spawn(serve(
+            listener,
+            pki.server_config().unwrap(),
+            filter,
+            shutdown.clone(),
+        ));
+
+        for (http1_only, host, want) in [
+            (true, "127.0.0.1", http::Version::HTTP_11),
+            (false, "localhost", http::Version::HTTP_2),
+        ] {
+            let url = format!("https://{host}:{}/hello", addr.port());
+            let response = client(&pki, http1_only).get(&url).send().await.unwrap();
+            assert_eq!(response.status(), 200);
+            assert_eq!(response.version(), want);
+            assert_eq!(response.text().await.unwrap(), "hi there");
+        }
+
+        // A client that does not trust this CA is refused.
+        let untrusting = reqwest::Client::builder()
+            .tls_certs_only([])
+            .build()
+            .unwrap();
+        let url = format!("https://127.0.0.1:{}/hello", addr.port());
+        assert!(untrusting.get(&url).send().await.is_err());
+
+        shutdown.cancel();
+        server.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn graceful_shutdown_finishes_in_flight_requests_and_stops_accepting() {
+        let dir = TempDir::new("graceful");
+        let pki = Pki::load_or_create(&dir.0, &default_sans(&[])).unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shutdown = CancellationToken::new();
+        let (started_tx, mut started_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+        let release = Arc::new(tokio::sync::Notify::new());
+        let filter = {
+            let release = release.clone();
+            warp::path("slow").and_then(move || {
+                let started = started_tx.clone();
+                let release = release.clone();
+                async move {
+                    let notified = release.notified();
+                    started.send(()).unwrap();
+                    notified.await;
+                    Ok::<_, Rejection>("done")
+                }
+            })
+        };
+        let server = tokio::spawn(serve(
+            listener,
+            pki.server_config().unwrap(),
+            filter,
+            shutdown.clone(),
+        ));
+        let url = format!("https://127.0.0.1:{}/slow", addr.port());
+        let request = tokio::spawn(client(&pki, false).get(url.clone()).send());
+        started_rx.recv().await.unwrap();
+
+        shutdown.cancel();
+        // The listener closes although a request is still in flight.
+        loop {
+            match tokio::net::TcpStream::connect(addr).await {
+                Err(_) => break,
+                Ok(_) => tokio::task::yield_now().await,
+            }
+        }
+        assert!(!server.is_finished());
+        release.notify_one();
+        let response = request.await.unwrap().unwrap();
+        assert_eq!(response.status(), 200);
+        assert_eq!(response.text().await.unwrap(), "done");
+        server.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn plain_http_only_on_loopback() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shutdown = CancellationToken::new();
+        let server = tokio::spawn(serve_plain(
+            listener,
+            warp::path("x").map(|| "plain"),
+            shutdown.clone(),
+        ));
+        let body = reqwest::get(format!("http://{addr}/x"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert_eq!(body, "plain");
+        shutdown.cancel();
+        server.await.unwrap().unwrap();
+
+        // Any other address is refused before anything is served (checked without binding it:
+        // tests only touch loopback).
+        for addr in ["0.0.0.0:6443", "10.0.0.1:80", "[::]:6443"] {
+            let err = check_loopback(addr.parse().unwrap()).unwrap_err();
+            assert!(matches!(err, Error::NotLoopback(_)), "{err:?}");
+        }
+        check_loopback("[::1]:1".parse().unwrap()).unwrap();
+    }
+}
