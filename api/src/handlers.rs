@@ -825,19 +825,11 @@ async fn update(
     let dry = dry_run(&request.query)?;
     let outcome = server
         .registry
-        .update(info, ns, name, expected, dry, async |current| {
-            let decided = admit_update(
-                server,
-                request,
-                info,
-                ns,
-                name,
-                subresource,
-                object.clone(),
-                &current,
-            )
-            .await?;
-            Ok(decided)
+        .update(info, ns, name, expected, dry, |current| {
+            let object = object.clone();
+            async move {
+                admit_update(server, request, info, ns, name, subresource, object, &current).await
+            }
         })
         .await;
     let outcome = outcome?;
@@ -888,37 +880,37 @@ async fn patch(
         }
     }
 
-    let mut warnings = Vec::new();
+    let warnings = std::sync::Mutex::new(Vec::new());
     let outcome = server
         .registry
-        .update(info, ns, name, None, dry, async |current| {
-            let options = crate::patch::Options {
-                manager: manager.clone(),
-                force,
-            };
-            let patched = crate::patch::apply(info, &current, patch_type, &request.body, &options)
-                .map_err(|e| server.patch_error(info, name, e))?;
-            let mut patched = patched;
-            if let Some(rv) = precondition(&patched)?
-                && Some(rv) != resource_version(&current)
-            {
-                return Err(Error::stale(info, name));
+        .update(info, ns, name, None, dry, |current| {
+            let manager = manager.clone();
+            let warnings = &warnings;
+            async move {
+                let options = crate::patch::Options { manager, force };
+                let patched =
+                    crate::patch::apply(info, &current, patch_type, &request.body, &options)
+                        .map_err(|e| server.patch_error(info, name, e))?;
+                let mut patched = patched;
+                if let Some(rv) = precondition(&patched)?
+                    && Some(rv) != resource_version(&current)
+                {
+                    return Err(Error::stale(info, name));
+                }
+                check_kind(&mut patched, info)?;
+                if namespace_and_name(&patched).1 != name {
+                    return Err(Error::BadRequest(
+                        "the name of the object cannot be changed by a patch".into(),
+                    ));
+                }
+                let (patched, w) = decode_typed(info, &patched, validation)?;
+                *warnings.lock().unwrap_or_else(|e| e.into_inner()) = w;
+                admit_update(server, request, info, ns, name, subresource, patched, &current).await
             }
-            check_kind(&mut patched, info)?;
-            if namespace_and_name(&patched).1 != name {
-                return Err(Error::BadRequest(
-                    "the name of the object cannot be changed by a patch".into(),
-                ));
-            }
-            let (patched, w) = decode_typed(info, &patched, validation)?;
-            warnings = w;
-            let decided =
-                admit_update(server, request, info, ns, name, subresource, patched, &current)
-                    .await?;
-            Ok(decided)
         })
         .await;
     let outcome = outcome?;
+    let warnings = warnings.into_inner().unwrap_or_else(|e| e.into_inner());
     Ok(outcome_response(server, info, &format, outcome, &warnings))
 }
 
@@ -1131,8 +1123,9 @@ async fn delete_one(
             Deletion::Mark(marked) => {
                 let outcome = server
                     .registry
-                    .update(info, ns, name, current_rev, false, async |_| {
-                        Ok(Update::Write(marked.clone()))
+                    .update(info, ns, name, current_rev, false, |_| {
+                        let marked = marked.clone();
+                        async move { Ok(Update::Write(marked)) }
                     })
                     .await;
                 match outcome {
@@ -1226,39 +1219,54 @@ async fn bind(
         .map(str::to_string);
     server
         .registry
-        .update(pods, ns, name, None, false, async |mut pod| {
-            if let Some(uid) = &expected_uid
-                && pod.pointer("/metadata/uid").and_then(Value::as_str) != Some(uid)
-            {
-                return Err(Error::conflict(pods, name, "the pod's UID does not match the binding's"));
-            }
-            if pod.pointer("/metadata/deletionTimestamp").is_some() {
-                return Err(Error::conflict(
-                    pods,
-                    name,
-                    format!("pod {name} is being deleted, cannot be assigned to a host"),
-                ));
-            }
-            if let Some(current) = pod
-                .pointer("/spec/nodeName")
-                .and_then(Value::as_str)
-                .filter(|n| !n.is_empty())
-            {
-                return Err(Error::conflict(
-                    pods,
-                    name,
-                    format!("pod {name} is already assigned to node \"{current}\""),
-                ));
-            }
-            pod["spec"]["nodeName"] = json!(node);
-            set_condition(&mut pod, "PodScheduled", "True", None, None);
-            Ok(Update::Write(pod))
+        .update(pods, ns, name, None, false, |pod| {
+            std::future::ready(assign_node(pods, name, pod, expected_uid.as_deref(), &node))
         })
         .await?;
     Ok(json_response(
         StatusCode::CREATED,
         &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
     ))
+}
+
+/// The binding's effect on a pod: `spec.nodeName` set once, and the PodScheduled condition.
+fn assign_node(
+    pods: &ResourceInfo,
+    name: &str,
+    mut pod: Value,
+    expected_uid: Option<&str>,
+    node: &str,
+) -> Result<Update> {
+    if let Some(uid) = expected_uid
+        && pod.pointer("/metadata/uid").and_then(Value::as_str) != Some(uid)
+    {
+        return Err(Error::conflict(
+            pods,
+            name,
+            "the pod's UID does not match the binding's",
+        ));
+    }
+    if pod.pointer("/metadata/deletionTimestamp").is_some() {
+        return Err(Error::conflict(
+            pods,
+            name,
+            format!("pod {name} is being deleted, cannot be assigned to a host"),
+        ));
+    }
+    if let Some(current) = pod
+        .pointer("/spec/nodeName")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+    {
+        return Err(Error::conflict(
+            pods,
+            name,
+            format!("pod {name} is already assigned to node \"{current}\""),
+        ));
+    }
+    pod["spec"]["nodeName"] = json!(node);
+    set_condition(&mut pod, "PodScheduled", "True", None, None);
+    Ok(Update::Write(pod))
 }
 
 /// Sets a condition in `status.conditions`, moving `lastTransitionTime` only when the status changes.
@@ -1347,7 +1355,7 @@ async fn scale(
     let is_put = request.method == Method::PUT;
     let outcome = server
         .registry
-        .update(info, ns, name, None, false, async |current| {
+        .update(info, ns, name, None, false, |current| async move {
             let scale = to_scale(&current);
             let new_scale = if is_put {
                 // kubectl sends a PUT with no Content-Type; it is JSON.
@@ -1415,12 +1423,14 @@ async fn finalize(
         .unwrap_or_else(|| json!([]));
     let outcome = server
         .registry
-        .update(info, None, name, None, false, async |mut ns| {
+        .update(info, None, name, None, false, |mut ns| {
             ns["spec"]["finalizers"] = finalizers.clone();
-            if strategy::ready_to_remove(&ns) {
-                return Ok(Update::Delete);
-            }
-            Ok(Update::Write(ns))
+            let decided = if strategy::ready_to_remove(&ns) {
+                Update::Delete
+            } else {
+                Update::Write(ns)
+            };
+            std::future::ready(Ok(decided))
         })
         .await?;
     Ok(outcome_response(server, info, &format, outcome, &[]))

@@ -16,6 +16,8 @@
 //!   `/version` and health.
 
 pub mod admission;
+pub mod discovery;
+pub mod patch;
 pub mod auth;
 pub mod error;
 pub mod handlers;

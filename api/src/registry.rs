@@ -292,7 +292,7 @@ impl Registry {
     /// Conflict instead of a retry. `change` gets the current object and decides; it may run
     /// several times. A change that leaves the object as it was writes nothing and returns the
     /// current object, as Kubernetes does. A dry run decides but writes nothing.
-    pub async fn update<F>(
+    pub async fn update<F, Fut>(
         &self,
         info: &ResourceInfo,
         namespace: Option<&str>,
@@ -302,7 +302,8 @@ impl Registry {
         mut change: F,
     ) -> Result<UpdateOutcome>
     where
-        F: AsyncFnMut(Value) -> Result<Update>,
+        F: FnMut(Value) -> Fut,
+        Fut: Future<Output = Result<Update>>,
     {
         let key = info.storage_key(namespace, name).into_bytes();
         let mut current = self.read_kv(&key).await?;
