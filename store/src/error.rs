@@ -87,3 +87,34 @@ pub enum Error {
 
 /// The store's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl From<sled::Error> for Error {
+    /// An I/O error inside sled keeps its cause; a full disk becomes [`Error::NoSpace`].
+    fn from(e: sled::Error) -> Error {
+        match e {
+            sled::Error::Io(io)
+                if io.raw_os_error() == Some(libc::ENOSPC)
+                    || io.kind() == std::io::ErrorKind::StorageFull =>
+            {
+                Error::NoSpace(io)
+            }
+            sled::Error::Io(io) => Error::Io(io),
+            other => Error::Sled(other),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sled_errors_map_to_what_a_caller_acts_on() {
+        let full = sled::Error::Io(std::io::Error::from_raw_os_error(libc::ENOSPC));
+        assert!(matches!(Error::from(full), Error::NoSpace(_)));
+        let denied = sled::Error::Io(std::io::Error::from_raw_os_error(libc::EACCES));
+        assert!(matches!(Error::from(denied), Error::Io(_)));
+        let bug = sled::Error::ReportableBug("x".into());
+        assert!(matches!(Error::from(bug), Error::Sled(_)));
+    }
+}

@@ -10,8 +10,45 @@
 //! - [`error`]: [`Error`] and [`Result`].
 //! - [`Store`]: the contract the API server depends on, so that another backend (an external etcd
 //!   cluster) can slot in without touching it.
+//! - [`SledStore`] (`engine/`): the implementation on sled 0.34 — `writer` (revision assignment,
+//!   group commit), `read` (MVCC reads), `watch` (watcher tasks and the ring of recent entries),
+//!   `maintenance` (lease expiry, retention, compaction), `snapshot` (backup and restore).
+//! - `keys`, `record`: the on-disk key spaces and records.
+//! - [`bench`]: the throughput and latency harness behind `benches/throughput.rs`.
+//!
+//! # On disk
+//! One sled tree, four key spaces (see `keys`): `h` history records (one per version of a key, the
+//! value stored there once), `l` log records (one per revision: commit time and the keys written),
+//! `m` meta (format, compacted revision, per-prefix watermarks, leases), `x` lease attachments.
+//! A transaction is one `apply_batch`, so it is all or nothing on disk too.
+//!
+//! ```text
+//!  revision:      1     2     3     4     5     6            compacted = 2, durable = 6
+//!  l/<rev>:      (gone)[a]   [b]   [a,b] [a]   [c]   applied: 7 (not yet flushed)
+//!  h/a/<rev>:          put2        put4  del5
+//!  h/b/<rev>:                put3  put4
+//!  h/c/<rev>:                                  put6
+//!
+//!  Invariants
+//!  - revisions 1..=durable are contiguous; every l/r for compacted <= r <= durable exists, and each
+//!    key it names has h/key/r;
+//!  - a key's state at R (compacted <= R <= durable) is its newest h/key/r with r <= R (absent if
+//!    none or a delete); compaction keeps exactly that version for R = compacted;
+//!  - readers read at R <= durable only: writes applied but not yet flushed (7) are invisible;
+//!  - the compacted revision and a prefix's watermark are raised before the versions they cover
+//!    are removed, and readers check them after reading: a read either is right or says Compacted.
+//! ```
+//!
+//! # Durability
+//! A write is acknowledged only after the `flush` (fsync) that covers it. One writer thread
+//! assigns revisions and applies each transaction as one batch; one flusher thread flushes once
+//! for everything applied since its last flush and then acknowledges all of it (group commit).
 
+pub mod bench;
+mod engine;
 pub mod error;
+mod keys;
+mod record;
 pub mod types;
 
 use std::path::Path;
@@ -20,6 +57,7 @@ use std::time::{Duration, SystemTime};
 
 use futures::Stream;
 
+pub use engine::{Config, PrefixRetention, Retention, SledStore};
 pub use error::{Error, Result};
 pub use types::*;
 

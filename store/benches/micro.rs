@@ -1,0 +1,2 @@
+//! Criterion micro benchmarks (placeholder until written).
+fn main() {}

@@ -1,0 +1,2 @@
+//! Concurrent throughput benchmarks (placeholder until written).
+fn main() {}

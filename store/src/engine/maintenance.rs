@@ -1,0 +1,178 @@
+//! Background upkeep: lease expiry, the automatic retention policy, and compaction itself.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use tokio::sync::mpsc;
+
+use super::writer::Command;
+use super::{Shared, decode_hist, read};
+use crate::error::{Error, Result};
+use crate::keys::{self, hist_key_start, log_key};
+use crate::types::{LeaseId, Revision};
+
+/// The maintenance thread: revokes expired leases (an ordinary revisioned delete, through the
+/// writer) and applies the retention policy every `retention.interval`.
+pub(crate) fn run(shared: Arc<Shared>, commands: mpsc::Sender<Command>) {
+    let interval = shared
+        .config
+        .retention
+        .interval
+        .max(Duration::from_millis(10));
+    let mut next_retention = Instant::now() + interval;
+    while !shared.shutdown.is_cancelled() {
+        let now = Instant::now();
+        let expired: Vec<u64> = {
+            let table = shared.leases.lock().expect("lease table poisoned");
+            table
+                .leases
+                .iter()
+                .filter(|(_, l)| l.deadline <= now)
+                .map(|(id, _)| *id)
+                .collect()
+        };
+        for id in expired {
+            let command = Command::Revoke {
+                id: LeaseId(id),
+                expired_only: true,
+                reply: None,
+            };
+            if commands.blocking_send(command).is_err() {
+                return;
+            }
+        }
+        if now >= next_retention {
+            if let Err(e) = apply_retention(&shared) {
+                tracing::warn!(error = %e, "automatic compaction failed");
+            }
+            next_retention = Instant::now() + interval;
+        }
+        // Sleep until the next lease deadline or retention round, or until woken.
+        let next_deadline = {
+            let table = shared.leases.lock().expect("lease table poisoned");
+            table.leases.values().map(|l| l.deadline).min()
+        };
+        let mut wake_at = next_retention;
+        if let Some(d) = next_deadline {
+            // An expired lease whose revoke is queued: look again shortly, not in a busy loop.
+            wake_at = wake_at.min(d.max(Instant::now() + Duration::from_millis(50)));
+        }
+        let (lock, cvar) = &shared.wake;
+        let mut woken = lock.lock().expect("wake poisoned");
+        while !*woken && Instant::now() < wake_at && !shared.shutdown.is_cancelled() {
+            let timeout = wake_at.saturating_duration_since(Instant::now());
+            woken = cvar.wait_timeout(woken, timeout).expect("wake poisoned").0;
+        }
+        *woken = false;
+    }
+}
+
+/// The revision the retention policy compacts to now, if any.
+pub(crate) fn retention_target(shared: &Shared) -> Result<Option<u64>> {
+    let policy = &shared.config.retention;
+    let durable = shared.durable();
+    let mut target = 0;
+    if let Some(n) = policy.max_revisions
+        && durable > n
+    {
+        target = durable - n + 1;
+    }
+    if let Some(age) = policy.max_age
+        && let Some(cutoff) = SystemTime::now().checked_sub(age)
+    {
+        match shared.revision_at(cutoff) {
+            Ok(rev) => target = target.max(rev.0),
+            Err(Error::TimeBeforeHistory { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok((target > shared.compacted()).then_some(target))
+}
+
+fn apply_retention(shared: &Shared) -> Result<()> {
+    if let Some(target) = retention_target(shared)? {
+        compact(shared, target)?;
+    }
+    Ok(())
+}
+
+/// How many log entries one compaction batch covers.
+const CHUNK: usize = 512;
+
+/// Compacts history below `to`: afterwards revision `to` is the oldest readable one.
+///
+/// ```text
+///   key k:   v3(put)  v7(put)  v9(del)  v12(put)        compact to 10
+///   kept:                               v12            v9 is a delete at or below 10: k did
+///                                                      not exist at 10, so v3 v7 v9 all go
+///   key j:   v2(put)  v5(put)  v14(put)                 compact to 10
+///   kept:             v5       v14                      v5 is j's state at 10
+/// ```
+///
+/// The new compacted revision is made durable and published before anything is removed, so a
+/// reader that raced the removal sees it on its second check and reports `Compacted` rather than
+/// a wrong answer. Keys are found through the log entries being dropped, so the work is
+/// proportional to the history removed, not to the whole store.
+pub(crate) fn compact(shared: &Shared, to: u64) -> Result<()> {
+    let _guard = shared.compaction.lock().expect("compaction lock poisoned");
+    let durable = shared.durable();
+    if to > durable {
+        return Err(Error::FutureRevision {
+            requested: Revision(to),
+            current: Revision(durable),
+        });
+    }
+    if to > shared.compacted() {
+        shared
+            .db
+            .insert(keys::META_COMPACTED, &to.to_be_bytes()[..])
+            .map_err(read::sled_err)?;
+        shared.db.flush().map_err(read::sled_err)?;
+        shared
+            .compacted
+            .store(to, std::sync::atomic::Ordering::SeqCst);
+    }
+    // Also finishes a compaction a crash interrupted: whatever log entries below `to` remain.
+    let to = shared.compacted();
+    loop {
+        let mut batch = sled::Batch::default();
+        let mut touched = BTreeSet::new();
+        let mut n = 0;
+        for item in shared.db.range(log_key(0)..log_key(to)).take(CHUNK) {
+            let (raw, value) = item.map_err(read::sled_err)?;
+            batch.remove(raw);
+            touched.extend(read::decode_log(&value)?.keys);
+            n += 1;
+        }
+        if n == 0 {
+            break;
+        }
+        for key in &touched {
+            prune_key_below(shared, key, to, &mut batch)?;
+        }
+        shared.db.apply_batch(batch).map_err(read::sled_err)?;
+    }
+    Ok(())
+}
+
+/// Removes every version of `key` below `to` except its state at `to` (if it existed then).
+fn prune_key_below(shared: &Shared, key: &[u8], to: u64, batch: &mut sled::Batch) -> Result<()> {
+    let mut versions = shared
+        .db
+        .range(hist_key_start(key)..=keys::hist_key(key, to))
+        .rev();
+    let Some(newest) = versions.next() else {
+        return Ok(());
+    };
+    let (raw, value) = newest.map_err(read::sled_err)?;
+    let at_to = keys::hist_key_rev(&raw) == to;
+    if !at_to && decode_hist(&value)?.is_tombstone() {
+        batch.remove(raw);
+    }
+    for item in versions {
+        let (raw, _) = item.map_err(read::sled_err)?;
+        batch.remove(raw);
+    }
+    Ok(())
+}

@@ -1,0 +1,912 @@
+//! [`SledStore`]: the [`Store`] on sled 0.34 — opening, shared state, and the contract's methods.
+
+mod maintenance;
+pub(crate) mod read;
+mod snapshot;
+mod watch;
+mod writer;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime};
+
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::error::{Error, Result};
+use crate::keys;
+use crate::record::{HistRecord, decode_u64};
+use crate::types::*;
+use crate::{Store, WatchStream};
+
+use writer::{Command, LeaseState, LeaseTable};
+
+/// How [`SledStore`] is set up. `Config::new(path)` gives the defaults below.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The data dir (created if missing).
+    pub path: PathBuf,
+    /// Values over this many bytes are refused with [`Error::ValueTooLarge`] before anything is
+    /// written. Default 4 MiB (the API server accepts 3 MiB request bodies).
+    pub max_value_size: usize,
+    /// Automatic compaction of the whole history.
+    pub retention: Retention,
+    /// Tighter retention for high-churn key prefixes (the most specific matching prefix applies).
+    pub prefix_retention: Vec<PrefixRetention>,
+    /// Recent entries kept in memory for watchers; a watcher further behind reads the log on disk.
+    /// Default 8192.
+    pub watch_ring: usize,
+    /// Responses buffered per watcher before its task waits for the consumer. Default 256.
+    pub watch_buffer: usize,
+    /// sled's page cache, in bytes. Default 256 MiB.
+    pub cache_capacity: u64,
+}
+
+impl Config {
+    /// The defaults, with the data dir at `path`.
+    pub fn new(path: impl Into<PathBuf>) -> Config {
+        Config {
+            path: path.into(),
+            max_value_size: 4 << 20,
+            retention: Retention::default(),
+            prefix_retention: Vec::new(),
+            watch_ring: 8192,
+            watch_buffer: 256,
+            cache_capacity: 256 << 20,
+        }
+    }
+}
+
+impl Default for Config {
+    /// The defaults with the data dir `skiff-data` in the working directory.
+    fn default() -> Config {
+        Config::new("skiff-data")
+    }
+}
+
+/// Automatic compaction: history is kept while it is within the last `max_revisions` revisions
+/// and within `max_age` of now; whichever limit is tighter decides (`None` disables a limit).
+///
+/// The defaults keep 100,000 revisions and at most 24 hours — enough to read back what happened
+/// while debugging, bounded so that steady churn does not grow the data dir without end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Retention {
+    /// Keep at most this many of the newest revisions.
+    pub max_revisions: Option<u64>,
+    /// Keep only revisions committed within this long (the state at `now - max_age` stays
+    /// readable).
+    pub max_age: Option<Duration>,
+    /// How often the policy is applied. Default 10 s.
+    pub interval: Duration,
+}
+
+impl Default for Retention {
+    fn default() -> Retention {
+        Retention {
+            max_revisions: Some(100_000),
+            max_age: Some(Duration::from_secs(24 * 3600)),
+            interval: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Keeps only the newest `max_versions` versions (puts and deletes) of each key under `prefix`
+/// (a few more while the newest are not yet durable). A read or watch that would need a pruned
+/// version fails with [`Error::Compacted`] naming the prefix. Meant for keys that change all the
+/// time (node Leases renewed every 10 s, Events), so that they do not swamp everything else.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrefixRetention {
+    /// The key prefix.
+    pub prefix: Vec<u8>,
+    /// Versions kept per key (at least 1).
+    pub max_versions: u64,
+}
+
+/// One committed revision as the watchers see it: every event with its previous version.
+#[derive(Debug)]
+pub(crate) struct Entry {
+    pub revision: u64,
+    pub time: SystemTime,
+    pub events: Vec<Event>,
+}
+
+/// Counters for benchmarks and `skiff bench store`.
+#[derive(Debug, Default)]
+pub(crate) struct Stats {
+    /// Flushes (fsyncs) done by the group commit.
+    pub flushes: AtomicU64,
+    /// Commands acknowledged by them.
+    pub commits: AtomicU64,
+}
+
+/// State shared by the handle, the writer and flusher threads, the maintenance thread and the
+/// watcher tasks.
+pub(crate) struct Shared {
+    pub db: sled::Db,
+    pub path: PathBuf,
+    pub config: Config,
+    /// The newest durable revision: readers read here. Written only by the flusher.
+    durable: AtomicU64,
+    /// The same, for watchers to wait on.
+    pub durable_tx: tokio::sync::watch::Sender<Revision>,
+    /// The oldest readable revision. Raised before compaction removes anything.
+    compacted: AtomicU64,
+    /// Per-prefix watermarks: the oldest revision still readable for keys under the prefix.
+    /// Raised (by the writer) before the versions they protect are removed.
+    pub watermarks: RwLock<BTreeMap<Vec<u8>, u64>>,
+    /// Recent entries for watchers. Lock order: never held with another lock.
+    pub ring: RwLock<watch::Ring>,
+    /// Leases. Lock order: never held with another lock except briefly `watermarks` by no one.
+    pub leases: Mutex<LeaseTable>,
+    /// Serialises compaction and snapshots.
+    pub compaction: Mutex<()>,
+    /// Snapshots in progress (per-prefix pruning pauses while > 0).
+    pub snapshots: AtomicUsize,
+    /// Cancelled on close or drop.
+    pub shutdown: CancellationToken,
+    /// Wakes the maintenance thread early (a new lease, shutdown).
+    pub wake: (Mutex<bool>, Condvar),
+    pub stats: Stats,
+}
+
+impl Shared {
+    /// The newest durable revision.
+    pub fn durable(&self) -> u64 {
+        self.durable.load(Ordering::SeqCst)
+    }
+
+    /// The oldest readable revision.
+    pub fn compacted(&self) -> u64 {
+        self.compacted.load(Ordering::SeqCst)
+    }
+
+    /// Makes `entries` visible to watchers and `rev` the durable revision (flusher only).
+    pub fn publish(&self, entries: Vec<Arc<Entry>>, rev: u64) {
+        if !entries.is_empty() {
+            let mut ring = self.ring.write().expect("ring poisoned");
+            for e in entries {
+                ring.push(e);
+            }
+        }
+        if rev > self.durable() {
+            self.durable.store(rev, Ordering::SeqCst);
+            self.durable_tx.send_replace(Revision(rev));
+        }
+    }
+
+    pub fn wake_maintenance(&self) {
+        let (lock, cvar) = &self.wake;
+        *lock.lock().expect("wake poisoned") = true;
+        cvar.notify_all();
+    }
+
+    /// The per-prefix retention rule for `key`: the most specific configured prefix.
+    pub fn retention_for(&self, key: &[u8]) -> Option<&PrefixRetention> {
+        self.config
+            .prefix_retention
+            .iter()
+            .filter(|r| key.starts_with(&r.prefix))
+            .max_by_key(|r| r.prefix.len())
+    }
+
+    /// Fails unless `rev` is at or above the global compaction.
+    pub fn check_compacted(&self, rev: Revision) -> Result<()> {
+        let compacted = self.compacted();
+        if rev.0 < compacted {
+            return Err(Error::Compacted {
+                requested: rev,
+                compacted: Revision(compacted),
+                prefix: None,
+            });
+        }
+        Ok(())
+    }
+
+    /// Fails unless the state of every key in `range` at `rev` is still complete.
+    pub fn check_readable(&self, rev: Revision, range: &KeyRange) -> Result<()> {
+        self.check_compacted(rev)?;
+        let marks = self.watermarks.read().expect("watermarks poisoned");
+        for (prefix, &mark) in marks.iter() {
+            if rev.0 < mark && keys::range_overlaps_prefix(range, prefix) {
+                return Err(Error::Compacted {
+                    requested: rev,
+                    compacted: Revision(mark),
+                    prefix: Some(prefix.clone()),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Fails unless the state of `key` at `rev` is still complete.
+    pub fn check_key_readable(&self, key: &[u8], rev: u64) -> Result<()> {
+        self.check_readable(Revision(rev), &KeyRange::key(key.to_vec()))
+    }
+
+    /// The error for a version that should be in history but is not.
+    pub fn explain_missing(&self, key: &[u8], rev: u64) -> Error {
+        match self.check_key_readable(key, rev) {
+            Err(e) => e,
+            Ok(()) => self.corrupt(format!(
+                "version {rev} of key {:?} is missing from history",
+                String::from_utf8_lossy(key)
+            )),
+        }
+    }
+
+    pub fn corrupt(&self, reason: String) -> Error {
+        Error::Corrupt {
+            path: self.path.clone(),
+            reason,
+        }
+    }
+
+    /// The commit time of `rev`, if its log entry is still there.
+    fn time_of(&self, rev: u64) -> Result<Option<u64>> {
+        match self.db.get(keys::log_key(rev)).map_err(read::sled_err)? {
+            Some(raw) => Ok(Some(read::decode_log(&raw)?.time)),
+            None => Ok(None),
+        }
+    }
+
+    /// The oldest revision still in the log.
+    fn oldest_logged(&self) -> Result<Option<u64>> {
+        let first = self
+            .db
+            .range(keys::log_key(0)..=keys::log_key(u64::MAX))
+            .next();
+        match first {
+            None => Ok(None),
+            Some(item) => {
+                let (raw, _) = item.map_err(read::sled_err)?;
+                Ok(keys::parse_log_key(&raw).map(|r| r.0))
+            }
+        }
+    }
+
+    /// The newest revision committed at or before `time` (see [`Store::revision_at`]).
+    pub fn revision_at(&self, time: SystemTime) -> Result<Revision> {
+        let t = time
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        let durable = self.durable();
+        let oldest = self.oldest_logged()?.unwrap_or(durable + 1).max(1);
+        if oldest > durable {
+            // Nothing in the log: the state has not changed since the compacted revision.
+            return if self.compacted() == 0 {
+                Ok(Revision(durable))
+            } else {
+                Err(Error::TimeBeforeHistory {
+                    oldest: Revision(self.compacted()),
+                })
+            };
+        }
+        let time_of = |rev: u64| -> Result<u64> {
+            self.time_of(rev)?.ok_or(Error::TimeBeforeHistory {
+                oldest: Revision(self.compacted()),
+            })
+        };
+        if time_of(oldest)? > t {
+            // Before the first retained entry: only answerable if nothing was ever compacted.
+            return if oldest == 1 {
+                Ok(Revision::ZERO)
+            } else {
+                Err(Error::TimeBeforeHistory {
+                    oldest: Revision(oldest),
+                })
+            };
+        }
+        // Invariant: time(lo) <= t; answer in [lo, hi].
+        let (mut lo, mut hi) = (oldest, durable);
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            if time_of(mid)? <= t {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        Ok(Revision(lo))
+    }
+}
+
+/// The log on sled: see the crate docs for the layout and invariants.
+pub struct SledStore {
+    shared: Arc<Shared>,
+    /// To the writer thread; `None` once closed.
+    commands: Mutex<Option<mpsc::Sender<Command>>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    watchers: TaskTracker,
+    closed: AtomicBool,
+}
+
+impl std::fmt::Debug for SledStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SledStore")
+            .field("path", &self.shared.path)
+            .field("revision", &self.shared.durable())
+            .finish()
+    }
+}
+
+/// Whether `dir` holds anything other than sled's own files (then it is not ours to open).
+fn foreign_contents(dir: &Path) -> Result<Option<String>> {
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        names.push(entry?.file_name().to_string_lossy().into_owned());
+    }
+    if names.is_empty() {
+        return Ok(None);
+    }
+    let is_sled = |n: &str| n == "conf" || n == "db" || n == "blobs" || n.starts_with("snap.");
+    if names.iter().any(|n| n == "db") && names.iter().all(|n| is_sled(n)) {
+        return Ok(None);
+    }
+    let mut shown: Vec<&str> = names.iter().map(String::as_str).take(5).collect();
+    shown.sort();
+    Ok(Some(format!(
+        "it holds files that are not a sled database ({})",
+        shown.join(", ")
+    )))
+}
+
+/// Opens sled, mapping its failures to the store's errors (a lock held by another process, a
+/// damaged or foreign file). sled panics on some damaged files; that is a corrupt dir too.
+fn open_sled(config: &Config) -> Result<sled::Db> {
+    let path = config.path.clone();
+    let sled_config = sled::Config::new()
+        .path(&config.path)
+        .cache_capacity(config.cache_capacity)
+        .flush_every_ms(Some(1000));
+    let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || sled_config.open()));
+    let corrupt = |reason: String| Error::Corrupt {
+        path: path.clone(),
+        reason,
+    };
+    match opened {
+        Ok(Ok(db)) => Ok(db),
+        Ok(Err(sled::Error::Io(io))) if io.to_string().contains("could not acquire lock") => {
+            Err(Error::Locked { path: path.clone() })
+        }
+        Ok(Err(sled::Error::Io(io))) => Err(read::io_err(io)),
+        Ok(Err(sled::Error::Corruption { at, .. })) => {
+            Err(corrupt(format!("sled found corruption at {at:?}")))
+        }
+        Ok(Err(other)) => Err(corrupt(format!("sled refused it: {other}"))),
+        Err(panic) => {
+            let msg = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "unknown".into());
+            Err(corrupt(format!("sled panicked reading it: {msg}")))
+        }
+    }
+}
+
+/// What [`load`] finds in a data dir.
+struct Loaded {
+    revision: u64,
+    compacted: u64,
+    watermarks: BTreeMap<Vec<u8>, u64>,
+    leases: LeaseTable,
+    lease_next: u64,
+    last_time: u64,
+}
+
+/// Checks the format record (writing it into an empty database) and reads the little start-up
+/// needs: the newest log key, meta records, leases and their attachments. Never the history.
+fn load(db: &sled::Db, path: &Path) -> Result<Loaded> {
+    let corrupt = |reason: String| Error::Corrupt {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let bad = |e: Error| corrupt(e.to_string());
+    match db.get(keys::META_FORMAT).map_err(read::sled_err)? {
+        Some(format) if format.as_ref() == keys::FORMAT_V1 => {}
+        Some(format) => {
+            return Err(corrupt(format!(
+                "unknown format {:?} (this build reads {:?})",
+                String::from_utf8_lossy(&format),
+                String::from_utf8_lossy(keys::FORMAT_V1)
+            )));
+        }
+        None if db.is_empty() && db.tree_names().len() <= 1 => {
+            db.insert(keys::META_FORMAT, keys::FORMAT_V1)
+                .map_err(read::sled_err)?;
+            db.flush().map_err(read::sled_err)?;
+        }
+        None => {
+            return Err(corrupt(
+                "a sled database without a skiff format record (another program's data?)".into(),
+            ));
+        }
+    }
+    let u64_meta = |key: &[u8], what| -> Result<u64> {
+        match db.get(key).map_err(read::sled_err)? {
+            Some(v) => decode_u64(&v, what).map_err(bad),
+            None => Ok(0),
+        }
+    };
+    let compacted = u64_meta(keys::META_COMPACTED, "compacted revision")?;
+    let lease_next = u64_meta(keys::META_LEASE_NEXT, "next lease id")?.max(1);
+    let (revision, last_time) = match db
+        .range(keys::log_key(0)..=keys::log_key(u64::MAX))
+        .next_back()
+    {
+        Some(item) => {
+            let (raw, value) = item.map_err(read::sled_err)?;
+            let rev = keys::parse_log_key(&raw)
+                .ok_or_else(|| corrupt("malformed log key".into()))?
+                .0;
+            (rev, read::decode_log(&value).map_err(bad)?.time)
+        }
+        None => (compacted.saturating_sub(1), 0),
+    };
+    let mut watermarks = BTreeMap::new();
+    for item in db.scan_prefix(keys::META_WATERMARK) {
+        let (k, v) = item.map_err(read::sled_err)?;
+        watermarks.insert(
+            k[keys::META_WATERMARK.len()..].to_vec(),
+            decode_u64(&v, "watermark").map_err(bad)?,
+        );
+    }
+    let mut leases = LeaseTable::default();
+    let now = Instant::now();
+    for item in db.scan_prefix(keys::META_LEASE) {
+        let (k, v) = item.map_err(read::sled_err)?;
+        let id = decode_u64(&k[keys::META_LEASE.len()..], "lease id").map_err(bad)?;
+        let ttl = Duration::from_millis(decode_u64(&v, "lease ttl").map_err(bad)?);
+        // Expiry is measured again from the reopen, as etcd does.
+        leases.leases.insert(
+            id,
+            LeaseState {
+                ttl,
+                deadline: now + ttl,
+                keys: Default::default(),
+            },
+        );
+    }
+    for item in db.scan_prefix([keys::ATTACH]) {
+        let (k, _) = item.map_err(read::sled_err)?;
+        if k.len() < 9 {
+            return Err(corrupt("malformed lease attachment".into()));
+        }
+        let id = decode_u64(&k[1..9], "lease id").map_err(bad)?;
+        if let Some(state) = leases.leases.get_mut(&id) {
+            state.keys.insert(k[9..].to_vec());
+        }
+    }
+    Ok(Loaded {
+        revision,
+        compacted,
+        watermarks,
+        leases,
+        lease_next,
+        last_time,
+    })
+}
+
+impl SledStore {
+    /// Opens (or creates) the data dir in `config.path`.
+    ///
+    /// Fails with [`Error::Locked`] if another process (or another open handle) holds it, and
+    /// [`Error::Corrupt`] if it is not a skiff log. Start-up reads only the newest log key, the
+    /// meta records and the leases, not the history, so it is fast however long the log is.
+    pub fn open(config: Config) -> Result<SledStore> {
+        let path = config.path.clone();
+        if path.exists() {
+            if !path.is_dir() {
+                return Err(Error::Corrupt {
+                    path,
+                    reason: "it is not a directory".into(),
+                });
+            }
+            if let Some(reason) = foreign_contents(&path)? {
+                return Err(Error::Corrupt { path, reason });
+            }
+        }
+        let db = open_sled(&config)?;
+        let loaded = load(&db, &path)?;
+        let (durable_tx, _) = tokio::sync::watch::channel(Revision(loaded.revision));
+        let shared = Arc::new(Shared {
+            db,
+            path,
+            ring: RwLock::new(watch::Ring::new(config.watch_ring)),
+            config,
+            durable: AtomicU64::new(loaded.revision),
+            durable_tx,
+            compacted: AtomicU64::new(loaded.compacted),
+            watermarks: RwLock::new(loaded.watermarks),
+            leases: Mutex::new(loaded.leases),
+            compaction: Mutex::new(()),
+            snapshots: AtomicUsize::new(0),
+            shutdown: CancellationToken::new(),
+            wake: (Mutex::new(false), Condvar::new()),
+            stats: Stats::default(),
+        });
+        let (command_tx, command_rx) = mpsc::channel(4096);
+        let (applied_tx, applied_rx) = std::sync::mpsc::channel();
+        let writer = writer::Writer {
+            shared: shared.clone(),
+            next_rev: loaded.revision + 1,
+            last_time: loaded.last_time,
+            lease_next: loaded.lease_next,
+            out: applied_tx,
+            poisoned: None,
+        };
+        let mut threads = Vec::new();
+        let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
+            std::thread::Builder::new()
+                .name(name.into())
+                .spawn(f)
+                .map_err(Error::Io)
+        };
+        threads.push(spawn(
+            "skiff-store-writer",
+            Box::new(move || writer.run(command_rx)),
+        )?);
+        let s = shared.clone();
+        threads.push(spawn(
+            "skiff-store-flush",
+            Box::new(move || writer::run_flusher(s, applied_rx)),
+        )?);
+        let s = shared.clone();
+        let tx = command_tx.clone();
+        threads.push(spawn(
+            "skiff-store-maint",
+            Box::new(move || maintenance::run(s, tx)),
+        )?);
+        Ok(SledStore {
+            shared,
+            commands: Mutex::new(Some(command_tx)),
+            threads: Mutex::new(threads),
+            watchers: TaskTracker::new(),
+            closed: AtomicBool::new(false),
+        })
+    }
+
+    /// Creates a data dir at `data_dir` (which must not exist or be empty) from a snapshot file
+    /// written by [`Store::snapshot`]; returns the snapshot's revision.
+    pub fn restore(snapshot: &Path, data_dir: &Path) -> Result<Revision> {
+        snapshot::restore(snapshot, data_dir)
+    }
+
+    /// The data dir.
+    pub fn path(&self) -> &Path {
+        &self.shared.path
+    }
+
+    /// Group-commit counters since open: (flushes, commands acknowledged by them).
+    pub fn commit_stats(&self) -> (u64, u64) {
+        (
+            self.shared.stats.flushes.load(Ordering::Relaxed),
+            self.shared.stats.commits.load(Ordering::Relaxed),
+        )
+    }
+
+    fn sender(&self) -> Result<mpsc::Sender<Command>> {
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(Error::Closed);
+        }
+        self.commands
+            .lock()
+            .expect("commands poisoned")
+            .clone()
+            .ok_or(Error::Closed)
+    }
+
+    async fn call<T>(&self, make: impl FnOnce(oneshot::Sender<Result<T>>) -> Command) -> Result<T> {
+        let (tx, rx) = oneshot::channel();
+        self.sender()?
+            .send(make(tx))
+            .await
+            .map_err(|_| Error::Closed)?;
+        rx.await.map_err(|_| Error::Closed)?
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::SeqCst) {
+            Err(Error::Closed)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Runs `f` on the blocking pool (sled calls block).
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Shared) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        self.check_open()?;
+        let shared = self.shared.clone();
+        tokio::task::spawn_blocking(move || f(&shared))
+            .await
+            .map_err(|e| Error::Io(std::io::Error::other(e.to_string())))?
+    }
+
+    /// Checks sizes and duplicate keys before a transaction reaches the writer.
+    fn validate(&self, txn: &Txn) -> Result<()> {
+        let limit = self.shared.config.max_value_size;
+        for branch in [&txn.success, &txn.failure] {
+            let mut put_keys = std::collections::HashSet::new();
+            for op in branch.iter() {
+                if let Op::Put { key, value, .. } = op {
+                    if value.len() > limit {
+                        return Err(Error::ValueTooLarge {
+                            size: value.len(),
+                            limit,
+                        });
+                    }
+                    if !put_keys.insert(key.as_slice()) {
+                        return Err(Error::DuplicateKey(key.clone()));
+                    }
+                }
+            }
+            for op in branch.iter() {
+                if let Op::Delete { range, .. } = op
+                    && let Some(key) = put_keys.iter().find(|k| range.contains(k))
+                {
+                    return Err(Error::DuplicateKey(key.to_vec()));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn shutdown_threads(&self) -> Vec<JoinHandle<()>> {
+        self.closed.store(true, Ordering::SeqCst);
+        self.shared.shutdown.cancel();
+        self.shared.wake_maintenance();
+        self.commands.lock().expect("commands poisoned").take();
+        std::mem::take(&mut *self.threads.lock().expect("threads poisoned"))
+    }
+}
+
+impl Drop for SledStore {
+    fn drop(&mut self) {
+        // Detached: the threads finish what they hold (acknowledging durable writes) and exit.
+        self.shutdown_threads();
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for SledStore {
+    async fn range(&self, request: RangeRequest) -> Result<RangeResponse> {
+        self.check_open()?;
+        let durable = Revision(self.shared.durable());
+        let rev = match request.revision {
+            None => durable,
+            Some(r) if r > durable => {
+                return Err(Error::FutureRevision {
+                    requested: r,
+                    current: durable,
+                });
+            }
+            Some(r) => r,
+        };
+        self.shared.check_readable(rev, &request.range)?;
+        let count = request.count;
+        let out = self
+            .blocking(move |shared| {
+                let out = read::range_at(&shared.db, &request, rev.0)?;
+                // Compaction or pruning may have raced the read: only an unaffected read stands.
+                shared.check_readable(rev, &request.range)?;
+                Ok(out)
+            })
+            .await?;
+        Ok(RangeResponse {
+            kvs: out.kvs,
+            more: out.more,
+            count: count.then_some(out.count),
+            revision: rev,
+        })
+    }
+
+    async fn txn(&self, txn: Txn) -> Result<TxnResponse> {
+        self.validate(&txn)?;
+        self.call(|reply| Command::Txn { txn, reply }).await
+    }
+
+    async fn watch(&self, request: WatchRequest) -> Result<WatchStream> {
+        self.check_open()?;
+        let durable = self.shared.durable();
+        let start = match request.start_revision {
+            None => durable + 1,
+            Some(r) if r.0 > durable + 1 => {
+                return Err(Error::FutureRevision {
+                    requested: r,
+                    current: Revision(durable),
+                });
+            }
+            Some(r) => r.0.max(1),
+        };
+        // Replaying from `start` needs every version from `start` on. (A previous value that was
+        // pruned is reported when the watcher reaches it.)
+        if start <= durable {
+            self.shared
+                .check_readable(Revision(start), &request.range)?;
+        }
+        let (tx, rx) = mpsc::channel(self.shared.config.watch_buffer.max(1));
+        let watcher = watch::Watcher {
+            shared: self.shared.clone(),
+            request,
+            next: start,
+            out: tx,
+        };
+        self.watchers.spawn(watcher.run());
+        Ok(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx)))
+    }
+
+    async fn history(&self, key: &[u8]) -> Result<Vec<(SystemTime, Event)>> {
+        let key = key.to_vec();
+        self.blocking(move |shared| {
+            let durable = shared.durable();
+            let records = read::key_history(&shared.db, &key)?;
+            let mut out = Vec::with_capacity(records.len());
+            let mut prev: Option<KeyValue> = None;
+            for (rev, rec) in records {
+                if rev > durable {
+                    break;
+                }
+                let time = std::time::UNIX_EPOCH + Duration::from_nanos(rec.time);
+                let event = read::record_event(&key, rev, &rec, prev.take());
+                prev = read::record_kv(&key, rev, &rec, false);
+                out.push((time, event));
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn log(
+        &self,
+        from: Revision,
+        to: Option<Revision>,
+        limit: usize,
+    ) -> Result<Vec<LogEntry>> {
+        let durable = self.shared.durable();
+        let to = to.map_or(durable, |t| t.0.min(durable));
+        let from = from.0.max(1);
+        if from > to || limit == 0 {
+            self.shared.check_compacted(Revision(from))?;
+            return Ok(Vec::new());
+        }
+        let entries = self
+            .blocking(move |shared| watch::read_log(shared, None, true, from, to, limit))
+            .await?;
+        Ok(entries
+            .into_iter()
+            .map(|e| LogEntry {
+                revision: Revision(e.revision),
+                time: e.time,
+                events: e.events,
+            })
+            .collect())
+    }
+
+    async fn revision_at(&self, time: SystemTime) -> Result<Revision> {
+        self.blocking(move |shared| shared.revision_at(time)).await
+    }
+
+    async fn compact(&self, revision: Revision) -> Result<()> {
+        self.blocking(move |shared| maintenance::compact(shared, revision.0))
+            .await
+    }
+
+    async fn lease_grant(&self, ttl: Duration) -> Result<Lease> {
+        self.call(|reply| Command::Grant { ttl, reply }).await
+    }
+
+    async fn lease_keep_alive(&self, id: LeaseId) -> Result<Lease> {
+        self.check_open()?;
+        let mut table = self.shared.leases.lock().expect("lease table poisoned");
+        let state = table
+            .leases
+            .get_mut(&id.0)
+            .ok_or(Error::LeaseNotFound(id))?;
+        let now = Instant::now();
+        if state.deadline <= now {
+            // Expired: the maintenance thread is about to revoke it.
+            return Err(Error::LeaseNotFound(id));
+        }
+        state.deadline = now + state.ttl;
+        Ok(Lease {
+            id,
+            ttl: state.ttl,
+            remaining: state.ttl,
+        })
+    }
+
+    async fn lease_revoke(&self, id: LeaseId) -> Result<Revision> {
+        let (tx, rx) = oneshot::channel();
+        self.sender()?
+            .send(Command::Revoke {
+                id,
+                expired_only: false,
+                reply: Some(tx),
+            })
+            .await
+            .map_err(|_| Error::Closed)?;
+        rx.await.map_err(|_| Error::Closed)?
+    }
+
+    async fn snapshot(&self, path: &Path) -> Result<Revision> {
+        let mut attempts = 0;
+        loop {
+            let capture = self.call(|reply| Command::Snapshot { reply }).await?;
+            let target = path.to_path_buf();
+            match self
+                .blocking(move |shared| snapshot::write(shared, &capture, &target))
+                .await
+            {
+                // A compaction slipped in after the capture: capture again.
+                Err(Error::Compacted { .. }) if attempts < 3 => attempts += 1,
+                other => return other,
+            }
+        }
+    }
+
+    fn status(&self) -> StoreStatus {
+        let oldest_time = self
+            .shared
+            .oldest_logged()
+            .ok()
+            .flatten()
+            .and_then(|rev| self.shared.time_of(rev).ok().flatten())
+            .map(|t| std::time::UNIX_EPOCH + Duration::from_nanos(t));
+        StoreStatus {
+            revision: Revision(self.shared.durable()),
+            compacted: Revision(self.shared.compacted()),
+            oldest_time,
+            size_on_disk: dir_size(&self.shared.path),
+        }
+    }
+
+    async fn close(&self) -> Result<()> {
+        if self.closed.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let threads = self.shutdown_threads();
+        tokio::task::spawn_blocking(move || {
+            for t in threads {
+                let _ = t.join();
+            }
+        })
+        .await
+        .map_err(|e| Error::Io(std::io::Error::other(e.to_string())))?;
+        self.watchers.close();
+        self.watchers.wait().await;
+        let shared = self.shared.clone();
+        tokio::task::spawn_blocking(move || shared.db.flush().map_err(read::sled_err))
+            .await
+            .map_err(|e| Error::Io(std::io::Error::other(e.to_string())))??;
+        Ok(())
+    }
+}
+
+/// Bytes used by the files under `dir`.
+pub(crate) fn dir_size(dir: &Path) -> u64 {
+    let mut total = 0;
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    for entry in entries.flatten() {
+        match entry.metadata() {
+            Ok(m) if m.is_dir() => total += dir_size(&entry.path()),
+            Ok(m) => total += m.len(),
+            Err(_) => {}
+        }
+    }
+    total
+}
+
+/// Decodes a history record (for the snapshot and maintenance code).
+pub(crate) fn decode_hist(bytes: &[u8]) -> Result<HistRecord> {
+    crate::record::decode(bytes, "history record")
+}

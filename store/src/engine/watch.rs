@@ -1,0 +1,300 @@
+//! Watchers: a pull model. Each watcher is a task that owns its next revision; it wakes when the
+//! durable revision moves, takes entries from the in-memory ring of recent entries or, if it fell
+//! behind the ring, reads them from the log on disk, filters them by range and sends them into its
+//! own bounded channel.
+//!
+//! ```text
+//!   log on disk   ... r-3 r-2 r-1 [ r   r+1 ... durable ]   ring (recent entries, Arc'd)
+//!                              ▲            ▲
+//!        slow watcher's `next` ┘            └ fast watcher's `next`
+//! ```
+//!
+//! A watcher delivers `next`, then `next + 1`, ... and nothing else, so order, no gap and no
+//! duplicate hold by construction, across the switch from disk to ring. A slow consumer only stalls
+//! its own task (writers never wait for watchers); when it resumes it catches up from the log, or
+//! ends with [`Error::Compacted`] if the log no longer has its next revision.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::{Entry, Shared, read};
+use crate::error::{Error, Result};
+use crate::keys::log_key;
+use crate::types::{Event, KeyRange, Revision, WatchRequest, WatchResponse};
+
+/// The most recent entries, in revision order, without gaps.
+pub(crate) struct Ring {
+    entries: VecDeque<Arc<Entry>>,
+    capacity: usize,
+}
+
+impl Ring {
+    /// An empty ring holding at most `capacity` entries.
+    pub fn new(capacity: usize) -> Ring {
+        Ring {
+            entries: VecDeque::with_capacity(capacity.min(4096)),
+            capacity: capacity.max(1),
+        }
+    }
+
+    /// Appends the entry after the newest one.
+    pub fn push(&mut self, entry: Arc<Entry>) {
+        if let Some(last) = self.entries.back() {
+            assert_eq!(
+                last.revision + 1,
+                entry.revision,
+                "ring entries must be contiguous"
+            );
+        }
+        if self.entries.len() == self.capacity {
+            self.entries.pop_front();
+        }
+        self.entries.push_back(entry);
+    }
+
+    /// The oldest revision held.
+    pub fn first(&self) -> Option<u64> {
+        self.entries.front().map(|e| e.revision)
+    }
+
+    /// Up to `max` entries from `next` to `upto`; empty if `next` is no longer (or not yet) held.
+    pub fn slice(&self, next: u64, upto: u64, max: usize) -> Vec<Arc<Entry>> {
+        let Some(first) = self.first() else {
+            return Vec::new();
+        };
+        if next < first {
+            return Vec::new();
+        }
+        self.entries
+            .iter()
+            .skip((next - first) as usize)
+            .take_while(|e| e.revision <= upto)
+            .take(max)
+            .cloned()
+            .collect()
+    }
+}
+
+/// The events of `entry` a watcher of `range` sees, or `None` if there are none.
+fn filter(entry: &Entry, range: &KeyRange, prev_kv: bool) -> Option<WatchResponse> {
+    let events: Vec<Event> = entry
+        .events
+        .iter()
+        .filter(|e| range.contains(&e.kv.key))
+        .map(|e| Event {
+            kind: e.kind,
+            kv: e.kv.clone(),
+            prev_kv: if prev_kv { e.prev_kv.clone() } else { None },
+        })
+        .collect();
+    (!events.is_empty()).then_some(WatchResponse {
+        revision: Revision(entry.revision),
+        events,
+    })
+}
+
+/// Reads revisions `from..=to` from the log for a watcher of `range` (all keys when `None`).
+/// Fails with [`Error::Compacted`] if any of it is gone.
+pub(crate) fn read_log(
+    shared: &Shared,
+    range: Option<&KeyRange>,
+    with_prev: bool,
+    from: u64,
+    to: u64,
+    limit: usize,
+) -> Result<Vec<Entry>> {
+    shared.check_compacted(Revision(from))?;
+    let mut out = Vec::new();
+    let mut expected = from;
+    for item in shared.db.range(log_key(from)..=log_key(to)) {
+        if out.len() >= limit {
+            break;
+        }
+        let (raw, value) = item.map_err(read::sled_err)?;
+        let rev = crate::keys::parse_log_key(&raw).map(|r| r.0).unwrap_or(0);
+        if rev != expected {
+            // A log entry vanished under us: compaction moved past it.
+            shared.check_compacted(Revision(expected))?;
+            return Err(shared.corrupt(format!("log entry {expected} is missing")));
+        }
+        expected += 1;
+        let log = read::decode_log(&value)?;
+        let events = match read::entry_events(&shared.db, rev, &log, range, with_prev)? {
+            Ok(events) => events,
+            Err(missing) => return Err(shared.explain_missing(&missing.key, missing.rev)),
+        };
+        out.push(Entry {
+            revision: rev,
+            time: std::time::UNIX_EPOCH + Duration::from_nanos(log.time),
+            events,
+        });
+    }
+    if out.len() < limit && expected <= to {
+        shared.check_compacted(Revision(expected))?;
+        return Err(shared.corrupt(format!("log entry {expected} is missing")));
+    }
+    // Compaction may have started while we read: what we read is only right if it has not passed it.
+    shared.check_compacted(Revision(from))?;
+    Ok(out)
+}
+
+/// What a watcher task needs.
+pub(crate) struct Watcher {
+    pub shared: Arc<Shared>,
+    pub request: WatchRequest,
+    pub next: u64,
+    pub out: mpsc::Sender<Result<WatchResponse>>,
+}
+
+/// How many entries a watcher takes per step.
+const STEP: usize = 256;
+
+impl Watcher {
+    /// Sends one response; false when the watch is over (receiver gone or store closing).
+    async fn send(&self, item: Result<WatchResponse>) -> bool {
+        tokio::select! {
+            sent = self.out.send(item) => sent.is_ok(),
+            _ = self.shared.shutdown.cancelled() => false,
+        }
+    }
+
+    /// Runs the watcher until its receiver goes away, the store closes or an error is sent.
+    pub async fn run(mut self) {
+        let mut durable_rx = self.shared.durable_tx.subscribe();
+        let progress = self.request.progress_notify;
+        let mut last_sent = Instant::now();
+        loop {
+            let durable = *durable_rx.borrow_and_update();
+            while self.next <= durable.0 {
+                let batch = {
+                    let ring = self.shared.ring.read().expect("ring poisoned");
+                    let batch = ring.slice(self.next, durable.0, STEP);
+                    let first = ring.first();
+                    (batch, first)
+                };
+                match batch {
+                    (batch, _) if !batch.is_empty() => {
+                        for entry in batch {
+                            if let Some(resp) =
+                                filter(&entry, &self.request.range, self.request.prev_kv)
+                            {
+                                if !self.send(Ok(resp)).await {
+                                    return;
+                                }
+                                last_sent = Instant::now();
+                            }
+                            self.next = entry.revision + 1;
+                        }
+                    }
+                    (_, ring_first) => {
+                        // Behind the ring (or the ring is empty after a reopen): catch up from disk.
+                        let mut to = durable.0;
+                        if let Some(first) = ring_first
+                            && first > self.next
+                        {
+                            to = to.min(first - 1);
+                        }
+                        let shared = self.shared.clone();
+                        let range = self.request.range.clone();
+                        let (prev, from) = (self.request.prev_kv, self.next);
+                        let read = tokio::task::spawn_blocking(move || {
+                            read_log(&shared, Some(&range), prev, from, to, STEP)
+                        })
+                        .await
+                        .unwrap_or(Err(Error::Closed));
+                        match read {
+                            Ok(entries) => {
+                                for entry in entries {
+                                    if !entry.events.is_empty() {
+                                        let resp = WatchResponse {
+                                            revision: Revision(entry.revision),
+                                            events: entry.events,
+                                        };
+                                        if !self.send(Ok(resp)).await {
+                                            return;
+                                        }
+                                        last_sent = Instant::now();
+                                    }
+                                    self.next = entry.revision + 1;
+                                }
+                            }
+                            Err(e) => {
+                                let _ = self.send(Err(e)).await;
+                                return;
+                            }
+                        }
+                    }
+                }
+            }
+            let deadline = progress.map(|p| last_sent + p);
+            tokio::select! {
+                changed = durable_rx.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                }
+                _ = self.out.closed() => return,
+                _ = self.shared.shutdown.cancelled() => {
+                    let _ = self.out.try_send(Err(Error::Closed));
+                    return;
+                }
+                _ = sleep_until(deadline), if deadline.is_some() => {
+                    let resp = WatchResponse { revision: Revision(self.next - 1), events: Vec::new() };
+                    if !self.send(Ok(resp)).await {
+                        return;
+                    }
+                    last_sent = Instant::now();
+                }
+            }
+        }
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::UNIX_EPOCH;
+
+    fn entry(rev: u64) -> Arc<Entry> {
+        Arc::new(Entry {
+            revision: rev,
+            time: UNIX_EPOCH,
+            events: Vec::new(),
+        })
+    }
+
+    #[test]
+    fn ring_keeps_the_newest_contiguous_entries() {
+        let mut ring = Ring::new(3);
+        assert!(ring.slice(1, 10, 10).is_empty());
+        for rev in 1..=5 {
+            ring.push(entry(rev));
+        }
+        assert_eq!(ring.first(), Some(3));
+        assert!(ring.slice(2, 5, 10).is_empty(), "2 fell out of the ring");
+        let revs: Vec<u64> = ring.slice(3, 4, 10).iter().map(|e| e.revision).collect();
+        assert_eq!(revs, vec![3, 4]);
+        let revs: Vec<u64> = ring.slice(4, 9, 1).iter().map(|e| e.revision).collect();
+        assert_eq!(revs, vec![4]);
+        assert!(ring.slice(6, 9, 10).is_empty());
+    }
+
+    #[test]
+    #[should_panic(expected = "contiguous")]
+    fn ring_refuses_a_gap() {
+        let mut ring = Ring::new(3);
+        ring.push(entry(1));
+        ring.push(entry(3));
+    }
+}

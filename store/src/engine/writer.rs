@@ -1,0 +1,692 @@
+//! The write path: one thread assigns revisions and applies each transaction as one sled batch,
+//! a second thread group-commits (one `flush` for everything applied meanwhile) and acknowledges.
+//!
+//! ```text
+//!  callers ──Command──▶ [writer thread] ──Applied──▶ [flusher thread] ──▶ ring, durable rev, acks
+//!            (bounded)   evaluate compares             recv 1 + drain all
+//!                        assign rev = last + 1         db.flush()  (one fsync for the group)
+//!                        tree.apply_batch(one txn)     push entries to the ring
+//!                                                      publish durable revision, then ack
+//! ```
+//!
+//! The writer evaluates against everything applied so far (durable or not): a later transaction
+//! sees an earlier one's effects even if both wait for the same flush. Readers never do: they read
+//! at the published durable revision.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::oneshot;
+
+use super::{Entry, Shared, read};
+use crate::error::{Error, Result};
+use crate::keys::{self, attach_key, hist_key, hist_key_end, hist_key_start, lease_key, log_key};
+use crate::record::{HistRecord, LogRecord, encode};
+use crate::types::*;
+
+/// A request to the writer thread.
+pub(crate) enum Command {
+    /// Run a transaction.
+    Txn {
+        txn: Txn,
+        reply: oneshot::Sender<Result<TxnResponse>>,
+    },
+    /// Grant a lease.
+    Grant {
+        ttl: Duration,
+        reply: oneshot::Sender<Result<Lease>>,
+    },
+    /// Revoke a lease (when `expired_only`, only if it has not been kept alive meanwhile).
+    Revoke {
+        id: LeaseId,
+        expired_only: bool,
+        reply: Option<oneshot::Sender<Result<Revision>>>,
+    },
+    /// Pin a revision for a snapshot (pauses per-prefix pruning until released).
+    Snapshot {
+        reply: oneshot::Sender<Result<Capture>>,
+    },
+}
+
+/// What a snapshot needs from the writer: a revision and the lease table consistent with it.
+#[derive(Debug, Clone)]
+pub(crate) struct Capture {
+    /// The newest revision applied when captured (durable once the capture is acknowledged).
+    pub revision: u64,
+    /// Every lease: id and TTL in milliseconds.
+    pub leases: Vec<(u64, u64)>,
+    /// The next lease id.
+    pub lease_next: u64,
+}
+
+/// The acknowledgement owed for one applied command, sent once it is durable.
+pub(crate) enum Ack {
+    Txn(oneshot::Sender<Result<TxnResponse>>, TxnResponse),
+    Grant(oneshot::Sender<Result<Lease>>, Lease),
+    Revoke(Option<oneshot::Sender<Result<Revision>>>, Revision),
+    Snapshot(oneshot::Sender<Result<Capture>>, Capture),
+}
+
+impl Ack {
+    fn succeed(self) {
+        // A caller that went away no longer needs its answer.
+        let _ = match self {
+            Ack::Txn(tx, r) => tx.send(Ok(r)).map_err(drop),
+            Ack::Grant(tx, r) => tx.send(Ok(r)).map_err(drop),
+            Ack::Revoke(tx, r) => tx.map(|tx| tx.send(Ok(r)).map_err(drop)).unwrap_or(Ok(())),
+            Ack::Snapshot(tx, r) => tx.send(Ok(r)).map_err(drop),
+        };
+    }
+
+    fn fail(self, err: Error) {
+        let _ = match self {
+            Ack::Txn(tx, _) => tx.send(Err(err)).map_err(drop),
+            Ack::Grant(tx, _) => tx.send(Err(err)).map_err(drop),
+            Ack::Revoke(tx, _) => tx
+                .map(|tx| tx.send(Err(err)).map_err(drop))
+                .unwrap_or(Ok(())),
+            Ack::Snapshot(tx, _) => tx.send(Err(err)).map_err(drop),
+        };
+    }
+}
+
+/// One command applied by the writer, waiting for the flush that makes it durable.
+pub(crate) struct Applied {
+    /// The newest revision applied at this point.
+    pub rev: u64,
+    /// The log entry it created, if it wrote.
+    pub entry: Option<Arc<Entry>>,
+    /// Whom to tell.
+    pub ack: Ack,
+}
+
+/// A lease as the writer and keep-alives see it.
+#[derive(Debug, Clone)]
+pub(crate) struct LeaseState {
+    /// TTL as granted.
+    pub ttl: Duration,
+    /// When it expires unless kept alive.
+    pub deadline: Instant,
+    /// The live keys attached to it.
+    pub keys: BTreeSet<Vec<u8>>,
+}
+
+/// The lease table. Locked briefly by the writer (attach, detach, grant, revoke), keep-alives
+/// (deadline) and the maintenance thread (expiry scan); never across an await.
+#[derive(Debug, Default)]
+pub(crate) struct LeaseTable {
+    pub leases: std::collections::HashMap<u64, LeaseState>,
+}
+
+/// Nanoseconds since the Unix epoch.
+pub(crate) fn now_nanos() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+/// The writer thread's state. It alone assigns revisions.
+pub(crate) struct Writer {
+    pub shared: Arc<Shared>,
+    /// The next revision to assign.
+    pub next_rev: u64,
+    /// Commit time of the last revision (commit times never go backwards along the log).
+    pub last_time: u64,
+    /// The next lease id.
+    pub lease_next: u64,
+    /// To the flusher.
+    pub out: std::sync::mpsc::Sender<Applied>,
+    /// Set when a batch failed to apply: sled may hold part of it in memory, so nothing more is
+    /// written until the store is reopened (recovery drops the unsealed batch).
+    pub poisoned: Option<sled::Error>,
+}
+
+/// A transaction's writes, built but not yet applied.
+struct Built {
+    batch: sled::Batch,
+    responses: Vec<OpResponse>,
+    events: Vec<Event>,
+    log_keys: Vec<Vec<u8>>,
+    /// (key, lease before, lease after) for every key written.
+    lease_changes: Vec<(Vec<u8>, Option<u64>, Option<u64>)>,
+}
+
+impl Writer {
+    /// Runs until every command sender is gone.
+    pub fn run(mut self, mut commands: tokio::sync::mpsc::Receiver<Command>) {
+        while let Some(command) = commands.blocking_recv() {
+            self.handle(command);
+        }
+    }
+
+    fn tree(&self) -> &sled::Tree {
+        &self.shared.db
+    }
+
+    fn send(&self, applied: Applied) {
+        if let Err(unsent) = self.out.send(applied) {
+            unsent.0.ack.fail(Error::Closed);
+        }
+    }
+
+    fn handle(&mut self, command: Command) {
+        if let Some(e) = &self.poisoned {
+            let err = read::sled_err(e.clone());
+            match command {
+                Command::Txn { reply, .. } => drop(reply.send(Err(err))),
+                Command::Grant { reply, .. } => drop(reply.send(Err(err))),
+                Command::Revoke { reply, .. } => {
+                    if let Some(reply) = reply {
+                        drop(reply.send(Err(err)));
+                    }
+                }
+                Command::Snapshot { reply } => drop(reply.send(Err(err))),
+            }
+            return;
+        }
+        match command {
+            Command::Txn { txn, reply } => match self.txn(txn) {
+                Ok((response, entry)) => self.send(Applied {
+                    rev: self.next_rev - 1,
+                    entry,
+                    ack: Ack::Txn(reply, response),
+                }),
+                Err(e) => drop(reply.send(Err(e))),
+            },
+            Command::Grant { ttl, reply } => match self.grant(ttl) {
+                Ok(lease) => self.send(Applied {
+                    rev: self.next_rev - 1,
+                    entry: None,
+                    ack: Ack::Grant(reply, lease),
+                }),
+                Err(e) => drop(reply.send(Err(e))),
+            },
+            Command::Revoke {
+                id,
+                expired_only,
+                reply,
+            } => match self.revoke(id, expired_only) {
+                Ok((rev, entry)) => self.send(Applied {
+                    rev: self.next_rev - 1,
+                    entry,
+                    ack: Ack::Revoke(reply, rev),
+                }),
+                Err(e) => {
+                    if let Some(reply) = reply {
+                        drop(reply.send(Err(e)));
+                    }
+                }
+            },
+            Command::Snapshot { reply } => {
+                self.shared.snapshots.fetch_add(1, Ordering::SeqCst);
+                let capture = Capture {
+                    revision: self.next_rev - 1,
+                    leases: {
+                        let table = self.shared.leases.lock().expect("lease table poisoned");
+                        table
+                            .leases
+                            .iter()
+                            .map(|(id, l)| (*id, l.ttl.as_millis() as u64))
+                            .collect()
+                    },
+                    lease_next: self.lease_next,
+                };
+                self.send(Applied {
+                    rev: self.next_rev - 1,
+                    entry: None,
+                    ack: Ack::Snapshot(reply, capture),
+                });
+            }
+        }
+    }
+
+    /// Applies a batch; a failure poisons the writer (see [`Writer::poisoned`]).
+    fn apply(&mut self, batch: sled::Batch) -> Result<()> {
+        if let Err(e) = self.tree().apply_batch(batch) {
+            tracing::error!(error = %e, "applying a batch failed; refusing further writes until reopened");
+            self.poisoned = Some(e.clone());
+            return Err(read::sled_err(e));
+        }
+        Ok(())
+    }
+
+    /// The newest state of `key`, including this transaction's earlier writes.
+    fn current(
+        &self,
+        key: &[u8],
+        overlay: &BTreeMap<Vec<u8>, Option<KeyValue>>,
+    ) -> Result<Option<KeyValue>> {
+        if let Some(state) = overlay.get(key) {
+            return Ok(state.clone());
+        }
+        Ok(read::version_at(self.tree(), key, u64::MAX)?
+            .and_then(|(rev, rec)| read::record_kv(key, rev, &rec, false)))
+    }
+
+    /// The newest state of every key in `range`, including this transaction's earlier writes.
+    fn current_range(
+        &self,
+        range: &KeyRange,
+        overlay: &BTreeMap<Vec<u8>, Option<KeyValue>>,
+    ) -> Result<BTreeMap<Vec<u8>, KeyValue>> {
+        let mut out = BTreeMap::new();
+        read::for_each_at(self.tree(), range, u64::MAX, |key, rev, rec| {
+            let kv = read::record_kv(&key, rev, &rec, false).expect("not a tombstone");
+            out.insert(key, kv);
+            Ok(true)
+        })?;
+        for (key, state) in overlay {
+            if range.contains(key) {
+                match state {
+                    Some(kv) => out.insert(key.clone(), kv.clone()),
+                    None => out.remove(key),
+                };
+            }
+        }
+        Ok(out)
+    }
+
+    fn compare(&self, compare: &Compare) -> Result<bool> {
+        let kv = self.current(&compare.key, &BTreeMap::new())?;
+        let ordering = match &compare.target {
+            CompareTarget::Value(v) => match &kv {
+                Some(kv) => kv.value.as_slice().cmp(v.as_slice()),
+                None => return Ok(false),
+            },
+            CompareTarget::Version(v) => kv.as_ref().map_or(0, |kv| kv.version).cmp(v),
+            CompareTarget::CreateRevision(r) => kv
+                .as_ref()
+                .map_or(Revision::ZERO, |kv| kv.create_revision)
+                .cmp(r),
+            CompareTarget::ModRevision(r) => kv
+                .as_ref()
+                .map_or(Revision::ZERO, |kv| kv.mod_revision)
+                .cmp(r),
+        };
+        Ok(match compare.op {
+            CompareOp::Equal => ordering.is_eq(),
+            CompareOp::NotEqual => ordering.is_ne(),
+            CompareOp::Greater => ordering.is_gt(),
+            CompareOp::Less => ordering.is_lt(),
+        })
+    }
+
+    /// Builds the writes of `ops` at revision `rev` into `batch`.
+    fn build(&self, ops: Vec<Op>, rev: u64, time: u64, batch: sled::Batch) -> Result<Built> {
+        let mut built = Built {
+            batch,
+            responses: Vec::with_capacity(ops.len()),
+            events: Vec::new(),
+            log_keys: Vec::new(),
+            lease_changes: Vec::new(),
+        };
+        let mut overlay: BTreeMap<Vec<u8>, Option<KeyValue>> = BTreeMap::new();
+        for op in ops {
+            match op {
+                Op::Put {
+                    key,
+                    value,
+                    lease,
+                    prev_kv,
+                } => {
+                    let prev = self.current(&key, &overlay)?;
+                    let (create, version) = match &prev {
+                        Some(p) => (p.create_revision.0, p.version + 1),
+                        None => (rev, 1),
+                    };
+                    let rec = HistRecord {
+                        time,
+                        create,
+                        version,
+                        lease: lease.map(|l| l.0),
+                        value: Some(value),
+                    };
+                    built.batch.insert(hist_key(&key, rev), encode(&rec));
+                    let kv = read::record_kv(&key, rev, &rec, false).expect("a put");
+                    built.lease_changes.push((
+                        key.clone(),
+                        prev.as_ref().and_then(|p| p.lease.map(|l| l.0)),
+                        rec.lease,
+                    ));
+                    built.events.push(Event {
+                        kind: EventKind::Put,
+                        kv: kv.clone(),
+                        prev_kv: prev.clone(),
+                    });
+                    built.responses.push(OpResponse::Put {
+                        prev_kv: if prev_kv { prev } else { None },
+                    });
+                    overlay.insert(key.clone(), Some(kv));
+                    built.log_keys.push(key);
+                }
+                Op::Delete { range, prev_kv } => {
+                    let live = self.current_range(&range, &overlay)?;
+                    let tomb = encode(&HistRecord {
+                        time,
+                        create: 0,
+                        version: 0,
+                        lease: None,
+                        value: None,
+                    });
+                    for (key, kv) in &live {
+                        built.batch.insert(hist_key(key, rev), tomb.clone());
+                        built
+                            .lease_changes
+                            .push((key.clone(), kv.lease.map(|l| l.0), None));
+                        built.events.push(Event {
+                            kind: EventKind::Delete,
+                            kv: read::tombstone_kv(key, rev),
+                            prev_kv: Some(kv.clone()),
+                        });
+                        overlay.insert(key.clone(), None);
+                        built.log_keys.push(key.clone());
+                    }
+                    let deleted = live.len() as u64;
+                    built.responses.push(OpResponse::Delete {
+                        deleted,
+                        prev_kvs: if prev_kv {
+                            live.into_values().collect()
+                        } else {
+                            Vec::new()
+                        },
+                    });
+                }
+                Op::Range(request) => {
+                    let all = self.current_range(&request.range, &overlay)?;
+                    let limit = request.limit.filter(|&l| l > 0).unwrap_or(usize::MAX);
+                    let count = all.len() as u64;
+                    let more = all.len() > limit;
+                    let kvs = all
+                        .into_values()
+                        .take(limit)
+                        .map(|mut kv| {
+                            if request.keys_only {
+                                kv.value.clear();
+                            }
+                            kv
+                        })
+                        .collect();
+                    built.responses.push(OpResponse::Range(RangeResponse {
+                        kvs,
+                        more,
+                        count: request.count.then_some(count),
+                        // Set once the transaction's revision is known.
+                        revision: Revision::ZERO,
+                    }));
+                }
+            }
+        }
+        Ok(built)
+    }
+
+    /// Commits `built` at `rev` if it wrote anything (or `always_apply`), returning the entry.
+    fn commit(
+        &mut self,
+        mut built: Built,
+        rev: u64,
+        time: u64,
+        always_apply: bool,
+    ) -> Result<Option<Arc<Entry>>> {
+        let wrote = !built.log_keys.is_empty();
+        if !wrote {
+            if always_apply {
+                self.apply(built.batch)?;
+            }
+            return Ok(None);
+        }
+        let mut raised = Vec::new();
+        for key in &built.log_keys {
+            self.prune_versions(key, rev, &mut built.batch, &mut raised)?;
+        }
+        for (key, before, after) in &built.lease_changes {
+            if before != after {
+                if let Some(l) = before {
+                    built.batch.remove(attach_key(*l, key));
+                }
+                if let Some(l) = after {
+                    built.batch.insert(attach_key(*l, key), &[][..]);
+                }
+            }
+        }
+        let log = LogRecord {
+            time,
+            keys: std::mem::take(&mut built.log_keys),
+        };
+        built.batch.insert(&log_key(rev)[..], encode(&log));
+        if !raised.is_empty() {
+            // Readers must see a raised watermark before the pruned versions disappear.
+            let mut marks = self.shared.watermarks.write().expect("watermarks poisoned");
+            for (prefix, mark) in raised {
+                let entry = marks.entry(prefix.clone()).or_insert(0);
+                if mark > *entry {
+                    *entry = mark;
+                    built
+                        .batch
+                        .insert(keys::watermark_key(&prefix), &mark.to_be_bytes()[..]);
+                }
+            }
+        }
+        self.apply(built.batch)?;
+        self.next_rev = rev + 1;
+        self.last_time = time;
+        {
+            let mut table = self.shared.leases.lock().expect("lease table poisoned");
+            for (key, before, after) in built.lease_changes {
+                if before != after {
+                    if let Some(l) = before
+                        && let Some(state) = table.leases.get_mut(&l)
+                    {
+                        state.keys.remove(&key);
+                    }
+                    if let Some(l) = after
+                        && let Some(state) = table.leases.get_mut(&l)
+                    {
+                        state.keys.insert(key);
+                    }
+                }
+            }
+        }
+        Ok(Some(Arc::new(Entry {
+            revision: rev,
+            time: UNIX_EPOCH + Duration::from_nanos(time),
+            events: built.events,
+        })))
+    }
+
+    /// Per-prefix retention: drops versions of `key` beyond its prefix's limit, but only those
+    /// whose successor is durable, so a reader at the durable revision never needs a pruned one.
+    fn prune_versions(
+        &self,
+        key: &[u8],
+        new_rev: u64,
+        batch: &mut sled::Batch,
+        raised: &mut Vec<(Vec<u8>, u64)>,
+    ) -> Result<()> {
+        let Some(rule) = self.shared.retention_for(key) else {
+            return Ok(());
+        };
+        if self.shared.snapshots.load(Ordering::SeqCst) > 0 {
+            return Ok(());
+        }
+        let durable = self.shared.durable();
+        let mut revs = vec![new_rev];
+        for item in self
+            .tree()
+            .range(hist_key_start(key)..hist_key_end(key))
+            .keys()
+            .rev()
+        {
+            revs.push(keys::hist_key_rev(&item.map_err(read::sled_err)?));
+        }
+        let keep = rule.max_versions.max(1) as usize;
+        let mut mark = 0;
+        for i in keep..revs.len() {
+            let successor = revs[i - 1];
+            if successor <= durable {
+                batch.remove(hist_key(key, revs[i]));
+                mark = mark.max(successor);
+            }
+        }
+        if mark > 0 {
+            raised.push((rule.prefix.clone(), mark));
+        }
+        Ok(())
+    }
+
+    fn txn(&mut self, txn: Txn) -> Result<(TxnResponse, Option<Arc<Entry>>)> {
+        let mut succeeded = true;
+        for compare in &txn.compare {
+            if !self.compare(compare)? {
+                succeeded = false;
+                break;
+            }
+        }
+        let ops = if succeeded { txn.success } else { txn.failure };
+        {
+            let table = self.shared.leases.lock().expect("lease table poisoned");
+            for op in &ops {
+                if let Op::Put {
+                    lease: Some(id), ..
+                } = op
+                    && !table.leases.contains_key(&id.0)
+                {
+                    return Err(Error::LeaseNotFound(*id));
+                }
+            }
+        }
+        let rev = self.next_rev;
+        let time = now_nanos().max(self.last_time);
+        let mut built = self.build(ops, rev, time, sled::Batch::default())?;
+        let wrote = !built.log_keys.is_empty();
+        let revision = Revision(if wrote { rev } else { rev - 1 });
+        let responses = std::mem::take(&mut built.responses)
+            .into_iter()
+            .map(|mut response| {
+                if let OpResponse::Range(r) = &mut response {
+                    r.revision = revision;
+                }
+                response
+            })
+            .collect();
+        let entry = self.commit(built, rev, time, false)?;
+        Ok((
+            TxnResponse {
+                succeeded,
+                revision,
+                responses,
+            },
+            entry,
+        ))
+    }
+
+    fn grant(&mut self, ttl: Duration) -> Result<Lease> {
+        let id = self.lease_next;
+        let mut batch = sled::Batch::default();
+        batch.insert(lease_key(id), &(ttl.as_millis() as u64).to_be_bytes()[..]);
+        batch.insert(keys::META_LEASE_NEXT, &(id + 1).to_be_bytes()[..]);
+        self.apply(batch)?;
+        self.lease_next = id + 1;
+        self.shared
+            .leases
+            .lock()
+            .expect("lease table poisoned")
+            .leases
+            .insert(
+                id,
+                LeaseState {
+                    ttl,
+                    deadline: Instant::now() + ttl,
+                    keys: BTreeSet::new(),
+                },
+            );
+        self.shared.wake_maintenance();
+        Ok(Lease {
+            id: LeaseId(id),
+            ttl,
+            remaining: ttl,
+        })
+    }
+
+    fn revoke(
+        &mut self,
+        id: LeaseId,
+        expired_only: bool,
+    ) -> Result<(Revision, Option<Arc<Entry>>)> {
+        let keys = {
+            let table = self.shared.leases.lock().expect("lease table poisoned");
+            let Some(state) = table.leases.get(&id.0) else {
+                return Err(Error::LeaseNotFound(id));
+            };
+            if expired_only && state.deadline > Instant::now() {
+                return Ok((Revision(self.next_rev - 1), None));
+            }
+            state.keys.clone()
+        };
+        let mut batch = sled::Batch::default();
+        batch.remove(lease_key(id.0));
+        let mut ops = Vec::new();
+        for key in keys {
+            batch.remove(attach_key(id.0, &key));
+            // Only keys still attached to this lease (the table says so; check the log too).
+            if let Some((_, rec)) = read::version_at(self.tree(), &key, u64::MAX)?
+                && rec.lease == Some(id.0)
+                && !rec.is_tombstone()
+            {
+                ops.push(Op::Delete {
+                    range: KeyRange::key(key),
+                    prev_kv: false,
+                });
+            }
+        }
+        let rev = self.next_rev;
+        let time = now_nanos().max(self.last_time);
+        let built = self.build(ops, rev, time, batch)?;
+        let entry = self.commit(built, rev, time, true)?;
+        self.shared
+            .leases
+            .lock()
+            .expect("lease table poisoned")
+            .leases
+            .remove(&id.0);
+        let revision = if entry.is_some() { rev } else { rev - 1 };
+        Ok((Revision(revision), entry))
+    }
+}
+
+/// The flusher thread: group commit. Each round takes everything applied since the last flush,
+/// flushes once, then publishes and acknowledges.
+pub(crate) fn run_flusher(shared: Arc<Shared>, applied: std::sync::mpsc::Receiver<Applied>) {
+    // Entries applied but not yet known durable (a failed flush leaves them here; a later
+    // successful flush covers them, since sled flushes everything written before it).
+    let mut unpublished: Vec<Arc<Entry>> = Vec::new();
+    while let Ok(first) = applied.recv() {
+        let mut group = vec![first];
+        while let Ok(more) = applied.try_recv() {
+            group.push(more);
+        }
+        let last_rev = group.last().map(|a| a.rev).unwrap_or(0);
+        unpublished.extend(group.iter().filter_map(|a| a.entry.clone()));
+        match shared.db.flush() {
+            Ok(_) => {
+                shared.publish(std::mem::take(&mut unpublished), last_rev);
+                shared.stats.flushes.fetch_add(1, Ordering::Relaxed);
+                shared
+                    .stats
+                    .commits
+                    .fetch_add(group.len() as u64, Ordering::Relaxed);
+                for a in group {
+                    a.ack.succeed();
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "flush failed; the writes waiting for it are not acknowledged");
+                for a in group {
+                    a.ack.fail(read::sled_err(e.clone()));
+                }
+            }
+        }
+    }
+}
