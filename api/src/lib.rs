@@ -4,6 +4,7 @@
 //! Only this crate reads or writes the log; every other component goes through its HTTP API.
 
 pub mod auth;
+pub mod discovery;
 pub mod kubeconfig;
 pub mod tls;
 pub mod version;
