@@ -12,16 +12,19 @@
 //!   decoding through the k8s-openapi types.
 //! - [`selectors`], [`render`]: label/field selectors; JSON, YAML and Table responses.
 //! - [`server`]: the API server's state ([`server::ApiServer`]) and settings.
+//! - [`patch`]: JSON, merge and strategic merge patches, server-side apply and managedFields.
+//! - [`defaults`], [`validation`]: Kubernetes' defaulting and validation of the served kinds.
+//! - [`discovery`], [`openapi`], [`table`]: discovery documents, OpenAPI v3, server-side tables.
 //! - [`auth`], [`tls`], [`kubeconfig`], [`version`]: tokens, certificates, the admin kubeconfig,
 //!   `/version` and health.
 
 pub mod admission;
-pub mod discovery;
-pub mod patch;
 pub mod auth;
+pub mod discovery;
 pub mod error;
 pub mod handlers;
 pub mod kubeconfig;
+pub mod patch;
 pub mod registry;
 pub mod render;
 pub mod routes;
