@@ -240,8 +240,8 @@ fn split_term(term: &str) -> Option<(&str, Operator, &str)> {
             ("==", Operator::Equals),
             ("=", Operator::Equals),
         ] {
-            if rest.starts_with(op) {
-                return Some((&term[..i], kind, &rest[op.len()..]));
+            if let Some(value) = rest.strip_prefix(op) {
+                return Some((&term[..i], kind, value));
             }
         }
     }
@@ -288,7 +288,7 @@ enum Source {
     /// `status.podIPs[0].ip`, else `status.podIP`.
     PodIp,
     /// `source.component`, else `reportingComponent`.
-    EventSource,
+    EventOrigin,
 }
 
 type FieldTable = &'static [(&'static str, Source)];
@@ -361,7 +361,7 @@ const EVENT: FieldTable = &[
         "reportingComponent",
         Source::Path(&["reportingComponent"], ""),
     ),
-    ("source", Source::EventSource),
+    ("source", Source::EventOrigin),
     ("type", Source::Path(&["type"], "")),
 ];
 
@@ -434,7 +434,7 @@ pub fn field_value(resource: &ResourceInfo, obj: &Value, field: &str) -> Option<
             .and_then(scalar_text)
             .or_else(|| text(&["status", "podIP"]))
             .unwrap_or_default(),
-        Source::EventSource => text(&["source", "component"])
+        Source::EventOrigin => text(&["source", "component"])
             .filter(|s| !s.is_empty())
             .or_else(|| text(&["reportingComponent"]))
             .unwrap_or_default(),
