@@ -282,6 +282,104 @@ pub fn server_side_apply(
     }
     restrict_to_scope(&mut config, resource, options.subresource);
 
+    let result = match apply_config(resource, live, &config, options, options.force) {
+        Err(Error::Conflict(conflicts)) if options.field_manager == KUBECTL => {
+            // kubectl moving from client-side to server-side apply: conflicts on fields whose
+            // live value is still what the last client-side apply set are taken over.
+            let allowed = live
+                .map(|l| allowed_by_last_applied(resource, l))
+                .unwrap_or_default();
+            let remaining: Vec<Conflict> = conflicts
+                .0
+                .into_iter()
+                .filter(|c| !allowed.contains(&c.path))
+                .collect();
+            if remaining.is_empty() {
+                apply_config(resource, live, &config, options, true)
+            } else {
+                Err(Error::Conflict(Conflicts(remaining)))
+            }
+        }
+        other => other,
+    };
+    let mut merged = result?;
+    if options.field_manager == KUBECTL {
+        update_last_applied(&mut merged, &config);
+    }
+    Ok(merged)
+}
+
+/// The manager name kubectl applies with, which Kubernetes treats specially for the
+/// last-applied annotation.
+const KUBECTL: &str = "kubectl";
+
+/// The annotation client-side apply keeps its last configuration in.
+pub const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+fn last_applied(obj: &Value) -> Option<&str> {
+    obj.pointer("/metadata/annotations")
+        .and_then(|a| a.get(LAST_APPLIED_ANNOTATION))
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+}
+
+/// The fields of the last client-side applied configuration whose live values are unchanged
+/// (`lastAppliedManager.allowedConflictsFromLastApplied`).
+fn allowed_by_last_applied(resource: &ResourceInfo, live: &Value) -> FieldSet {
+    let Some(text) = last_applied(live) else {
+        return FieldSet::new();
+    };
+    let Ok(last) = serde_json::from_str::<Value>(text) else {
+        return FieldSet::new();
+    };
+    if last.get("apiVersion").and_then(Value::as_str) != Some(&resource.api_version()) {
+        return FieldSet::new();
+    }
+    let root = root_field(resource);
+    let Ok(set) = to_field_set(&last, &root) else {
+        return FieldSet::new();
+    };
+    let cmp = compare(&last, live, &root);
+    set.difference(&cmp.modified)
+        .difference(&cmp.added)
+        .difference(&cmp.removed)
+}
+
+/// After an apply by kubectl, an existing last-applied annotation is rewritten to the applied
+/// configuration so that a later client-side apply computes the right patch
+/// (`lastAppliedUpdater`).
+fn update_last_applied(obj: &mut Value, config: &Value) {
+    if last_applied(obj).is_none() {
+        return;
+    }
+    let mut cfg = config.clone();
+    if let Some(ann) = cfg
+        .pointer_mut("/metadata/annotations")
+        .and_then(Value::as_object_mut)
+    {
+        ann.remove(LAST_APPLIED_ANNOTATION);
+        if ann.is_empty()
+            && let Some(meta) = cfg.get_mut("metadata").and_then(Value::as_object_mut)
+        {
+            meta.remove("annotations");
+        }
+    }
+    if let Some(ann) = obj
+        .pointer_mut("/metadata/annotations")
+        .and_then(Value::as_object_mut)
+    {
+        ann.insert(LAST_APPLIED_ANNOTATION.into(), cfg.to_string().into());
+    }
+}
+
+/// One apply of an already decoded and scoped configuration.
+fn apply_config(
+    resource: &ResourceInfo,
+    live: Option<&Value>,
+    config: &Value,
+    options: &Options<'_>,
+    force: bool,
+) -> Result<Value> {
     let root = root_field(resource);
     let live_obj = live
         .map(|l| {
@@ -315,7 +413,7 @@ pub fn server_side_apply(
         });
     }
 
-    let applied = to_field_set(&config, &root).map_err(Error::Unprocessable)?;
+    let applied = to_field_set(config, &root).map_err(Error::Unprocessable)?;
     let applied = scope(applied, resource, options.subresource);
     let mut me = Entry {
         manager: options.field_manager.to_string(),
@@ -331,7 +429,7 @@ pub fn server_side_apply(
         .map(|i| entries.remove(i));
     let mut others = entries;
 
-    let mut merged = merge(&live_obj, &config, &root);
+    let mut merged = merge(&live_obj, config, &root);
     if let Some(prev) = &previous {
         let owned = others
             .iter()
@@ -356,7 +454,7 @@ pub fn server_side_apply(
             });
         }
     }
-    if !options.force && !conflicts.is_empty() {
+    if !force && !conflicts.is_empty() {
         return Err(Error::Conflict(Conflicts(conflicts)));
     }
     for e in &mut others {
@@ -717,6 +815,136 @@ mod tests {
                 {"name": "web", "image": "new", "args": ["x"]},
                 {"name": "extra", "image": "e"}
             ])
+        );
+    }
+
+    fn csa_config(image: &str) -> Value {
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "d1", "namespace": "default"},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+                     "template": {"metadata": {"labels": {"app": "web"}},
+                                  "spec": {"containers": [{"name": "web", "image": image}]}}}
+        })
+    }
+
+    /// The object `kubectl apply` (client-side) creates: the config plus its last-applied
+    /// annotation.
+    fn csa_created(image: &str) -> Value {
+        let cfg = csa_config(image);
+        let mut obj = cfg.clone();
+        obj["metadata"]["annotations"] = json!({LAST_APPLIED_ANNOTATION: cfg.to_string()});
+        obj
+    }
+
+    #[test]
+    fn kubectl_migration_from_client_side_apply_via_managed_fields() {
+        // 1. `kubectl apply` (client-side) created the object.
+        let created_obj = created(managed::record_update(
+            deploy(),
+            None,
+            csa_created("nginx:1.27"),
+            &at("kubectl-client-side-apply", "2026-11-30T10:00:00Z"),
+        ));
+        let entries = managed::decode(&created_obj).unwrap();
+        assert_eq!(entries[0].manager, "kubectl-client-side-apply");
+        // 2. `kubectl apply --server-side` first rewrites the managers with a JSON patch.
+        let mut upgraded = created_obj["metadata"]["managedFields"].clone();
+        upgraded[0]["manager"] = json!("kubectl");
+        upgraded[0]["operation"] = json!("Apply");
+        let body = serde_json::to_vec(&json!([
+            {"op": "replace", "path": "/metadata/managedFields", "value": upgraded},
+            {"op": "replace", "path": "/metadata/resourceVersion", "value": "5"}
+        ]))
+        .unwrap();
+        let migrated = crate::patch::apply(
+            deploy(),
+            &created_obj,
+            PatchType::Json,
+            &body,
+            &at("kubectl", "2026-11-30T10:01:00Z"),
+        )
+        .unwrap();
+        let entries = managed::decode(&migrated).unwrap();
+        assert_eq!(entries.len(), 1);
+        assert_eq!(
+            (entries[0].manager.as_str(), entries[0].operation),
+            ("kubectl", Operation::Apply)
+        );
+        // 3. The server-side apply then owns what client-side apply owned: no conflict.
+        let body = serde_json::to_vec(&csa_config("nginx:1.28")).unwrap();
+        let out = server_side_apply(
+            deploy(),
+            Some(&migrated),
+            &body,
+            &at("kubectl", "2026-11-30T10:02:00Z"),
+        )
+        .unwrap();
+        assert_eq!(
+            out["spec"]["template"]["spec"]["containers"][0]["image"],
+            "nginx:1.28"
+        );
+        // kubectl now owns the annotation client-side apply set and no longer applies it, so
+        // it is pruned like any other field that stopped being applied.
+        assert!(out["metadata"].get("annotations").is_none(), "{out}");
+    }
+
+    #[test]
+    fn kubectl_migration_from_the_last_applied_annotation_alone() {
+        // An untracked object that only carries the last-applied annotation.
+        let live = created(csa_created("nginx:1.27"));
+        let last = live["metadata"]["annotations"][LAST_APPLIED_ANNOTATION]
+            .as_str()
+            .unwrap()
+            .to_string();
+        // kubectl first applies the last-applied configuration as `kubectl-last-applied`.
+        let step1 = server_side_apply(
+            deploy(),
+            Some(&live),
+            last.as_bytes(),
+            &at("kubectl-last-applied", "2026-11-30T10:00:00Z"),
+        )
+        .unwrap();
+        // Then applies the new configuration as `kubectl`: the image conflicts with the
+        // other two managers, but its live value is the last-applied one, so it is taken.
+        let out = server_side_apply(
+            deploy(),
+            Some(&step1),
+            &serde_json::to_vec(&csa_config("nginx:1.28")).unwrap(),
+            &at("kubectl", "2026-11-30T10:01:00Z"),
+        )
+        .unwrap();
+        assert_eq!(
+            out["spec"]["template"]["spec"]["containers"][0]["image"],
+            "nginx:1.28"
+        );
+        // The annotation (owned by before-first-apply) now holds the applied configuration.
+        let last: Value = serde_json::from_str(
+            out["metadata"]["annotations"][LAST_APPLIED_ANNOTATION]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(last, csa_config("nginx:1.28"));
+        // A field someone changed since the last client-side apply still conflicts.
+        let mut drifted = step1.clone();
+        drifted["spec"]["replicas"] = json!(7);
+        let drifted = managed::record_update(
+            deploy(),
+            Some(&step1),
+            drifted,
+            &at("kubectl-scale", "2026-11-30T10:02:00Z"),
+        );
+        let e = server_side_apply(
+            deploy(),
+            Some(&drifted),
+            &serde_json::to_vec(&csa_config("nginx:1.28")).unwrap(),
+            &at("kubectl", "2026-11-30T10:03:00Z"),
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "Apply failed with 1 conflict: conflict with \"kubectl-scale\" using apps/v1: .spec.replicas"
         );
     }
 
