@@ -418,7 +418,7 @@ fn apply_config(
     let mut me = Entry {
         manager: options.field_manager.to_string(),
         operation: Operation::Apply,
-        api_version: api_version_of(&config, resource),
+        api_version: api_version_of(config, resource),
         subresource: options.subresource.map(str::to_string),
         time: Some(format_time(options.now)),
         fields: applied.clone(),
