@@ -12,6 +12,7 @@ use std::str::FromStr;
 use serde_json::Value;
 
 use crate::resources::ResourceInfo;
+use crate::status::ApiError;
 
 /// Why a field selector was rejected; the Display is Kubernetes' message for the 400.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -37,6 +38,19 @@ pub enum Error {
 
 /// `pub type Result` of this module.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl From<&Error> for ApiError {
+    /// A bad or unsupported `fieldSelector` is a 400 BadRequest with the error as its message.
+    fn from(e: &Error) -> ApiError {
+        ApiError::bad_request(e.to_string())
+    }
+}
+
+impl From<Error> for ApiError {
+    fn from(e: Error) -> ApiError {
+        ApiError::from(&e)
+    }
+}
 
 /// The operator of a term.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -501,6 +515,15 @@ mod tests {
                 .unwrap_err()
                 .to_string(),
             "field label not supported: spec.nodeName"
+        );
+    }
+
+    #[test]
+    fn errors_become_bad_requests() {
+        let e = ApiError::from(parse_for(kind("", "Pod"), "spec.foo=x").unwrap_err());
+        assert_eq!(
+            (e.code(), e.message()),
+            (400, "field label not supported: spec.foo")
         );
     }
 
