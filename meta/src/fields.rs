@@ -12,6 +12,7 @@ use std::str::FromStr;
 use serde_json::Value;
 
 use crate::resources::ResourceInfo;
+use crate::status::ApiError;
 
 /// Why a field selector was rejected; the Display is Kubernetes' message for the 400.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -37,6 +38,19 @@ pub enum Error {
 
 /// `pub type Result` of this module.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl From<&Error> for ApiError {
+    /// A bad or unsupported `fieldSelector` is a 400 BadRequest with the error as its message.
+    fn from(e: &Error) -> ApiError {
+        ApiError::bad_request(e.to_string())
+    }
+}
+
+impl From<Error> for ApiError {
+    fn from(e: Error) -> ApiError {
+        ApiError::from(&e)
+    }
+}
 
 /// The operator of a term.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -240,8 +254,8 @@ fn split_term(term: &str) -> Option<(&str, Operator, &str)> {
             ("==", Operator::Equals),
             ("=", Operator::Equals),
         ] {
-            if rest.starts_with(op) {
-                return Some((&term[..i], kind, &rest[op.len()..]));
+            if let Some(value) = rest.strip_prefix(op) {
+                return Some((&term[..i], kind, value));
             }
         }
     }
@@ -288,7 +302,7 @@ enum Source {
     /// `status.podIPs[0].ip`, else `status.podIP`.
     PodIp,
     /// `source.component`, else `reportingComponent`.
-    EventSource,
+    EventOrigin,
 }
 
 type FieldTable = &'static [(&'static str, Source)];
@@ -361,7 +375,7 @@ const EVENT: FieldTable = &[
         "reportingComponent",
         Source::Path(&["reportingComponent"], ""),
     ),
-    ("source", Source::EventSource),
+    ("source", Source::EventOrigin),
     ("type", Source::Path(&["type"], "")),
 ];
 
@@ -434,7 +448,7 @@ pub fn field_value(resource: &ResourceInfo, obj: &Value, field: &str) -> Option<
             .and_then(scalar_text)
             .or_else(|| text(&["status", "podIP"]))
             .unwrap_or_default(),
-        Source::EventSource => text(&["source", "component"])
+        Source::EventOrigin => text(&["source", "component"])
             .filter(|s| !s.is_empty())
             .or_else(|| text(&["reportingComponent"]))
             .unwrap_or_default(),
@@ -501,6 +515,15 @@ mod tests {
                 .unwrap_err()
                 .to_string(),
             "field label not supported: spec.nodeName"
+        );
+    }
+
+    #[test]
+    fn errors_become_bad_requests() {
+        let e = ApiError::from(parse_for(kind("", "Pod"), "spec.foo=x").unwrap_err());
+        assert_eq!(
+            (e.code(), e.message()),
+            (400, "field label not supported: spec.foo")
         );
     }
 

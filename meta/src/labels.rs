@@ -17,7 +17,7 @@ use std::str::FromStr;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
-use crate::status::{FieldError, FieldPath, aggregate_field_errors, quote};
+use crate::status::{ApiError, FieldError, FieldPath, aggregate_field_errors, quote};
 
 /// Why a selector could not be parsed or built. The Display is the message Kubernetes puts in
 /// the 400 BadRequest it answers a bad `labelSelector` with.
@@ -39,6 +39,19 @@ pub enum Error {
 
 /// `pub type Result` of this module.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl From<&Error> for ApiError {
+    /// A bad `labelSelector` is a 400 BadRequest with the parse error as its message.
+    fn from(e: &Error) -> ApiError {
+        ApiError::bad_request(e.to_string())
+    }
+}
+
+impl From<Error> for ApiError {
+    fn from(e: Error) -> ApiError {
+        ApiError::from(&e)
+    }
+}
 
 /// The operator of a requirement (`selection.Operator`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -987,6 +1000,16 @@ mod tests {
         for (input, want) in cases {
             assert_eq!(parse(input).unwrap_err().to_string(), want, "{input}");
         }
+    }
+
+    #[test]
+    fn errors_become_bad_requests() {
+        let e = ApiError::from(parse("x in").unwrap_err());
+        assert_eq!(e.code(), 400);
+        assert_eq!(
+            e.message(),
+            "unable to parse requirement: found '' expected: '('"
+        );
     }
 
     #[test]
