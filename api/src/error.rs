@@ -107,6 +107,9 @@ pub enum Error {
     /// The server cannot serve the request now (for example while shutting down).
     #[error("{0}")]
     Unavailable(String),
+    /// A `Status` built elsewhere (patches, selectors), passed through as it is.
+    #[error("{0}")]
+    Api(#[from] skiff_meta::status::ApiError),
 }
 
 /// Kubernetes' `utilerrors.Aggregate` wording: one error as it is, several in brackets.
@@ -214,6 +217,9 @@ impl Error {
             Error::TooLargeResourceVersion { .. } => StatusCode::GATEWAY_TIMEOUT,
             Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Error::Api(e) => {
+                StatusCode::from_u16(e.code()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+            }
         }
     }
 
@@ -235,11 +241,15 @@ impl Error {
             Error::TooLargeResourceVersion { .. } => "Timeout",
             Error::Internal(_) => "InternalError",
             Error::Unavailable(_) => "ServiceUnavailable",
+            Error::Api(_) => "",
         }
     }
 
     /// The `metav1.Status` body for this error.
     pub fn to_status(&self) -> Value {
+        if let Error::Api(e) = self {
+            return e.to_json();
+        }
         let mut status = json!({
             "kind": "Status",
             "apiVersion": "v1",

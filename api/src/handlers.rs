@@ -676,7 +676,9 @@ async fn create(
     let (mut object, warnings) = decode_typed(info, &object, validation)?;
     strategy::prepare_for_create(info, &mut object);
     server.default_object(info, &mut object);
-    server.record_manager(info, &mut object, None, &request.query, "Update");
+    let manager = field_manager(request, false);
+    let object = crate::patch::record_update(info, None, object, &crate::patch::Options::new(&manager));
+    let mut object = object;
     let name = namespace_and_name(&object).1.to_string();
     server
         .admission
@@ -744,13 +746,19 @@ async fn admit_update(
     subresource: Option<&str>,
     mut new: Value,
     current: &Value,
+    record: bool,
 ) -> Result<Update> {
     match subresource {
         Some("status") => strategy::prepare_for_status_update(&mut new, current),
         _ => strategy::prepare_for_update(info, &mut new, current),
     }
     server.default_object(info, &mut new);
-    server.record_manager(info, &mut new, Some(current), &request.query, "Update");
+    if record {
+        let manager = field_manager(request, false);
+        let mut options = crate::patch::Options::new(&manager);
+        options.subresource = subresource;
+        new = crate::patch::record_update(info, Some(current), new, &options);
+    }
     server
         .admission
         .admit(
@@ -828,7 +836,8 @@ async fn update(
         .update(info, ns, name, expected, dry, |current| {
             let object = object.clone();
             async move {
-                admit_update(server, request, info, ns, name, subresource, object, &current).await
+                admit_update(server, request, info, ns, name, subresource, object, &current, true)
+                    .await
             }
         })
         .await;
@@ -853,27 +862,23 @@ async fn patch(
         .get(http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    let patch_type = crate::patch::PatchType::from_content_type(content_type).map_err(|_| {
-        Error::UnsupportedMediaType(format!(
-            "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got {content_type:?})"
-        ))
-    })?;
+    let patch_type = crate::patch::PatchType::from_content_type(content_type)
+        .map_err(|e| Error::Api(e.into()))?;
     let validation = field_validation(&request.query)?;
     let dry = dry_run(&request.query)?;
     let force = request.query.flag("force");
-    let manager = request.query.get("fieldManager").map(str::to_string);
+    let manager = field_manager(request, patch_type == crate::patch::PatchType::Apply);
+    let mut options = crate::patch::Options::new(&manager);
+    options.force = force;
+    options.subresource = subresource;
+    crate::patch::validate_options(patch_type, &options).map_err(|e| Error::Api(e.into()))?;
     let is_apply = patch_type == crate::patch::PatchType::Apply;
-    if is_apply && manager.as_deref().is_none_or(str::is_empty) {
-        return Err(Error::BadRequest(
-            "PATCH requests with apply content type (application/apply-patch+yaml) must have a fieldManager query parameter".into(),
-        ));
-    }
 
     // Server-side apply of an object that does not exist yet creates it.
     if is_apply {
         match server.registry.get(info, ns, name, None).await {
             Err(Error::NotFound { .. }) => {
-                return apply_create(server, request, info, ns, name, format).await;
+                return apply_create(server, request, info, ns, name, &options, format).await;
             }
             Err(e) => return Err(e),
             Ok(_) => {}
@@ -884,13 +889,12 @@ async fn patch(
     let outcome = server
         .registry
         .update(info, ns, name, None, dry, |current| {
-            let manager = manager.clone();
             let warnings = &warnings;
+            let options = &options;
             async move {
-                let options = crate::patch::Options { manager, force };
                 let patched =
-                    crate::patch::apply(info, &current, patch_type, &request.body, &options)
-                        .map_err(|e| server.patch_error(info, name, e))?;
+                    crate::patch::apply(info, &current, patch_type, &request.body, options)
+                        .map_err(|e| Error::Api(e.to_api_error(info, name)))?;
                 let mut patched = patched;
                 if let Some(rv) = precondition(&patched)?
                     && Some(rv) != resource_version(&current)
@@ -905,7 +909,8 @@ async fn patch(
                 }
                 let (patched, w) = decode_typed(info, &patched, validation)?;
                 *warnings.lock().unwrap_or_else(|e| e.into_inner()) = w;
-                admit_update(server, request, info, ns, name, subresource, patched, &current).await
+                admit_update(server, request, info, ns, name, subresource, patched, &current, false)
+                    .await
             }
         })
         .await;
@@ -921,23 +926,11 @@ async fn apply_create(
     info: &'static ResourceInfo,
     ns: Option<&str>,
     name: &str,
+    options: &crate::patch::Options<'_>,
     format: render::Format,
 ) -> Result<Response> {
-    let mut object = parse_body(&Request {
-        method: request.method.clone(),
-        path: request.path.clone(),
-        query: request.query.clone(),
-        headers: {
-            let mut h = request.headers.clone();
-            h.insert(
-                http::header::CONTENT_TYPE,
-                http::HeaderValue::from_static("application/yaml"),
-            );
-            h
-        },
-        body: request.body.clone(),
-        user: request.user.clone(),
-    })?;
+    let mut object = crate::patch::server_side_apply(info, None, &request.body, options)
+        .map_err(|e| Error::Api(e.to_api_error(info, name)))?;
     check_kind(&mut object, info)?;
     check_namespace(&mut object, info, ns)?;
     let body_name = namespace_and_name(&object).1.to_string();
@@ -948,10 +941,8 @@ async fn apply_create(
     }
     let validation = field_validation(&request.query)?;
     let (mut object, warnings) = decode_typed(info, &object, validation)?;
-    let applied = object.clone();
     strategy::prepare_for_create(info, &mut object);
     server.default_object(info, &mut object);
-    crate::patch::record_apply(&mut object, &applied, request.query.get("fieldManager").unwrap_or(""));
     server
         .admission
         .admit(
@@ -987,6 +978,25 @@ async fn apply_create(
             Err(e)
         }
     }
+}
+
+/// The field manager of a write: the `fieldManager` parameter, else (for everything but an
+/// apply) the client's name from its User-Agent, as Kubernetes derives it.
+fn field_manager(request: &Request, apply: bool) -> String {
+    if let Some(manager) = request.query.get("fieldManager") {
+        return manager.to_string();
+    }
+    if apply {
+        return String::new();
+    }
+    request
+        .headers
+        .get(http::header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|ua| ua.split('/').next())
+        .filter(|s| !s.is_empty())
+        .map(|s| s.chars().take(128).collect())
+        .unwrap_or_else(|| "unknown".to_string())
 }
 
 /// Delete options from the body (a `DeleteOptions`) or the query.
@@ -1370,15 +1380,20 @@ async fn scale(
                     .and_then(|v| v.to_str().ok())
                     .unwrap_or("");
                 let patch_type = crate::patch::PatchType::from_content_type(content_type)
-                    .map_err(|_| {
-                        Error::UnsupportedMediaType(format!(
-                            "unsupported patch content type {content_type:?}"
-                        ))
-                    })?;
-                let scales = skiff_meta::resources::lookup(info.group, info.version, info.plural)
-                    .expect("the resource is served");
-                crate::patch::apply(scales, &scale, patch_type, &request.body, &Default::default())
-                    .map_err(|e| server.patch_error(info, name, e))?
+                    .map_err(|e| Error::Api(e.into()))?;
+                // A Scale has no lists, so a strategic merge patch is a merge patch.
+                match patch_type {
+                    crate::patch::PatchType::Json => crate::patch::json_patch(&scale, &request.body),
+                    crate::patch::PatchType::Merge | crate::patch::PatchType::StrategicMerge => {
+                        crate::patch::merge_patch(&scale, &request.body)
+                    }
+                    crate::patch::PatchType::Apply => {
+                        return Err(Error::UnsupportedMediaType(
+                            "server-side apply is not served on the scale subresource".into(),
+                        ));
+                    }
+                }
+                .map_err(|e| Error::Api(e.to_api_error(info, name)))?
             };
             let new_scale = typed::decode_scale(&new_scale).map_err(|e| {
                 Error::BadRequest(format!("Scale in version \"v1\" cannot be handled as a Scale: {e}"))
@@ -1403,7 +1418,7 @@ async fn scale(
             }
             let mut new = current.clone();
             new["spec"]["replicas"] = json!(replicas);
-            admit_update(server, request, info, ns, name, None, new, &current).await
+            admit_update(server, request, info, ns, name, None, new, &current, true).await
         })
         .await?;
     Ok(json_response(StatusCode::OK, &to_scale(&outcome.into_object())))

@@ -42,6 +42,13 @@ impl Default for Config {
     }
 }
 
+/// Key prefixes that churn (node Leases renew every 10 s; Events count up) and how many versions
+/// of each of their keys the log keeps, so they do not swamp the history of everything else.
+pub const HIGH_CHURN_PREFIXES: &[(&str, u64)] = &[
+    ("/registry/coordination.k8s.io/leases/", 5),
+    ("/registry/core/events/", 5),
+];
+
 /// How long one Events lease is handed out before a new one is granted; every Event lives at
 /// least `event_ttl` and at most `event_ttl` plus this.
 const EVENT_LEASE_REUSE: Duration = Duration::from_secs(60);
@@ -146,19 +153,6 @@ impl ApiServer {
         ))
     }
 
-    /// Records the writer in `metadata.managedFields` (`fieldManager`, or the client's name).
-    pub fn record_manager(
-        &self,
-        _info: &ResourceInfo,
-        object: &mut Value,
-        old: Option<&Value>,
-        query: &crate::handlers::Query,
-        operation: &str,
-    ) {
-        let manager = query.get("fieldManager").unwrap_or("unknown");
-        crate::patch::record_update(object, old, manager, operation);
-    }
-
     /// The lease a new object of `info` is attached to: Events expire, nothing else does.
     pub async fn lease_for(&self, info: &ResourceInfo) -> Result<Option<LeaseId>> {
         if info.kind != "Event" {
@@ -180,11 +174,6 @@ impl ApiServer {
         *self.event_lease.lock().unwrap_or_else(|e| e.into_inner()) =
             Some((lease.id, Instant::now()));
         Ok(Some(lease.id))
-    }
-
-    /// Maps a patch failure to the API error Kubernetes gives for it.
-    pub fn patch_error(&self, info: &ResourceInfo, name: &str, e: crate::patch::Error) -> Error {
-        crate::patch::to_api_error(info, name, e)
     }
 
     /// `pods/{name}/log`: served by the pod's node's kubelet.

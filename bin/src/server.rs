@@ -41,13 +41,17 @@ pub struct ServerArgs {
     #[arg(long, default_value = "1h", value_parser = parse_duration, env = "SKIFF_EVENT_TTL")]
     pub event_ttl: Duration,
 
-    /// Keep at least this many revisions of history.
-    #[arg(long, default_value_t = skiff_store::Retention::default().keep_revisions, env = "SKIFF_HISTORY_REVISIONS")]
+    /// Keep at most this many revisions of history (older ones are compacted away).
+    #[arg(long, default_value_t = 100_000, env = "SKIFF_HISTORY_REVISIONS")]
     pub history_revisions: u64,
 
-    /// Keep history at least this long (e.g. `24h`).
+    /// Keep history at most this long (e.g. `24h`).
     #[arg(long, default_value = "24h", value_parser = parse_duration, env = "SKIFF_HISTORY_AGE")]
     pub history_age: Duration,
+
+    /// How often the history retention policy runs.
+    #[arg(long, default_value = "10s", value_parser = parse_duration, env = "SKIFF_COMPACT_INTERVAL")]
+    pub compact_interval: Duration,
 }
 
 /// What runs in this process.
@@ -90,10 +94,17 @@ pub async fn run(args: ServerArgs, mode: Mode) -> Result<()> {
 
     let store_config = skiff_store::Config {
         retention: skiff_store::Retention {
-            keep_revisions: args.history_revisions,
-            keep_duration: Some(args.history_age),
-            ..skiff_store::Retention::default()
+            max_revisions: Some(args.history_revisions),
+            max_age: Some(args.history_age),
+            interval: args.compact_interval,
         },
+        prefix_retention: skiff_api::server::HIGH_CHURN_PREFIXES
+            .iter()
+            .map(|(prefix, versions)| skiff_store::PrefixRetention {
+                prefix: prefix.as_bytes().to_vec(),
+                max_versions: *versions,
+            })
+            .collect(),
         ..skiff_store::Config::new(data_dir.join("db"))
     };
     let store = skiff_store::SledStore::open(store_config).map_err(|e| match e {
@@ -167,7 +178,12 @@ pub async fn run(args: ServerArgs, mode: Mode) -> Result<()> {
     servers.spawn(tls::serve(listener, tls_config, routes.clone(), shutdown.clone()));
     if let Some(listener) = insecure {
         tracing::warn!(address = %listener.local_addr()?, "serving plain HTTP without authentication on loopback");
-        servers.spawn(tls::serve_plain(listener, skiff_api::insecure_routes(api.clone()), shutdown.clone()));
+        let plain = tls::serve_plain(listener, skiff_api::insecure_routes(api.clone()), shutdown.clone());
+        servers.spawn(async move {
+            if let Err(e) = plain.await {
+                tracing::error!(error = %e, "the plain-HTTP debug listener failed");
+            }
+        });
     }
 
     tracing::info!(%server_url, "API server listening");
