@@ -307,6 +307,71 @@ pub(crate) fn kind_name(v: &Value) -> &'static str {
     }
 }
 
+/// A small deterministic generator of JSON documents for the property tests of this module
+/// (no extra dependency: a xorshift over fixed seeds).
+#[cfg(test)]
+pub(crate) mod testgen {
+    use serde_json::{Map, Value, json};
+
+    /// xorshift64*.
+    pub struct Rng(pub u64);
+
+    impl Rng {
+        pub fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+
+        pub fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+
+        pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+            &items[self.below(items.len() as u64) as usize]
+        }
+
+        fn scalar(&mut self) -> Value {
+            match self.below(4) {
+                0 => json!(self.below(3)),
+                1 => json!(self.below(2) == 0),
+                _ => json!(*self.pick(&["x", "y", ""])),
+            }
+        }
+
+        /// An object of scalars and objects, keys from a small alphabet.
+        pub fn object(&mut self, depth: u32) -> Value {
+            let mut m = Map::new();
+            for _ in 0..self.below(4) {
+                let k = self.pick(&["a", "b", "c", "d"]).to_string();
+                let v = if depth > 0 && self.below(3) == 0 {
+                    self.object(depth - 1)
+                } else {
+                    self.scalar()
+                };
+                m.insert(k, v);
+            }
+            Value::Object(m)
+        }
+
+        /// Like [`Rng::object`], with nulls.
+        pub fn patch(&mut self, depth: u32) -> Value {
+            let mut m = Map::new();
+            for _ in 0..self.below(4) {
+                let k = self.pick(&["a", "b", "c", "d"]).to_string();
+                let v = match self.below(4) {
+                    0 => Value::Null,
+                    1 if depth > 0 => self.patch(depth - 1),
+                    _ => self.scalar(),
+                };
+                m.insert(k, v);
+            }
+            Value::Object(m)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -948,6 +948,83 @@ mod tests {
         );
     }
 
+    fn random_config(rng: &mut crate::patch::testgen::Rng) -> Value {
+        let mut labels = Map::new();
+        for k in ["a", "b", "c"] {
+            if rng.below(2) == 0 {
+                labels.insert(k.into(), json!(*rng.pick(&["1", "2"])));
+            }
+        }
+        let mut containers = Vec::new();
+        for n in ["web", "side"] {
+            if rng.below(3) == 0 {
+                continue;
+            }
+            let mut c = json!({"name": n, "image": *rng.pick(&["i1", "i2"])});
+            if rng.below(2) == 0 {
+                c["env"] = json!([{"name": "E", "value": *rng.pick(&["x", "y"])}]);
+            }
+            containers.push(c);
+        }
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "d1", "namespace": "default", "labels": labels},
+            "spec": {"replicas": rng.below(4),
+                     "template": {"spec": {"containers": containers}}}
+        })
+    }
+
+    #[test]
+    fn apply_is_idempotent_owns_what_it_applies_and_prunes_the_rest() {
+        let mut rng = crate::patch::testgen::Rng(0x5eed_0000_0000_0003);
+        for case in 0..300 {
+            let c1 = random_config(&mut rng);
+            let c2 = random_config(&mut rng);
+            let b1 = serde_json::to_vec(&c1).unwrap();
+            let b2 = serde_json::to_vec(&c2).unwrap();
+            let t = at("kubectl", "2026-11-30T10:00:00Z");
+            let first = created(server_side_apply(deploy(), None, &b1, &t).unwrap());
+            let again = server_side_apply(
+                deploy(),
+                Some(&first),
+                &b1,
+                &at("kubectl", "2026-11-30T11:00:00Z"),
+            )
+            .unwrap();
+            assert_eq!(again, first, "case {case}: not idempotent");
+            let applied = scope(
+                to_field_set(&c1, &root_field(deploy())).unwrap(),
+                deploy(),
+                None,
+            );
+            assert_eq!(owned_by(&first, "kubectl"), applied, "case {case}");
+
+            let second = server_side_apply(deploy(), Some(&first), &b2, &t).unwrap();
+            // The object now carries exactly the second configuration's labels and
+            // containers: what only the first applied is gone.
+            assert_eq!(
+                second["metadata"]
+                    .get("labels")
+                    .cloned()
+                    .unwrap_or(json!({})),
+                c2["metadata"]["labels"],
+                "case {case}"
+            );
+            let names = |v: &Value| -> Vec<String> {
+                v.pointer("/spec/template/spec/containers")
+                    .and_then(Value::as_array)
+                    .map(|a| {
+                        a.iter()
+                            .map(|c| c["name"].as_str().unwrap().to_string())
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            };
+            assert_eq!(names(&second), names(&c2), "case {case}");
+            assert_eq!(second["spec"]["replicas"], c2["spec"]["replicas"]);
+        }
+    }
+
     #[test]
     fn bad_bodies() {
         let o = at("kubectl", "2026-11-30T10:00:00Z");

@@ -623,6 +623,51 @@ mod tests {
     }
 
     #[test]
+    fn without_lists_or_directives_it_is_a_json_merge_patch() {
+        let mut rng = crate::patch::testgen::Rng(0x5eed_1234_abcd_0001);
+        for case in 0..2000 {
+            let live = rng.object(3);
+            let patch = rng.patch(3);
+            let mut want = live.clone();
+            json_patch::merge(&mut want, &patch);
+            let got = apply_value(&live, patch.clone(), &schema::METADATA_ONLY).unwrap();
+            assert_eq!(got, want, "case {case}: live {live} patch {patch}");
+        }
+    }
+
+    #[test]
+    fn merging_lists_by_key_keeps_one_item_per_key() {
+        let mut rng = crate::patch::testgen::Rng(0x5eed_0000_0000_0002);
+        let names = ["a", "b", "c", "d"];
+        for case in 0..1000 {
+            let mut live_names: Vec<&str> = names.to_vec();
+            live_names.retain(|_| rng.below(2) == 0);
+            let mut patch_names: Vec<&str> = names.to_vec();
+            patch_names.retain(|_| rng.below(2) == 0);
+            let live = json!({"spec": {"containers": live_names.iter()
+                .map(|n| json!({"name": n, "image": "old", "tty": true})).collect::<Vec<_>>()}});
+            let patch = json!({"spec": {"containers": patch_names.iter()
+                .map(|n| json!({"name": n, "image": "new"})).collect::<Vec<_>>()}});
+            let out = smp("Pod", live, patch.clone()).unwrap();
+            let got = out["spec"]["containers"].as_array().unwrap();
+            let mut want: Vec<&str> = live_names.clone();
+            want.extend(patch_names.iter().filter(|n| !live_names.contains(n)));
+            let mut got_names: Vec<&str> =
+                got.iter().map(|c| c["name"].as_str().unwrap()).collect();
+            got_names.sort_unstable();
+            want.sort_unstable();
+            assert_eq!(got_names, want, "case {case}: {patch}");
+            for c in got {
+                let patched = patch_names.contains(&c["name"].as_str().unwrap());
+                assert_eq!(c["image"], if patched { "new" } else { "old" });
+                // Fields the patch does not mention survive the merge.
+                let was_live = live_names.contains(&c["name"].as_str().unwrap());
+                assert_eq!(c.get("tty").is_some(), was_live, "case {case}");
+            }
+        }
+    }
+
+    #[test]
     fn kubectl_apply_second_patch() {
         // The body kubectl v1.32 sends on the second client-side apply (wire README §5).
         let patch = json!({
