@@ -153,15 +153,14 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
-    /// The `Status` to answer with. `resource` and `name` qualify nothing today but keep the
-    /// signature ready for messages that name the object.
-    pub fn to_api_error(&self, _resource: &ResourceInfo, _name: &str) -> ApiError {
+    /// The `Status` to answer with (also `ApiError::from(&err)`).
+    pub fn to_api_error(&self) -> ApiError {
         self.into()
     }
 
     /// The HTTP status code this error maps to.
     pub fn code(&self) -> u16 {
-        ApiError::from(self).code()
+        self.to_api_error().code()
     }
 }
 

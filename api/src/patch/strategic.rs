@@ -75,7 +75,14 @@ fn merge_map(
 ) -> Result<Map<String, Value>> {
     if let Some(directive) = patch.remove(DIRECTIVE) {
         match directive.as_str() {
-            Some("replace") => return Ok(patch),
+            Some("replace") => {
+                // Nulls and directives inside the replacement are not content (Kubernetes'
+                // typed decode drops them).
+                return Ok(match insert_value(Value::Object(patch)) {
+                    Some(Value::Object(m)) => m,
+                    _ => Map::new(),
+                });
+            }
             Some("delete") => return Ok(Map::new()),
             // `merge` is the default; Kubernetes documents it, so it is accepted here.
             Some("merge") => {}
@@ -112,7 +119,7 @@ fn merge_map(
                 if field.merge_key.is_some() {
                     Some(Value::Array(merge_list(o, p, field, false)?))
                 } else {
-                    Some(Value::Array(p))
+                    insert_value(Value::Array(p))
                 }
             }
             _ => insert_value(patch_value),
