@@ -524,8 +524,8 @@ fn restrict_to_scope(config: &mut Value, resource: &ResourceInfo, subresource: O
     }
 }
 
-/// Whether `set` is owned by the manager named `manager` in the object's managed fields (a
-/// helper for tests and for the API's diagnostics).
+/// The fields the entries named `manager` own in an object's managed fields (all operations
+/// and subresources together).
 pub fn owned_by(obj: &Value, manager: &str) -> FieldSet {
     managed::decode(obj)
         .unwrap_or_default()
