@@ -268,12 +268,21 @@ pub fn json_patch(live: &Value, body: &[u8]) -> Result<Value> {
         });
     }
     let mut doc = live.clone();
-    json_patch::patch(&mut doc, &ops).map_err(|e| match e.kind {
-        json_patch::PatchErrorKind::TestFailed => Error::TestFailed {
-            operation: e.operation,
-            path: e.path.to_string(),
-        },
-        _ => Error::Unprocessable(e.to_string()),
+    json_patch::patch(&mut doc, &ops).map_err(|e| {
+        // A `test` of a path that does not exist fails like a value mismatch, as in
+        // Kubernetes (evanphx/json-patch).
+        let is_test = matches!(
+            ops.0.get(e.operation),
+            Some(json_patch::PatchOperation::Test(_))
+        );
+        if is_test || matches!(e.kind, json_patch::PatchErrorKind::TestFailed) {
+            Error::TestFailed {
+                operation: e.operation,
+                path: e.path.to_string(),
+            }
+        } else {
+            Error::Unprocessable(e.to_string())
+        }
     })?;
     Ok(doc)
 }
@@ -456,6 +465,19 @@ mod tests {
             }
         );
         assert_eq!(failed.code(), 422);
+        let missing_test = json_patch(
+            &pod(),
+            br#"[{"op":"add","path":"/metadata/labels/x","value":"1"},
+                 {"op":"test","path":"/spec/nope","value":"x"}]"#,
+        )
+        .unwrap_err();
+        assert_eq!(
+            missing_test,
+            Error::TestFailed {
+                operation: 1,
+                path: "/spec/nope".into()
+            }
+        );
 
         let missing = json_patch(
             &pod(),
