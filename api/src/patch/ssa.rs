@@ -226,18 +226,23 @@ fn merge_items(
     out
 }
 
-/// Removes the value at `path` from `obj`, if it is there.
-fn remove_at(obj: &mut Value, path: &[PathElement], field: &Field) {
+/// Removes the value at `path` from `obj`, if it is there. A list or a Go map left empty by
+/// the removal is removed too (Kubernetes serialises them with `omitempty`). Returns whether
+/// `obj` itself is now such an empty list or map.
+fn remove_at(obj: &mut Value, path: &[PathElement], field: &Field) -> bool {
     let Some((first, rest)) = path.split_first() else {
-        return;
+        return false;
     };
     match (obj, first) {
         (Value::Object(m), PathElement::Field(k)) => {
-            if rest.is_empty() {
+            let child_field = field_of(field.ty, k);
+            let remove = rest.is_empty()
+                || m.get_mut(k)
+                    .is_some_and(|child| remove_at(child, rest, child_field));
+            if remove {
                 m.remove(k);
-            } else if let Some(child) = m.get_mut(k) {
-                remove_at(child, rest, field_of(field.ty, k));
             }
+            field.is_map && m.is_empty()
         }
         (Value::Array(items), pe @ (PathElement::Key(_) | PathElement::Value(_))) => {
             let matches = |v: &Value| match (pe, field.list_type) {
@@ -254,8 +259,9 @@ fn remove_at(obj: &mut Value, path: &[PathElement], field: &Field) {
             } else if let Some(child) = items.iter_mut().find(|v| matches(v)) {
                 remove_at(child, rest, &item_field(field));
             }
+            items.is_empty()
         }
-        _ => {}
+        _ => false,
     }
 }
 
@@ -631,6 +637,17 @@ mod tests {
             json!({"app": "web"}),
             "tier pruned"
         );
+        // Pruning every label drops the empty map, as Kubernetes' omitempty does.
+        let no_labels = serde_json::to_vec(&json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "d1", "namespace": "default"},
+            "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}},
+                     "template": {"metadata": {"labels": {"app": "web"}},
+                                  "spec": {"containers": [{"name": "web", "image": "nginx:1.28"}]}}}
+        }))
+        .unwrap();
+        let bare = server_side_apply(deploy(), Some(&v2), &no_labels, &t1).unwrap();
+        assert!(bare["metadata"].get("labels").is_none(), "{bare}");
         assert_eq!(v2["metadata"]["uid"], "u-1");
         assert_eq!(
             v2["metadata"]["managedFields"][0]["time"],
