@@ -622,6 +622,27 @@ impl ApiError {
         )
     }
 
+    /// 409 AlreadyExists for a `generateName` that kept colliding, with a retry hint.
+    pub fn generate_name_conflict(
+        gr: GroupResource<'_>,
+        name: &str,
+        retry_after_seconds: u32,
+    ) -> Self {
+        let mut d = details(gr.group, gr.resource, name);
+        if let Some(d) = d.as_mut() {
+            d.retry_after_seconds = (retry_after_seconds > 0).then_some(retry_after_seconds as i32);
+        }
+        Self::new(
+            409,
+            Reason::AlreadyExists,
+            format!(
+                "{gr} {} already exists, the server was not able to generate a unique name for the object",
+                quote(name)
+            ),
+            d,
+        )
+    }
+
     /// 409 Conflict: `Operation cannot be fulfilled on pods "x": <detail>`.
     pub fn conflict(gr: GroupResource<'_>, name: &str, detail: impl fmt::Display) -> Self {
         Self::new(
@@ -1107,6 +1128,13 @@ mod tests {
             "Operation cannot be fulfilled on pods \"x\": the object has been modified; please apply your changes to the latest version and try again"
         );
         assert!(c.is_conflict());
+        let generated = ApiError::generate_name_conflict(PODS, "web-x1z2", 1);
+        assert_eq!(
+            generated.message(),
+            "pods \"web-x1z2\" already exists, the server was not able to generate a unique name for the object"
+        );
+        assert!(generated.is_already_exists());
+        assert_eq!(generated.details().unwrap().retry_after_seconds, Some(1));
         let custom = ApiError::conflict(PODS, "x", "uid mismatch");
         assert_eq!(
             custom.message(),

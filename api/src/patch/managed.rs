@@ -780,8 +780,73 @@ pub fn record_update(
         }
         None => out.push(me),
     }
+    out.retain(|e| !e.fields.is_empty());
+    let out = cap_update_managers(out);
     encode(&mut new, out);
     new
+}
+
+/// At most this many `Update` entries are kept; older ones are folded into
+/// [`ANCIENT_CHANGES`] (Kubernetes' `DefaultMaxUpdateManagers`).
+pub const MAX_UPDATE_MANAGERS: usize = 10;
+
+/// The manager older `Update` entries are folded into.
+pub const ANCIENT_CHANGES: &str = "ancient-changes";
+
+/// Folds the oldest `Update` entries, per apiVersion, into an `ancient-changes` entry until at
+/// most [`MAX_UPDATE_MANAGERS`] remain (`capManagersManager`).
+fn cap_update_managers(entries: Vec<Entry>) -> Vec<Entry> {
+    let mut slots: Vec<Option<Entry>> = entries.into_iter().map(Some).collect();
+    let mut updaters: Vec<usize> = slots
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.as_ref().is_some_and(|e| e.operation == Operation::Update))
+        .map(|(i, _)| i)
+        .collect();
+    let mut length = updaters.len();
+    if length <= MAX_UPDATE_MANAGERS {
+        return slots.into_iter().flatten().collect();
+    }
+    updaters.sort_by(|&a, &b| {
+        let (a, b) = (slots[a].as_ref(), slots[b].as_ref());
+        let key = |e: Option<&Entry>| {
+            e.map(|e| {
+                (
+                    e.time.clone(),
+                    e.manager.clone(),
+                    e.api_version.clone(),
+                    e.subresource.clone(),
+                )
+            })
+        };
+        key(a).cmp(&key(b))
+    });
+    // apiVersion -> the slot of the first (oldest) entry, which becomes the bucket.
+    let mut first: Vec<(String, usize, bool)> = Vec::new();
+    for &i in &updaters {
+        if length <= MAX_UPDATE_MANAGERS {
+            break;
+        }
+        let Some(entry) = slots[i].clone() else {
+            continue;
+        };
+        match first.iter_mut().find(|(v, _, _)| *v == entry.api_version) {
+            Some((_, bucket, renamed)) => {
+                let b = slots[*bucket].as_mut().expect("a bucket slot stays filled");
+                if !*renamed {
+                    b.manager = ANCIENT_CHANGES.to_string();
+                    b.subresource = None;
+                    *renamed = true;
+                }
+                b.fields = entry.fields.union(&b.fields);
+                b.time = entry.time.clone();
+                slots[i] = None;
+                length -= 1;
+            }
+            None => first.push((entry.api_version.clone(), i, false)),
+        }
+    }
+    slots.into_iter().flatten().collect()
 }
 
 #[cfg(test)]
@@ -999,6 +1064,43 @@ mod tests {
             (entries[0].manager.as_str(), entries[0].operation),
             ("kubectl", Operation::Apply)
         );
+    }
+
+    #[test]
+    fn old_update_managers_fold_into_ancient_changes() {
+        let cms = lookup_kind("", "ConfigMap").unwrap();
+        let mut obj = record_update(
+            cms,
+            None,
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {}}),
+            &opts("creator"),
+        );
+        for i in 0..11 {
+            let mut next = obj.clone();
+            next["data"][format!("k{i}")] = json!("v");
+            let manager = format!("m{i:02}");
+            let mut o = opts(&manager);
+            o.now = jiff::Timestamp::from_second(1_800_000_000 + i).unwrap();
+            obj = record_update(cms, Some(&obj), next, &o);
+        }
+        let entries = decode(&obj).unwrap();
+        assert_eq!(entries.len(), MAX_UPDATE_MANAGERS);
+        // The oldest entries (creator at 10:00:00 of the test day, then m00 and m01) became
+        // one bucket holding all their fields.
+        let ancient = entries
+            .iter()
+            .find(|e| e.manager == ANCIENT_CHANGES)
+            .expect("a bucket");
+        assert_eq!(
+            ancient.fields.to_fields_v1(),
+            json!({"f:data": {".": {}, "f:k0": {}, "f:k1": {}}})
+        );
+        assert!(
+            !entries
+                .iter()
+                .any(|e| ["creator", "m00", "m01"].contains(&e.manager.as_str()))
+        );
+        assert!(entries.iter().any(|e| e.manager == "m10"));
     }
 
     #[test]

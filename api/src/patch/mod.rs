@@ -153,15 +153,14 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
-    /// The `Status` to answer with. `resource` and `name` qualify nothing today but keep the
-    /// signature ready for messages that name the object.
-    pub fn to_api_error(&self, _resource: &ResourceInfo, _name: &str) -> ApiError {
+    /// The `Status` to answer with (also `ApiError::from(&err)`).
+    pub fn to_api_error(&self) -> ApiError {
         self.into()
     }
 
     /// The HTTP status code this error maps to.
     pub fn code(&self) -> u16 {
-        ApiError::from(self).code()
+        self.to_api_error().code()
     }
 }
 
@@ -269,12 +268,21 @@ pub fn json_patch(live: &Value, body: &[u8]) -> Result<Value> {
         });
     }
     let mut doc = live.clone();
-    json_patch::patch(&mut doc, &ops).map_err(|e| match e.kind {
-        json_patch::PatchErrorKind::TestFailed => Error::TestFailed {
-            operation: e.operation,
-            path: e.path.to_string(),
-        },
-        _ => Error::Unprocessable(e.to_string()),
+    json_patch::patch(&mut doc, &ops).map_err(|e| {
+        // A `test` of a path that does not exist fails like a value mismatch, as in
+        // Kubernetes (evanphx/json-patch).
+        let is_test = matches!(
+            ops.0.get(e.operation),
+            Some(json_patch::PatchOperation::Test(_))
+        );
+        if is_test || matches!(e.kind, json_patch::PatchErrorKind::TestFailed) {
+            Error::TestFailed {
+                operation: e.operation,
+                path: e.path.to_string(),
+            }
+        } else {
+            Error::Unprocessable(e.to_string())
+        }
     })?;
     Ok(doc)
 }
@@ -304,6 +312,71 @@ pub(crate) fn kind_name(v: &Value) -> &'static str {
         Value::String(_) => "string",
         Value::Array(_) => "array",
         Value::Object(_) => "object",
+    }
+}
+
+/// A small deterministic generator of JSON documents for the property tests of this module
+/// (no extra dependency: a xorshift over fixed seeds).
+#[cfg(test)]
+pub(crate) mod testgen {
+    use serde_json::{Map, Value, json};
+
+    /// xorshift64*.
+    pub struct Rng(pub u64);
+
+    impl Rng {
+        pub fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+
+        pub fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+
+        pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+            &items[self.below(items.len() as u64) as usize]
+        }
+
+        fn scalar(&mut self) -> Value {
+            match self.below(4) {
+                0 => json!(self.below(3)),
+                1 => json!(self.below(2) == 0),
+                _ => json!(*self.pick(&["x", "y", ""])),
+            }
+        }
+
+        /// An object of scalars and objects, keys from a small alphabet.
+        pub fn object(&mut self, depth: u32) -> Value {
+            let mut m = Map::new();
+            for _ in 0..self.below(4) {
+                let k = self.pick(&["a", "b", "c", "d"]).to_string();
+                let v = if depth > 0 && self.below(3) == 0 {
+                    self.object(depth - 1)
+                } else {
+                    self.scalar()
+                };
+                m.insert(k, v);
+            }
+            Value::Object(m)
+        }
+
+        /// Like [`Rng::object`], with nulls.
+        pub fn patch(&mut self, depth: u32) -> Value {
+            let mut m = Map::new();
+            for _ in 0..self.below(4) {
+                let k = self.pick(&["a", "b", "c", "d"]).to_string();
+                let v = match self.below(4) {
+                    0 => Value::Null,
+                    1 if depth > 0 => self.patch(depth - 1),
+                    _ => self.scalar(),
+                };
+                m.insert(k, v);
+            }
+            Value::Object(m)
+        }
     }
 }
 
@@ -392,6 +465,19 @@ mod tests {
             }
         );
         assert_eq!(failed.code(), 422);
+        let missing_test = json_patch(
+            &pod(),
+            br#"[{"op":"add","path":"/metadata/labels/x","value":"1"},
+                 {"op":"test","path":"/spec/nope","value":"x"}]"#,
+        )
+        .unwrap_err();
+        assert_eq!(
+            missing_test,
+            Error::TestFailed {
+                operation: 1,
+                path: "/spec/nope".into()
+            }
+        );
 
         let missing = json_patch(
             &pod(),

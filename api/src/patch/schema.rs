@@ -184,7 +184,11 @@ const fn conditions() -> Field {
 }
 
 static RESOURCE_REQUIREMENTS: Type = Type {
-    fields: &[map_list("claims", "name", NAME, None)],
+    fields: &[
+        map_list("claims", "name", NAME, None),
+        string_map("limits"),
+        string_map("requests"),
+    ],
 };
 
 /// `core/v1.Container` (and `EphemeralContainerCommon`, which has the same tags).
@@ -221,6 +225,7 @@ pub static POD_SPEC: Type = Type {
         map_list("schedulingGates", "name", NAME, None),
         with_retain_keys(map_list("resourceClaims", "name", NAME, None)),
         atomic_map("nodeSelector"),
+        string_map("overhead"),
     ],
 };
 
@@ -265,7 +270,12 @@ static NODE_SPEC: Type = Type {
 };
 
 static NODE_STATUS: Type = Type {
-    fields: &[conditions(), map_list("addresses", "type", TYPE, None)],
+    fields: &[
+        conditions(),
+        map_list("addresses", "type", TYPE, None),
+        string_map("capacity"),
+        string_map("allocatable"),
+    ],
 };
 
 /// `core/v1.Node`.

@@ -226,18 +226,23 @@ fn merge_items(
     out
 }
 
-/// Removes the value at `path` from `obj`, if it is there.
-fn remove_at(obj: &mut Value, path: &[PathElement], field: &Field) {
+/// Removes the value at `path` from `obj`, if it is there. A list or a Go map left empty by
+/// the removal is removed too (Kubernetes serialises them with `omitempty`). Returns whether
+/// `obj` itself is now such an empty list or map.
+fn remove_at(obj: &mut Value, path: &[PathElement], field: &Field) -> bool {
     let Some((first, rest)) = path.split_first() else {
-        return;
+        return false;
     };
     match (obj, first) {
         (Value::Object(m), PathElement::Field(k)) => {
-            if rest.is_empty() {
+            let child_field = field_of(field.ty, k);
+            let remove = rest.is_empty()
+                || m.get_mut(k)
+                    .is_some_and(|child| remove_at(child, rest, child_field));
+            if remove {
                 m.remove(k);
-            } else if let Some(child) = m.get_mut(k) {
-                remove_at(child, rest, field_of(field.ty, k));
             }
+            field.is_map && m.is_empty()
         }
         (Value::Array(items), pe @ (PathElement::Key(_) | PathElement::Value(_))) => {
             let matches = |v: &Value| match (pe, field.list_type) {
@@ -254,8 +259,9 @@ fn remove_at(obj: &mut Value, path: &[PathElement], field: &Field) {
             } else if let Some(child) = items.iter_mut().find(|v| matches(v)) {
                 remove_at(child, rest, &item_field(field));
             }
+            items.is_empty()
         }
-        _ => {}
+        _ => false,
     }
 }
 
@@ -524,8 +530,8 @@ fn restrict_to_scope(config: &mut Value, resource: &ResourceInfo, subresource: O
     }
 }
 
-/// Whether `set` is owned by the manager named `manager` in the object's managed fields (a
-/// helper for tests and for the API's diagnostics).
+/// The fields the entries named `manager` own in an object's managed fields (all operations
+/// and subresources together).
 pub fn owned_by(obj: &Value, manager: &str) -> FieldSet {
     managed::decode(obj)
         .unwrap_or_default()
@@ -631,6 +637,17 @@ mod tests {
             json!({"app": "web"}),
             "tier pruned"
         );
+        // Pruning every label drops the empty map, as Kubernetes' omitempty does.
+        let no_labels = serde_json::to_vec(&json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "d1", "namespace": "default"},
+            "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}},
+                     "template": {"metadata": {"labels": {"app": "web"}},
+                                  "spec": {"containers": [{"name": "web", "image": "nginx:1.28"}]}}}
+        }))
+        .unwrap();
+        let bare = server_side_apply(deploy(), Some(&v2), &no_labels, &t1).unwrap();
+        assert!(bare["metadata"].get("labels").is_none(), "{bare}");
         assert_eq!(v2["metadata"]["uid"], "u-1");
         assert_eq!(
             v2["metadata"]["managedFields"][0]["time"],
@@ -946,6 +963,83 @@ mod tests {
             e.to_string(),
             "Apply failed with 1 conflict: conflict with \"kubectl-scale\" using apps/v1: .spec.replicas"
         );
+    }
+
+    fn random_config(rng: &mut crate::patch::testgen::Rng) -> Value {
+        let mut labels = Map::new();
+        for k in ["a", "b", "c"] {
+            if rng.below(2) == 0 {
+                labels.insert(k.into(), json!(*rng.pick(&["1", "2"])));
+            }
+        }
+        let mut containers = Vec::new();
+        for n in ["web", "side"] {
+            if rng.below(3) == 0 {
+                continue;
+            }
+            let mut c = json!({"name": n, "image": *rng.pick(&["i1", "i2"])});
+            if rng.below(2) == 0 {
+                c["env"] = json!([{"name": "E", "value": *rng.pick(&["x", "y"])}]);
+            }
+            containers.push(c);
+        }
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "d1", "namespace": "default", "labels": labels},
+            "spec": {"replicas": rng.below(4),
+                     "template": {"spec": {"containers": containers}}}
+        })
+    }
+
+    #[test]
+    fn apply_is_idempotent_owns_what_it_applies_and_prunes_the_rest() {
+        let mut rng = crate::patch::testgen::Rng(0x5eed_0000_0000_0003);
+        for case in 0..300 {
+            let c1 = random_config(&mut rng);
+            let c2 = random_config(&mut rng);
+            let b1 = serde_json::to_vec(&c1).unwrap();
+            let b2 = serde_json::to_vec(&c2).unwrap();
+            let t = at("kubectl", "2026-11-30T10:00:00Z");
+            let first = created(server_side_apply(deploy(), None, &b1, &t).unwrap());
+            let again = server_side_apply(
+                deploy(),
+                Some(&first),
+                &b1,
+                &at("kubectl", "2026-11-30T11:00:00Z"),
+            )
+            .unwrap();
+            assert_eq!(again, first, "case {case}: not idempotent");
+            let applied = scope(
+                to_field_set(&c1, &root_field(deploy())).unwrap(),
+                deploy(),
+                None,
+            );
+            assert_eq!(owned_by(&first, "kubectl"), applied, "case {case}");
+
+            let second = server_side_apply(deploy(), Some(&first), &b2, &t).unwrap();
+            // The object now carries exactly the second configuration's labels and
+            // containers: what only the first applied is gone.
+            assert_eq!(
+                second["metadata"]
+                    .get("labels")
+                    .cloned()
+                    .unwrap_or(json!({})),
+                c2["metadata"]["labels"],
+                "case {case}"
+            );
+            let names = |v: &Value| -> Vec<String> {
+                v.pointer("/spec/template/spec/containers")
+                    .and_then(Value::as_array)
+                    .map(|a| {
+                        a.iter()
+                            .map(|c| c["name"].as_str().unwrap().to_string())
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            };
+            assert_eq!(names(&second), names(&c2), "case {case}");
+            assert_eq!(second["spec"]["replicas"], c2["spec"]["replicas"]);
+        }
     }
 
     #[test]

@@ -75,7 +75,14 @@ fn merge_map(
 ) -> Result<Map<String, Value>> {
     if let Some(directive) = patch.remove(DIRECTIVE) {
         match directive.as_str() {
-            Some("replace") => return Ok(patch),
+            Some("replace") => {
+                // Nulls and directives inside the replacement are not content (Kubernetes'
+                // typed decode drops them).
+                return Ok(match insert_value(Value::Object(patch)) {
+                    Some(Value::Object(m)) => m,
+                    _ => Map::new(),
+                });
+            }
             Some("delete") => return Ok(Map::new()),
             // `merge` is the default; Kubernetes documents it, so it is accepted here.
             Some("merge") => {}
@@ -112,7 +119,7 @@ fn merge_map(
                 if field.merge_key.is_some() {
                     Some(Value::Array(merge_list(o, p, field, false)?))
                 } else {
-                    Some(Value::Array(p))
+                    insert_value(Value::Array(p))
                 }
             }
             _ => insert_value(patch_value),
@@ -269,7 +276,8 @@ fn merge_set_element_order(
                 continue;
             }
         };
-        let merged = match (original_list.clone(), patch_list) {
+        let mut server_order = original_list.clone().unwrap_or_default();
+        let merged = match (original_list, patch_list) {
             (Some(o), None) => o,
             (None, Some(p)) => match remove_directives(Value::Array(p)) {
                 Some(Value::Array(a)) => a,
@@ -277,7 +285,9 @@ fn merge_set_element_order(
             },
             (Some(o), Some(p)) => {
                 if field.merge_key.is_some() {
-                    merge_list(o, p, field, false)?
+                    let (merged, view) = merge_list_with_view(o, p, field, false)?;
+                    server_order = view;
+                    merged
                 } else {
                     p
                 }
@@ -289,7 +299,7 @@ fn merge_set_element_order(
             patch_items,
             server_only,
             &order,
-            original_list.as_deref().unwrap_or_default(),
+            &server_order,
             merge_key,
             is_map,
         )?;
@@ -389,19 +399,80 @@ fn merge_list(
     field: &Field,
     is_delete_list: bool,
 ) -> Result<Vec<Value>> {
+    merge_list_with_view(original, patch, field, is_delete_list).map(|(merged, _)| merged)
+}
+
+/// Kubernetes merges a list in place: deleting an item shifts the rest of the live list's
+/// array left (the old last item stays behind in the freed slot), merged items are written
+/// back, and new items are appended into freed slots. `$setElementOrder` then orders by that
+/// array rather than by the live list as it was, so the resulting order depends on these
+/// writes; `LiveView` replays them.
+struct LiveView {
+    slots: Vec<Value>,
+    /// The length of the merged list while it still shares the array; `None` once it no longer
+    /// does (a replace, or an append past the end).
+    len: Option<usize>,
+}
+
+impl LiveView {
+    fn new(original: &[Value]) -> Self {
+        LiveView {
+            slots: original.to_vec(),
+            len: Some(original.len()),
+        }
+    }
+
+    fn delete(&mut self, k: usize) {
+        if let Some(len) = self.len {
+            for i in k..len.saturating_sub(1) {
+                self.slots[i] = self.slots[i + 1].clone();
+            }
+            self.len = Some(len - 1);
+        }
+    }
+
+    fn set(&mut self, i: usize, v: &Value) {
+        if self.len.is_some_and(|len| i < len) {
+            self.slots[i] = v.clone();
+        }
+    }
+
+    fn append(&mut self, v: &Value) {
+        if let Some(len) = self.len {
+            if len < self.slots.len() {
+                self.slots[len] = v.clone();
+                self.len = Some(len + 1);
+            } else {
+                self.len = None;
+            }
+        }
+    }
+}
+
+/// Merges a list; also returns the live list's array as the in-place merge left it (see
+/// [`LiveView`]).
+fn merge_list_with_view(
+    original: Vec<Value>,
+    patch: Vec<Value>,
+    field: &Field,
+    is_delete_list: bool,
+) -> Result<(Vec<Value>, Vec<Value>)> {
     if original.is_empty() && patch.is_empty() {
-        return Ok(original);
+        return Ok((original, Vec::new()));
     }
     let Some(kind) = element_kind(original.iter().chain(patch.iter()))? else {
-        return Ok(original);
+        let view = original.clone();
+        return Ok((original, view));
     };
     let merge_key = field.merge_key.unwrap_or("");
     if kind != Kind::Object {
+        let view = original.clone();
         if is_delete_list {
-            return Ok(original
+            let kept = original
                 .into_iter()
                 .filter(|v| !patch.contains(v))
-                .collect());
+                .collect();
+            return Ok((kept, view));
         }
         let mut merged: Vec<Value> = Vec::with_capacity(original.len() + patch.len());
         for v in original.iter().chain(patch.iter()) {
@@ -410,7 +481,9 @@ fn merge_list(
             }
         }
         let (patch_items, server_only) = partition(merged, &patch, "", false)?;
-        return normalize_element_order(patch_items, server_only, &patch, &original, "", false);
+        let ordered =
+            normalize_element_order(patch_items, server_only, &patch, &original, "", false)?;
+        return Ok((ordered, view));
     }
     if is_delete_list {
         return Err(Error::BadRequest(BAD_PRIMITIVE_LIST.to_string()));
@@ -421,7 +494,8 @@ fn merge_list(
             field.name
         )));
     }
-    let (original, patch) = split_special_items(original, patch, merge_key)?;
+    let mut view = LiveView::new(&original);
+    let (original, patch) = split_special_items(original, patch, merge_key, &mut view)?;
     let mut merged = original.clone();
     for item in &patch {
         let value = item
@@ -438,16 +512,20 @@ fn merge_list(
                     unreachable!("element kind is object")
                 };
                 merged[i] = Value::Object(merge_map(o, p, field.ty)?);
+                view.set(i, &merged[i]);
             }
             None => {
                 if let Some(v) = insert_value(item.clone()) {
+                    view.append(&v);
                     merged.push(v);
                 }
             }
         }
     }
     let (patch_items, server_only) = partition(merged, &patch, merge_key, true)?;
-    normalize_element_order(patch_items, server_only, &patch, &original, merge_key, true)
+    let ordered =
+        normalize_element_order(patch_items, server_only, &patch, &original, merge_key, true)?;
+    Ok((ordered, view.slots))
 }
 
 /// Applies the `$patch` items of a merging list: `delete` removes live items with the same
@@ -457,6 +535,7 @@ fn split_special_items(
     mut original: Vec<Value>,
     patch: Vec<Value>,
     key: &str,
+    view: &mut LiveView,
 ) -> Result<(Vec<Value>, Vec<Value>)> {
     let mut rest = Vec::with_capacity(patch.len());
     let mut replace = false;
@@ -468,7 +547,10 @@ fn split_special_items(
         match directive.as_str() {
             Some("delete") => {
                 let value = item.get(key).ok_or_else(|| no_merge_key(&item, key))?;
-                original.retain(|o| o.get(key) != Some(value));
+                while let Some(k) = original.iter().position(|o| o.get(key) == Some(value)) {
+                    original.remove(k);
+                    view.delete(k);
+                }
             }
             Some("replace") => replace = true,
             Some("merge") => {
@@ -483,6 +565,7 @@ fn split_special_items(
         }
     }
     if replace {
+        view.len = None;
         Ok((rest, Vec::new()))
     } else {
         Ok((original, rest))
@@ -623,6 +706,51 @@ mod tests {
     }
 
     #[test]
+    fn without_lists_or_directives_it_is_a_json_merge_patch() {
+        let mut rng = crate::patch::testgen::Rng(0x5eed_1234_abcd_0001);
+        for case in 0..2000 {
+            let live = rng.object(3);
+            let patch = rng.patch(3);
+            let mut want = live.clone();
+            json_patch::merge(&mut want, &patch);
+            let got = apply_value(&live, patch.clone(), &schema::METADATA_ONLY).unwrap();
+            assert_eq!(got, want, "case {case}: live {live} patch {patch}");
+        }
+    }
+
+    #[test]
+    fn merging_lists_by_key_keeps_one_item_per_key() {
+        let mut rng = crate::patch::testgen::Rng(0x5eed_0000_0000_0002);
+        let names = ["a", "b", "c", "d"];
+        for case in 0..1000 {
+            let mut live_names: Vec<&str> = names.to_vec();
+            live_names.retain(|_| rng.below(2) == 0);
+            let mut patch_names: Vec<&str> = names.to_vec();
+            patch_names.retain(|_| rng.below(2) == 0);
+            let live = json!({"spec": {"containers": live_names.iter()
+                .map(|n| json!({"name": n, "image": "old", "tty": true})).collect::<Vec<_>>()}});
+            let patch = json!({"spec": {"containers": patch_names.iter()
+                .map(|n| json!({"name": n, "image": "new"})).collect::<Vec<_>>()}});
+            let out = smp("Pod", live, patch.clone()).unwrap();
+            let got = out["spec"]["containers"].as_array().unwrap();
+            let mut want: Vec<&str> = live_names.clone();
+            want.extend(patch_names.iter().filter(|n| !live_names.contains(n)));
+            let mut got_names: Vec<&str> =
+                got.iter().map(|c| c["name"].as_str().unwrap()).collect();
+            got_names.sort_unstable();
+            want.sort_unstable();
+            assert_eq!(got_names, want, "case {case}: {patch}");
+            for c in got {
+                let patched = patch_names.contains(&c["name"].as_str().unwrap());
+                assert_eq!(c["image"], if patched { "new" } else { "old" });
+                // Fields the patch does not mention survive the merge.
+                let was_live = live_names.contains(&c["name"].as_str().unwrap());
+                assert_eq!(c.get("tty").is_some(), was_live, "case {case}");
+            }
+        }
+    }
+
+    #[test]
     fn kubectl_apply_second_patch() {
         // The body kubectl v1.32 sends on the second client-side apply (wire README §5).
         let patch = json!({
@@ -683,6 +811,22 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(e, Error::BadRequest(BAD_SET_ELEMENT_ORDER.into()));
+    }
+
+    #[test]
+    fn set_element_order_after_delete_and_add_orders_like_kubernetes() {
+        // Regression: Kubernetes orders by the live array as its in-place merge left it (a
+        // deleted, c appended into the freed slot: [b, d, c]), not by the live list as it was.
+        let live = json!({"spec": {"containers": [{"name": "a"}, {"name": "b"}, {"name": "d"}]}});
+        let patch = json!({"spec": {
+            "$setElementOrder/containers": [{"name": "b"}, {"name": "c"}],
+            "containers": [{"name": "c"}, {"name": "a", "$patch": "delete"}]
+        }});
+        let out = smp("Pod", live, patch).unwrap();
+        assert_eq!(
+            out["spec"]["containers"],
+            json!([{"name": "b"}, {"name": "d"}, {"name": "c"}])
+        );
     }
 
     #[test]
