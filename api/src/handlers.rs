@@ -894,7 +894,7 @@ async fn patch(
             async move {
                 let patched =
                     crate::patch::apply(info, &current, patch_type, &request.body, options)
-                        .map_err(|e| Error::Api(e.to_api_error(info, name)))?;
+                        .map_err(|e| Error::Api(e.to_api_error()))?;
                 let mut patched = patched;
                 if let Some(rv) = precondition(&patched)?
                     && Some(rv) != resource_version(&current)
@@ -930,7 +930,7 @@ async fn apply_create(
     format: render::Format,
 ) -> Result<Response> {
     let mut object = crate::patch::server_side_apply(info, None, &request.body, options)
-        .map_err(|e| Error::Api(e.to_api_error(info, name)))?;
+        .map_err(|e| Error::Api(e.to_api_error()))?;
     check_kind(&mut object, info)?;
     check_namespace(&mut object, info, ns)?;
     let body_name = namespace_and_name(&object).1.to_string();
@@ -1393,7 +1393,7 @@ async fn scale(
                         ));
                     }
                 }
-                .map_err(|e| Error::Api(e.to_api_error(info, name)))?
+                .map_err(|e| Error::Api(e.to_api_error()))?
             };
             let new_scale = typed::decode_scale(&new_scale).map_err(|e| {
                 Error::BadRequest(format!("Scale in version \"v1\" cannot be handled as a Scale: {e}"))

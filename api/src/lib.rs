@@ -20,10 +20,12 @@
 
 pub mod admission;
 pub mod auth;
+pub mod defaults;
 pub mod discovery;
 pub mod error;
 pub mod handlers;
 pub mod kubeconfig;
+pub mod openapi;
 pub mod patch;
 pub mod registry;
 pub mod render;
@@ -31,8 +33,10 @@ pub mod routes;
 pub mod selectors;
 pub mod server;
 pub mod strategy;
+pub mod table;
 pub mod tls;
 pub mod typed;
+pub mod validation;
 pub mod version;
 
 pub use error::{Error, Result};
