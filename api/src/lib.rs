@@ -6,5 +6,6 @@
 pub mod auth;
 pub mod discovery;
 pub mod kubeconfig;
+pub mod table;
 pub mod tls;
 pub mod version;
