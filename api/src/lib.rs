@@ -6,6 +6,7 @@
 pub mod auth;
 pub mod discovery;
 pub mod kubeconfig;
+pub mod openapi;
 pub mod table;
 pub mod tls;
 pub mod version;
