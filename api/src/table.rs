@@ -48,6 +48,15 @@ impl TableVersion {
         }
     }
 
+    /// The version named by a Table `apiVersion` (`meta.k8s.io/v1`, `meta.k8s.io/v1beta1`).
+    pub fn from_api_version(api_version: &str) -> Option<TableVersion> {
+        match api_version {
+            "meta.k8s.io/v1" => Some(TableVersion::V1),
+            "meta.k8s.io/v1beta1" => Some(TableVersion::V1Beta1),
+            _ => None,
+        }
+    }
+
     /// The Content-Type of a Table response.
     pub fn content_type(self) -> &'static str {
         match self {
@@ -447,13 +456,27 @@ pub fn columns(info: &ResourceInfo) -> Vec<Column> {
     }
 }
 
-/// A Table of `objects` (of resource `info`) for a list response or a watch event: every
-/// column of [`columns`], one row per object, `list_meta` (resourceVersion, continue,
-/// remainingItemCount) as the Table's metadata. `now` is the reference for ages.
+/// A Table of `objects` (of resource `info`) for a list response, a single object or a watch
+/// event: every column of [`columns`], one row per object. `metadata` is the list's metadata
+/// (`resourceVersion`, `continue`, `remainingItemCount`; for one object, its resourceVersion);
+/// `api_version` is `meta.k8s.io/v1` or `meta.k8s.io/v1beta1` (anything else: v1). Ages are
+/// computed against the current time.
 pub fn to_table(
     info: &ResourceInfo,
     objects: Vec<Value>,
-    list_meta: ListMeta,
+    metadata: Value,
+    include: IncludeObject,
+    api_version: &str,
+) -> Value {
+    let version = TableVersion::from_api_version(api_version).unwrap_or(TableVersion::V1);
+    to_table_at(info, objects, metadata, include, version, Timestamp::now())
+}
+
+/// [`to_table`] with an explicit version and reference time for ages.
+pub fn to_table_at(
+    info: &ResourceInfo,
+    objects: Vec<Value>,
+    metadata: Value,
     include: IncludeObject,
     version: TableVersion,
     now: Timestamp,
@@ -479,13 +502,23 @@ pub fn to_table(
             row
         })
         .collect();
+    let metadata = if metadata.is_object() {
+        metadata
+    } else {
+        json!({})
+    };
     json!({
         "kind": "Table",
         "apiVersion": version.api_version(),
-        "metadata": serde_json::to_value(list_meta).expect("ListMeta serializes"),
+        "metadata": metadata,
         "columnDefinitions": columns,
         "rows": rows,
     })
+}
+
+/// [`ListMeta`] as the `metadata` argument of [`to_table`].
+pub fn list_metadata(list_meta: &ListMeta) -> Value {
+    serde_json::to_value(list_meta).expect("ListMeta serializes")
 }
 
 /// The object's metadata as `PartialObjectMetadata` (managed fields left out: kubectl does not
@@ -1299,10 +1332,10 @@ mod tests {
     }
 
     fn row(group: &str, kind: &str, object: Value) -> Vec<Value> {
-        let table = to_table(
+        let table = to_table_at(
             info(group, kind),
             vec![object],
-            ListMeta::default(),
+            json!({}),
             IncludeObject::None,
             TableVersion::V1,
             now(),
@@ -1452,10 +1485,10 @@ mod tests {
             resource_version: Some("1004".into()),
             ..Default::default()
         };
-        let table = to_table(
+        let table = to_table_at(
             info("", "Pod"),
             vec![pod],
-            list_meta,
+            list_metadata(&list_meta),
             IncludeObject::Metadata,
             TableVersion::V1,
             now(),
@@ -1502,10 +1535,10 @@ mod tests {
             remaining_item_count: Some(3),
             ..Default::default()
         };
-        let full = to_table(
+        let full = to_table_at(
             info("", "Pod"),
             vec![pod.clone()],
-            list_meta.clone(),
+            list_metadata(&list_meta),
             IncludeObject::Object,
             TableVersion::V1Beta1,
             now(),
@@ -1518,20 +1551,20 @@ mod tests {
         let none = to_table(
             info("", "Pod"),
             vec![pod],
-            list_meta,
+            list_metadata(&list_meta),
             IncludeObject::None,
-            TableVersion::V1,
-            now(),
+            "meta.k8s.io/v1",
         );
         assert!(none["rows"][0].get("object").is_none());
         let empty = to_table(
             info("", "Pod"),
             vec![],
-            ListMeta::default(),
+            json!({"resourceVersion": "5"}),
             IncludeObject::Metadata,
-            TableVersion::V1,
-            now(),
+            "meta.k8s.io/v1beta1",
         );
+        assert_eq!(empty["apiVersion"], "meta.k8s.io/v1beta1");
+        assert_eq!(empty["metadata"]["resourceVersion"], "5");
         assert_eq!(empty["rows"], json!([]));
         assert_eq!(empty["columnDefinitions"].as_array().unwrap().len(), 9);
     }
@@ -2153,10 +2186,10 @@ mod tests {
     #[test]
     fn finished_pods_carry_a_completed_condition() {
         let pod = json!({"metadata": {"name": "job"}, "spec": {"containers": []}, "status": {"phase": "Succeeded"}});
-        let table = to_table(
+        let table = to_table_at(
             info("", "Pod"),
             vec![pod],
-            ListMeta::default(),
+            json!({}),
             IncludeObject::None,
             TableVersion::V1,
             now(),
