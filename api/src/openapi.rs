@@ -841,7 +841,8 @@ pub fn documents() -> &'static Documents {
     })
 }
 
-/// Builds the documents now (call at start-up so the first kubectl does not wait).
+/// Builds the documents now (call at start-up, e.g. in `spawn_blocking`, so the first kubectl
+/// does not wait).
 pub fn warm() {
     documents();
 }
@@ -853,27 +854,53 @@ pub fn routes() -> BoxedFilter<(Response,)> {
     let if_none_match = warp::header::optional::<String>("if-none-match");
     let index = warp::path!("openapi" / "v3")
         .and(if_none_match)
-        .map(|inm: Option<String>| serve(&documents().index, inm.as_deref(), false));
+        .and(built_documents())
+        .map(|inm: Option<String>, docs: &'static Documents| {
+            serve(&docs.index, inm.as_deref(), false)
+        });
     let core = warp::path!("openapi" / "v3" / "api" / String)
         .and(if_none_match)
         .and(hash_query())
+        .and(built_documents())
         .map(
-            |version: String, inm: Option<String>, hash: Option<String>| {
-                serve_gv(&group_version_path("", &version), inm, hash)
+            |version: String,
+             inm: Option<String>,
+             hash: Option<String>,
+             docs: &'static Documents| {
+                serve_gv(docs, &group_version_path("", &version), inm, hash)
             },
         );
     let named = warp::path!("openapi" / "v3" / "apis" / String / String)
         .and(if_none_match)
         .and(hash_query())
+        .and(built_documents())
         .map(
-            |group: String, version: String, inm: Option<String>, hash: Option<String>| {
-                serve_gv(&group_version_path(&group, &version), inm, hash)
+            |group: String,
+             version: String,
+             inm: Option<String>,
+             hash: Option<String>,
+             docs: &'static Documents| {
+                serve_gv(docs, &group_version_path(&group, &version), inm, hash)
             },
         );
     let v2 = warp::path!("openapi" / "v2").map(not_found);
     warp::get()
         .and(index.or(core).unify().or(named).unify().or(v2).unify())
         .boxed()
+}
+
+/// The documents, built off the async workers the first time (it takes tens of milliseconds).
+fn built_documents() -> impl Filter<Extract = (&'static Documents,), Error = warp::Rejection> + Clone
+{
+    warp::any().and_then(|| async {
+        let docs = match DOCUMENTS.get() {
+            Some(docs) => docs,
+            None => tokio::task::spawn_blocking(documents)
+                .await
+                .expect("building the OpenAPI documents panicked"),
+        };
+        Ok::<_, warp::Rejection>(docs)
+    })
 }
 
 fn hash_query() -> impl Filter<Extract = (Option<String>,), Error = std::convert::Infallible> + Clone
@@ -884,8 +911,13 @@ fn hash_query() -> impl Filter<Extract = (Option<String>,), Error = std::convert
         .unify()
 }
 
-fn serve_gv(path: &str, if_none_match: Option<String>, hash: Option<String>) -> Response {
-    match documents().group_versions.get(path) {
+fn serve_gv(
+    docs: &Documents,
+    path: &str,
+    if_none_match: Option<String>,
+    hash: Option<String>,
+) -> Response {
+    match docs.group_versions.get(path) {
         Some(built) => {
             // A URL naming the current hash never changes: clients may cache it for good.
             let immutable = hash.as_deref() == Some(built.hash.as_str());
