@@ -13,6 +13,7 @@
 //! - [`selectors`], [`render`]: label/field selectors; JSON, YAML and Table responses.
 //! - [`server`]: the API server's state ([`server::ApiServer`]) and settings.
 //! - [`patch`]: JSON, merge and strategic merge patches, server-side apply and managedFields.
+//! - [`protobuf`]: decoding the Kubernetes protobuf request bodies kubectl 1.32+ sends.
 //! - [`defaults`], [`validation`]: Kubernetes' defaulting and validation of the served kinds.
 //! - [`discovery`], [`openapi`], [`table`]: discovery documents, OpenAPI v3, server-side tables.
 //! - [`auth`], [`tls`], [`kubeconfig`], [`version`]: tokens, certificates, the admin kubeconfig,
@@ -27,6 +28,7 @@ pub mod handlers;
 pub mod kubeconfig;
 pub mod openapi;
 pub mod patch;
+pub mod protobuf;
 pub mod registry;
 pub mod render;
 pub mod routes;

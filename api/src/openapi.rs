@@ -1,0 +1,1233 @@
+//! OpenAPI v3: the `/openapi/v3` index and one document per served group-version
+//! (`/openapi/v3/api/v1`, `/openapi/v3/apis/apps/v1`, ...), driven by [`skiff_meta::RESOURCES`].
+//!
+//! Each document has
+//! - `components.schemas` generated from the k8s-openapi types (their `schemars` feature) with
+//!   OpenAPI 3 settings: names like `io.k8s.api.core.v1.Pod`, `$ref`s to
+//!   `#/components/schemas/...`, `allOf` around referencing fields that carry a description
+//!   (the form kube-apiserver uses), and `x-kubernetes-group-version-kind` on top-level kinds.
+//!   `kubectl explain` finds the schema by that extension and walks it.
+//! - `paths` for every served resource and subresource, each operation carrying
+//!   `x-kubernetes-group-version-kind`; `patch`, `post` and `put` declare the `fieldValidation`
+//!   query parameter, which is what makes kubectl send `fieldValidation=Strict` instead of
+//!   validating client-side against `/openapi/v2` (which skiff does not serve: 404).
+//!
+//! The documents are built once, on first use (or [`warm`]), and served with an ETag; the index
+//! links each document with `?hash=` so clients can cache them.
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+use bytes::Bytes;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
+use schemars::JsonSchema;
+use schemars::generate::{SchemaGenerator, SchemaSettings};
+use serde_json::{Map, Value, json};
+use sha2::{Digest as _, Sha256};
+use skiff_meta::{RESOURCES, ResourceInfo, Subresource};
+use warp::Filter;
+use warp::Reply as _;
+use warp::filters::BoxedFilter;
+use warp::http::StatusCode;
+use warp::reply::Response;
+
+const SCHEMA_PREFIX: &str = "#/components/schemas/";
+const STATUS_SCHEMA: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.Status";
+const DELETE_OPTIONS_SCHEMA: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions";
+const PATCH_SCHEMA: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.Patch";
+
+/// Adds the schema of a known kind to `generator` and returns its schema name, or `None` for a
+/// kind skiff has no Rust type for. Covers the served kinds, their subresource kinds and the
+/// kinds most likely to be served next.
+fn add_kind(
+    generator: &mut SchemaGenerator,
+    group: &str,
+    version: &str,
+    kind: &str,
+) -> Option<String> {
+    macro_rules! kinds {
+        ($( ($g:literal, $v:literal, $k:literal) => $t:ty ),* $(,)?) => {
+            match (group, version, kind) {
+                $( ($g, $v, $k) => {
+                    generator.subschema_for::<$t>();
+                    Some(<$t as JsonSchema>::schema_name().into_owned())
+                } )*
+                _ => None,
+            }
+        };
+    }
+    use k8s_openapi::api;
+    kinds! {
+        ("", "v1", "Namespace") => api::core::v1::Namespace,
+        ("", "v1", "Pod") => api::core::v1::Pod,
+        ("", "v1", "Node") => api::core::v1::Node,
+        ("", "v1", "Service") => api::core::v1::Service,
+        ("", "v1", "Endpoints") => api::core::v1::Endpoints,
+        ("", "v1", "ConfigMap") => api::core::v1::ConfigMap,
+        ("", "v1", "Secret") => api::core::v1::Secret,
+        ("", "v1", "Event") => api::core::v1::Event,
+        ("", "v1", "ServiceAccount") => api::core::v1::ServiceAccount,
+        ("", "v1", "Binding") => api::core::v1::Binding,
+        ("", "v1", "PersistentVolume") => api::core::v1::PersistentVolume,
+        ("", "v1", "PersistentVolumeClaim") => api::core::v1::PersistentVolumeClaim,
+        ("", "v1", "ReplicationController") => api::core::v1::ReplicationController,
+        ("", "v1", "LimitRange") => api::core::v1::LimitRange,
+        ("", "v1", "ResourceQuota") => api::core::v1::ResourceQuota,
+        ("", "v1", "PodTemplate") => api::core::v1::PodTemplate,
+        ("apps", "v1", "Deployment") => api::apps::v1::Deployment,
+        ("apps", "v1", "ReplicaSet") => api::apps::v1::ReplicaSet,
+        ("apps", "v1", "DaemonSet") => api::apps::v1::DaemonSet,
+        ("apps", "v1", "StatefulSet") => api::apps::v1::StatefulSet,
+        ("apps", "v1", "ControllerRevision") => api::apps::v1::ControllerRevision,
+        ("autoscaling", "v1", "Scale") => api::autoscaling::v1::Scale,
+        ("batch", "v1", "Job") => api::batch::v1::Job,
+        ("batch", "v1", "CronJob") => api::batch::v1::CronJob,
+        ("coordination.k8s.io", "v1", "Lease") => api::coordination::v1::Lease,
+        ("discovery.k8s.io", "v1", "EndpointSlice") => api::discovery::v1::EndpointSlice,
+        ("events.k8s.io", "v1", "Event") => api::events::v1::Event,
+        ("policy", "v1", "Eviction") => api::policy::v1::Eviction,
+        ("policy", "v1", "PodDisruptionBudget") => api::policy::v1::PodDisruptionBudget,
+        ("rbac.authorization.k8s.io", "v1", "Role") => api::rbac::v1::Role,
+        ("rbac.authorization.k8s.io", "v1", "RoleBinding") => api::rbac::v1::RoleBinding,
+        ("rbac.authorization.k8s.io", "v1", "ClusterRole") => api::rbac::v1::ClusterRole,
+        ("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding") => api::rbac::v1::ClusterRoleBinding,
+        ("networking.k8s.io", "v1", "NetworkPolicy") => api::networking::v1::NetworkPolicy,
+        ("networking.k8s.io", "v1", "Ingress") => api::networking::v1::Ingress,
+        ("storage.k8s.io", "v1", "StorageClass") => api::storage::v1::StorageClass,
+        ("scheduling.k8s.io", "v1", "PriorityClass") => api::scheduling::v1::PriorityClass,
+        ("certificates.k8s.io", "v1", "CertificateSigningRequest") => api::certificates::v1::CertificateSigningRequest,
+    }
+}
+
+/// `api/v1` or `apis/{group}/{version}`: the key of a group-version in the index.
+pub fn group_version_path(group: &str, version: &str) -> String {
+    if group.is_empty() {
+        format!("api/{version}")
+    } else {
+        format!("apis/{group}/{version}")
+    }
+}
+
+/// The served group-versions, in table order: (group, version).
+fn group_versions() -> Vec<(&'static str, &'static str)> {
+    let mut out: Vec<(&'static str, &'static str)> = Vec::new();
+    for r in RESOURCES {
+        if !out.contains(&(r.group, r.version)) {
+            out.push((r.group, r.version));
+        }
+    }
+    out
+}
+
+fn gvk(group: &str, version: &str, kind: &str) -> Value {
+    json!({ "group": group, "version": version, "kind": kind })
+}
+
+fn schema_ref(name: &str) -> Value {
+    json!({ "$ref": format!("{SCHEMA_PREFIX}{name}") })
+}
+
+/// The generated schemas of one document, and the schema name of each kind in it.
+struct Schemas {
+    generator: SchemaGenerator,
+    names: BTreeMap<(String, String, String), String>,
+}
+
+impl Schemas {
+    fn new() -> Schemas {
+        let mut generator = SchemaSettings::openapi3().into_generator();
+        generator.subschema_for::<Status>();
+        generator.subschema_for::<k8s_openapi::apimachinery::pkg::apis::meta::v1::DeleteOptions>();
+        generator.subschema_for::<k8s_openapi::apimachinery::pkg::apis::meta::v1::Patch>();
+        Schemas {
+            generator,
+            names: BTreeMap::new(),
+        }
+    }
+
+    /// The schema name for a kind, generating it on first use; an open object schema named
+    /// after the kind when no Rust type is known.
+    fn kind(&mut self, group: &str, version: &str, kind: &str) -> String {
+        let key = (group.to_string(), version.to_string(), kind.to_string());
+        if let Some(name) = self.names.get(&key) {
+            return name.clone();
+        }
+        let name = add_kind(&mut self.generator, group, version, kind).unwrap_or_else(|| {
+            let name = format!("skiff.unknown.{group}.{version}.{kind}");
+            self.generator.definitions_mut().insert(
+                name.clone(),
+                json!({
+                    "description": format!("{kind} (no schema published by this server)."),
+                    "type": "object",
+                    "x-kubernetes-preserve-unknown-fields": true,
+                }),
+            );
+            name
+        });
+        self.names.insert(key, name.clone());
+        name
+    }
+
+    /// The `...List` schema of a kind (k8s-openapi has no schema for its generic `List`).
+    fn list(&mut self, info: &ResourceInfo) -> String {
+        let item = self.kind(info.group, info.version, info.kind);
+        let name = format!("{item}List");
+        let list_kind = info.list_kind();
+        self.generator.definitions_mut().insert(
+            name.clone(),
+            json!({
+                "description": format!("{list_kind} is a list of {}.", info.kind),
+                "type": "object",
+                "required": ["items"],
+                "properties": {
+                    "apiVersion": {
+                        "description": "APIVersion defines the versioned schema of this representation of an object.",
+                        "type": "string",
+                    },
+                    "items": {
+                        "description": format!("List of {}.", info.plural),
+                        "type": "array",
+                        "items": { "allOf": [schema_ref(&item)], "default": {} },
+                    },
+                    "kind": {
+                        "description": "Kind is a string value representing the REST resource this object represents.",
+                        "type": "string",
+                    },
+                    "metadata": {
+                        "description": "Standard list metadata.",
+                        "allOf": [schema_ref("io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta")],
+                        "default": {},
+                    },
+                },
+                "x-kubernetes-group-version-kind": [gvk(info.group, info.version, &list_kind)],
+            }),
+        );
+        self.generator
+            .subschema_for::<k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta>();
+        name
+    }
+
+    /// All schemas, transformed for OpenAPI 3, with each kind's group-version-kind attached.
+    fn finish(mut self) -> Map<String, Value> {
+        let mut definitions = self.generator.take_definitions(true);
+        let mut tags: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+        for ((group, version, kind), name) in &self.names {
+            tags.entry(name.clone())
+                .or_default()
+                .push(gvk(group, version, kind));
+        }
+        tags.entry(STATUS_SCHEMA.to_string())
+            .or_default()
+            .push(gvk("", "v1", "Status"));
+        tags.entry(DELETE_OPTIONS_SCHEMA.to_string())
+            .or_default()
+            .push(gvk("", "v1", "DeleteOptions"));
+        for (name, gvks) in tags {
+            if let Some(schema) = definitions.get_mut(&name).and_then(Value::as_object_mut) {
+                schema.insert("x-kubernetes-group-version-kind".into(), Value::Array(gvks));
+                // k8s-openapi marks `metadata` required; the API does not (generateName, and
+                // the server fills it), and kubectl explain would say `-required-`.
+                if let Some(Value::Array(required)) = schema.get_mut("required") {
+                    required.retain(|r| r != "metadata");
+                    if required.is_empty() {
+                        schema.remove("required");
+                    }
+                }
+            }
+        }
+        definitions
+    }
+}
+
+/// A query or path parameter.
+fn param(name: &str, location: &str, kind: &str, description: &str) -> Value {
+    let mut p = json!({
+        "name": name,
+        "in": location,
+        "description": description,
+        "schema": { "type": kind, "uniqueItems": true },
+    });
+    if location == "path" {
+        p["required"] = true.into();
+    }
+    p
+}
+
+fn pretty() -> Value {
+    param(
+        "pretty",
+        "query",
+        "string",
+        "If 'true', the output is pretty printed.",
+    )
+}
+
+fn write_params(patch: bool) -> Vec<Value> {
+    let mut params = vec![
+        param(
+            "dryRun",
+            "query",
+            "string",
+            "When present, modifications are not persisted. Valid value: All.",
+        ),
+        param(
+            "fieldManager",
+            "query",
+            "string",
+            "Name of the actor making the change, recorded in managedFields.",
+        ),
+        param(
+            "fieldValidation",
+            "query",
+            "string",
+            "How to treat unknown or duplicate fields in the body: Ignore, Warn or Strict.",
+        ),
+    ];
+    if patch {
+        params.push(param(
+            "force",
+            "query",
+            "boolean",
+            "Force an apply patch to take over fields owned by other managers.",
+        ));
+    }
+    params
+}
+
+fn list_params() -> Vec<Value> {
+    vec![
+        param(
+            "allowWatchBookmarks",
+            "query",
+            "boolean",
+            "Ask for BOOKMARK watch events.",
+        ),
+        param(
+            "continue",
+            "query",
+            "string",
+            "The continue token of the previous page.",
+        ),
+        param(
+            "fieldSelector",
+            "query",
+            "string",
+            "Restrict the list by fields.",
+        ),
+        param(
+            "labelSelector",
+            "query",
+            "string",
+            "Restrict the list by labels.",
+        ),
+        param(
+            "limit",
+            "query",
+            "integer",
+            "Maximum number of items to return in one page.",
+        ),
+        param(
+            "resourceVersion",
+            "query",
+            "string",
+            "Resource version to list or watch from.",
+        ),
+        param(
+            "resourceVersionMatch",
+            "query",
+            "string",
+            "How resourceVersion applies to a list.",
+        ),
+        param(
+            "sendInitialEvents",
+            "query",
+            "boolean",
+            "Start a watch with synthetic events for the current state.",
+        ),
+        param(
+            "timeoutSeconds",
+            "query",
+            "integer",
+            "Timeout of the list or watch call.",
+        ),
+        param(
+            "watch",
+            "query",
+            "boolean",
+            "Watch for changes instead of listing.",
+        ),
+    ]
+}
+
+fn delete_params() -> Vec<Value> {
+    vec![
+        param(
+            "dryRun",
+            "query",
+            "string",
+            "When present, the deletion is not persisted. Valid value: All.",
+        ),
+        param(
+            "gracePeriodSeconds",
+            "query",
+            "integer",
+            "Seconds before the object is deleted; 0 deletes at once.",
+        ),
+        param(
+            "orphanDependents",
+            "query",
+            "boolean",
+            "Deprecated: use propagationPolicy.",
+        ),
+        param(
+            "propagationPolicy",
+            "query",
+            "string",
+            "Garbage collection of dependents: Orphan, Background or Foreground.",
+        ),
+    ]
+}
+
+fn json_content(schema: Value) -> Value {
+    json!({
+        "application/json": { "schema": schema.clone() },
+        "application/yaml": { "schema": schema },
+    })
+}
+
+fn ok_response(schema: &str) -> Value {
+    json!({ "description": "OK", "content": json_content(schema_ref(schema)) })
+}
+
+/// The upper camel case used in operation ids: `core` → `Core`, `coordination.k8s.io` →
+/// `Coordination`, `rbac.authorization.k8s.io` → `RbacAuthorization`.
+fn camel_group(group: &str) -> String {
+    let group = if group.is_empty() {
+        "core"
+    } else {
+        group.strip_suffix(".k8s.io").unwrap_or(group)
+    };
+    group.split(['.', '-']).map(upper_first).collect::<String>()
+}
+
+fn upper_first(s: &str) -> String {
+    let mut chars = s.chars();
+    match chars.next() {
+        Some(c) => c.to_uppercase().chain(chars).collect(),
+        None => String::new(),
+    }
+}
+
+/// One operation of a path.
+struct Op<'a> {
+    method: &'static str,
+    action: &'static str,
+    id: String,
+    gvk: (&'a str, &'a str, &'a str),
+    params: Vec<Value>,
+    request: Option<Value>,
+    responses: Value,
+}
+
+impl Op<'_> {
+    fn into_value(self, tag: &str) -> Value {
+        let mut op = json!({
+            "tags": [tag],
+            "description": format!("{} {}", self.action, self.gvk.2),
+            "operationId": self.id,
+            "parameters": self.params,
+            "responses": self.responses,
+            "x-kubernetes-action": self.action,
+            "x-kubernetes-group-version-kind": gvk(self.gvk.0, self.gvk.1, self.gvk.2),
+        });
+        if let Some(request) = self.request {
+            op["requestBody"] = request;
+        }
+        op
+    }
+}
+
+fn body(schema: &str) -> Value {
+    json!({ "content": { "*/*": { "schema": schema_ref(schema) } }, "required": true })
+}
+
+fn patch_body() -> Value {
+    let schema = json!({ "$ref": format!("{SCHEMA_PREFIX}{PATCH_SCHEMA}") });
+    json!({
+        "content": {
+            "application/apply-patch+yaml": { "schema": schema.clone() },
+            "application/json-patch+json": { "schema": schema.clone() },
+            "application/merge-patch+json": { "schema": schema.clone() },
+            "application/strategic-merge-patch+json": { "schema": schema },
+        },
+        "required": true,
+    })
+}
+
+fn unauthorized() -> Value {
+    json!({ "description": "Unauthorized" })
+}
+
+/// The path items of one resource: collection, object and subresources.
+fn resource_paths(info: &ResourceInfo, schemas: &mut Schemas, paths: &mut Map<String, Value>) {
+    let kind_schema = schemas.kind(info.group, info.version, info.kind);
+    let list_schema = schemas.list(info);
+    let prefix = if info.group.is_empty() {
+        format!("/api/{}", info.version)
+    } else {
+        format!("/apis/{}/{}", info.group, info.version)
+    };
+    let tag = format!(
+        "{}_{}",
+        camel_group(info.group).to_lowercase(),
+        info.version
+    );
+    let id_gv = format!("{}{}", camel_group(info.group), upper_first(info.version));
+    let scope = if info.namespaced { "Namespaced" } else { "" };
+    let own = (info.group, info.version, info.kind);
+    let verbs = |v: &str| info.verbs.contains(&v);
+    let (collection, object) = if info.namespaced {
+        (
+            format!("{prefix}/namespaces/{{namespace}}/{}", info.plural),
+            format!("{prefix}/namespaces/{{namespace}}/{}/{{name}}", info.plural),
+        )
+    } else {
+        (
+            format!("{prefix}/{}", info.plural),
+            format!("{prefix}/{}/{{name}}", info.plural),
+        )
+    };
+    let namespace_param = param(
+        "namespace",
+        "path",
+        "string",
+        "object name and auth scope, such as for teams and projects",
+    );
+    let name_param = |what: &str| param("name", "path", "string", &format!("name of the {what}"));
+
+    // The collection.
+    let mut ops = Vec::new();
+    if verbs("list") {
+        ops.push(Op {
+            method: "get",
+            action: "list",
+            id: format!("list{id_gv}{scope}{}", info.kind),
+            gvk: own,
+            params: list_params(),
+            request: None,
+            responses: json!({ "200": ok_response(&list_schema), "401": unauthorized() }),
+        });
+    }
+    if verbs("create") {
+        ops.push(Op {
+            method: "post",
+            action: "post",
+            id: format!("create{id_gv}{scope}{}", info.kind),
+            gvk: own,
+            params: write_params(false),
+            request: Some(body(&kind_schema)),
+            responses: json!({
+                "200": ok_response(&kind_schema),
+                "201": { "description": "Created", "content": json_content(schema_ref(&kind_schema)) },
+                "202": { "description": "Accepted", "content": json_content(schema_ref(&kind_schema)) },
+                "401": unauthorized(),
+            }),
+        });
+    }
+    if verbs("deletecollection") {
+        let mut params = delete_params();
+        params.extend(list_params());
+        ops.push(Op {
+            method: "delete",
+            action: "deletecollection",
+            id: format!("delete{id_gv}Collection{scope}{}", info.kind),
+            gvk: own,
+            params,
+            request: None,
+            responses: json!({ "200": ok_response(STATUS_SCHEMA), "401": unauthorized() }),
+        });
+    }
+    let mut common = vec![pretty()];
+    if info.namespaced {
+        common.insert(0, namespace_param.clone());
+    }
+    insert_path(paths, collection, common.clone(), ops, &tag);
+
+    // All namespaces.
+    if info.namespaced && verbs("list") {
+        let ops = vec![Op {
+            method: "get",
+            action: "list",
+            id: format!("list{id_gv}{}ForAllNamespaces", info.kind),
+            gvk: own,
+            params: list_params(),
+            request: None,
+            responses: json!({ "200": ok_response(&list_schema), "401": unauthorized() }),
+        }];
+        insert_path(
+            paths,
+            format!("{prefix}/{}", info.plural),
+            vec![pretty()],
+            ops,
+            &tag,
+        );
+    }
+
+    // One object.
+    let mut ops = Vec::new();
+    if verbs("get") {
+        ops.push(Op {
+            method: "get",
+            action: "get",
+            id: format!("read{id_gv}{scope}{}", info.kind),
+            gvk: own,
+            params: vec![],
+            request: None,
+            responses: json!({ "200": ok_response(&kind_schema), "401": unauthorized() }),
+        });
+    }
+    if verbs("update") {
+        ops.push(Op {
+            method: "put",
+            action: "put",
+            id: format!("replace{id_gv}{scope}{}", info.kind),
+            gvk: own,
+            params: write_params(false),
+            request: Some(body(&kind_schema)),
+            responses: json!({
+                "200": ok_response(&kind_schema),
+                "201": { "description": "Created", "content": json_content(schema_ref(&kind_schema)) },
+                "401": unauthorized(),
+            }),
+        });
+    }
+    if verbs("patch") {
+        ops.push(Op {
+            method: "patch",
+            action: "patch",
+            id: format!("patch{id_gv}{scope}{}", info.kind),
+            gvk: own,
+            params: write_params(true),
+            request: Some(patch_body()),
+            responses: json!({
+                "200": ok_response(&kind_schema),
+                "201": { "description": "Created", "content": json_content(schema_ref(&kind_schema)) },
+                "401": unauthorized(),
+            }),
+        });
+    }
+    if verbs("delete") {
+        ops.push(Op {
+            method: "delete",
+            action: "delete",
+            id: format!("delete{id_gv}{scope}{}", info.kind),
+            gvk: own,
+            params: delete_params(),
+            request: Some(json!({
+                "content": { "*/*": { "schema": schema_ref(DELETE_OPTIONS_SCHEMA) } },
+            })),
+            responses: json!({
+                "200": ok_response(&kind_schema),
+                "202": { "description": "Accepted", "content": json_content(schema_ref(&kind_schema)) },
+                "401": unauthorized(),
+            }),
+        });
+    }
+    let mut common = vec![name_param(info.singular), pretty()];
+    if info.namespaced {
+        common.insert(1, namespace_param.clone());
+    }
+    insert_path(paths, object.clone(), common.clone(), ops, &tag);
+
+    // Subresources.
+    for sub in info.subresources {
+        let ops = subresource_ops(info, sub, schemas, &id_gv, scope);
+        insert_path(
+            paths,
+            format!("{object}/{}", sub.name),
+            common.clone(),
+            ops,
+            &tag,
+        );
+    }
+}
+
+fn subresource_ops<'a>(
+    info: &ResourceInfo,
+    sub: &'a Subresource,
+    schemas: &mut Schemas,
+    id_gv: &str,
+    scope: &str,
+) -> Vec<Op<'a>> {
+    let sub_gvk = (sub.group, sub.version, sub.kind);
+    let suffix = format!("{scope}{}{}", info.kind, upper_first(sub.name));
+    let mut ops = Vec::new();
+    if sub.name == "log" {
+        ops.push(Op {
+            method: "get",
+            action: "get",
+            id: format!("read{id_gv}{suffix}"),
+            gvk: sub_gvk,
+            params: vec![
+                param("container", "query", "string", "The container to stream logs of."),
+                param("follow", "query", "boolean", "Follow the log stream."),
+                param("previous", "query", "boolean", "Logs of the previous instance of the container."),
+                param("sinceSeconds", "query", "integer", "Only logs newer than this many seconds."),
+                param("tailLines", "query", "integer", "Only this many lines from the end."),
+                param("timestamps", "query", "boolean", "Prefix each line with its timestamp."),
+            ],
+            request: None,
+            responses: json!({
+                "200": { "description": "OK", "content": { "text/plain": { "schema": { "type": "string" } } } },
+                "401": unauthorized(),
+            }),
+        });
+        return ops;
+    }
+    let schema = schemas.kind(sub.group, sub.version, sub.kind);
+    let has = |v: &str| sub.verbs.contains(&v);
+    if has("get") {
+        ops.push(Op {
+            method: "get",
+            action: "get",
+            id: format!("read{id_gv}{suffix}"),
+            gvk: sub_gvk,
+            params: vec![],
+            request: None,
+            responses: json!({ "200": ok_response(&schema), "401": unauthorized() }),
+        });
+    }
+    if has("create") {
+        ops.push(Op {
+            method: "post",
+            action: "post",
+            id: format!("create{id_gv}{suffix}"),
+            gvk: sub_gvk,
+            params: write_params(false),
+            request: Some(body(&schema)),
+            responses: json!({
+                "200": ok_response(&schema),
+                "201": { "description": "Created", "content": json_content(schema_ref(&schema)) },
+                "401": unauthorized(),
+            }),
+        });
+    }
+    if has("update") {
+        ops.push(Op {
+            method: "put",
+            action: "put",
+            id: format!("replace{id_gv}{suffix}"),
+            gvk: sub_gvk,
+            params: write_params(false),
+            request: Some(body(&schema)),
+            responses: json!({ "200": ok_response(&schema), "401": unauthorized() }),
+        });
+    }
+    if has("patch") {
+        ops.push(Op {
+            method: "patch",
+            action: "patch",
+            id: format!("patch{id_gv}{suffix}"),
+            gvk: sub_gvk,
+            params: write_params(true),
+            request: Some(patch_body()),
+            responses: json!({ "200": ok_response(&schema), "401": unauthorized() }),
+        });
+    }
+    ops
+}
+
+fn insert_path(
+    paths: &mut Map<String, Value>,
+    path: String,
+    common: Vec<Value>,
+    ops: Vec<Op<'_>>,
+    tag: &str,
+) {
+    if ops.is_empty() {
+        return;
+    }
+    let mut item = Map::new();
+    for op in ops {
+        let method = op.method;
+        item.insert(method.to_string(), op.into_value(tag));
+    }
+    item.insert("parameters".into(), Value::Array(common));
+    paths.insert(path, Value::Object(item));
+}
+
+/// The OpenAPI v3 document of one served group-version, or `None` if it is not served.
+pub fn document(group: &str, version: &str) -> Option<Value> {
+    let resources: Vec<&ResourceInfo> = RESOURCES
+        .iter()
+        .filter(|r| r.group == group && r.version == version)
+        .collect();
+    if resources.is_empty() {
+        return None;
+    }
+    let mut schemas = Schemas::new();
+    let mut paths = Map::new();
+    for info in resources {
+        resource_paths(info, &mut schemas, &mut paths);
+    }
+    Some(json!({
+        "openapi": "3.0.0",
+        "info": { "title": "Kubernetes", "version": crate::version::git_version() },
+        "paths": paths,
+        "components": {
+            "schemas": schemas.finish(),
+            "securitySchemes": {
+                "BearerToken": {
+                    "type": "apiKey",
+                    "in": "header",
+                    "name": "authorization",
+                    "description": "Bearer Token authentication",
+                },
+            },
+        },
+        "security": [{ "BearerToken": [] }],
+    }))
+}
+
+/// A built document: its JSON bytes and their hash.
+#[derive(Debug, Clone)]
+pub struct Built {
+    /// The serialized document.
+    pub body: Bytes,
+    /// Upper-case hex SHA-256 of `body`: the ETag and the `hash` of the index's URLs.
+    pub hash: String,
+}
+
+impl Built {
+    fn new(value: &Value) -> Built {
+        let body = Bytes::from(serde_json::to_vec(value).expect("OpenAPI serializes"));
+        let hash = hex::encode_upper(Sha256::digest(&body));
+        Built { body, hash }
+    }
+}
+
+/// Every document, built once.
+#[derive(Debug)]
+pub struct Documents {
+    /// `/openapi/v3`.
+    pub index: Built,
+    /// Keyed by [`group_version_path`].
+    pub group_versions: BTreeMap<String, Built>,
+}
+
+static DOCUMENTS: OnceLock<Documents> = OnceLock::new();
+
+/// The documents, built on first call (a few tens of milliseconds of CPU).
+pub fn documents() -> &'static Documents {
+    DOCUMENTS.get_or_init(|| {
+        let mut built = BTreeMap::new();
+        for (group, version) in group_versions() {
+            let doc = document(group, version).expect("served group-version");
+            built.insert(group_version_path(group, version), Built::new(&doc));
+        }
+        let paths: Map<String, Value> = built
+            .iter()
+            .map(|(path, built)| {
+                (
+                    path.clone(),
+                    json!({ "serverRelativeURL": format!("/openapi/v3/{path}?hash={}", built.hash) }),
+                )
+            })
+            .collect();
+        Documents {
+            index: Built::new(&json!({ "paths": paths })),
+            group_versions: built,
+        }
+    })
+}
+
+/// Builds the documents now (call at start-up, e.g. in `spawn_blocking`, so the first kubectl
+/// does not wait).
+pub fn warm() {
+    documents();
+}
+
+/// The OpenAPI routes (GET, no authentication of their own): `/openapi/v3`,
+/// `/openapi/v3/api/{version}`, `/openapi/v3/apis/{group}/{version}`; `/openapi/v2` and
+/// unserved group-versions get a 404 `Status`.
+pub fn routes() -> BoxedFilter<(Response,)> {
+    let if_none_match = warp::header::optional::<String>("if-none-match");
+    let index = warp::path!("openapi" / "v3")
+        .and(if_none_match)
+        .and(built_documents())
+        .map(|inm: Option<String>, docs: &'static Documents| {
+            serve(&docs.index, inm.as_deref(), false)
+        });
+    let core = warp::path!("openapi" / "v3" / "api" / String)
+        .and(if_none_match)
+        .and(hash_query())
+        .and(built_documents())
+        .map(
+            |version: String,
+             inm: Option<String>,
+             hash: Option<String>,
+             docs: &'static Documents| {
+                serve_gv(docs, &group_version_path("", &version), inm, hash)
+            },
+        );
+    let named = warp::path!("openapi" / "v3" / "apis" / String / String)
+        .and(if_none_match)
+        .and(hash_query())
+        .and(built_documents())
+        .map(
+            |group: String,
+             version: String,
+             inm: Option<String>,
+             hash: Option<String>,
+             docs: &'static Documents| {
+                serve_gv(docs, &group_version_path(&group, &version), inm, hash)
+            },
+        );
+    let v2 = warp::path!("openapi" / "v2").map(not_found);
+    warp::get()
+        .and(index.or(core).unify().or(named).unify().or(v2).unify())
+        .boxed()
+}
+
+/// The documents, built off the async workers the first time (it takes tens of milliseconds).
+fn built_documents() -> impl Filter<Extract = (&'static Documents,), Error = warp::Rejection> + Clone
+{
+    warp::any().and_then(|| async {
+        let docs = match DOCUMENTS.get() {
+            Some(docs) => docs,
+            None => tokio::task::spawn_blocking(documents)
+                .await
+                .expect("building the OpenAPI documents panicked"),
+        };
+        Ok::<_, warp::Rejection>(docs)
+    })
+}
+
+fn hash_query() -> impl Filter<Extract = (Option<String>,), Error = std::convert::Infallible> + Clone
+{
+    warp::query::<BTreeMap<String, String>>()
+        .map(|q: BTreeMap<String, String>| q.get("hash").cloned())
+        .or(warp::any().map(|| None))
+        .unify()
+}
+
+fn serve_gv(
+    docs: &Documents,
+    path: &str,
+    if_none_match: Option<String>,
+    hash: Option<String>,
+) -> Response {
+    match docs.group_versions.get(path) {
+        Some(built) => {
+            // A URL naming the current hash never changes: clients may cache it for good.
+            let immutable = hash.as_deref() == Some(built.hash.as_str());
+            serve(built, if_none_match.as_deref(), immutable)
+        }
+        None => not_found(),
+    }
+}
+
+fn serve(built: &Built, if_none_match: Option<&str>, immutable: bool) -> Response {
+    let etag = format!("\"{}\"", built.hash);
+    let mut response = if if_none_match.is_some_and(|v| v.split(',').any(|t| t.trim() == etag)) {
+        warp::reply::with_status(warp::reply(), StatusCode::NOT_MODIFIED).into_response()
+    } else {
+        let mut r = Response::new(built.body.clone().into());
+        r.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("application/json"),
+        );
+        r
+    };
+    let headers = response.headers_mut();
+    headers.insert(
+        http::header::ETAG,
+        http::HeaderValue::from_str(&etag).expect("hex etag"),
+    );
+    headers.insert(
+        http::header::CACHE_CONTROL,
+        http::HeaderValue::from_static(if immutable {
+            "public, immutable"
+        } else {
+            "no-cache, private"
+        }),
+    );
+    response
+}
+
+/// A 404 `Status`. (To be replaced by the shared `Status` builders.)
+fn not_found() -> Response {
+    let status = Status {
+        status: Some("Failure".to_string()),
+        message: Some("the server could not find the requested resource".to_string()),
+        reason: Some("NotFound".to_string()),
+        code: Some(404),
+        ..Default::default()
+    };
+    warp::reply::with_status(warp::reply::json(&status), StatusCode::NOT_FOUND).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tls::testing::{call, get, json as body_json};
+
+    fn core() -> &'static Value {
+        static CORE: OnceLock<Value> = OnceLock::new();
+        CORE.get_or_init(|| {
+            serde_json::from_slice(&documents().group_versions["api/v1"].body).unwrap()
+        })
+    }
+
+    fn schema<'a>(doc: &'a Value, name: &str) -> &'a Value {
+        &doc["components"]["schemas"][name]
+    }
+
+    /// Follows a `$ref` (directly or in a one-element `allOf`) to the named schema.
+    fn resolve<'a>(doc: &'a Value, s: &'a Value) -> &'a Value {
+        let reference = s["$ref"]
+            .as_str()
+            .or_else(|| s["allOf"][0]["$ref"].as_str());
+        match reference {
+            Some(r) => schema(doc, r.strip_prefix(SCHEMA_PREFIX).unwrap()),
+            None => s,
+        }
+    }
+
+    #[test]
+    fn index_lists_every_group_version_with_its_hash() {
+        let index: Value = serde_json::from_slice(&documents().index.body).unwrap();
+        let paths = index["paths"].as_object().unwrap();
+        let expected: Vec<String> = group_versions()
+            .into_iter()
+            .map(|(g, v)| group_version_path(g, v))
+            .collect();
+        assert_eq!(paths.len(), expected.len());
+        for key in expected {
+            let url = paths[&key]["serverRelativeURL"].as_str().unwrap();
+            let hash = &documents().group_versions[&key].hash;
+            assert_eq!(url, format!("/openapi/v3/{key}?hash={hash}"));
+        }
+    }
+
+    #[test]
+    fn kinds_carry_their_group_version_kind() {
+        let pod = schema(core(), "io.k8s.api.core.v1.Pod");
+        assert_eq!(
+            pod["x-kubernetes-group-version-kind"],
+            json!([{"group": "", "version": "v1", "kind": "Pod"}])
+        );
+        assert!(pod.get("required").is_none(), "metadata is not required");
+        let binding = schema(core(), "io.k8s.api.core.v1.Binding");
+        assert_eq!(binding["required"], json!(["target"]));
+        let list = schema(core(), "io.k8s.api.core.v1.PodList");
+        assert_eq!(
+            list["x-kubernetes-group-version-kind"][0]["kind"],
+            "PodList"
+        );
+        // Subresource kinds are in the document of the resource that serves them.
+        let apps: Value =
+            serde_json::from_slice(&documents().group_versions["apis/apps/v1"].body).unwrap();
+        assert_eq!(
+            schema(&apps, "io.k8s.api.autoscaling.v1.Scale")["x-kubernetes-group-version-kind"],
+            json!([{"group": "autoscaling", "version": "v1", "kind": "Scale"}])
+        );
+        // Only reachable schemas: no Deployment in the core document.
+        assert!(schema(core(), "io.k8s.api.apps.v1.Deployment").is_null());
+    }
+
+    #[test]
+    fn refs_point_into_components_and_all_resolve() {
+        fn walk(doc: &Value, v: &Value, count: &mut usize) {
+            match v {
+                Value::Object(m) => {
+                    if let Some(Value::String(r)) = m.get("$ref") {
+                        let name = r
+                            .strip_prefix(SCHEMA_PREFIX)
+                            .unwrap_or_else(|| panic!("bad ref {r}"));
+                        assert!(!schema(doc, name).is_null(), "dangling {r}");
+                        // OpenAPI 3.0 ignores siblings of $ref: none may carry meaning.
+                        assert_eq!(m.len(), 1, "siblings next to {r}: {m:?}");
+                        *count += 1;
+                    }
+                    m.values().for_each(|x| walk(doc, x, count));
+                }
+                Value::Array(a) => a.iter().for_each(|x| walk(doc, x, count)),
+                _ => {}
+            }
+        }
+        for built in documents().group_versions.values() {
+            let doc: Value = serde_json::from_slice(&built.body).unwrap();
+            let mut count = 0;
+            walk(&doc, &doc, &mut count);
+            assert!(count > 10);
+        }
+    }
+
+    #[test]
+    fn pod_spec_fields_are_documented_as_explain_walks_them() {
+        // kubectl explain pod.spec.containers: Pod → spec → PodSpec → containers → items.
+        let pod = schema(core(), "io.k8s.api.core.v1.Pod");
+        let spec_field = &pod["properties"]["spec"];
+        assert!(
+            spec_field["description"]
+                .as_str()
+                .unwrap()
+                .contains("desired behavior")
+        );
+        let spec = resolve(core(), spec_field);
+        let containers = &spec["properties"]["containers"];
+        assert_eq!(containers["type"], "array");
+        let container = resolve(core(), &containers["items"]);
+        assert!(
+            container["properties"]["image"]["description"]
+                .as_str()
+                .unwrap()
+                .len()
+                > 10
+        );
+        assert!(
+            container["required"]
+                .as_array()
+                .unwrap()
+                .contains(&json!("name"))
+        );
+    }
+
+    #[test]
+    fn patch_operations_declare_field_validation_for_their_kind() {
+        for (group, version) in group_versions() {
+            let key = group_version_path(group, version);
+            let doc: Value =
+                serde_json::from_slice(&documents().group_versions[&key].body).unwrap();
+            for info in RESOURCES
+                .iter()
+                .filter(|r| r.group == group && r.version == version)
+            {
+                let path = info.object_path(Some("{namespace}"), "{name}");
+                let item = &doc["paths"][&path];
+                let patch = &item["patch"];
+                assert_eq!(
+                    patch["x-kubernetes-group-version-kind"],
+                    json!({"group": info.group, "version": info.version, "kind": info.kind}),
+                    "{path}"
+                );
+                let params = patch["parameters"].as_array().unwrap();
+                assert!(
+                    params
+                        .iter()
+                        .any(|p| p["name"] == "fieldValidation" && p["in"] == "query"),
+                    "{path}"
+                );
+                for method in ["get", "put", "delete"] {
+                    assert_eq!(
+                        item[method]["x-kubernetes-group-version-kind"]["kind"],
+                        info.kind
+                    );
+                }
+                let collection = &doc["paths"][info.collection_path(Some("{namespace}"))];
+                assert_eq!(collection["post"]["x-kubernetes-action"], "post");
+                assert_eq!(collection["get"]["x-kubernetes-action"], "list");
+            }
+        }
+        // The minimal document kubectl was observed to accept has the same shape.
+        let minimal: Value = serde_json::from_str(include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/testdata/kubectl-wire/minimal-openapi-v3.json"
+        )))
+        .unwrap();
+        let theirs = &minimal["GET /openapi/v3/api/v1"][1]["paths"]["/api/v1/namespaces/{namespace}/pods/{name}"]
+            ["patch"];
+        let ours = &core()["paths"]["/api/v1/namespaces/{namespace}/pods/{name}"]["patch"];
+        assert_eq!(
+            ours["x-kubernetes-group-version-kind"],
+            theirs["x-kubernetes-group-version-kind"]
+        );
+    }
+
+    #[test]
+    fn subresource_paths() {
+        let apps: Value =
+            serde_json::from_slice(&documents().group_versions["apis/apps/v1"].body).unwrap();
+        let scale = &apps["paths"]["/apis/apps/v1/namespaces/{namespace}/deployments/{name}/scale"];
+        assert_eq!(
+            scale["patch"]["x-kubernetes-group-version-kind"]["group"],
+            "autoscaling"
+        );
+        assert!(scale.get("post").is_none());
+        let binding = &core()["paths"]["/api/v1/namespaces/{namespace}/pods/{name}/binding"];
+        assert_eq!(
+            binding["post"]["x-kubernetes-group-version-kind"]["kind"],
+            "Binding"
+        );
+        let log = &core()["paths"]["/api/v1/namespaces/{namespace}/pods/{name}/log"];
+        assert!(log["get"]["responses"]["200"]["content"]["text/plain"].is_object());
+        let nodes = &core()["paths"]["/api/v1/nodes/{name}/status"];
+        assert_eq!(
+            nodes["get"]["x-kubernetes-group-version-kind"]["kind"],
+            "Node"
+        );
+        // Cluster-scoped resources have no namespace parameter.
+        let node_params = core()["paths"]["/api/v1/nodes/{name}"]["parameters"]
+            .as_array()
+            .unwrap();
+        assert!(!node_params.iter().any(|p| p["name"] == "namespace"));
+        // Namespaced resources have a list across namespaces.
+        assert_eq!(
+            core()["paths"]["/api/v1/pods"]["get"]["operationId"],
+            "listCoreV1PodForAllNamespaces"
+        );
+    }
+
+    #[test]
+    fn operation_ids_name_group_and_version() {
+        assert_eq!(camel_group(""), "Core");
+        assert_eq!(camel_group("apps"), "Apps");
+        assert_eq!(camel_group("coordination.k8s.io"), "Coordination");
+        assert_eq!(
+            camel_group("rbac.authorization.k8s.io"),
+            "RbacAuthorization"
+        );
+        assert_eq!(
+            core()["paths"]["/api/v1/namespaces/{namespace}/pods/{name}"]["get"]["operationId"],
+            "readCoreV1NamespacedPod"
+        );
+    }
+
+    #[tokio::test]
+    async fn routes_serve_with_etag_and_404() {
+        let index = call(routes(), get("/openapi/v3?timeout=32s", &[])).await;
+        assert_eq!(index.status(), 200);
+        let url = body_json(&index)["paths"]["api/v1"]["serverRelativeURL"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let doc = call(routes(), get(&url, &[("accept", "application/json")])).await;
+        assert_eq!(doc.status(), 200);
+        assert_eq!(doc.headers()["cache-control"], "public, immutable");
+        let etag = doc.headers()["etag"].to_str().unwrap().to_string();
+        assert_eq!(body_json(&doc)["openapi"], "3.0.0");
+
+        let plain = call(routes(), get("/openapi/v3/apis/apps/v1", &[])).await;
+        assert_eq!(plain.status(), 200);
+        assert_eq!(plain.headers()["cache-control"], "no-cache, private");
+
+        let again = call(
+            routes(),
+            get("/openapi/v3/api/v1", &[("if-none-match", &etag)]),
+        )
+        .await;
+        assert_eq!(again.status(), 304);
+        assert!(again.body().is_empty());
+
+        for path in [
+            "/openapi/v2",
+            "/openapi/v3/apis/nope/v1",
+            "/openapi/v3/api/v2",
+        ] {
+            let missing = call(routes(), get(path, &[])).await;
+            assert_eq!(missing.status(), 404, "{path}");
+            assert_eq!(body_json(&missing)["reason"], "NotFound");
+        }
+    }
+}
