@@ -80,11 +80,11 @@ pub fn apply(info: &ResourceInfo, obj: &mut Value) {
         ("", "Secret") => default_secret(map),
         ("", "Namespace") => default_namespace(map),
         ("", "Node") => with_object(map, "status", |status| {
-            if status.get("allocatable").is_none_or(Value::is_null) {
-                if let Some(capacity) = status.get("capacity").filter(|c| c.is_object()) {
-                    let capacity = capacity.clone();
-                    status.insert("allocatable".into(), capacity);
-                }
+            if status.get("allocatable").is_none_or(Value::is_null)
+                && let Some(capacity) = status.get("capacity").filter(|c| c.is_object())
+            {
+                let capacity = capacity.clone();
+                status.insert("allocatable".into(), capacity);
             }
         }),
         ("", "Endpoints") => {
@@ -105,10 +105,10 @@ pub fn apply(info: &ResourceInfo, obj: &mut Value) {
             if let Some(ports) = map.get_mut("ports").and_then(Value::as_array_mut) {
                 for port in ports {
                     default_string(port, "protocol", "TCP");
-                    if port.get("name").is_none_or(Value::is_null) {
-                        if let Some(p) = port.as_object_mut() {
-                            p.insert("name".into(), json!(""));
-                        }
+                    if port.get("name").is_none_or(Value::is_null)
+                        && let Some(p) = port.as_object_mut()
+                    {
+                        p.insert("name".into(), json!(""));
                     }
                 }
             }
@@ -129,10 +129,10 @@ pub fn prepare_for_create(info: &ResourceInfo, obj: &mut Value) {
         let spec = map.entry("spec").or_insert_with(|| json!({}));
         if let Some(spec) = spec.as_object_mut() {
             let finalizers = spec.entry("finalizers").or_insert_with(|| json!([]));
-            if let Some(list) = finalizers.as_array_mut() {
-                if !list.iter().any(|f| f == "kubernetes") {
-                    list.push(json!("kubernetes"));
-                }
+            if let Some(list) = finalizers.as_array_mut()
+                && !list.iter().any(|f| f == "kubernetes")
+            {
+                list.push(json!("kubernetes"));
             }
         }
     }
@@ -195,10 +195,10 @@ pub fn carry_over_service_allocations(new: &mut Value, old: &Value) {
         return;
     }
     for key in ["clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy"] {
-        if unset(new_spec.get(key)) {
-            if let Some(v) = old_spec.get(key).filter(|v| !v.is_null()) {
-                new_spec.insert(key.into(), v.clone());
-            }
+        if unset(new_spec.get(key))
+            && let Some(v) = old_spec.get(key).filter(|v| !v.is_null())
+        {
+            new_spec.insert(key.into(), v.clone());
         }
     }
     let old_ports = old_spec
@@ -234,15 +234,14 @@ fn default_template(t: &mut PodTemplateSpec) {
 }
 
 fn default_string(v: &mut Value, key: &str, default: &str) {
-    if let Some(map) = v.as_object_mut() {
-        if map
+    if let Some(map) = v.as_object_mut()
+        && map
             .get(key)
             .and_then(Value::as_str)
             .unwrap_or("")
             .is_empty()
-        {
-            map.insert(key.into(), Value::String(default.into()));
-        }
+    {
+        map.insert(key.into(), Value::String(default.into()));
     }
 }
 
@@ -279,10 +278,8 @@ fn with_spec_keeping_selector<T: DeserializeOwned + Serialize>(
         .and_then(|s| s.get("selector"))
         .is_some_and(|s| !s.is_null());
     with_part(map, "spec", f);
-    if !had_selector {
-        if let Some(spec) = map.get_mut("spec").and_then(Value::as_object_mut) {
-            spec.remove("selector");
-        }
+    if !had_selector && let Some(spec) = map.get_mut("spec").and_then(Value::as_object_mut) {
+        spec.remove("selector");
     }
 }
 
@@ -325,10 +322,9 @@ fn default_service_spec(spec: &mut Map<String, Value>) {
                 Some(Value::String(s)) => s.is_empty(),
                 Some(_) => false,
             };
-            if target_unset {
-                if let Some(port_num) = p.get("port").filter(|v| v.is_number()).cloned() {
-                    p.insert("targetPort".into(), port_num);
-                }
+            if target_unset && let Some(port_num) = p.get("port").filter(|v| v.is_number()).cloned()
+            {
+                p.insert("targetPort".into(), port_num);
             }
         }
     }

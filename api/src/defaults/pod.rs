@@ -164,10 +164,10 @@ fn default_container(c: &mut Container) {
         }
     }
     for env in c.env.iter_mut().flatten() {
-        if let Some(field_ref) = env.value_from.as_mut().and_then(|f| f.field_ref.as_mut()) {
-            if field_ref.api_version.as_deref().unwrap_or("").is_empty() {
-                field_ref.api_version = Some("v1".into());
-            }
+        if let Some(field_ref) = env.value_from.as_mut().and_then(|f| f.field_ref.as_mut())
+            && field_ref.api_version.as_deref().unwrap_or("").is_empty()
+        {
+            field_ref.api_version = Some("v1".into());
         }
     }
 }
@@ -210,10 +210,10 @@ fn default_volume(v: &mut Volume) {
     if let Some(d) = v.downward_api.as_mut() {
         d.default_mode.get_or_insert(DEFAULT_VOLUME_MODE);
         for item in d.items.iter_mut().flatten() {
-            if let Some(f) = item.field_ref.as_mut() {
-                if f.api_version.as_deref().unwrap_or("").is_empty() {
-                    f.api_version = Some("v1".into());
-                }
+            if let Some(f) = item.field_ref.as_mut()
+                && f.api_version.as_deref().unwrap_or("").is_empty()
+            {
+                f.api_version = Some("v1".into());
             }
         }
     }

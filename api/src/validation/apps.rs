@@ -137,14 +137,15 @@ fn validate_template(
         .as_ref()
         .and_then(|m| m.labels.clone())
         .unwrap_or_default();
-    if let Some(sel) = sel {
-        if !selector_is_empty(sel) && !selector_matches(sel, &labels) {
-            errs.push(FieldError::invalid(
-                path.child("metadata").child("labels"),
-                serde_json::to_value(&labels).unwrap_or(Value::Null),
-                "`selector` does not match template `labels`",
-            ));
-        }
+    if let Some(sel) = sel
+        && !selector_is_empty(sel)
+        && !selector_matches(sel, &labels)
+    {
+        errs.push(FieldError::invalid(
+            path.child("metadata").child("labels"),
+            serde_json::to_value(&labels).unwrap_or(Value::Null),
+            "`selector` does not match template `labels`",
+        ));
     }
     errs.extend(validate_pod_template(template, path));
     let spec = template.spec.clone().unwrap_or_default();
@@ -566,14 +567,13 @@ pub(super) fn validate_status(
     if let (Some(n), Some(o)) = (
         status.get("collisionCount").and_then(Value::as_i64),
         old_status.get("collisionCount").and_then(Value::as_i64),
-    ) {
-        if n < o {
-            errs.push(FieldError::invalid(
-                sp.child("collisionCount"),
-                n,
-                "cannot be decremented",
-            ));
-        }
+    ) && n < o
+    {
+        errs.push(FieldError::invalid(
+            sp.child("collisionCount"),
+            n,
+            "cannot be decremented",
+        ));
     }
     Ok(errs)
 }
@@ -719,7 +719,8 @@ mod tests {
         let mut new = old.clone();
         new["spec"]["selector"] = json!({"matchLabels": {"app": "web", "tier": "x"}});
         new["spec"]["template"]["metadata"]["labels"]["tier"] = json!("x");
-        for v in [&mut new] {
+        {
+            let v = &mut new;
             v["metadata"]["namespace"] = json!("default");
         }
         let mut old = old;

@@ -120,14 +120,14 @@ pub(super) fn validate_secret(
         }
     };
     let json_ok = |errs: &mut Vec<FieldError>, key: &str| {
-        if let Some(bytes) = data.get(key) {
-            if let Err(e) = serde_json::from_slice::<serde_json::Map<String, Value>>(&bytes.0) {
-                errs.push(FieldError::invalid(
-                    data_path.key(key),
-                    "<secret contents redacted>",
-                    e.to_string(),
-                ));
-            }
+        if let Some(bytes) = data.get(key)
+            && let Err(e) = serde_json::from_slice::<serde_json::Map<String, Value>>(&bytes.0)
+        {
+            errs.push(FieldError::invalid(
+                data_path.key(key),
+                "<secret contents redacted>",
+                e.to_string(),
+            ));
         }
     };
     match s(&secret.type_) {
@@ -148,26 +148,20 @@ pub(super) fn validate_secret(
                 ));
             }
         }
-        "kubernetes.io/dockercfg" => {
-            if required(&mut errs, ".dockercfg") {
-                json_ok(&mut errs, ".dockercfg");
-            }
+        "kubernetes.io/dockercfg" if required(&mut errs, ".dockercfg") => {
+            json_ok(&mut errs, ".dockercfg");
         }
-        "kubernetes.io/dockerconfigjson" => {
-            if required(&mut errs, ".dockerconfigjson") {
-                json_ok(&mut errs, ".dockerconfigjson");
-            }
+        "kubernetes.io/dockerconfigjson" if required(&mut errs, ".dockerconfigjson") => {
+            json_ok(&mut errs, ".dockerconfigjson");
         }
-        "kubernetes.io/basic-auth" => {
-            if !data.contains_key("username") && !data.contains_key("password") {
-                errs.push(FieldError::required(data_path.key("username"), ""));
-                errs.push(FieldError::required(data_path.key("password"), ""));
-            }
+        "kubernetes.io/basic-auth"
+            if !data.contains_key("username") && !data.contains_key("password") =>
+        {
+            errs.push(FieldError::required(data_path.key("username"), ""));
+            errs.push(FieldError::required(data_path.key("password"), ""));
         }
-        "kubernetes.io/ssh-auth" => {
-            if data.get("ssh-privatekey").is_none_or(|v| v.0.is_empty()) {
-                errs.push(FieldError::required(data_path.key("ssh-privatekey"), ""));
-            }
+        "kubernetes.io/ssh-auth" if data.get("ssh-privatekey").is_none_or(|v| v.0.is_empty()) => {
+            errs.push(FieldError::required(data_path.key("ssh-privatekey"), ""));
         }
         "kubernetes.io/tls" => {
             required(&mut errs, "tls.crt");
@@ -640,14 +634,14 @@ pub(super) fn validate_lease(
             "must be greater than or equal to 0",
         ));
     }
-    if let Some(strategy) = spec.strategy.as_deref() {
-        if strategy != "OldestEmulationVersion" {
-            errs.push(FieldError::not_supported(
-                path.child("strategy"),
-                strategy,
-                &["OldestEmulationVersion"],
-            ));
-        }
+    if let Some(strategy) = spec.strategy.as_deref()
+        && strategy != "OldestEmulationVersion"
+    {
+        errs.push(FieldError::not_supported(
+            path.child("strategy"),
+            strategy,
+            &["OldestEmulationVersion"],
+        ));
     }
     if spec
         .preferred_holder

@@ -3,6 +3,7 @@
 
 use std::fmt;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Status, StatusCause, StatusDetails};
 use serde_json::Value;
 
 /// What is wrong with a field (apimachinery's `field.ErrorType`).
@@ -181,6 +182,15 @@ impl FieldError {
         self.kind.reason()
     }
 
+    /// The `StatusCause` Kubernetes reports for this error (reason, message body, field).
+    pub fn to_cause(&self) -> StatusCause {
+        StatusCause {
+            field: Some(self.field.clone()),
+            message: Some(self.body()),
+            reason: Some(self.reason().to_string()),
+        }
+    }
+
     /// The message without the field path (`ErrorBody` in Kubernetes), the `message` of a
     /// `StatusCause`.
     pub fn body(&self) -> String {
@@ -225,6 +235,26 @@ pub fn invalid_message(group: &str, kind: &str, name: &str, errors: &[FieldError
         _ => format!("[{}]", seen.join(", ")),
     };
     format!("{qualified} {} is invalid: {aggregate}", go_quote(name))
+}
+
+/// The Status a Kubernetes API server returns for a create or update that failed validation:
+/// 422, reason `Invalid`, the group, kind and name in `details`, one cause per field error.
+pub fn invalid_status(group: &str, kind: &str, name: &str, errors: &[FieldError]) -> Status {
+    Status {
+        code: Some(422),
+        details: Some(StatusDetails {
+            causes: Some(errors.iter().map(FieldError::to_cause).collect()),
+            group: Some(group.to_string()),
+            kind: Some(kind.to_string()),
+            name: Some(name.to_string()),
+            retry_after_seconds: None,
+            uid: None,
+        }),
+        message: Some(invalid_message(group, kind, name, errors)),
+        metadata: Default::default(),
+        reason: Some("Invalid".into()),
+        status: Some("Failure".into()),
+    }
 }
 
 /// A field path under construction: `spec`, `.child("containers")`, `.index(0)`, `.key("cpu")`.
@@ -494,6 +524,30 @@ mod tests {
         assert_eq!(
             invalid_message("apps", "Deployment", "web", &two),
             r#"Deployment.apps "web" is invalid: [spec.replicas: Invalid value: -1: must be greater than or equal to 0, spec.selector: Required value]"#
+        );
+    }
+
+    #[test]
+    fn invalid_status_body() {
+        let errs = [FieldError::required("spec.containers", "")];
+        let status = serde_json::to_value(invalid_status("", "Pod", "web", &errs)).unwrap();
+        assert_eq!(
+            status,
+            json!({
+                "apiVersion": "v1",
+                "kind": "Status",
+                "metadata": {},
+                "status": "Failure",
+                "message": "Pod \"web\" is invalid: spec.containers: Required value",
+                "reason": "Invalid",
+                "details": {
+                    "name": "web",
+                    "group": "",
+                    "kind": "Pod",
+                    "causes": [{"reason": "FieldValueRequired", "message": "Required value", "field": "spec.containers"}]
+                },
+                "code": 422
+            })
         );
     }
 

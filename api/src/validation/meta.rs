@@ -57,14 +57,34 @@ pub fn ensure_namespace(
     }
 }
 
+/// The characters Kubernetes' name generator draws from (no vowels, no look-alikes).
+const GENERATED_NAME_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+
+/// A name for an object created with `generateName`, as `SimpleNameGenerator` makes it: the
+/// prefix (cut to 58 bytes) and five random characters. Call before validation.
+pub fn generate_name(prefix: &str) -> String {
+    use rand::Rng;
+    let mut cut = prefix.len().min(58);
+    while !prefix.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let mut rng = rand::rng();
+    let suffix: String = (0..5)
+        .map(|_| {
+            GENERATED_NAME_ALPHABET[rng.random_range(0..GENERATED_NAME_ALPHABET.len())] as char
+        })
+        .collect();
+    format!("{}{suffix}", &prefix[..cut])
+}
+
 pub(super) fn decode_meta(obj: &Value) -> Result<ObjectMeta, FieldError> {
     // Check apiVersion/kind and catch type errors anywhere in metadata with their paths.
     let meta = obj.get("metadata").cloned().unwrap_or_else(|| json!({}));
     for key in ["apiVersion", "kind"] {
-        if let Some(v) = obj.get(key) {
-            if !v.is_string() {
-                return Err(FieldError::invalid(key, v.clone(), "must be a string"));
-            }
+        if let Some(v) = obj.get(key)
+            && !v.is_string()
+        {
+            return Err(FieldError::invalid(key, v.clone(), "must be a string"));
         }
     }
     let decoded: ObjectMeta = super::decode(&meta, "metadata")?;
@@ -133,14 +153,14 @@ pub fn validate_object_meta(
             "not allowed on this type",
         ));
     }
-    if let Some(generation) = meta.generation {
-        if generation < 0 {
-            errs.push(FieldError::invalid(
-                path.child("generation"),
-                generation,
-                "must be greater than or equal to 0",
-            ));
-        }
+    if let Some(generation) = meta.generation
+        && generation < 0
+    {
+        errs.push(FieldError::invalid(
+            path.child("generation"),
+            generation,
+            "must be greater than or equal to 0",
+        ));
     }
     errs.extend(validate_labels(meta.labels.as_ref(), &path.child("labels")));
     errs.extend(validate_annotations(
@@ -440,6 +460,22 @@ mod tests {
                 r#"metadata.generateName: Invalid value: "Web-": {SUBDOMAIN}"#
             )]
         );
+    }
+
+    #[test]
+    fn generated_names() {
+        let name = generate_name("web-");
+        assert_eq!(name.len(), 9);
+        assert!(name.starts_with("web-"));
+        assert!(
+            name[4..]
+                .bytes()
+                .all(|b| GENERATED_NAME_ALPHABET.contains(&b))
+        );
+        assert!(names::name_is_dns_subdomain(&name, false).is_empty());
+        let long = generate_name(&"a".repeat(80));
+        assert_eq!(long.len(), 63);
+        assert!(names::name_is_dns1035_label(&long, false).is_empty());
     }
 
     #[test]

@@ -27,8 +27,8 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use skiff_meta::ResourceInfo;
 
-pub use field::{FieldError, FieldErrorKind, Path, invalid_message};
-pub use meta::{NAMESPACE_MISMATCH, ensure_namespace};
+pub use field::{FieldError, FieldErrorKind, Path, invalid_message, invalid_status};
+pub use meta::{NAMESPACE_MISMATCH, ensure_namespace, generate_name};
 
 /// Errors on the status subresource (`/status`) are validated by [`validate_status_update`].
 ///

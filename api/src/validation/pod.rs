@@ -134,14 +134,14 @@ pub(super) fn validate_pod_spec(spec: &PodSpec, path: &Path) -> Vec<FieldError> 
             }
         }
     }
-    if let Some(v) = spec.active_deadline_seconds {
-        if !(1..=MAX_INT32).contains(&v) {
-            errs.push(FieldError::invalid(
-                path.child("activeDeadlineSeconds"),
-                v,
-                names::inclusive_range_error(1, MAX_INT32),
-            ));
-        }
+    if let Some(v) = spec.active_deadline_seconds
+        && !(1..=MAX_INT32).contains(&v)
+    {
+        errs.push(FieldError::invalid(
+            path.child("activeDeadlineSeconds"),
+            v,
+            names::inclusive_range_error(1, MAX_INT32),
+        ));
     }
     for (field, value) in [("hostname", &spec.hostname), ("subdomain", &spec.subdomain)] {
         let value = s(value);
@@ -157,15 +157,15 @@ pub(super) fn validate_pod_spec(spec: &PodSpec, path: &Path) -> Vec<FieldError> 
             &path.child("tolerations"),
         ));
     }
-    if let Some(class) = &spec.priority_class_name {
-        if !class.is_empty() {
-            for msg in names::name_is_dns_subdomain(class, false) {
-                errs.push(FieldError::invalid(
-                    path.child("priorityClassName"),
-                    class.as_str(),
-                    msg,
-                ));
-            }
+    if let Some(class) = &spec.priority_class_name
+        && !class.is_empty()
+    {
+        for msg in names::name_is_dns_subdomain(class, false) {
+            errs.push(FieldError::invalid(
+                path.child("priorityClassName"),
+                class.as_str(),
+                msg,
+            ));
         }
     }
     if let Some(policy) = &spec.preemption_policy {
@@ -300,34 +300,32 @@ fn validate_volume_source(vol: &Volume, path: &Path) -> Vec<FieldError> {
             ));
         }
     }
-    if let Some(hp) = &vol.host_path {
-        if hp.path.is_empty() {
-            errs.push(FieldError::required(
-                path.child("hostPath").child("path"),
-                "",
-            ));
-        }
+    if let Some(hp) = &vol.host_path
+        && hp.path.is_empty()
+    {
+        errs.push(FieldError::required(
+            path.child("hostPath").child("path"),
+            "",
+        ));
     }
-    if let Some(pvc) = &vol.persistent_volume_claim {
-        if pvc.claim_name.is_empty() {
-            errs.push(FieldError::required(
-                path.child("persistentVolumeClaim").child("claimName"),
-                "",
-            ));
-        }
+    if let Some(pvc) = &vol.persistent_volume_claim
+        && pvc.claim_name.is_empty()
+    {
+        errs.push(FieldError::required(
+            path.child("persistentVolumeClaim").child("claimName"),
+            "",
+        ));
     }
-    if let Some(ed) = &vol.empty_dir {
-        if let Some(limit) = &ed.size_limit {
-            if let Ok(q) = quantity::parse_k8s(limit) {
-                if q.is_negative() {
-                    errs.push(FieldError::invalid(
-                        path.child("emptyDir").child("sizeLimit"),
-                        q.to_string(),
-                        NEGATIVE,
-                    ));
-                }
-            }
-        }
+    if let Some(ed) = &vol.empty_dir
+        && let Some(limit) = &ed.size_limit
+        && let Ok(q) = quantity::parse_k8s(limit)
+        && q.is_negative()
+    {
+        errs.push(FieldError::invalid(
+            path.child("emptyDir").child("sizeLimit"),
+            q.to_string(),
+            NEGATIVE,
+        ));
     }
     errs
 }
@@ -389,14 +387,14 @@ fn validate_init_containers(
             errs.push(FieldError::duplicate(idx.child("name"), c.name.as_str()));
         }
         let sidecar = c.restart_policy.as_deref() == Some("Always");
-        if let Some(policy) = c.restart_policy.as_deref() {
-            if policy != "Always" {
-                errs.push(FieldError::not_supported(
-                    idx.child("restartPolicy"),
-                    policy,
-                    &["Always"],
-                ));
-            }
+        if let Some(policy) = c.restart_policy.as_deref()
+            && policy != "Always"
+        {
+            errs.push(FieldError::not_supported(
+                idx.child("restartPolicy"),
+                policy,
+                &["Always"],
+            ));
         }
         if sidecar {
             errs.extend(validate_probe_kind(
@@ -614,21 +612,21 @@ fn validate_env(vars: &[EnvVar], path: &Path) -> Vec<FieldError> {
         if let Some(r) = &from.secret_key_ref {
             key_ref(&mut errs, vf.child("secretKeyRef"), &r.name, &r.key);
         }
-        if let Some(r) = &from.field_ref {
-            if r.field_path.is_empty() {
-                errs.push(FieldError::required(
-                    vf.child("fieldRef").child("fieldPath"),
-                    "",
-                ));
-            }
+        if let Some(r) = &from.field_ref
+            && r.field_path.is_empty()
+        {
+            errs.push(FieldError::required(
+                vf.child("fieldRef").child("fieldPath"),
+                "",
+            ));
         }
-        if let Some(r) = &from.resource_field_ref {
-            if r.resource.is_empty() {
-                errs.push(FieldError::required(
-                    vf.child("resourceFieldRef").child("resource"),
-                    "",
-                ));
-            }
+        if let Some(r) = &from.resource_field_ref
+            && r.resource.is_empty()
+        {
+            errs.push(FieldError::required(
+                vf.child("resourceFieldRef").child("resource"),
+                "",
+            ));
         }
     }
     errs
@@ -695,14 +693,14 @@ fn validate_volume_mounts(
                 path.child("subPathExpr"),
             ));
         }
-        if let Some(p) = m.mount_propagation.as_deref() {
-            if !["None", "HostToContainer", "Bidirectional"].contains(&p) {
-                errs.push(FieldError::not_supported(
-                    path.child("mountPropagation"),
-                    p,
-                    &["Bidirectional", "HostToContainer", "None"],
-                ));
-            }
+        if let Some(p) = m.mount_propagation.as_deref()
+            && !["None", "HostToContainer", "Bidirectional"].contains(&p)
+        {
+            errs.push(FieldError::not_supported(
+                path.child("mountPropagation"),
+                p,
+                &["Bidirectional", "HostToContainer", "None"],
+            ));
         }
     }
     errs
@@ -788,49 +786,49 @@ fn validate_probe(probe: &Probe, path: &Path) -> Vec<FieldError> {
             ));
         }
     }
-    if handler(&mut errs, "httpGet", probe.http_get.is_some()) {
-        if let Some(http) = &probe.http_get {
-            let p = path.child("httpGet");
-            if s(&http.path).is_empty() {
-                errs.push(FieldError::required(p.child("path"), ""));
-            }
-            errs.extend(validate_port_num_or_name(&http.port, p.child("port")));
-            let scheme = s(&http.scheme);
-            if scheme != "HTTP" && scheme != "HTTPS" {
-                errs.push(FieldError::not_supported(
-                    p.child("scheme"),
-                    scheme,
-                    &["HTTP", "HTTPS"],
-                ));
-            }
-            for h in http.http_headers.iter().flatten() {
-                for msg in names::http_header_name(&h.name) {
-                    errs.push(FieldError::invalid(
-                        p.child("httpHeaders"),
-                        h.name.as_str(),
-                        msg,
-                    ));
-                }
-            }
+    if handler(&mut errs, "httpGet", probe.http_get.is_some())
+        && let Some(http) = &probe.http_get
+    {
+        let p = path.child("httpGet");
+        if s(&http.path).is_empty() {
+            errs.push(FieldError::required(p.child("path"), ""));
         }
-    }
-    if handler(&mut errs, "tcpSocket", probe.tcp_socket.is_some()) {
-        if let Some(tcp) = &probe.tcp_socket {
-            errs.extend(validate_port_num_or_name(
-                &tcp.port,
-                path.child("tcpSocket").child("port"),
+        errs.extend(validate_port_num_or_name(&http.port, p.child("port")));
+        let scheme = s(&http.scheme);
+        if scheme != "HTTP" && scheme != "HTTPS" {
+            errs.push(FieldError::not_supported(
+                p.child("scheme"),
+                scheme,
+                &["HTTP", "HTTPS"],
             ));
         }
-    }
-    if handler(&mut errs, "grpc", probe.grpc.is_some()) {
-        if let Some(grpc) = &probe.grpc {
-            for msg in names::port_num(i64::from(grpc.port)) {
+        for h in http.http_headers.iter().flatten() {
+            for msg in names::http_header_name(&h.name) {
                 errs.push(FieldError::invalid(
-                    path.child("grpc").child("port"),
-                    grpc.port,
+                    p.child("httpHeaders"),
+                    h.name.as_str(),
                     msg,
                 ));
             }
+        }
+    }
+    if handler(&mut errs, "tcpSocket", probe.tcp_socket.is_some())
+        && let Some(tcp) = &probe.tcp_socket
+    {
+        errs.extend(validate_port_num_or_name(
+            &tcp.port,
+            path.child("tcpSocket").child("port"),
+        ));
+    }
+    if handler(&mut errs, "grpc", probe.grpc.is_some())
+        && let Some(grpc) = &probe.grpc
+    {
+        for msg in names::port_num(i64::from(grpc.port)) {
+            errs.push(FieldError::invalid(
+                path.child("grpc").child("port"),
+                grpc.port,
+                msg,
+            ));
         }
     }
     if handlers == 0 {
@@ -1214,14 +1212,14 @@ pub(super) fn validate_pod_status_update(
             ));
         }
     }
-    if let Some(phase) = status.phase.as_deref() {
-        if !["Pending", "Running", "Succeeded", "Failed", "Unknown"].contains(&phase) {
-            errs.push(FieldError::not_supported(
-                "status.phase",
-                phase,
-                &["Failed", "Pending", "Running", "Succeeded", "Unknown"],
-            ));
-        }
+    if let Some(phase) = status.phase.as_deref()
+        && !["Pending", "Running", "Succeeded", "Failed", "Unknown"].contains(&phase)
+    {
+        errs.push(FieldError::not_supported(
+            "status.phase",
+            phase,
+            &["Failed", "Pending", "Running", "Succeeded", "Unknown"],
+        ));
     }
     Ok(errs)
 }

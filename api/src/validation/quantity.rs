@@ -156,13 +156,13 @@ impl fmt::Display for Quantity {
         let abs = self.nanos.unsigned_abs();
         let per_unit = NANOS_PER_UNIT as u128;
         let mut format = self.format;
-        if format == Format::BinarySI && (abs < 1024 * per_unit || abs % per_unit != 0) {
+        if format == Format::BinarySI && (abs < 1024 * per_unit || !abs.is_multiple_of(per_unit)) {
             format = Format::DecimalSI;
         }
         if format == Format::BinarySI {
             let mut units = abs / per_unit;
             let mut exp = 0;
-            while units % 1024 == 0 && exp < 6 {
+            while units.is_multiple_of(1024) && exp < 6 {
                 units /= 1024;
                 exp += 1;
             }
@@ -171,7 +171,7 @@ impl fmt::Display for Quantity {
         }
         let mut mantissa = abs;
         let mut exp: i32 = -9;
-        while mantissa % 10 == 0 {
+        while mantissa.is_multiple_of(10) {
             mantissa /= 10;
             exp += 1;
         }
@@ -281,7 +281,7 @@ pub fn parse(s: &str) -> Result<Quantity> {
         }
     } else {
         for _ in 0..(-scale10).min(60) {
-            if nanos % 10 != 0 {
+            if !nanos.is_multiple_of(10) {
                 inexact = true;
             }
             nanos /= 10;

@@ -65,14 +65,12 @@ fn validate_spec(spec: &ServiceSpec) -> Vec<FieldError> {
                 }
             }
         }
-        "NodePort" => {
-            if is_headless(spec) {
-                errs.push(FieldError::invalid(
-                    sp.child("clusterIPs").index(0),
-                    cluster_ips.first().map(String::as_str).unwrap_or("None"),
-                    "may not be set to 'None' for NodePort services",
-                ));
-            }
+        "NodePort" if is_headless(spec) => {
+            errs.push(FieldError::invalid(
+                sp.child("clusterIPs").index(0),
+                cluster_ips.first().map(String::as_str).unwrap_or("None"),
+                "may not be set to 'None' for NodePort services",
+            ));
         }
         "ExternalName" => {
             if !cluster_ips.is_empty() {
@@ -220,14 +218,15 @@ fn validate_spec(spec: &ServiceSpec) -> Vec<FieldError> {
             "must be specified",
         ));
     }
-    if let Some(policy) = spec.external_traffic_policy.as_deref() {
-        if policy != "Cluster" && policy != "Local" {
-            errs.push(FieldError::not_supported(
-                sp.child("externalTrafficPolicy"),
-                policy,
-                &["Cluster", "Local"],
-            ));
-        }
+    if let Some(policy) = spec.external_traffic_policy.as_deref()
+        && policy != "Cluster"
+        && policy != "Local"
+    {
+        errs.push(FieldError::not_supported(
+            sp.child("externalTrafficPolicy"),
+            policy,
+            &["Cluster", "Local"],
+        ));
     }
     errs
 }
@@ -440,10 +439,10 @@ pub(super) fn validate_service_status(new: &Value) -> Result<Vec<FieldError>, Fi
             .child("loadBalancer")
             .child("ingress")
             .index(i);
-        if let Some(ip) = ing.ip.as_deref().filter(|ip| !ip.is_empty()) {
-            if ip.parse::<IpAddr>().is_err() {
-                errs.push(FieldError::invalid(p.child("ip"), ip, VALID_IP));
-            }
+        if let Some(ip) = ing.ip.as_deref().filter(|ip| !ip.is_empty())
+            && ip.parse::<IpAddr>().is_err()
+        {
+            errs.push(FieldError::invalid(p.child("ip"), ip, VALID_IP));
         }
         if let Some(host) = ing.hostname.as_deref().filter(|h| !h.is_empty()) {
             for msg in names::dns1123_subdomain(host) {
