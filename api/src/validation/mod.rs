@@ -121,6 +121,32 @@ pub fn validate_status_update(info: &ResourceInfo, new: &Value, old: &Value) -> 
     errs
 }
 
+/// Validates the body of a subresource write other than `status`: `pods/binding` (a Binding)
+/// and `*/scale` (an autoscaling/v1 Scale). Unknown subresources have no rules.
+pub fn validate_subresource(
+    info: &ResourceInfo,
+    subresource: &str,
+    obj: &Value,
+) -> Vec<FieldError> {
+    let result = match (info.kind, subresource) {
+        ("Pod", "binding") => pod::validate_binding(obj),
+        (_, "scale") => decode::<k8s_openapi::api::autoscaling::v1::Scale>(obj, "").map(|scale| {
+            let replicas = scale.spec.and_then(|s| s.replicas).unwrap_or(0);
+            if replicas < 0 {
+                vec![FieldError::invalid(
+                    "spec.replicas",
+                    replicas,
+                    "must be greater than or equal to 0",
+                )]
+            } else {
+                Vec::new()
+            }
+        }),
+        _ => Ok(Vec::new()),
+    };
+    result.unwrap_or_else(|e| vec![e])
+}
+
 /// The name rule of a kind (`ValidateNameFunc`): DNS labels for namespaces, DNS-1035 labels
 /// for services, DNS subdomains for the rest.
 pub fn name_fn_for(info: &ResourceInfo) -> names::NameFn {
@@ -389,4 +415,16 @@ mod tests {
     }
 
     const RESOURCES_COVERED: usize = 14;
+
+    #[test]
+    fn scale_subresource() {
+        let info = info("apps", "Deployment");
+        let scale = json!({"apiVersion": "autoscaling/v1", "kind": "Scale", "metadata": {"name": "web"}, "spec": {"replicas": -1}});
+        assert_eq!(
+            validate_subresource(info, "scale", &scale)[0].to_string(),
+            "spec.replicas: Invalid value: -1: must be greater than or equal to 0"
+        );
+        let scale = json!({"metadata": {"name": "web"}, "spec": {"replicas": 3}});
+        assert!(validate_subresource(info, "scale", &scale).is_empty());
+    }
 }

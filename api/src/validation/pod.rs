@@ -5,8 +5,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use k8s_openapi::api::core::v1::{
-    Container, EnvVar, Pod, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, Toleration,
-    Volume, VolumeMount,
+    Binding, Container, EnvVar, ExecAction, HTTPGetAction, Lifecycle, Pod, PodSpec,
+    PodTemplateSpec, Probe, ResourceRequirements, TCPSocketAction, Toleration, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::Value;
@@ -100,6 +100,24 @@ pub(super) fn validate_pod_spec(spec: &PodSpec, path: &Path) -> Vec<FieldError> 
         &volumes,
         &path.child("initContainers"),
     ));
+    if spec.host_network == Some(true) {
+        for (ci, c) in spec.containers.iter().enumerate() {
+            for (pi, p) in c.ports.iter().flatten().enumerate() {
+                let hp = p.host_port.unwrap_or(0);
+                if hp != p.container_port {
+                    errs.push(FieldError::invalid(
+                        path.child("containers")
+                            .index(ci)
+                            .child("ports")
+                            .index(pi)
+                            .child("hostPort"),
+                        hp,
+                        "must match `containerPort` when `hostNetwork` is true",
+                    ));
+                }
+            }
+        }
+    }
     not_supported_or_required(
         &mut errs,
         path.child("restartPolicy"),
@@ -345,6 +363,9 @@ fn validate_containers(
         errs.extend(validate_container_common(c, volumes, &idx));
         if !seen.insert(c.name.as_str()) {
             errs.push(FieldError::duplicate(idx.child("name"), c.name.as_str()));
+        }
+        if let Some(lifecycle) = &c.lifecycle {
+            errs.extend(validate_lifecycle(lifecycle, &idx.child("lifecycle")));
         }
         errs.extend(validate_probe_kind(
             c.liveness_probe.as_ref(),
@@ -755,11 +776,18 @@ fn validate_port_num_or_name(port: &IntOrString, path: Path) -> Vec<FieldError> 
     }
 }
 
-/// `validateProbe`: exactly one handler, non-negative timings.
-fn validate_probe(probe: &Probe, path: &Path) -> Vec<FieldError> {
+/// `validateHandler`: exactly one of the handler kinds, each well formed.
+fn validate_handler(
+    path: &Path,
+    exec: Option<&ExecAction>,
+    http_get: Option<&HTTPGetAction>,
+    tcp_socket: Option<&TCPSocketAction>,
+    grpc_port: Option<i32>,
+    sleep: bool,
+) -> Vec<FieldError> {
     let mut errs = Vec::new();
     let mut handlers = 0;
-    let mut handler = |errs: &mut Vec<FieldError>, name: &str, set: bool| -> bool {
+    let mut take = |errs: &mut Vec<FieldError>, name: &str, set: bool| -> bool {
         if !set {
             return false;
         }
@@ -774,21 +802,15 @@ fn validate_probe(probe: &Probe, path: &Path) -> Vec<FieldError> {
             true
         }
     };
-    if handler(&mut errs, "exec", probe.exec.is_some()) {
-        let exec = probe
-            .exec
-            .as_ref()
-            .map(|e| e.command.as_deref().unwrap_or_default());
-        if exec.is_some_and(<[String]>::is_empty) {
+    if take(&mut errs, "exec", exec.is_some()) {
+        if exec.is_some_and(|e| e.command.as_ref().is_none_or(Vec::is_empty)) {
             errs.push(FieldError::required(
                 path.child("exec").child("command"),
                 "",
             ));
         }
     }
-    if handler(&mut errs, "httpGet", probe.http_get.is_some())
-        && let Some(http) = &probe.http_get
-    {
+    if let Some(http) = http_get.filter(|_| take(&mut errs, "httpGet", true)) {
         let p = path.child("httpGet");
         if s(&http.path).is_empty() {
             errs.push(FieldError::required(p.child("path"), ""));
@@ -812,31 +834,61 @@ fn validate_probe(probe: &Probe, path: &Path) -> Vec<FieldError> {
             }
         }
     }
-    if handler(&mut errs, "tcpSocket", probe.tcp_socket.is_some())
-        && let Some(tcp) = &probe.tcp_socket
-    {
+    if let Some(tcp) = tcp_socket.filter(|_| take(&mut errs, "tcpSocket", true)) {
         errs.extend(validate_port_num_or_name(
             &tcp.port,
             path.child("tcpSocket").child("port"),
         ));
     }
-    if handler(&mut errs, "grpc", probe.grpc.is_some())
-        && let Some(grpc) = &probe.grpc
-    {
-        for msg in names::port_num(i64::from(grpc.port)) {
+    if let Some(port) = grpc_port.filter(|_| take(&mut errs, "grpc", true)) {
+        for msg in names::port_num(i64::from(port)) {
             errs.push(FieldError::invalid(
                 path.child("grpc").child("port"),
-                grpc.port,
+                port,
                 msg,
             ));
         }
     }
+    take(&mut errs, "sleep", sleep);
     if handlers == 0 {
         errs.push(FieldError::required(
             path.clone(),
             "must specify a handler type",
         ));
     }
+    errs
+}
+
+fn validate_lifecycle(lifecycle: &Lifecycle, path: &Path) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    for (name, handler) in [
+        ("postStart", &lifecycle.post_start),
+        ("preStop", &lifecycle.pre_stop),
+    ] {
+        if let Some(h) = handler {
+            errs.extend(validate_handler(
+                &path.child(name),
+                h.exec.as_ref(),
+                h.http_get.as_ref(),
+                h.tcp_socket.as_ref(),
+                None,
+                h.sleep.is_some(),
+            ));
+        }
+    }
+    errs
+}
+
+/// `validateProbe`: exactly one handler, non-negative timings.
+fn validate_probe(probe: &Probe, path: &Path) -> Vec<FieldError> {
+    let mut errs = validate_handler(
+        path,
+        probe.exec.as_ref(),
+        probe.http_get.as_ref(),
+        probe.tcp_socket.as_ref(),
+        probe.grpc.as_ref().map(|g| g.port),
+        false,
+    );
     for (field, v) in [
         ("initialDelaySeconds", probe.initial_delay_seconds),
         ("timeoutSeconds", probe.timeout_seconds),
@@ -1193,6 +1245,24 @@ fn json_diff(path: &str, old: &Value, new: &Value, out: &mut Vec<String>) {
     }
 }
 
+/// `ValidatePodBinding`: the body of `pods/binding`.
+pub(super) fn validate_binding(obj: &Value) -> Result<Vec<FieldError>, FieldError> {
+    let binding: Binding = decode(obj, "")?;
+    let mut errs = Vec::new();
+    let kind = s(&binding.target.kind);
+    if !kind.is_empty() && kind != "Node" {
+        errs.push(FieldError::not_supported(
+            "target.kind",
+            kind,
+            &["Node", "<empty>"],
+        ));
+    }
+    if s(&binding.target.name).is_empty() {
+        errs.push(FieldError::required("target.name", ""));
+    }
+    Ok(errs)
+}
+
 /// `/status` updates of pods: the status may change, the spec may not (the strategy keeps the
 /// old one); checks the fields the kubelet and scheduler write.
 pub(super) fn validate_pod_status_update(
@@ -1516,6 +1586,40 @@ mod tests {
                 json!({"requests": {"example.com/gpu": "1"}, "limits": {"example.com/gpu": "2"}})
             )),
             r#"spec.containers[0].resources.requests: Invalid value: "1": must be equal to example.com/gpu limit of 2"#
+        );
+    }
+
+    #[test]
+    fn lifecycle_and_host_network() {
+        assert_eq!(
+            one(json!({"containers": [{"name": "a", "image": "x", "lifecycle": {"preStop": {}}}]})),
+            "spec.containers[0].lifecycle.preStop: Required value: must specify a handler type"
+        );
+        assert!(msgs(json!({"containers": [{"name": "a", "image": "x", "lifecycle": {"preStop": {"sleep": {"seconds": 5}}}}]})).is_empty());
+        assert_eq!(
+            one(
+                json!({"hostNetwork": true, "containers": [{"name": "a", "image": "x", "ports": [{"containerPort": 80, "hostPort": 81}]}]})
+            ),
+            "spec.containers[0].ports[0].hostPort: Invalid value: 81: must match `containerPort` when `hostNetwork` is true"
+        );
+    }
+
+    #[test]
+    fn bindings() {
+        let info = info("", "Pod");
+        let ok = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "p"}, "target": {"kind": "Node", "name": "n1"}});
+        assert!(super::super::validate_subresource(info, "binding", &ok).is_empty());
+        let bad = json!({"metadata": {"name": "p"}, "target": {"kind": "Pod"}});
+        let msgs: Vec<String> = super::super::validate_subresource(info, "binding", &bad)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            msgs,
+            vec![
+                r#"target.kind: Unsupported value: "Pod": supported values: "Node", "<empty>""#,
+                "target.name: Required value"
+            ]
         );
     }
 

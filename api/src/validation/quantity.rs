@@ -467,6 +467,28 @@ mod tests {
     }
 
     #[test]
+    fn canonical_form_parses_back_to_the_same_value() {
+        let suffixes = [
+            "", "m", "k", "M", "G", "Ki", "Mi", "Gi", "e3", "e-2", "n", "u",
+        ];
+        let mantissas = [
+            "0", "1", "7", "1.5", "0.25", "1024", "999", "12.345", "100", "3.0001",
+        ];
+        for m in mantissas {
+            for suf in suffixes {
+                for sign in ["", "-"] {
+                    let input = format!("{sign}{m}{suf}");
+                    let q = parse(&input).unwrap();
+                    let canonical = q.to_string();
+                    let back = parse(&canonical).unwrap();
+                    assert_eq!(back, q, "{input} -> {canonical}");
+                    assert_eq!(back.to_string(), canonical, "{input}: canonical is stable");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn canonical_form() {
         let cases = [
             ("0", "0"),
