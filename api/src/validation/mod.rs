@@ -30,9 +30,8 @@ use skiff_meta::ResourceInfo;
 pub use field::{FieldError, FieldErrorKind, Path, invalid_message, invalid_status};
 pub use meta::{NAMESPACE_MISMATCH, ensure_namespace, generate_name};
 
-/// Errors on the status subresource (`/status`) are validated by [`validate_status_update`].
-///
-/// Validates an object about to be created. `url_namespace` is the namespace of the request URL
+/// Validates an object about to be created (after [`crate::defaults::apply`],
+/// [`crate::defaults::prepare_for_create`] and name generation). `url_namespace` is the namespace of the request URL
 /// (`None` for cluster-wide requests); an object without a namespace is taken to be in it.
 pub fn validate_create(
     info: &ResourceInfo,

@@ -802,13 +802,13 @@ fn validate_handler(
             true
         }
     };
-    if take(&mut errs, "exec", exec.is_some()) {
-        if exec.is_some_and(|e| e.command.as_ref().is_none_or(Vec::is_empty)) {
-            errs.push(FieldError::required(
-                path.child("exec").child("command"),
-                "",
-            ));
-        }
+    if take(&mut errs, "exec", exec.is_some())
+        && exec.is_some_and(|e| e.command.as_ref().is_none_or(Vec::is_empty))
+    {
+        errs.push(FieldError::required(
+            path.child("exec").child("command"),
+            "",
+        ));
     }
     if let Some(http) = http_get.filter(|_| take(&mut errs, "httpGet", true)) {
         let p = path.child("httpGet");
@@ -938,7 +938,10 @@ fn validate_container_resource_name(name: &str, path: &Path) -> Vec<FieldError> 
                 "must be a standard resource for containers",
             ));
         }
-    } else if !is_native_resource(name) && name.starts_with("requests.") {
+    } else if !is_native_resource(name)
+        && (name.starts_with("requests.")
+            || !names::qualified_name(&format!("requests.{name}")).is_empty())
+    {
         errs.push(FieldError::invalid(
             path.clone(),
             name,
@@ -1576,6 +1579,10 @@ mod tests {
                 r#"spec.containers[0].resources.limits[gpu]: Invalid value: "gpu": must be a standard resource for containers"#,
                 r#"spec.containers[0].resources.requests[gpu]: Invalid value: "gpu": must be a standard resource for containers"#
             ]
+        );
+        assert_eq!(
+            msgs(c(json!({"limits": {"requests.example.com/gpu": "1"}})))[0],
+            r#"spec.containers[0].resources.limits[requests.example.com/gpu]: Invalid value: "requests.example.com/gpu": doesn't follow extended resource name standard"#
         );
         assert_eq!(
             one(c(json!({"requests": {"example.com/gpu": "1"}}))),
