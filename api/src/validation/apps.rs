@@ -538,6 +538,7 @@ pub(super) fn validate_status(
         let checks: &[(&str, &str)] = match info.kind {
             "Deployment" => &[
                 ("updatedReplicas", "replicas"),
+                ("readyReplicas", "replicas"),
                 ("availableReplicas", "replicas"),
                 ("availableReplicas", "readyReplicas"),
             ],
@@ -559,7 +560,12 @@ pub(super) fn validate_status(
                 errs.push(FieldError::invalid(
                     sp.child(field),
                     v,
-                    format!("cannot be greater than status.{bound}"),
+                    // Kubernetes' own inconsistency: only the replicas bound says `status.`.
+                    if *bound == "replicas" {
+                        "cannot be greater than status.replicas".to_string()
+                    } else {
+                        format!("cannot be greater than {bound}")
+                    },
                 ));
             }
         }
@@ -793,7 +799,7 @@ mod tests {
         let info = info("apps", "Deployment");
         let base = json!({"metadata": {"name": "web", "namespace": "default"}, "spec": spec_with(json!({}))});
         let mut new = base.clone();
-        new["status"] = json!({"replicas": 2, "updatedReplicas": 3, "unavailableReplicas": -1});
+        new["status"] = json!({"replicas": 2, "updatedReplicas": 3, "readyReplicas": 1, "availableReplicas": 2, "unavailableReplicas": -1});
         let msgs: Vec<String> = validate_status_update(info, &new, &base)
             .iter()
             .map(ToString::to_string)
@@ -803,6 +809,7 @@ mod tests {
             vec![
                 "status.unavailableReplicas: Invalid value: -1: must be greater than or equal to 0",
                 "status.updatedReplicas: Invalid value: 3: cannot be greater than status.replicas",
+                "status.availableReplicas: Invalid value: 2: cannot be greater than readyReplicas",
             ]
         );
     }
