@@ -416,6 +416,82 @@ mod tests {
     const RESOURCES_COVERED: usize = 14;
 
     #[test]
+    fn name_rule_of_every_served_kind() {
+        for info in skiff_meta::RESOURCES {
+            let rule = name_fn_for(info);
+            // "a.b" separates subdomains (dots allowed) from labels; "1a" separates RFC 1123
+            // labels from DNS-1035 ones; "A" passes only the path-segment rule.
+            let verdict = |name: &str| rule(name, false).is_empty();
+            let expected = match info.kind {
+                "Namespace" => (false, true, false),
+                "Service" => (false, false, false),
+                "Event" => (true, true, true),
+                _ => (true, true, false),
+            };
+            assert_eq!(
+                (verdict("a.b"), verdict("1a"), verdict("A")),
+                expected,
+                "{}",
+                info.kind
+            );
+        }
+    }
+
+    #[test]
+    fn defaults_are_idempotent_for_every_kind() {
+        let objects = [
+            (
+                "",
+                "Pod",
+                json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "x", "livenessProbe": {"httpGet": {"port": 80}}, "resources": {"limits": {"cpu": "1"}}}], "volumes": [{"name": "v"}]}}),
+            ),
+            (
+                "",
+                "Service",
+                json!({"metadata": {"name": "s"}, "spec": {"clusterIP": "10.0.0.1", "sessionAffinity": "ClientIP", "ports": [{"port": 80}]}}),
+            ),
+            (
+                "apps",
+                "Deployment",
+                json!({"metadata": {"name": "d"}, "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "x"}]}}}}),
+            ),
+            (
+                "apps",
+                "DaemonSet",
+                json!({"metadata": {"name": "d"}, "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "x"}]}}}}),
+            ),
+            (
+                "apps",
+                "ReplicaSet",
+                json!({"metadata": {"name": "d"}, "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "x"}]}}}}),
+            ),
+            (
+                "",
+                "Secret",
+                json!({"metadata": {"name": "s"}, "stringData": {"a": "b"}}),
+            ),
+            ("", "Namespace", json!({"metadata": {"name": "n"}})),
+            (
+                "",
+                "Node",
+                json!({"metadata": {"name": "n"}, "status": {"capacity": {"cpu": "2"}}}),
+            ),
+            (
+                "discovery.k8s.io",
+                "EndpointSlice",
+                json!({"metadata": {"name": "e"}, "addressType": "IPv4", "endpoints": [], "ports": [{"port": 1}]}),
+            ),
+        ];
+        for (group, kind, mut obj) in objects {
+            let info = info(group, kind);
+            crate::defaults::apply(info, &mut obj);
+            let once = obj.clone();
+            crate::defaults::apply(info, &mut obj);
+            assert_eq!(obj, once, "{kind}");
+        }
+    }
+
+    #[test]
     fn scale_subresource() {
         let info = info("apps", "Deployment");
         let scale = json!({"apiVersion": "autoscaling/v1", "kind": "Scale", "metadata": {"name": "web"}, "spec": {"replicas": -1}});
