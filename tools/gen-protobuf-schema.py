@@ -116,7 +116,7 @@ for path in sorted(glob.glob(os.path.join(args.k8s_openapi, "**/*.rs"), recursiv
     module = os.path.relpath(os.path.dirname(path), args.k8s_openapi).replace(os.sep, "/")
     fields = {}
     for fm in re.finditer(r'"([^"]+)" => Field::Key_(\w+),', src):
-        fields.setdefault(fm.group(2), fm.group(1))
+        fields.setdefault(fm.group(2).rstrip("_"), fm.group(1))
     optional = {m.group(1) for m in re.finditer(r"pub (\w+): Option<", src)}
     entry = {"fields": fields, "optional": optional, "gvk": None, "name": sm.group(1)}
     rm = re.search(r'impl crate::Resource for \w+ \{\s*const API_VERSION: &\'static str = "([^"]*)";'
