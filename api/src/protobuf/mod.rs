@@ -14,14 +14,18 @@
 //! ## Layout
 //! - `schema.rs`: the generated table (message → fields: tag, JSON name, type, presence; kinds).
 //!   Regenerate with `tools/gen-protobuf-schema.py` (see its header).
-//! - `types.rs`: the table's vocabulary; [`Presence`](types::Presence) explains how Go's JSON
+//! - `types.rs`: the table's vocabulary; `types::Presence` explains how Go's JSON
 //!   encoding drops or keeps zero values.
 //! - `wire.rs`: the bounds-checked wire reader. `special.rs`: Go's text of times and durations.
 //!
+//! In the server: when a request's `Content-Type` [is Kubernetes protobuf](is_content_type),
+//! `decode` the body and carry on with the JSON; an [`Error`] is a 400 BadRequest. Responses stay
+//! JSON (kubectl's `Accept` lists `application/json` too).
+//!
 //! Differences from Go's JSON encoding, all harmless to a JSON decoder: a slice or map absent from
 //! the wire is left out where Go would write `null` (see `Presence::NonEmpty`), and a
-//! `resource.Quantity` keeps the string on the wire instead of Go's canonical form (kubectl sends
-//! canonical quantities).
+//! `resource.Quantity` keeps the string on the wire as it is (Go's marshaller writes the canonical
+//! form, so Go clients' quantities are already what Go's JSON encoding writes).
 
 mod schema;
 mod special;
@@ -134,6 +138,12 @@ pub enum Error {
 
 /// `Result` with this module's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Whether a `Content-Type` header value names Kubernetes protobuf (parameters and case ignored).
+pub fn is_content_type(content_type: &str) -> bool {
+    let media_type = content_type.split(';').next().unwrap_or_default().trim();
+    media_type.eq_ignore_ascii_case(CONTENT_TYPE)
+}
 
 /// Whether `body` starts with the Kubernetes protobuf magic prefix.
 pub fn is_protobuf(body: &[u8]) -> bool {

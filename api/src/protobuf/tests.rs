@@ -437,6 +437,18 @@ fn served_kinds_are_in_the_table() {
 // ---------------------------------------------------------------------------------------------
 
 #[test]
+fn protobuf_content_types_are_recognised() {
+    assert!(is_content_type("application/vnd.kubernetes.protobuf"));
+    assert!(is_content_type(
+        "application/vnd.kubernetes.protobuf; charset=utf-8"
+    ));
+    assert!(is_content_type("Application/VND.Kubernetes.Protobuf"));
+    assert!(!is_content_type("application/json"));
+    assert!(!is_content_type("application/vnd.kubernetes.protobuf+json"));
+    assert!(!is_content_type(""));
+}
+
+#[test]
 fn a_body_without_the_magic_is_rejected() {
     assert!(matches!(decode(b""), Err(Error::BadMagic)));
     assert!(matches!(
