@@ -33,7 +33,8 @@
 //!  - revisions 1..=durable are contiguous; every l/r for compacted <= r <= durable exists, and each
 //!    key it names has h/key/r;
 //!  - a key's state at R (compacted <= R <= durable) is its newest h/key/r with r <= R (absent if
-//!    none or a delete); compaction keeps exactly that version for R = compacted;
+//!    none or a delete); compaction keeps each key's newest version below `compacted` if it is a
+//!    put (the state at compacted - 1, so changes at `compacted` keep their previous values);
 //!  - readers read at R <= durable only: writes applied but not yet flushed (7) are invisible;
 //!  - the compacted revision and a prefix's watermark are raised before the versions they cover
 //!    are removed, and readers check them after reading: a read either is right or says Compacted.

@@ -222,14 +222,25 @@ impl Shared {
         Ok(())
     }
 
-    /// Fails unless the state of `key` at `rev` is still complete.
-    pub fn check_key_readable(&self, key: &[u8], rev: u64) -> Result<()> {
-        self.check_readable(Revision(rev), &KeyRange::key(key.to_vec()))
-    }
-
-    /// The error for a version that should be in history but is not.
+    /// The error for a version that should be in history but is not: the prefix retention that
+    /// pruned it if there is one (more specific than the global compaction), else the global
+    /// compaction, else (neither explains it) a corrupt store.
     pub fn explain_missing(&self, key: &[u8], rev: u64) -> Error {
-        match self.check_key_readable(key, rev) {
+        {
+            let marks = self.watermarks.read().expect("watermarks poisoned");
+            if let Some((prefix, &mark)) = marks
+                .iter()
+                .filter(|(p, m)| key.starts_with(p) && rev < **m)
+                .max_by_key(|(p, _)| p.len())
+            {
+                return Error::Compacted {
+                    requested: Revision(rev),
+                    compacted: Revision(mark),
+                    prefix: Some(prefix.clone()),
+                };
+            }
+        }
+        match self.check_compacted(Revision(rev)) {
             Err(e) => e,
             Ok(()) => self.corrupt(format!(
                 "version {rev} of key {:?} is missing from history",
@@ -511,7 +522,18 @@ impl SledStore {
                 return Err(Error::Corrupt { path, reason });
             }
         }
-        let db = open_sled(&config)?;
+        // A store this process just dropped releases the lock a few milliseconds late (sled's I/O
+        // threads drop their handles after the last flush returns), so wait a little before
+        // concluding that someone else holds it.
+        let deadline = Instant::now() + Duration::from_secs(1);
+        let db = loop {
+            match open_sled(&config) {
+                Err(Error::Locked { .. }) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(5))
+                }
+                other => break other?,
+            }
+        };
         let loaded = load(&db, &path)?;
         let (durable_tx, _) = tokio::sync::watch::channel(Revision(loaded.revision));
         let shared = Arc::new(Shared {
