@@ -88,18 +88,22 @@ async fn writes(dir: &Path) {
                 WriteKind::Txn3 => "-".into(),
             };
             println!(
-                "| {name} | {writers} | {:.0} | {:.1} | {} | {} | {:.0} | {ratio} |",
+                "| {name} | {writers} | {:.0} | {:.1} | {:.0} | {:.0} µs | {} | {} | {:.0} | {ratio} |",
                 r.per_sec,
                 r.per_flush,
+                r.written_per_op,
+                r.cpu_per_op.as_secs_f64() * 1e6,
                 ms(r.p50),
                 ms(r.p99),
                 raw.per_sec
             );
         }
         println!(
-            "| raw sled put 1 KiB (same group commit) | {writers} | {:.0} | {:.1} | {} | {} | | |",
+            "| raw sled put 1 KiB (same group commit) | {writers} | {:.0} | {:.1} | {:.0} | {:.0} µs | {} | {} | | |",
             raw.per_sec,
             raw.per_flush,
+            raw.written_per_op,
+            raw.cpu_per_op.as_secs_f64() * 1e6,
             ms(raw.p50),
             ms(raw.p99)
         );

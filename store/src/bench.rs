@@ -32,6 +32,11 @@ pub struct WriteResult {
     pub flushes: u64,
     /// Operations acknowledged, divided by flushes: how many commits each fsync carried.
     pub per_flush: f64,
+    /// Bytes this process handed to `write` calls per operation (sled's log writes: the write
+    /// amplification).
+    pub written_per_op: f64,
+    /// CPU time (user + system, all threads of this process) per operation.
+    pub cpu_per_op: Duration,
     /// Median and 99th percentile latency of one operation.
     pub p50: Duration,
     /// See `p50`.
@@ -49,6 +54,36 @@ pub fn value(size: usize, seed: u64) -> Vec<u8> {
             x as u8
         })
         .collect()
+}
+
+/// Bytes handed to `write` calls by this process so far (Linux `/proc/self/io`, `wchar`).
+pub fn bytes_written() -> u64 {
+    std::fs::read_to_string("/proc/self/io")
+        .ok()
+        .and_then(|io| {
+            io.lines().find_map(|l| {
+                l.strip_prefix("wchar: ")
+                    .and_then(|v| v.trim().parse().ok())
+            })
+        })
+        .unwrap_or(0)
+}
+
+/// CPU time (user + system) this process has used so far (Linux `/proc/self/stat`).
+pub fn cpu_time() -> Duration {
+    let ticks = std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|stat| {
+            // Fields after the parenthesised command name; utime and stime are the 14th and 15th.
+            let rest = stat.rsplit_once(')')?.1;
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            let utime: u64 = fields.get(11)?.parse().ok()?;
+            let stime: u64 = fields.get(12)?.parse().ok()?;
+            Some(utime + stime)
+        })
+        .unwrap_or(0);
+    // Linux reports in USER_HZ, 100 per second on every mainstream configuration.
+    Duration::from_millis(ticks * 10)
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -78,6 +113,8 @@ pub async fn durable_writes(
     kind: WriteKind,
 ) -> Result<WriteResult> {
     let (flushes0, _) = store.commit_stats();
+    let written0 = bytes_written();
+    let cpu0 = cpu_time();
     let next = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
     let mut tasks = Vec::new();
@@ -119,12 +156,16 @@ pub async fn durable_writes(
     }
     let elapsed = start.elapsed();
     let (flushes1, _) = store.commit_stats();
+    let written = bytes_written() - written0;
+    let cpu = cpu_time().saturating_sub(cpu0);
     latencies.sort();
     let flushes = flushes1 - flushes0;
     Ok(WriteResult {
         per_sec: total as f64 / elapsed.as_secs_f64(),
         flushes,
         per_flush: total as f64 / flushes.max(1) as f64,
+        written_per_op: written as f64 / total as f64,
+        cpu_per_op: cpu / total.max(1) as u32,
         p50: percentile(&latencies, 0.5),
         p99: percentile(&latencies, 0.99),
     })
@@ -178,6 +219,8 @@ pub async fn raw_sled_writes(
         })
     };
     let next = Arc::new(AtomicU64::new(0));
+    let written0 = bytes_written();
+    let cpu0 = cpu_time();
     let start = Instant::now();
     let mut tasks = Vec::new();
     for w in 0..writers {
@@ -211,12 +254,16 @@ pub async fn raw_sled_writes(
     let elapsed = start.elapsed();
     inserter.join().expect("inserter panicked");
     flusher.join().expect("flusher panicked");
+    let written = bytes_written() - written0;
+    let cpu = cpu_time().saturating_sub(cpu0);
     latencies.sort();
     let flushes = flushes.load(Ordering::Relaxed);
     Ok(WriteResult {
         per_sec: total as f64 / elapsed.as_secs_f64(),
         flushes,
         per_flush: total as f64 / flushes.max(1) as f64,
+        written_per_op: written as f64 / total as f64,
+        cpu_per_op: cpu / total.max(1) as u32,
         p50: percentile(&latencies, 0.5),
         p99: percentile(&latencies, 0.99),
     })

@@ -561,6 +561,8 @@ impl SledStore {
             lease_next: loaded.lease_next,
             out: applied_tx,
             poisoned: None,
+            latest: Default::default(),
+            latest_bytes: 0,
         };
         let mut threads = Vec::new();
         let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
@@ -930,5 +932,5 @@ pub(crate) fn dir_size(dir: &Path) -> u64 {
 
 /// Decodes a history record (for the snapshot and maintenance code).
 pub(crate) fn decode_hist(bytes: &[u8]) -> Result<HistRecord> {
-    crate::record::decode(bytes, "history record")
+    HistRecord::decode(bytes)
 }

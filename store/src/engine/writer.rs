@@ -145,7 +145,17 @@ pub(crate) struct Writer {
     /// Set when a batch failed to apply: sled may hold part of it in memory, so nothing more is
     /// written until the store is reopened (recovery drops the unsealed batch).
     pub poisoned: Option<sled::Error>,
+    /// The newest version of recently written keys (`None`: deleted), so that a write finds the
+    /// version it replaces without reading sled (a read of a page costs more than the write).
+    /// Only the writer changes a key's newest version, so this cannot go stale; compaction only
+    /// ever removes a newest version that is a delete, which reads the same.
+    pub latest: HashMap<Vec<u8>, Option<KeyValue>>,
+    /// Bytes of keys and values held in `latest`.
+    pub latest_bytes: usize,
 }
+
+/// Bytes of keys and values [`Writer::latest`] holds before it starts again from empty.
+const LATEST_CAPACITY: usize = 64 << 20;
 
 /// Transactions being gathered into one sled batch (`apply_batch` has a high fixed cost, so
 /// the writer applies every transaction waiting at once). The batch is atomic on disk: a crash
@@ -288,6 +298,18 @@ impl Writer {
         if group.dirty {
             self.apply(group.batch)?;
         }
+        for (key, state) in group.overlay {
+            let size = key.len() + state.as_ref().map_or(0, |kv| kv.value.len()) + 64;
+            if self.latest_bytes + size > LATEST_CAPACITY {
+                self.latest.clear();
+                self.latest_bytes = 0;
+            }
+            self.latest_bytes += size;
+            if let Some(old) = self.latest.insert(key, state) {
+                let old_size = old.as_ref().map_or(0, |kv| kv.key.len() + kv.value.len()) + 64;
+                self.latest_bytes = self.latest_bytes.saturating_sub(old_size);
+            }
+        }
         let mut table = self.shared.leases.lock().expect("lease table poisoned");
         for (key, before, after) in group.lease_changes {
             if before != after {
@@ -384,6 +406,9 @@ impl Writer {
         if let Some(state) = group.overlay.get(key) {
             return Ok(state.clone());
         }
+        if let Some(state) = self.latest.get(key) {
+            return Ok(state.clone());
+        }
         Ok(read::version_at(self.tree(), key, u64::MAX)?
             .and_then(|(rev, rec)| read::record_kv(key, rev, &rec, false)))
     }
@@ -437,21 +462,33 @@ impl Writer {
         })
     }
 
-    /// Records a new version of `key` at `rev` in the group.
+    /// Records a new version of `key` at `rev` in the group: `state` is the key-value it
+    /// creates, `None` for a delete.
     fn write_version(
         &self,
         group: &mut Group,
         key: &[u8],
         rev: u64,
-        rec: &HistRecord,
+        time: u64,
         state: Option<KeyValue>,
         lease_before: Option<u64>,
     ) {
-        group.batch.insert(hist_key(key, rev), encode(rec));
+        let record = match &state {
+            Some(kv) => HistRecord::encode_parts(
+                time,
+                kv.create_revision.0,
+                kv.version,
+                kv.lease.map(|l| l.0),
+                Some(&kv.value),
+            ),
+            None => HistRecord::encode_parts(time, 0, 0, None, None),
+        };
+        group.batch.insert(hist_key(key, rev), record);
         group.dirty = true;
+        let lease_after = state.as_ref().and_then(|kv| kv.lease.map(|l| l.0));
         group
             .lease_changes
-            .push((key.to_vec(), lease_before, rec.lease));
+            .push((key.to_vec(), lease_before, lease_after));
         group.new_revs.entry(key.to_vec()).or_default().push(rev);
         group.overlay.insert(key.to_vec(), state);
     }
@@ -484,15 +521,8 @@ impl Writer {
                         version,
                         lease,
                     };
-                    let rec = HistRecord {
-                        time,
-                        create,
-                        version,
-                        lease: lease.map(|l| l.0),
-                        value: Some(kv.value.clone()),
-                    };
                     let lease_before = prev.as_ref().and_then(|p| p.lease.map(|l| l.0));
-                    self.write_version(group, &kv.key, rev, &rec, Some(kv.clone()), lease_before);
+                    self.write_version(group, &kv.key, rev, time, Some(kv.clone()), lease_before);
                     built.log_keys.push(kv.key.clone());
                     built.responses.push(OpResponse::Put {
                         prev_kv: if prev_kv { prev.clone() } else { None },
@@ -505,15 +535,8 @@ impl Writer {
                 }
                 Op::Delete { range, prev_kv } => {
                     let live = self.current_range(&range, group)?;
-                    let tomb = HistRecord {
-                        time,
-                        create: 0,
-                        version: 0,
-                        lease: None,
-                        value: None,
-                    };
                     for (key, kv) in &live {
-                        self.write_version(group, key, rev, &tomb, None, kv.lease.map(|l| l.0));
+                        self.write_version(group, key, rev, time, None, kv.lease.map(|l| l.0));
                         built.events.push(Event {
                             kind: EventKind::Delete,
                             kv: read::tombstone_kv(key, rev),
