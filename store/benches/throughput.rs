@@ -123,15 +123,27 @@ async fn range(dir: &Path) {
 }
 
 async fn watch(dir: &Path) {
-    for watchers in [1usize, 100, 1000] {
-        let path = dir.join(format!("watch-{watchers}"));
+    for (watchers, one_prefix) in [(1usize, true), (1000, false), (100, true), (1000, true)] {
+        let path = dir.join(format!("watch-{watchers}-{one_prefix}"));
         let store = Arc::new(SledStore::open(bench_config(&path)).expect("open"));
-        let r = bench::watch_latency(store.clone(), watchers, 1000, Duration::from_secs(5), 1024)
-            .await
-            .expect("watch");
+        let r = bench::watch_latency(
+            store.clone(),
+            watchers,
+            one_prefix,
+            1000,
+            Duration::from_secs(5),
+            1024,
+        )
+        .await
+        .expect("watch");
         store.close().await.expect("close");
+        let shape = if one_prefix {
+            "all watching one prefix (every put to every watcher)"
+        } else {
+            "each watching its own key"
+        };
         println!(
-            "\nwatch: {watchers} watchers of one prefix, {:.0} puts/s of 1 KiB: {} events delivered; \
+            "\nwatch: {watchers} watchers, {shape}; {:.0} puts/s of 1 KiB: {} events delivered; \
              submit->delivery p50 {} p99 {}; the puts' own submit->ack p50 {} p99 {}",
             r.puts_per_sec,
             r.delivered,

@@ -382,11 +382,14 @@ pub struct WatchResult {
     pub puts_per_sec: f64,
 }
 
-/// `watchers` watchers of one prefix while puts of `value_size` bytes arrive at `rate` per second
-/// for `duration`. Each put carries its submission time; each watcher records when it got it.
+/// `watchers` watchers while puts of `value_size` bytes to 1,000 keys arrive at `rate` per second
+/// for `duration`. With `one_prefix` every watcher watches all 1,000 keys (each put is delivered
+/// to every watcher); otherwise watcher `i` watches key `i` only. Each put carries its submission
+/// time; each watcher records when it got it.
 pub async fn watch_latency(
     store: Arc<SledStore>,
     watchers: usize,
+    one_prefix: bool,
     rate: u64,
     duration: Duration,
     value_size: usize,
@@ -395,16 +398,22 @@ pub async fn watch_latency(
     let start_rev = store.status().revision;
     let total = (rate as f64 * duration.as_secs_f64()) as u64;
     let mut watch_tasks = Vec::new();
-    for _ in 0..watchers {
+    let key = |i: u64| format!("/watch/{:04}", i % 1000);
+    for w in 0..watchers as u64 {
+        let (range, expected) = if one_prefix {
+            (KeyRange::prefix("/watch/"), total)
+        } else {
+            (
+                KeyRange::key(key(w)),
+                (0..total).filter(|i| i % 1000 == w).count() as u64,
+            )
+        };
         let mut stream = store
-            .watch(WatchRequest::new(
-                KeyRange::prefix("/watch/"),
-                Some(start_rev.next()),
-            ))
+            .watch(WatchRequest::new(range, Some(start_rev.next())))
             .await?;
         watch_tasks.push(tokio::spawn(async move {
-            let mut lat = Vec::with_capacity(total as usize);
-            while (lat.len() as u64) < total {
+            let mut lat = Vec::with_capacity(expected as usize);
+            while (lat.len() as u64) < expected {
                 let Some(Ok(resp)) = stream.next().await else {
                     break;
                 };
@@ -431,9 +440,7 @@ pub async fn watch_latency(
         v[..8].copy_from_slice(&(submitted.as_nanos() as u64).to_le_bytes());
         puts.push(tokio::spawn(async move {
             let t = Instant::now();
-            store
-                .put(format!("/watch/{:04}", i % 1000).into_bytes(), v, None)
-                .await?;
+            store.put(key(i).into_bytes(), v, None).await?;
             Ok::<_, crate::Error>(t.elapsed())
         }));
     }

@@ -563,10 +563,10 @@ async fn run(steps: Vec<Step>) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, max_shrink_iters: 200, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 128, max_shrink_iters: 500, ..ProptestConfig::default() })]
 
     #[test]
-    fn store_matches_the_model(steps in prop::collection::vec(step(), 1..40)) {
+    fn store_matches_the_model(steps in prop::collection::vec(step(), 1..60)) {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(run(steps))?;
     }

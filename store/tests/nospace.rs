@@ -48,7 +48,9 @@ impl Drop for SmallDisk {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_fails_writes_clearly_and_keeps_what_was_acknowledged() {
     let Some(disk) = SmallDisk::mount("6m") else {
-        eprintln!("SKIPPED: cannot mount a tmpfs here (needs root); the full-disk test checked nothing");
+        eprintln!(
+            "SKIPPED: cannot mount a tmpfs here (needs root); the full-disk test checked nothing"
+        );
         return;
     };
     let path = disk.path().join("data");
@@ -60,7 +62,10 @@ async fn a_full_disk_fails_writes_clearly_and_keeps_what_was_acknowledged() {
     let mut acked = Vec::new();
     let err = loop {
         let key = format!("k{}", acked.len());
-        match store.put(key.clone().into_bytes(), value.clone(), None).await {
+        match store
+            .put(key.clone().into_bytes(), value.clone(), None)
+            .await
+        {
             Ok((rev, _)) => acked.push((rev, key)),
             Err(e) => break e,
         }
@@ -70,19 +75,30 @@ async fn a_full_disk_fails_writes_clearly_and_keeps_what_was_acknowledged() {
     assert!(err.to_string().contains("no space"), "{err}");
     assert!(!acked.is_empty());
     // Later writes keep failing rather than pretending.
-    assert!(store.put(b"more".to_vec(), b"x".to_vec(), None).await.is_err());
+    assert!(
+        store
+            .put(b"more".to_vec(), b"x".to_vec(), None)
+            .await
+            .is_err()
+    );
     drop(store);
     // With room again, everything acknowledged is there.
     disk.grow("64m");
     let store = SledStore::open(config).unwrap();
     assert!(store.status().revision >= acked.last().unwrap().0);
     for (rev, key) in &acked {
-        let got = store.range(RangeRequest::new(KeyRange::key(key.as_str()))).await.unwrap();
+        let got = store
+            .range(RangeRequest::new(KeyRange::key(key.as_str())))
+            .await
+            .unwrap();
         assert_eq!(got.kvs.len(), 1, "{key} lost");
         assert_eq!(got.kvs[0].mod_revision, *rev);
         assert_eq!(got.kvs[0].value, value);
     }
-    let (rev, _) = store.put(b"after".to_vec(), b"x".to_vec(), None).await.unwrap();
+    let (rev, _) = store
+        .put(b"after".to_vec(), b"x".to_vec(), None)
+        .await
+        .unwrap();
     assert!(rev > acked.last().unwrap().0);
     store.close().await.unwrap();
 }

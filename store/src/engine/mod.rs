@@ -131,8 +131,8 @@ pub(crate) struct Shared {
     pub config: Config,
     /// The newest durable revision: readers read here. Written only by the flusher.
     durable: AtomicU64,
-    /// The same, for watchers to wait on.
-    pub durable_tx: tokio::sync::watch::Sender<Revision>,
+    /// Watchers to wake when entries in their range become durable.
+    pub registry: Mutex<watch::Registry>,
     /// The oldest readable revision. Raised before compaction removes anything.
     compacted: AtomicU64,
     /// Per-prefix watermarks: the oldest revision still readable for keys under the prefix.
@@ -165,17 +165,28 @@ impl Shared {
     }
 
     /// Makes `entries` visible to watchers and `rev` the durable revision (flusher only).
-    pub fn publish(&self, entries: Vec<Arc<Entry>>, rev: u64) {
+    pub fn publish(&self, entries: &[Arc<Entry>], rev: u64) {
         if !entries.is_empty() {
             let mut ring = self.ring.write().expect("ring poisoned");
             for e in entries {
-                ring.push(e);
+                ring.push(e.clone());
             }
         }
         if rev > self.durable() {
             self.durable.store(rev, Ordering::SeqCst);
-            self.durable_tx.send_replace(Revision(rev));
         }
+    }
+
+    /// Wakes the watchers whose range holds a key written in `entries` (flusher only, after
+    /// publishing them).
+    pub fn dispatch(&self, entries: &[Arc<Entry>]) {
+        if entries.is_empty() {
+            return;
+        }
+        self.registry
+            .lock()
+            .expect("watch registry poisoned")
+            .wake(entries);
     }
 
     pub fn wake_maintenance(&self) {
@@ -535,14 +546,13 @@ impl SledStore {
             }
         };
         let loaded = load(&db, &path)?;
-        let (durable_tx, _) = tokio::sync::watch::channel(Revision(loaded.revision));
         let shared = Arc::new(Shared {
             db,
             path,
             ring: RwLock::new(watch::Ring::new(config.watch_ring)),
             config,
             durable: AtomicU64::new(loaded.revision),
-            durable_tx,
+            registry: Mutex::new(watch::Registry::default()),
             compacted: AtomicU64::new(loaded.compacted),
             watermarks: RwLock::new(loaded.watermarks),
             leases: Mutex::new(loaded.leases),
@@ -757,12 +767,7 @@ impl Store for SledStore {
                 .check_readable(Revision(start), &request.range)?;
         }
         let (tx, rx) = mpsc::channel(self.shared.config.watch_buffer.max(1));
-        let watcher = watch::Watcher {
-            shared: self.shared.clone(),
-            request,
-            next: start,
-            out: tx,
-        };
+        let watcher = watch::Watcher::new(self.shared.clone(), request, start, tx);
         self.watchers.spawn(watcher.run());
         Ok(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx)))
     }

@@ -802,7 +802,8 @@ pub(crate) fn run_flusher(shared: Arc<Shared>, applied: std::sync::mpsc::Receive
         unpublished.extend(group.iter().filter_map(|a| a.entry.clone()));
         match shared.db.flush() {
             Ok(_) => {
-                shared.publish(std::mem::take(&mut unpublished), last_rev);
+                let entries = std::mem::take(&mut unpublished);
+                shared.publish(&entries, last_rev);
                 shared.stats.flushes.fetch_add(1, Ordering::Relaxed);
                 shared
                     .stats
@@ -811,6 +812,7 @@ pub(crate) fn run_flusher(shared: Arc<Shared>, applied: std::sync::mpsc::Receive
                 for a in group {
                     a.ack.succeed();
                 }
+                shared.dispatch(&entries);
             }
             Err(e) => {
                 tracing::error!(error = %e, "flush failed; the writes waiting for it are not acknowledged");
