@@ -183,16 +183,23 @@ async fn reopen(dir: &Path) {
 }
 
 async fn churn(dir: &Path) {
+    let rounds: usize = std::env::var("SKIFF_BENCH_CHURN_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20);
     let path = dir.join("churn");
-    let sizes = bench::churn_sizes(&path, 20_000, 1_000, 1024, 20_000, 10)
+    let sizes = bench::churn_sizes(&path, 20_000, 1_000, 1024, 20_000, rounds)
         .await
         .expect("churn");
-    let mib: Vec<String> = sizes
-        .iter()
-        .map(|s| format!("{:.0}", *s as f64 / (1 << 20) as f64))
-        .collect();
     println!(
-        "\nchurn: 1,000 keys overwritten with 1 KiB values, retention 20,000 revisions; data dir MiB after each 20,000 puts: {}",
-        mib.join(", ")
+        "\nchurn: 1,000 keys overwritten with 1 KiB values by 64 writers, retention 20,000 revisions"
     );
+    println!("| revision | compacted | data dir MiB |");
+    println!("|---|---|---|");
+    for (rev, compacted, size) in sizes {
+        println!(
+            "| {rev} | {compacted} | {:.0} |",
+            size as f64 / (1 << 20) as f64
+        );
+    }
 }

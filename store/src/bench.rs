@@ -466,7 +466,8 @@ pub async fn watch_latency(
 }
 
 /// Steady churn: `writers` overwrite `keys` keys for `rounds` rounds of `per_round` puts under a
-/// retention of `keep` revisions; returns the data dir size after each round, in bytes.
+/// retention of `keep` revisions; returns after each round the revision, the compacted revision
+/// and the data dir size in bytes.
 pub async fn churn_sizes(
     path: &Path,
     keep: u64,
@@ -474,7 +475,7 @@ pub async fn churn_sizes(
     value_size: usize,
     per_round: usize,
     rounds: usize,
-) -> Result<Vec<u64>> {
+) -> Result<Vec<(Revision, Revision, u64)>> {
     let mut config = bench_config(path);
     config.retention.max_revisions = Some(keep);
     config.retention.interval = Duration::from_millis(500);
@@ -490,7 +491,8 @@ pub async fn churn_sizes(
             WriteKind::Put,
         )
         .await?;
-        sizes.push(dir_size(path));
+        let status = store.status();
+        sizes.push((status.revision, status.compacted, dir_size(path)));
     }
     store.close().await?;
     Ok(sizes)
