@@ -53,9 +53,9 @@ async fn writes(dir: &Path) {
     let fsyncs = bench::raw_fsyncs_per_sec(dir, Duration::from_secs(2)).expect("fsync probe");
     println!("\nraw fsyncs/s on this file system (512 B write + fdatasync loop): {fsyncs:.0}\n");
     println!(
-        "| workload | writers | ops/s | commits per fsync | p50 | p99 | raw sled puts/s | store / raw sled |"
+        "| workload | writers | ops/s | commits per flush | bytes written per op | CPU per op | p50 | p99 | raw sled puts/s | store / raw sled |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     let only_writers: Option<usize> = std::env::var("SKIFF_BENCH_WRITERS")
         .ok()
         .and_then(|s| s.parse().ok());
@@ -106,6 +106,26 @@ async fn writes(dir: &Path) {
             raw.cpu_per_op.as_secs_f64() * 1e6,
             ms(raw.p50),
             ms(raw.p99)
+        );
+    }
+    // The same 256-writer put workload with a real fdatasync after every group flush.
+    if only_writers.is_none_or(|w| w == 256) {
+        let path = dir.join("store-256-fsync");
+        let mut config = bench_config(&path);
+        config.fsync = true;
+        let store = Arc::new(SledStore::open(config).expect("open"));
+        let r = bench::durable_writes(store.clone(), 256, 100_000, 1024, 10_000, WriteKind::Put)
+            .await
+            .expect("writes");
+        store.close().await.expect("close");
+        println!(
+            "| put 1 KiB, `Config::fsync` (fdatasync per group) | 256 | {:.0} | {:.1} | {:.0} | {:.0} µs | {} | {} | | |",
+            r.per_sec,
+            r.per_flush,
+            r.written_per_op,
+            r.cpu_per_op.as_secs_f64() * 1e6,
+            ms(r.p50),
+            ms(r.p99)
         );
     }
 }

@@ -1054,3 +1054,20 @@ async fn close_releases_the_data_dir_at_once() {
         drop(store);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_fsync_writes_are_acknowledged_and_recovered() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(&dir);
+    config.fsync = true;
+    {
+        let store = SledStore::open(config.clone()).unwrap();
+        for i in 0..20 {
+            assert_eq!(put(&store, &format!("k{i}"), "v").await, Revision(i + 1));
+        }
+        store.close().await.unwrap();
+    }
+    let store = SledStore::open(config).unwrap();
+    assert_eq!(store.status().revision, Revision(20));
+    assert_eq!(get(&store, "k19", None).await.unwrap().unwrap().value, b"v");
+}

@@ -44,6 +44,12 @@ pub struct Config {
     pub watch_buffer: usize,
     /// sled's page cache, in bytes. Default 256 MiB.
     pub cache_capacity: u64,
+    /// Also `fdatasync` sled's file after each group flush. sled 0.34 flushes with
+    /// `sync_file_range` on Linux, which puts the data on the device (it survives a crash of the
+    /// process) but neither flushes the device's write cache nor the file's metadata; this adds a
+    /// real `fdatasync` per group, for durability across power loss, at the cost of one disk
+    /// cache flush per group. Default false.
+    pub fsync: bool,
 }
 
 impl Config {
@@ -57,6 +63,7 @@ impl Config {
             watch_ring: 8192,
             watch_buffer: 256,
             cache_capacity: 256 << 20,
+            fsync: false,
         }
     }
 }
@@ -151,6 +158,8 @@ pub(crate) struct Shared {
     /// Wakes the maintenance thread early (a new lease, shutdown).
     pub wake: (Mutex<bool>, Condvar),
     pub stats: Stats,
+    /// sled's data file, for [`Config::fsync`].
+    pub data_file: Option<std::fs::File>,
 }
 
 impl Shared {
@@ -546,6 +555,11 @@ impl SledStore {
             }
         };
         let loaded = load(&db, &path)?;
+        let data_file = if config.fsync {
+            Some(std::fs::File::open(path.join("db")).map_err(read::io_err)?)
+        } else {
+            None
+        };
         let shared = Arc::new(Shared {
             db,
             path,
@@ -561,6 +575,7 @@ impl SledStore {
             shutdown: CancellationToken::new(),
             wake: (Mutex::new(false), Condvar::new()),
             stats: Stats::default(),
+            data_file,
         });
         let (command_tx, command_rx) = mpsc::channel(4096);
         let (applied_tx, applied_rx) = std::sync::mpsc::channel();

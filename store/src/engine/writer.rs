@@ -800,7 +800,16 @@ pub(crate) fn run_flusher(shared: Arc<Shared>, applied: std::sync::mpsc::Receive
         }
         let last_rev = group.last().map(|a| a.rev).unwrap_or(0);
         unpublished.extend(group.iter().filter_map(|a| a.entry.clone()));
-        match shared.db.flush() {
+        let flushed =
+            shared
+                .db
+                .flush()
+                .map_err(read::sled_err)
+                .and_then(|_| match &shared.data_file {
+                    Some(file) => file.sync_data().map_err(read::io_err),
+                    None => Ok(()),
+                });
+        match flushed {
             Ok(_) => {
                 let entries = std::mem::take(&mut unpublished);
                 shared.publish(&entries, last_rev);
@@ -816,8 +825,16 @@ pub(crate) fn run_flusher(shared: Arc<Shared>, applied: std::sync::mpsc::Receive
             }
             Err(e) => {
                 tracing::error!(error = %e, "flush failed; the writes waiting for it are not acknowledged");
+                let (kind, message) = match &e {
+                    Error::NoSpace(io) | Error::Io(io) => (io.raw_os_error(), io.to_string()),
+                    other => (None, other.to_string()),
+                };
                 for a in group {
-                    a.ack.fail(read::sled_err(e.clone()));
+                    let io = match kind {
+                        Some(code) => std::io::Error::from_raw_os_error(code),
+                        None => std::io::Error::other(message.clone()),
+                    };
+                    a.ack.fail(read::io_err(io));
                 }
             }
         }
