@@ -1,2 +1,225 @@
-//! Concurrent throughput benchmarks (placeholder until written).
-fn main() {}
+//! Concurrent store benchmarks that criterion does not fit: durable writes under 1/16/256 writers
+//! next to raw sled and the disk's raw fsync rate, watch fan-out latency, reopen time, and data dir
+//! size under steady churn. Prints a Markdown table.
+//!
+//! `cargo bench -p skiff-store --bench throughput` (env `SKIFF_BENCH_DIR` picks the file system,
+//! default the system temp dir; `SKIFF_BENCH_REVISIONS` the size of the reopen case, default 1M;
+//! `SKIFF_BENCH_ONLY` a comma list of sections: writes,range,watch,reopen,churn).
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use skiff_store::bench::{self, WriteKind, bench_config};
+use skiff_store::{SledStore, Store};
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1e3)
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; nothing else to parse.
+    let base = std::env::var_os("SKIFF_BENCH_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    let only = std::env::var("SKIFF_BENCH_ONLY").unwrap_or_default();
+    let want = |s: &str| only.is_empty() || only.split(',').any(|o| o == s);
+    let dir = tempfile::tempdir_in(&base).expect("temp dir");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        if want("writes") {
+            writes(dir.path()).await;
+        }
+        if want("range") {
+            range(dir.path()).await;
+        }
+        if want("watch") {
+            watch(dir.path()).await;
+        }
+        if want("reopen") {
+            reopen(dir.path()).await;
+        }
+        if want("churn") {
+            churn(dir.path()).await;
+        }
+    });
+}
+
+async fn writes(dir: &Path) {
+    let fsyncs = bench::raw_fsyncs_per_sec(dir, Duration::from_secs(2)).expect("fsync probe");
+    println!("\nraw fsyncs/s on this file system (512 B write + fdatasync loop): {fsyncs:.0}\n");
+    println!(
+        "| workload | writers | ops/s | commits per flush | bytes written per op | CPU per op | p50 | p99 | raw sled puts/s | store / raw sled |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    let only_writers: Option<usize> = std::env::var("SKIFF_BENCH_WRITERS")
+        .ok()
+        .and_then(|s| s.parse().ok());
+    for (writers, total) in [(1usize, 2_000usize), (16, 20_000), (256, 100_000)] {
+        if only_writers.is_some_and(|w| w != writers) {
+            continue;
+        }
+        let raw = bench::raw_sled_writes(
+            &dir.join(format!("raw-{writers}")),
+            writers,
+            total,
+            1024,
+            10_000,
+        )
+        .await
+        .expect("raw sled");
+        for kind in [WriteKind::Put, WriteKind::Txn3] {
+            let path = dir.join(format!("store-{writers}-{kind:?}"));
+            let store = Arc::new(SledStore::open(bench_config(&path)).expect("open"));
+            let r = bench::durable_writes(store.clone(), writers, total, 1024, 10_000, kind)
+                .await
+                .expect("writes");
+            store.close().await.expect("close");
+            let name = match kind {
+                WriteKind::Put => "put 1 KiB",
+                WriteKind::Txn3 => "txn of 3 puts of 1 KiB",
+            };
+            let ratio = match kind {
+                WriteKind::Put => format!("{:.2}", r.per_sec / raw.per_sec),
+                WriteKind::Txn3 => "-".into(),
+            };
+            println!(
+                "| {name} | {writers} | {:.0} | {:.1} | {:.0} | {:.0} µs | {} | {} | {:.0} | {ratio} |",
+                r.per_sec,
+                r.per_flush,
+                r.written_per_op,
+                r.cpu_per_op.as_secs_f64() * 1e6,
+                ms(r.p50),
+                ms(r.p99),
+                raw.per_sec
+            );
+        }
+        println!(
+            "| raw sled put 1 KiB (same group commit) | {writers} | {:.0} | {:.1} | {:.0} | {:.0} µs | {} | {} | | |",
+            raw.per_sec,
+            raw.per_flush,
+            raw.written_per_op,
+            raw.cpu_per_op.as_secs_f64() * 1e6,
+            ms(raw.p50),
+            ms(raw.p99)
+        );
+    }
+    // The same 256-writer put workload with a real fdatasync after every group flush.
+    if only_writers.is_none_or(|w| w == 256) {
+        let path = dir.join("store-256-fsync");
+        let mut config = bench_config(&path);
+        config.fsync = true;
+        let store = Arc::new(SledStore::open(config).expect("open"));
+        let r = bench::durable_writes(store.clone(), 256, 100_000, 1024, 10_000, WriteKind::Put)
+            .await
+            .expect("writes");
+        store.close().await.expect("close");
+        println!(
+            "| put 1 KiB, `Config::fsync` (fdatasync per group) | 256 | {:.0} | {:.1} | {:.0} | {:.0} µs | {} | {} | | |",
+            r.per_sec,
+            r.per_flush,
+            r.written_per_op,
+            r.cpu_per_op.as_secs_f64() * 1e6,
+            ms(r.p50),
+            ms(r.p99)
+        );
+    }
+}
+
+async fn range(dir: &Path) {
+    let store = Arc::new(SledStore::open(bench_config(&dir.join("range"))).expect("open"));
+    let (per_read, n) = bench::historical_range(store.clone(), 10_000, 20)
+        .await
+        .expect("range");
+    println!(
+        "\nhistorical range of {n} keys (each overwritten once since): {} per read",
+        ms(per_read)
+    );
+    store.close().await.expect("close");
+}
+
+async fn watch(dir: &Path) {
+    for (watchers, one_prefix) in [(1usize, true), (1000, false), (100, true), (1000, true)] {
+        let path = dir.join(format!("watch-{watchers}-{one_prefix}"));
+        let store = Arc::new(SledStore::open(bench_config(&path)).expect("open"));
+        let r = bench::watch_latency(
+            store.clone(),
+            watchers,
+            one_prefix,
+            1000,
+            Duration::from_secs(5),
+            1024,
+        )
+        .await
+        .expect("watch");
+        store.close().await.expect("close");
+        let shape = if one_prefix {
+            "all watching one prefix (every put to every watcher)"
+        } else {
+            "each watching its own key"
+        };
+        println!(
+            "\nwatch: {watchers} watchers, {shape}; {:.0} puts/s of 1 KiB: {} events delivered; \
+             submit->delivery p50 {} p99 {}; the puts' own submit->ack p50 {} p99 {}",
+            r.puts_per_sec,
+            r.delivered,
+            ms(r.p50),
+            ms(r.p99),
+            ms(r.put_p50),
+            ms(r.put_p99)
+        );
+    }
+}
+
+async fn reopen(dir: &Path) {
+    let revisions: usize = std::env::var("SKIFF_BENCH_REVISIONS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1_000_000);
+    let path = dir.join("reopen");
+    let start = std::time::Instant::now();
+    bench::fill(&path, revisions, 128, 50_000, 256)
+        .await
+        .expect("fill");
+    println!(
+        "\nreopen: filled {revisions} revisions (128 B values over 50k keys) in {:.1} s; data dir {:.0} MiB",
+        start.elapsed().as_secs_f64(),
+        skiff_store::bench::dir_size(&path) as f64 / (1 << 20) as f64
+    );
+    for _ in 0..3 {
+        let (took, rev) = tokio::task::spawn_blocking({
+            let path = path.clone();
+            move || bench::reopen(&path)
+        })
+        .await
+        .expect("join")
+        .expect("reopen");
+        println!("reopen at revision {rev}: {}", ms(took));
+    }
+}
+
+async fn churn(dir: &Path) {
+    let rounds: usize = std::env::var("SKIFF_BENCH_CHURN_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20);
+    let path = dir.join("churn");
+    let sizes = bench::churn_sizes(&path, 20_000, 1_000, 1024, 20_000, rounds)
+        .await
+        .expect("churn");
+    println!(
+        "\nchurn: 1,000 keys overwritten with 1 KiB values by 64 writers, retention 20,000 revisions"
+    );
+    println!("| revision | compacted | data dir MiB |");
+    println!("|---|---|---|");
+    for (rev, compacted, size) in sizes {
+        println!(
+            "| {rev} | {compacted} | {:.0} |",
+            size as f64 / (1 << 20) as f64
+        );
+    }
+}

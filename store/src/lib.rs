@@ -14,13 +14,14 @@
 //!   group commit), `read` (MVCC reads), `watch` (watcher tasks and the ring of recent entries),
 //!   `maintenance` (lease expiry, retention, compaction), `snapshot` (backup and restore).
 //! - `keys`, `record`: the on-disk key spaces and records.
-//! - [`bench`]: the throughput and latency harness behind `benches/throughput.rs`.
+//! - [`bench`](mod@bench): the throughput and latency harness behind `benches/throughput.rs`.
 //!
 //! # On disk
 //! One sled tree, four key spaces (see `keys`): `h` history records (one per version of a key, the
 //! value stored there once), `l` log records (one per revision: commit time and the keys written),
 //! `m` meta (format, compacted revision, per-prefix watermarks, leases), `x` lease attachments.
-//! A transaction is one `apply_batch`, so it is all or nothing on disk too.
+//! The transactions waiting for the writer are applied as one `apply_batch`, which sled recovers
+//! all or nothing, so no transaction is ever partly on disk.
 //!
 //! ```text
 //!  revision:      1     2     3     4     5     6            compacted = 2, durable = 6
@@ -33,16 +34,25 @@
 //!  - revisions 1..=durable are contiguous; every l/r for compacted <= r <= durable exists, and each
 //!    key it names has h/key/r;
 //!  - a key's state at R (compacted <= R <= durable) is its newest h/key/r with r <= R (absent if
-//!    none or a delete); compaction keeps exactly that version for R = compacted;
+//!    none or a delete); compaction keeps each key's newest version below `compacted` if it is a
+//!    put (the state at compacted - 1, so changes at `compacted` keep their previous values);
 //!  - readers read at R <= durable only: writes applied but not yet flushed (7) are invisible;
 //!  - the compacted revision and a prefix's watermark are raised before the versions they cover
 //!    are removed, and readers check them after reading: a read either is right or says Compacted.
 //! ```
 //!
 //! # Durability
-//! A write is acknowledged only after the `flush` (fsync) that covers it. One writer thread
-//! assigns revisions and applies each transaction as one batch; one flusher thread flushes once
-//! for everything applied since its last flush and then acknowledges all of it (group commit).
+//! A write is acknowledged only after the sled `flush` that covers it (plus an `fdatasync` with
+//! [`Config::fsync`]). One writer thread assigns revisions and applies every transaction waiting
+//! as one batch; one flusher thread flushes once for everything applied since its last flush, then
+//! publishes the new durable revision and acknowledges all of it (group commit). Start-up reads
+//! the newest log key, the meta records and the leases, never the history.
+//!
+//! # Watches
+//! A watcher is a task with its own next revision (see `engine/watch.rs`): it reads recent entries
+//! from an in-memory ring and older ones from the log, so it cannot skip or repeat a revision, and
+//! a slow consumer only holds up itself. A registry groups watchers by range; a durable entry wakes
+//! only the watchers whose range it touches.
 
 pub mod bench;
 mod engine;

@@ -630,7 +630,8 @@ async fn automatic_retention_keeps_the_last_revisions() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(store.status().compacted, Revision(31));
-    assert_eq!(store.history(b"k").await.unwrap().len(), 10);
+    // Revisions 31..=40, and 30: the previous value of the change at 31.
+    assert_eq!(store.history(b"k").await.unwrap().len(), 11);
     assert!(matches!(
         get(&store, "k", Some(30)).await,
         Err(Error::Compacted { .. })
@@ -1036,4 +1037,37 @@ async fn a_slow_watcher_falls_behind_onto_the_log_and_catches_up() {
         lagging.next().await.is_none(),
         "the stream ends after the error"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_releases_the_data_dir_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    for i in 0..30 {
+        let store = open(&dir);
+        let mut w = store
+            .watch(WatchRequest::new(KeyRange::prefix(""), Some(Revision(1))))
+            .await
+            .unwrap();
+        assert_eq!(put(&store, "k", "v").await, Revision(i + 1));
+        w.next().await.unwrap().unwrap();
+        store.close().await.unwrap();
+        drop(store);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_fsync_writes_are_acknowledged_and_recovered() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(&dir);
+    config.fsync = true;
+    {
+        let store = SledStore::open(config.clone()).unwrap();
+        for i in 0..20 {
+            assert_eq!(put(&store, &format!("k{i}"), "v").await, Revision(i + 1));
+        }
+        store.close().await.unwrap();
+    }
+    let store = SledStore::open(config).unwrap();
+    assert_eq!(store.status().revision, Revision(20));
+    assert_eq!(get(&store, "k19", None).await.unwrap().unwrap().value, b"v");
 }

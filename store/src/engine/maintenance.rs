@@ -100,16 +100,18 @@ fn apply_retention(shared: &Shared) -> Result<()> {
 /// How many log entries one compaction batch covers.
 const CHUNK: usize = 512;
 
-/// Compacts history below `to`: afterwards revision `to` is the oldest readable one.
+/// Compacts history below `to`: afterwards revision `to` is the oldest readable one, and the
+/// previous values of the changes at `to` are still there (a watch from `to` with previous values
+/// works).
 ///
 /// ```text
-///   key k:   v3(put)  v7(put)  v9(del)  v12(put)        compact to 10
-///   kept:                               v12            v9 is a delete at or below 10: k did
-///                                                      not exist at 10, so v3 v7 v9 all go
-///   key j:   v2(put)  v5(put)  v14(put)                 compact to 10
-///   kept:             v5       v14                      v5 is j's state at 10
+///   compact to 10          versions (newest below 10 marked *)        kept
+///   key k:   v3 v7 v9(del)* v12                                        v12  (k did not exist at 9)
+///   key j:   v2 v5* v14                                                v5 v14
+///   key m:   v4* v10                                                   v4 v10
 /// ```
 ///
+/// Per key: the newest version below `to` stays if it is a put; everything older goes.
 /// The new compacted revision is made durable and published before anything is removed, so a
 /// reader that raced the removal sees it on its second check and reports `Compacted` rather than
 /// a wrong answer. Keys are found through the log entries being dropped, so the work is
@@ -156,18 +158,17 @@ pub(crate) fn compact(shared: &Shared, to: u64) -> Result<()> {
     Ok(())
 }
 
-/// Removes every version of `key` below `to` except its state at `to` (if it existed then).
+/// Removes every version of `key` below `to` except the newest, if that is a put.
 fn prune_key_below(shared: &Shared, key: &[u8], to: u64, batch: &mut sled::Batch) -> Result<()> {
     let mut versions = shared
         .db
-        .range(hist_key_start(key)..=keys::hist_key(key, to))
+        .range(hist_key_start(key)..keys::hist_key(key, to))
         .rev();
     let Some(newest) = versions.next() else {
         return Ok(());
     };
     let (raw, value) = newest.map_err(read::sled_err)?;
-    let at_to = keys::hist_key_rev(&raw) == to;
-    if !at_to && decode_hist(&value)?.is_tombstone() {
+    if decode_hist(&value)?.is_tombstone() {
         batch.remove(raw);
     }
     for item in versions {

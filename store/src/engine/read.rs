@@ -34,7 +34,7 @@ pub(crate) fn version_at(
         None => Ok(None),
         Some(item) => {
             let (raw, value) = item.map_err(sled_err)?;
-            let rec: HistRecord = decode(&value, "history record")?;
+            let rec = HistRecord::decode(&value)?;
             Ok(Some((keys::hist_key_rev(&raw), rec)))
         }
     }
@@ -189,7 +189,7 @@ pub(crate) fn entry_events(
                 rev,
             }));
         };
-        let rec: HistRecord = decode(&raw, "history record")?;
+        let rec = HistRecord::decode(&raw)?;
         // Pruning removes a key's oldest versions first, so the newest version below `rev` is
         // either the true previous one or nothing. A delete, and a put of version > 1, had a
         // previous version: if it is gone, say so rather than return none.
@@ -222,7 +222,7 @@ pub(crate) fn key_history(tree: &sled::Tree, key: &[u8]) -> Result<Vec<(u64, His
     tree.range(hist_key_start(key)..hist_key_end(key))
         .map(|item| {
             let (raw, value) = item.map_err(sled_err)?;
-            Ok((keys::hist_key_rev(&raw), decode(&value, "history record")?))
+            Ok((keys::hist_key_rev(&raw), HistRecord::decode(&value)?))
         })
         .collect()
 }

@@ -1,7 +1,8 @@
-//! Watchers: a pull model. Each watcher is a task that owns its next revision; it wakes when the
-//! durable revision moves, takes entries from the in-memory ring of recent entries or, if it fell
-//! behind the ring, reads them from the log on disk, filters them by range and sends them into its
-//! own bounded channel.
+//! Watchers: a pull model. Each watcher is a task that owns its next revision; it is woken when an
+//! entry touching its range becomes durable (the registry groups watchers by range, so a write
+//! wakes only the watchers it concerns), takes entries from the in-memory ring of recent entries
+//! or, if it fell behind the ring, reads them from the log on disk, filters them by range and
+//! sends them into its own bounded channel.
 //!
 //! ```text
 //!   log on disk   ... r-3 r-2 r-1 [ r   r+1 ... durable ]   ring (recent entries, Arc'd)
@@ -14,11 +15,11 @@
 //! its own task (writers never wait for watchers); when it resumes it catches up from the log, or
 //! ends with [`Error::Compacted`] if the log no longer has its next revision.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 
 use super::{Entry, Shared, read};
@@ -142,12 +143,90 @@ pub(crate) fn read_log(
     Ok(out)
 }
 
+/// The live watchers, grouped by range: a durable entry wakes each group whose range it touches
+/// once, however many watchers share the range.
+#[derive(Default)]
+pub(crate) struct Registry {
+    next_id: u64,
+    by_range: HashMap<KeyRange, Vec<(u64, Arc<Notify>)>>,
+}
+
+impl Registry {
+    fn add(&mut self, range: KeyRange, notify: Arc<Notify>) -> u64 {
+        self.next_id += 1;
+        self.by_range
+            .entry(range)
+            .or_default()
+            .push((self.next_id, notify));
+        self.next_id
+    }
+
+    fn remove(&mut self, range: &KeyRange, id: u64) {
+        if let Some(list) = self.by_range.get_mut(range) {
+            list.retain(|(i, _)| *i != id);
+            if list.is_empty() {
+                self.by_range.remove(range);
+            }
+        }
+    }
+
+    /// Wakes every watcher whose range holds a key written in `entries`. A watcher that is not
+    /// waiting keeps the wake-up for later (`Notify` stores a permit), so none is lost.
+    pub fn wake(&self, entries: &[Arc<Entry>]) {
+        for (range, watchers) in &self.by_range {
+            let touched = entries
+                .iter()
+                .any(|e| e.events.iter().any(|ev| range.contains(&ev.kv.key)));
+            if touched {
+                for (_, notify) in watchers {
+                    notify.notify_one();
+                }
+            }
+        }
+    }
+}
+
 /// What a watcher task needs.
 pub(crate) struct Watcher {
-    pub shared: Arc<Shared>,
-    pub request: WatchRequest,
-    pub next: u64,
-    pub out: mpsc::Sender<Result<WatchResponse>>,
+    shared: Arc<Shared>,
+    request: WatchRequest,
+    next: u64,
+    out: mpsc::Sender<Result<WatchResponse>>,
+    notify: Arc<Notify>,
+    id: u64,
+}
+
+impl Watcher {
+    /// A watcher of `request` from revision `next`, registered for wake-ups.
+    pub fn new(
+        shared: Arc<Shared>,
+        request: WatchRequest,
+        next: u64,
+        out: mpsc::Sender<Result<WatchResponse>>,
+    ) -> Watcher {
+        let notify = Arc::new(Notify::new());
+        let id = shared
+            .registry
+            .lock()
+            .expect("watch registry poisoned")
+            .add(request.range.clone(), notify.clone());
+        Watcher {
+            shared,
+            request,
+            next,
+            out,
+            notify,
+            id,
+        }
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        if let Ok(mut registry) = self.shared.registry.lock() {
+            registry.remove(&self.request.range, self.id);
+        }
+    }
 }
 
 /// How many entries a watcher takes per step.
@@ -164,11 +243,10 @@ impl Watcher {
 
     /// Runs the watcher until its receiver goes away, the store closes or an error is sent.
     pub async fn run(mut self) {
-        let mut durable_rx = self.shared.durable_tx.subscribe();
         let progress = self.request.progress_notify;
         let mut last_sent = Instant::now();
         loop {
-            let durable = *durable_rx.borrow_and_update();
+            let durable = Revision(self.shared.durable());
             while self.next <= durable.0 {
                 let batch = {
                     let ring = self.shared.ring.read().expect("ring poisoned");
@@ -232,11 +310,7 @@ impl Watcher {
             }
             let deadline = progress.map(|p| last_sent + p);
             tokio::select! {
-                changed = durable_rx.changed() => {
-                    if changed.is_err() {
-                        return;
-                    }
-                }
+                _ = self.notify.notified() => {}
                 _ = self.out.closed() => return,
                 _ = self.shared.shutdown.cancelled() => {
                     let _ = self.out.try_send(Err(Error::Closed));

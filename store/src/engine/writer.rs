@@ -13,7 +13,7 @@
 //! sees an earlier one's effects even if both wait for the same flush. Readers never do: they read
 //! at the published durable revision.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -128,6 +128,9 @@ pub(crate) fn now_nanos() -> u64 {
         .unwrap_or(0)
 }
 
+/// At most this many transactions share one sled batch.
+const MAX_GROUP: usize = 512;
+
 /// The writer thread's state. It alone assigns revisions.
 pub(crate) struct Writer {
     pub shared: Arc<Shared>,
@@ -142,23 +145,66 @@ pub(crate) struct Writer {
     /// Set when a batch failed to apply: sled may hold part of it in memory, so nothing more is
     /// written until the store is reopened (recovery drops the unsealed batch).
     pub poisoned: Option<sled::Error>,
+    /// The newest version of recently written keys (`None`: deleted), so that a write finds the
+    /// version it replaces without reading sled (a read of a page costs more than the write).
+    /// Only the writer changes a key's newest version, so this cannot go stale; compaction only
+    /// ever removes a newest version that is a delete, which reads the same.
+    pub latest: HashMap<Vec<u8>, Option<KeyValue>>,
+    /// Bytes of keys and values held in `latest`.
+    pub latest_bytes: usize,
 }
 
-/// A transaction's writes, built but not yet applied.
-struct Built {
+/// Bytes of keys and values [`Writer::latest`] holds before it starts again from empty.
+const LATEST_CAPACITY: usize = 64 << 20;
+
+/// Transactions being gathered into one sled batch (`apply_batch` has a high fixed cost, so
+/// the writer applies every transaction waiting at once). The batch is atomic on disk: a crash
+/// keeps all of its transactions or none.
+#[derive(Default)]
+struct Group {
     batch: sled::Batch,
+    /// The newest state of every key written in this group (`None`: deleted).
+    overlay: HashMap<Vec<u8>, Option<KeyValue>>,
+    /// Revisions written per key in this group, oldest first.
+    new_revs: HashMap<Vec<u8>, Vec<u64>>,
+    /// (key, lease before, lease after) for every key written, applied to the lease table once
+    /// the batch is applied.
+    lease_changes: Vec<(Vec<u8>, Option<u64>, Option<u64>)>,
+    /// Watermarks raised by per-prefix pruning in this group.
+    raised: BTreeMap<Vec<u8>, u64>,
+    /// Whether anything was put into the batch.
+    dirty: bool,
+}
+
+/// What one transaction produced.
+struct Built {
     responses: Vec<OpResponse>,
     events: Vec<Event>,
     log_keys: Vec<Vec<u8>>,
-    /// (key, lease before, lease after) for every key written.
-    lease_changes: Vec<(Vec<u8>, Option<u64>, Option<u64>)>,
 }
 
 impl Writer {
     /// Runs until every command sender is gone.
     pub fn run(mut self, mut commands: tokio::sync::mpsc::Receiver<Command>) {
-        while let Some(command) = commands.blocking_recv() {
-            self.handle(command);
+        let mut txns = Vec::new();
+        while let Some(first) = commands.blocking_recv() {
+            let mut next = Some(first);
+            // Gather every transaction waiting; any other command ends the group.
+            while let Some(command) = next.take() {
+                match command {
+                    Command::Txn { txn, reply } => {
+                        txns.push((txn, reply));
+                        if txns.len() < MAX_GROUP {
+                            next = commands.try_recv().ok();
+                        }
+                    }
+                    other => {
+                        self.txn_group(std::mem::take(&mut txns));
+                        self.handle(other);
+                    }
+                }
+            }
+            self.txn_group(std::mem::take(&mut txns));
         }
     }
 
@@ -172,9 +218,118 @@ impl Writer {
         }
     }
 
+    fn poison_error(&self) -> Option<Error> {
+        self.poisoned.as_ref().map(|e| read::sled_err(e.clone()))
+    }
+
+    /// Runs a group of transactions as one batch.
+    fn txn_group(&mut self, txns: Vec<(Txn, oneshot::Sender<Result<TxnResponse>>)>) {
+        if txns.is_empty() {
+            return;
+        }
+        if self.poisoned.is_some() {
+            for (_, reply) in txns {
+                drop(reply.send(Err(self.poison_error().expect("poisoned"))));
+            }
+            return;
+        }
+        let (start_rev, start_time) = (self.next_rev, self.last_time);
+        let mut group = Group::default();
+        let mut done = Vec::with_capacity(txns.len());
+        for (txn, reply) in txns {
+            match self.txn(txn, &mut group) {
+                Ok((response, entry)) => done.push((self.next_rev - 1, entry, reply, response)),
+                // An expected refusal (unknown lease) touches nothing: only this one fails.
+                Err(e @ Error::LeaseNotFound(_)) => drop(reply.send(Err(e))),
+                Err(e) => {
+                    // A read failed half-way through building: drop the whole group unapplied.
+                    tracing::error!(error = %e, "building a batch failed; its transactions fail");
+                    self.next_rev = start_rev;
+                    self.last_time = start_time;
+                    drop(reply.send(Err(e)));
+                    for (_, _, reply, _) in done {
+                        drop(reply.send(Err(Error::Io(std::io::Error::other(
+                            "another transaction in the same batch failed; nothing was written",
+                        )))));
+                    }
+                    return;
+                }
+            }
+        }
+        if let Err(e) = self.finish(group) {
+            for (_, _, reply, _) in done {
+                drop(
+                    reply.send(Err(read::sled_err(
+                        self.poisoned
+                            .clone()
+                            .unwrap_or(sled::Error::ReportableBug(e.to_string())),
+                    ))),
+                );
+            }
+            return;
+        }
+        for (rev, entry, reply, response) in done {
+            self.send(Applied {
+                rev,
+                entry,
+                ack: Ack::Txn(reply, response),
+            });
+        }
+    }
+
+    /// Applies a group's batch and then its lease-table changes.
+    fn finish(&mut self, mut group: Group) -> Result<()> {
+        // Lease attachments, in order (a key re-leased twice in a group ends on the last lease).
+        for (key, before, after) in &group.lease_changes {
+            if before != after {
+                if let Some(l) = before {
+                    group.batch.remove(attach_key(*l, key));
+                }
+                if let Some(l) = after {
+                    group.batch.insert(attach_key(*l, key), &[][..]);
+                }
+            }
+        }
+        for (prefix, mark) in &group.raised {
+            group
+                .batch
+                .insert(keys::watermark_key(prefix), &mark.to_be_bytes()[..]);
+        }
+        if group.dirty {
+            self.apply(group.batch)?;
+        }
+        for (key, state) in group.overlay {
+            let size = key.len() + state.as_ref().map_or(0, |kv| kv.value.len()) + 64;
+            if self.latest_bytes + size > LATEST_CAPACITY {
+                self.latest.clear();
+                self.latest_bytes = 0;
+            }
+            self.latest_bytes += size;
+            if let Some(old) = self.latest.insert(key, state) {
+                let old_size = old.as_ref().map_or(0, |kv| kv.key.len() + kv.value.len()) + 64;
+                self.latest_bytes = self.latest_bytes.saturating_sub(old_size);
+            }
+        }
+        let mut table = self.shared.leases.lock().expect("lease table poisoned");
+        for (key, before, after) in group.lease_changes {
+            if before != after {
+                if let Some(l) = before
+                    && let Some(state) = table.leases.get_mut(&l)
+                {
+                    state.keys.remove(&key);
+                }
+                if let Some(l) = after
+                    && let Some(state) = table.leases.get_mut(&l)
+                {
+                    state.keys.insert(key);
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn handle(&mut self, command: Command) {
-        if let Some(e) = &self.poisoned {
-            let err = read::sled_err(e.clone());
+        if let Some(err) = self.poison_error() {
             match command {
                 Command::Txn { reply, .. } => drop(reply.send(Err(err))),
                 Command::Grant { reply, .. } => drop(reply.send(Err(err))),
@@ -188,14 +343,7 @@ impl Writer {
             return;
         }
         match command {
-            Command::Txn { txn, reply } => match self.txn(txn) {
-                Ok((response, entry)) => self.send(Applied {
-                    rev: self.next_rev - 1,
-                    entry,
-                    ack: Ack::Txn(reply, response),
-                }),
-                Err(e) => drop(reply.send(Err(e))),
-            },
+            Command::Txn { txn, reply } => self.txn_group(vec![(txn, reply)]),
             Command::Grant { ttl, reply } => match self.grant(ttl) {
                 Ok(lease) => self.send(Applied {
                     rev: self.next_rev - 1,
@@ -253,44 +401,44 @@ impl Writer {
         Ok(())
     }
 
-    /// The newest state of `key`, including this transaction's earlier writes.
-    fn current(
-        &self,
-        key: &[u8],
-        overlay: &BTreeMap<Vec<u8>, Option<KeyValue>>,
-    ) -> Result<Option<KeyValue>> {
-        if let Some(state) = overlay.get(key) {
+    /// The newest state of `key`, including the group's earlier writes.
+    fn current(&self, key: &[u8], group: &Group) -> Result<Option<KeyValue>> {
+        if let Some(state) = group.overlay.get(key) {
+            return Ok(state.clone());
+        }
+        if let Some(state) = self.latest.get(key) {
             return Ok(state.clone());
         }
         Ok(read::version_at(self.tree(), key, u64::MAX)?
             .and_then(|(rev, rec)| read::record_kv(key, rev, &rec, false)))
     }
 
-    /// The newest state of every key in `range`, including this transaction's earlier writes.
+    /// The newest state of every key in `range`, including the group's earlier writes.
     fn current_range(
         &self,
         range: &KeyRange,
-        overlay: &BTreeMap<Vec<u8>, Option<KeyValue>>,
+        group: &Group,
     ) -> Result<BTreeMap<Vec<u8>, KeyValue>> {
         let mut out = BTreeMap::new();
         read::for_each_at(self.tree(), range, u64::MAX, |key, rev, rec| {
-            let kv = read::record_kv(&key, rev, &rec, false).expect("not a tombstone");
-            out.insert(key, kv);
+            if !group.overlay.contains_key(&key) {
+                let kv = read::record_kv(&key, rev, &rec, false).expect("not a tombstone");
+                out.insert(key, kv);
+            }
             Ok(true)
         })?;
-        for (key, state) in overlay {
-            if range.contains(key) {
-                match state {
-                    Some(kv) => out.insert(key.clone(), kv.clone()),
-                    None => out.remove(key),
-                };
+        for (key, state) in &group.overlay {
+            if let Some(kv) = state
+                && range.contains(key)
+            {
+                out.insert(key.clone(), kv.clone());
             }
         }
         Ok(out)
     }
 
-    fn compare(&self, compare: &Compare) -> Result<bool> {
-        let kv = self.current(&compare.key, &BTreeMap::new())?;
+    fn compare(&self, compare: &Compare, group: &Group) -> Result<bool> {
+        let kv = self.current(&compare.key, group)?;
         let ordering = match &compare.target {
             CompareTarget::Value(v) => match &kv {
                 Some(kv) => kv.value.as_slice().cmp(v.as_slice()),
@@ -314,16 +462,44 @@ impl Writer {
         })
     }
 
-    /// Builds the writes of `ops` at revision `rev` into `batch`.
-    fn build(&self, ops: Vec<Op>, rev: u64, time: u64, batch: sled::Batch) -> Result<Built> {
+    /// Records a new version of `key` at `rev` in the group: `state` is the key-value it
+    /// creates, `None` for a delete.
+    fn write_version(
+        &self,
+        group: &mut Group,
+        key: &[u8],
+        rev: u64,
+        time: u64,
+        state: Option<KeyValue>,
+        lease_before: Option<u64>,
+    ) {
+        let record = match &state {
+            Some(kv) => HistRecord::encode_parts(
+                time,
+                kv.create_revision.0,
+                kv.version,
+                kv.lease.map(|l| l.0),
+                Some(&kv.value),
+            ),
+            None => HistRecord::encode_parts(time, 0, 0, None, None),
+        };
+        group.batch.insert(hist_key(key, rev), record);
+        group.dirty = true;
+        let lease_after = state.as_ref().and_then(|kv| kv.lease.map(|l| l.0));
+        group
+            .lease_changes
+            .push((key.to_vec(), lease_before, lease_after));
+        group.new_revs.entry(key.to_vec()).or_default().push(rev);
+        group.overlay.insert(key.to_vec(), state);
+    }
+
+    /// Builds the writes of `ops` at revision `rev` into the group.
+    fn build(&self, ops: Vec<Op>, rev: u64, time: u64, group: &mut Group) -> Result<Built> {
         let mut built = Built {
-            batch,
             responses: Vec::with_capacity(ops.len()),
             events: Vec::new(),
             log_keys: Vec::new(),
-            lease_changes: Vec::new(),
         };
-        let mut overlay: BTreeMap<Vec<u8>, Option<KeyValue>> = BTreeMap::new();
         for op in ops {
             match op {
                 Op::Put {
@@ -332,56 +508,40 @@ impl Writer {
                     lease,
                     prev_kv,
                 } => {
-                    let prev = self.current(&key, &overlay)?;
+                    let prev = self.current(&key, group)?;
                     let (create, version) = match &prev {
                         Some(p) => (p.create_revision.0, p.version + 1),
                         None => (rev, 1),
                     };
-                    let rec = HistRecord {
-                        time,
-                        create,
+                    let kv = KeyValue {
+                        key,
+                        value,
+                        create_revision: Revision(create),
+                        mod_revision: Revision(rev),
                         version,
-                        lease: lease.map(|l| l.0),
-                        value: Some(value),
+                        lease,
                     };
-                    built.batch.insert(hist_key(&key, rev), encode(&rec));
-                    let kv = read::record_kv(&key, rev, &rec, false).expect("a put");
-                    built.lease_changes.push((
-                        key.clone(),
-                        prev.as_ref().and_then(|p| p.lease.map(|l| l.0)),
-                        rec.lease,
-                    ));
+                    let lease_before = prev.as_ref().and_then(|p| p.lease.map(|l| l.0));
+                    self.write_version(group, &kv.key, rev, time, Some(kv.clone()), lease_before);
+                    built.log_keys.push(kv.key.clone());
+                    built.responses.push(OpResponse::Put {
+                        prev_kv: if prev_kv { prev.clone() } else { None },
+                    });
                     built.events.push(Event {
                         kind: EventKind::Put,
-                        kv: kv.clone(),
-                        prev_kv: prev.clone(),
+                        kv,
+                        prev_kv: prev,
                     });
-                    built.responses.push(OpResponse::Put {
-                        prev_kv: if prev_kv { prev } else { None },
-                    });
-                    overlay.insert(key.clone(), Some(kv));
-                    built.log_keys.push(key);
                 }
                 Op::Delete { range, prev_kv } => {
-                    let live = self.current_range(&range, &overlay)?;
-                    let tomb = encode(&HistRecord {
-                        time,
-                        create: 0,
-                        version: 0,
-                        lease: None,
-                        value: None,
-                    });
+                    let live = self.current_range(&range, group)?;
                     for (key, kv) in &live {
-                        built.batch.insert(hist_key(key, rev), tomb.clone());
-                        built
-                            .lease_changes
-                            .push((key.clone(), kv.lease.map(|l| l.0), None));
+                        self.write_version(group, key, rev, time, None, kv.lease.map(|l| l.0));
                         built.events.push(Event {
                             kind: EventKind::Delete,
                             kv: read::tombstone_kv(key, rev),
                             prev_kv: Some(kv.clone()),
                         });
-                        overlay.insert(key.clone(), None);
                         built.log_keys.push(key.clone());
                     }
                     let deleted = live.len() as u64;
@@ -395,7 +555,7 @@ impl Writer {
                     });
                 }
                 Op::Range(request) => {
-                    let all = self.current_range(&request.range, &overlay)?;
+                    let all = self.current_range(&request.range, group)?;
                     let limit = request.limit.filter(|&l| l > 0).unwrap_or(usize::MAX);
                     let count = all.len() as u64;
                     let more = all.len() > limit;
@@ -422,73 +582,29 @@ impl Writer {
         Ok(built)
     }
 
-    /// Commits `built` at `rev` if it wrote anything (or `always_apply`), returning the entry.
+    /// Completes a built transaction at `rev` if it wrote anything: prunes, logs, and returns
+    /// its entry.
     fn commit(
         &mut self,
-        mut built: Built,
+        built: Built,
         rev: u64,
         time: u64,
-        always_apply: bool,
+        group: &mut Group,
     ) -> Result<Option<Arc<Entry>>> {
-        let wrote = !built.log_keys.is_empty();
-        if !wrote {
-            if always_apply {
-                self.apply(built.batch)?;
-            }
+        if built.log_keys.is_empty() {
             return Ok(None);
         }
-        let mut raised = Vec::new();
         for key in &built.log_keys {
-            self.prune_versions(key, rev, &mut built.batch, &mut raised)?;
-        }
-        for (key, before, after) in &built.lease_changes {
-            if before != after {
-                if let Some(l) = before {
-                    built.batch.remove(attach_key(*l, key));
-                }
-                if let Some(l) = after {
-                    built.batch.insert(attach_key(*l, key), &[][..]);
-                }
-            }
+            self.prune_versions(key, group)?;
         }
         let log = LogRecord {
             time,
-            keys: std::mem::take(&mut built.log_keys),
+            keys: built.log_keys,
         };
-        built.batch.insert(&log_key(rev)[..], encode(&log));
-        if !raised.is_empty() {
-            // Readers must see a raised watermark before the pruned versions disappear.
-            let mut marks = self.shared.watermarks.write().expect("watermarks poisoned");
-            for (prefix, mark) in raised {
-                let entry = marks.entry(prefix.clone()).or_insert(0);
-                if mark > *entry {
-                    *entry = mark;
-                    built
-                        .batch
-                        .insert(keys::watermark_key(&prefix), &mark.to_be_bytes()[..]);
-                }
-            }
-        }
-        self.apply(built.batch)?;
+        group.batch.insert(&log_key(rev)[..], encode(&log));
+        group.dirty = true;
         self.next_rev = rev + 1;
         self.last_time = time;
-        {
-            let mut table = self.shared.leases.lock().expect("lease table poisoned");
-            for (key, before, after) in built.lease_changes {
-                if before != after {
-                    if let Some(l) = before
-                        && let Some(state) = table.leases.get_mut(&l)
-                    {
-                        state.keys.remove(&key);
-                    }
-                    if let Some(l) = after
-                        && let Some(state) = table.leases.get_mut(&l)
-                    {
-                        state.keys.insert(key);
-                    }
-                }
-            }
-        }
         Ok(Some(Arc::new(Entry {
             revision: rev,
             time: UNIX_EPOCH + Duration::from_nanos(time),
@@ -498,13 +614,9 @@ impl Writer {
 
     /// Per-prefix retention: drops versions of `key` beyond its prefix's limit, but only those
     /// whose successor is durable, so a reader at the durable revision never needs a pruned one.
-    fn prune_versions(
-        &self,
-        key: &[u8],
-        new_rev: u64,
-        batch: &mut sled::Batch,
-        raised: &mut Vec<(Vec<u8>, u64)>,
-    ) -> Result<()> {
+    /// Pruned versions are always a key's oldest, so what remains is a contiguous run of its
+    /// newest versions.
+    fn prune_versions(&self, key: &[u8], group: &mut Group) -> Result<()> {
         let Some(rule) = self.shared.retention_for(key) else {
             return Ok(());
         };
@@ -512,7 +624,16 @@ impl Writer {
             return Ok(());
         }
         let durable = self.shared.durable();
-        let mut revs = vec![new_rev];
+        // Newest first: this group's versions, then those already in the tree.
+        let mut revs: Vec<u64> = group
+            .new_revs
+            .get(key)
+            .into_iter()
+            .flatten()
+            .rev()
+            .copied()
+            .collect();
+        let in_group = revs.len();
         for item in self
             .tree()
             .range(hist_key_start(key)..hist_key_end(key))
@@ -521,25 +642,31 @@ impl Writer {
         {
             revs.push(keys::hist_key_rev(&item.map_err(read::sled_err)?));
         }
-        let keep = rule.max_versions.max(1) as usize;
+        let keep = (rule.max_versions.max(1) as usize).max(in_group);
         let mut mark = 0;
         for i in keep..revs.len() {
             let successor = revs[i - 1];
             if successor <= durable {
-                batch.remove(hist_key(key, revs[i]));
+                group.batch.remove(hist_key(key, revs[i]));
                 mark = mark.max(successor);
             }
         }
         if mark > 0 {
-            raised.push((rule.prefix.clone(), mark));
+            // Readers must see a raised watermark before the pruned versions disappear.
+            let mut marks = self.shared.watermarks.write().expect("watermarks poisoned");
+            let current = marks.entry(rule.prefix.clone()).or_insert(0);
+            if mark > *current {
+                *current = mark;
+                group.raised.insert(rule.prefix.clone(), mark);
+            }
         }
         Ok(())
     }
 
-    fn txn(&mut self, txn: Txn) -> Result<(TxnResponse, Option<Arc<Entry>>)> {
+    fn txn(&mut self, txn: Txn, group: &mut Group) -> Result<(TxnResponse, Option<Arc<Entry>>)> {
         let mut succeeded = true;
         for compare in &txn.compare {
-            if !self.compare(compare)? {
+            if !self.compare(compare, group)? {
                 succeeded = false;
                 break;
             }
@@ -559,7 +686,7 @@ impl Writer {
         }
         let rev = self.next_rev;
         let time = now_nanos().max(self.last_time);
-        let mut built = self.build(ops, rev, time, sled::Batch::default())?;
+        let mut built = self.build(ops, rev, time, group)?;
         let wrote = !built.log_keys.is_empty();
         let revision = Revision(if wrote { rev } else { rev - 1 });
         let responses = std::mem::take(&mut built.responses)
@@ -571,7 +698,7 @@ impl Writer {
                 response
             })
             .collect();
-        let entry = self.commit(built, rev, time, false)?;
+        let entry = self.commit(built, rev, time, group)?;
         Ok((
             TxnResponse {
                 succeeded,
@@ -625,15 +752,15 @@ impl Writer {
             }
             state.keys.clone()
         };
-        let mut batch = sled::Batch::default();
-        batch.remove(lease_key(id.0));
+        let mut group = Group::default();
+        group.batch.remove(lease_key(id.0));
+        group.dirty = true;
         let mut ops = Vec::new();
         for key in keys {
-            batch.remove(attach_key(id.0, &key));
+            group.batch.remove(attach_key(id.0, &key));
             // Only keys still attached to this lease (the table says so; check the log too).
-            if let Some((_, rec)) = read::version_at(self.tree(), &key, u64::MAX)?
-                && rec.lease == Some(id.0)
-                && !rec.is_tombstone()
+            if let Some(kv) = self.current(&key, &group)?
+                && kv.lease == Some(id)
             {
                 ops.push(Op::Delete {
                     range: KeyRange::key(key),
@@ -643,8 +770,12 @@ impl Writer {
         }
         let rev = self.next_rev;
         let time = now_nanos().max(self.last_time);
-        let built = self.build(ops, rev, time, batch)?;
-        let entry = self.commit(built, rev, time, true)?;
+        let built = self.build(ops, rev, time, &mut group)?;
+        let entry = self.commit(built, rev, time, &mut group)?;
+        if let Err(e) = self.finish(group) {
+            self.next_rev = rev;
+            return Err(e);
+        }
         self.shared
             .leases
             .lock()
@@ -669,9 +800,19 @@ pub(crate) fn run_flusher(shared: Arc<Shared>, applied: std::sync::mpsc::Receive
         }
         let last_rev = group.last().map(|a| a.rev).unwrap_or(0);
         unpublished.extend(group.iter().filter_map(|a| a.entry.clone()));
-        match shared.db.flush() {
+        let flushed =
+            shared
+                .db
+                .flush()
+                .map_err(read::sled_err)
+                .and_then(|_| match &shared.data_file {
+                    Some(file) => file.sync_data().map_err(read::io_err),
+                    None => Ok(()),
+                });
+        match flushed {
             Ok(_) => {
-                shared.publish(std::mem::take(&mut unpublished), last_rev);
+                let entries = std::mem::take(&mut unpublished);
+                shared.publish(&entries, last_rev);
                 shared.stats.flushes.fetch_add(1, Ordering::Relaxed);
                 shared
                     .stats
@@ -680,11 +821,20 @@ pub(crate) fn run_flusher(shared: Arc<Shared>, applied: std::sync::mpsc::Receive
                 for a in group {
                     a.ack.succeed();
                 }
+                shared.dispatch(&entries);
             }
             Err(e) => {
                 tracing::error!(error = %e, "flush failed; the writes waiting for it are not acknowledged");
+                let (kind, message) = match &e {
+                    Error::NoSpace(io) | Error::Io(io) => (io.raw_os_error(), io.to_string()),
+                    other => (None, other.to_string()),
+                };
                 for a in group {
-                    a.ack.fail(read::sled_err(e.clone()));
+                    let io = match kind {
+                        Some(code) => std::io::Error::from_raw_os_error(code),
+                        None => std::io::Error::other(message.clone()),
+                    };
+                    a.ack.fail(read::io_err(io));
                 }
             }
         }

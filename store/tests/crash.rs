@@ -1,0 +1,211 @@
+//! Crash recovery: a child process (this test binary, re-run with an environment variable that
+//! selects the child-only test) writes with many concurrent writers and prints each revision once
+//! its write is acknowledged; the parent SIGKILLs it at random moments, reopens the data dir and
+//! checks that every acknowledged revision is there with its contents, that revisions are
+//! contiguous, and that no transaction is partly there.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::Rng;
+use skiff_store::*;
+
+const CHILD_ENV: &str = "SKIFF_STORE_CRASH_CHILD";
+const ROUND_ENV: &str = "SKIFF_STORE_CRASH_ROUND";
+const WRITERS: usize = 32;
+
+fn config(path: &std::path::Path) -> Config {
+    let mut config = Config::new(path);
+    config.retention.max_revisions = None;
+    config.retention.max_age = None;
+    config
+}
+
+/// The child: writes until killed. Puts write `p/<round>/<writer>/<i>`; every third operation is
+/// a transaction writing the three keys `t/<round>/<writer>/<i>/{a,b,c}` with the same value.
+#[test]
+#[ignore = "the child process of sigkill_at_random_moments_loses_nothing_acknowledged, run by it"]
+fn crash_child() {
+    let Some(path) = std::env::var_os(CHILD_ENV) else {
+        panic!("run by sigkill_at_random_moments_loses_nothing_acknowledged only");
+    };
+    let round: u32 = std::env::var(ROUND_ENV).unwrap().parse().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let store = Arc::new(SledStore::open(config(std::path::Path::new(&path))).unwrap());
+        let mut tasks = Vec::new();
+        for w in 0..WRITERS {
+            let store = store.clone();
+            tasks.push(tokio::spawn(async move {
+                for i in 0.. {
+                    let value = format!("{round}-{w}-{i}").into_bytes();
+                    if i % 3 == 0 {
+                        let ops = ["a", "b", "c"]
+                            .iter()
+                            .map(|s| Op::put(format!("t/{round}/{w}/{i}/{s}"), value.clone()))
+                            .collect();
+                        let resp = store
+                            .txn(Txn {
+                                compare: vec![],
+                                success: ops,
+                                failure: vec![],
+                            })
+                            .await
+                            .unwrap();
+                        println!("ACK {} t/{round}/{w}/{i}/", resp.revision);
+                    } else {
+                        let key = format!("p/{round}/{w}/{i}");
+                        let (rev, _) = store
+                            .put(key.clone().into_bytes(), value, None)
+                            .await
+                            .unwrap();
+                        println!("ACK {rev} {key}");
+                    }
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+    });
+}
+
+#[test]
+fn sigkill_at_random_moments_loses_nothing_acknowledged() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("data");
+    let exe = std::env::current_exe().unwrap();
+    let mut rng = rand::rng();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut verified_up_to = 0u64;
+    let mut total_acked = 0usize;
+    for round in 0..24u32 {
+        let mut child = Command::new(&exe)
+            .args([
+                "--exact",
+                "crash_child",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD_ENV, &path)
+            .env(ROUND_ENV, round.to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (first_tx, first_rx) = std::sync::mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            let mut acked = Vec::new();
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if let Some(rest) = line.strip_prefix("ACK ") {
+                    let (rev, key) = rest.split_once(' ').unwrap();
+                    acked.push((rev.parse::<u64>().unwrap(), key.to_string()));
+                    if acked.len() == 1 {
+                        let _ = first_tx.send(());
+                    }
+                }
+            }
+            acked
+        });
+        // Mostly kill while writes flow; every fourth round at any moment, start-up included.
+        if round % 4 != 3 {
+            first_rx
+                .recv_timeout(Duration::from_secs(60))
+                .expect("the child acknowledged nothing");
+            std::thread::sleep(Duration::from_millis(rng.random_range(0..250)));
+        } else {
+            std::thread::sleep(Duration::from_millis(rng.random_range(0..60)));
+        }
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        let acked = reader.join().unwrap();
+        total_acked += acked.len();
+        verified_up_to = rt.block_on(verify(&path, round, &acked, verified_up_to));
+    }
+    assert!(
+        total_acked > 1000,
+        "too few writes were acknowledged to mean anything: {total_acked}"
+    );
+}
+
+/// Reopens the data dir and checks it; returns the revision checked up to.
+async fn verify(path: &std::path::Path, round: u32, acked: &[(u64, String)], from: u64) -> u64 {
+    let store = SledStore::open(config(path)).expect("reopen after SIGKILL");
+    let current = store.status().revision.0;
+    assert!(
+        current >= from,
+        "round {round}: the revision went back from {from} to {current}"
+    );
+    if let Some(max) = acked.iter().map(|(r, _)| *r).max() {
+        assert!(
+            current >= max,
+            "round {round}: acknowledged revision {max} lost (recovered up to {current})"
+        );
+    }
+    // Every revision since the last check, contiguous, each transaction whole.
+    let log = store
+        .log(Revision(from + 1), None, usize::MAX)
+        .await
+        .unwrap();
+    let revs: Vec<u64> = log.iter().map(|e| e.revision.0).collect();
+    assert_eq!(
+        revs,
+        (from + 1..=current).collect::<Vec<_>>(),
+        "round {round}: revisions not contiguous"
+    );
+    for entry in &log {
+        let keys: Vec<String> = entry
+            .events
+            .iter()
+            .map(|e| String::from_utf8_lossy(&e.kv.key).into_owned())
+            .collect();
+        if keys[0].starts_with("t/") {
+            let stem = keys[0].trim_end_matches('a');
+            assert_eq!(
+                keys,
+                vec![format!("{stem}a"), format!("{stem}b"), format!("{stem}c")],
+                "partial transaction"
+            );
+            assert!(
+                entry
+                    .events
+                    .iter()
+                    .all(|e| e.kv.value == entry.events[0].kv.value)
+            );
+        } else {
+            assert_eq!(keys.len(), 1);
+        }
+    }
+    // Every acknowledged write is there, at its revision, with its value.
+    for (rev, key) in acked {
+        let entry = log
+            .iter()
+            .find(|e| e.revision.0 == *rev)
+            .unwrap_or_else(|| {
+                panic!("round {round}: acknowledged revision {rev} ({key}) missing")
+            });
+        let first = String::from_utf8_lossy(&entry.events[0].kv.key).into_owned();
+        assert!(
+            first.starts_with(key.as_str()),
+            "round {round}: revision {rev} holds {first}, not {key}"
+        );
+        let parts: Vec<&str> = key.split('/').collect();
+        let expected = format!("{}-{}-{}", parts[1], parts[2], parts[3]);
+        assert_eq!(entry.events[0].kv.value, expected.as_bytes());
+    }
+    store.close().await.unwrap();
+    current
+}

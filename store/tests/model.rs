@@ -1,0 +1,573 @@
+//! Model-based property test: random puts, deletes, transactions, compactions and reopens applied
+//! to `SledStore` and to a plain in-memory model (the state at every revision in a `Vec` of
+//! `BTreeMap`s), checking reads at every retained revision, the log, key histories and watch
+//! streams from random start revisions.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use futures::StreamExt;
+use proptest::prelude::*;
+use skiff_store::*;
+
+const KEYS: [&[u8]; 6] = [b"a", b"a\0", b"ab", b"b", b"c/1", b"c/2"];
+const PREFIXES: [&[u8]; 4] = [b"", b"a", b"b", b"c/"];
+/// Keys under this prefix keep 2 versions (per-prefix retention).
+const CHURNY: &[u8] = b"c/";
+
+#[derive(Debug, Clone)]
+enum TxnOp {
+    Put(usize, u8),
+    Delete(usize),
+    Get(usize),
+}
+
+#[derive(Debug, Clone)]
+enum Step {
+    Put(usize, u8),
+    Delete(usize),
+    DeletePrefix(usize),
+    Txn {
+        compare: (usize, u8, u8, u8),
+        success: Vec<TxnOp>,
+        failure: Vec<TxnOp>,
+    },
+    Compact(f64),
+    Reopen,
+    ReadAt(f64, usize),
+    Watch(f64, usize, bool),
+}
+
+fn txn_op() -> impl Strategy<Value = TxnOp> {
+    prop_oneof![
+        (0..KEYS.len(), any::<u8>()).prop_map(|(k, v)| TxnOp::Put(k, v)),
+        (0..KEYS.len()).prop_map(TxnOp::Delete),
+        (0..KEYS.len()).prop_map(TxnOp::Get),
+    ]
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        6 => (0..KEYS.len(), any::<u8>()).prop_map(|(k, v)| Step::Put(k, v)),
+        2 => (0..KEYS.len()).prop_map(Step::Delete),
+        1 => (0..PREFIXES.len()).prop_map(Step::DeletePrefix),
+        3 => ((0..KEYS.len(), 0u8..5, 0u8..4, 0u8..4), prop::collection::vec(txn_op(), 0..4), prop::collection::vec(txn_op(), 0..3))
+            .prop_map(|(compare, success, failure)| Step::Txn { compare, success, failure }),
+        1 => (0.0..1.0f64).prop_map(Step::Compact),
+        1 => Just(Step::Reopen),
+        2 => (0.0..1.0f64, 0..PREFIXES.len()).prop_map(|(f, p)| Step::ReadAt(f, p)),
+        2 => (0.0..1.0f64, 0..PREFIXES.len(), any::<bool>()).prop_map(|(f, p, prev)| Step::Watch(f, p, prev)),
+    ]
+}
+
+/// The reference: the whole state at every revision.
+struct Model {
+    /// `states[r]` is the state at revision r.
+    states: Vec<BTreeMap<Vec<u8>, KeyValue>>,
+    /// `events[r]` are revision r's events, with previous values.
+    events: Vec<Vec<Event>>,
+    compacted: u64,
+}
+
+impl Model {
+    fn new() -> Model {
+        Model {
+            states: vec![BTreeMap::new()],
+            events: vec![vec![]],
+            compacted: 0,
+        }
+    }
+
+    fn current(&self) -> u64 {
+        self.states.len() as u64 - 1
+    }
+
+    /// Applies a transaction; returns (succeeded, revision, responses as the model sees them).
+    fn txn(
+        &mut self,
+        compare: &[Compare],
+        ops: (&[TxnOp], &[TxnOp]),
+    ) -> (bool, u64, Vec<Option<Vec<u8>>>) {
+        let state = self.states.last().unwrap().clone();
+        let ok = compare.iter().all(|c| holds(&state, c));
+        let ops = if ok { ops.0 } else { ops.1 };
+        let rev = self.current() + 1;
+        let mut next = state.clone();
+        let mut events = Vec::new();
+        let mut reads = Vec::new();
+        for op in ops {
+            match op {
+                TxnOp::Put(k, v) => {
+                    let key = KEYS[*k].to_vec();
+                    let prev = next.get(&key).cloned();
+                    let kv = KeyValue {
+                        key: key.clone(),
+                        value: vec![*v],
+                        create_revision: prev.as_ref().map_or(Revision(rev), |p| p.create_revision),
+                        mod_revision: Revision(rev),
+                        version: prev.as_ref().map_or(1, |p| p.version + 1),
+                        lease: None,
+                    };
+                    next.insert(key, kv.clone());
+                    events.push(Event {
+                        kind: EventKind::Put,
+                        kv,
+                        prev_kv: prev,
+                    });
+                }
+                TxnOp::Delete(k) => {
+                    let key = KEYS[*k].to_vec();
+                    if let Some(prev) = next.remove(&key) {
+                        events.push(Event {
+                            kind: EventKind::Delete,
+                            kv: tomb(&key, rev),
+                            prev_kv: Some(prev),
+                        });
+                    }
+                }
+                TxnOp::Get(k) => reads.push(next.get(KEYS[*k]).map(|kv| kv.value.clone())),
+            }
+        }
+        if events.is_empty() {
+            return (ok, rev - 1, reads);
+        }
+        self.states.push(next);
+        self.events.push(events);
+        (ok, rev, reads)
+    }
+
+    fn delete_prefix(&mut self, prefix: &[u8]) -> u64 {
+        let state = self.states.last().unwrap().clone();
+        let rev = self.current() + 1;
+        let mut next = state.clone();
+        let mut events = Vec::new();
+        for (key, kv) in state.range(prefix.to_vec()..) {
+            if !key.starts_with(prefix) {
+                break;
+            }
+            next.remove(key);
+            events.push(Event {
+                kind: EventKind::Delete,
+                kv: tomb(key, rev),
+                prev_kv: Some(kv.clone()),
+            });
+        }
+        if events.is_empty() {
+            return rev - 1;
+        }
+        self.states.push(next);
+        self.events.push(events);
+        rev
+    }
+
+    fn watch_responses(&self, start: u64, range: &KeyRange, prev: bool) -> Vec<WatchResponse> {
+        (start..=self.current())
+            .filter_map(|r| {
+                let events: Vec<Event> = self.events[r as usize]
+                    .iter()
+                    .filter(|e| range.contains(&e.kv.key))
+                    .map(|e| Event {
+                        prev_kv: if prev { e.prev_kv.clone() } else { None },
+                        ..e.clone()
+                    })
+                    .collect();
+                (!events.is_empty()).then_some(WatchResponse {
+                    revision: Revision(r),
+                    events,
+                })
+            })
+            .collect()
+    }
+}
+
+fn tomb(key: &[u8], rev: u64) -> KeyValue {
+    KeyValue {
+        key: key.to_vec(),
+        value: vec![],
+        create_revision: Revision(0),
+        mod_revision: Revision(rev),
+        version: 0,
+        lease: None,
+    }
+}
+
+fn holds(state: &BTreeMap<Vec<u8>, KeyValue>, c: &Compare) -> bool {
+    let kv = state.get(&c.key);
+    let ord = match &c.target {
+        CompareTarget::Value(v) => match kv {
+            Some(kv) => kv.value.cmp(v),
+            None => return false,
+        },
+        CompareTarget::Version(v) => kv.map_or(0, |kv| kv.version).cmp(v),
+        CompareTarget::CreateRevision(r) => kv.map_or(Revision(0), |kv| kv.create_revision).cmp(r),
+        CompareTarget::ModRevision(r) => kv.map_or(Revision(0), |kv| kv.mod_revision).cmp(r),
+    };
+    match c.op {
+        CompareOp::Equal => ord.is_eq(),
+        CompareOp::NotEqual => ord.is_ne(),
+        CompareOp::Greater => ord.is_gt(),
+        CompareOp::Less => ord.is_lt(),
+    }
+}
+
+fn make_compare((k, target, op, n): (usize, u8, u8, u8), model: &Model) -> Compare {
+    let key = KEYS[k].to_vec();
+    let op = [
+        CompareOp::Equal,
+        CompareOp::NotEqual,
+        CompareOp::Greater,
+        CompareOp::Less,
+    ][op as usize];
+    // Aim at values that occur: the current state's numbers, nudged by n.
+    let cur = model.states.last().unwrap().get(&key).cloned();
+    let target = match target {
+        0 => CompareTarget::Value(cur.map_or(vec![n], |kv| kv.value)),
+        1 => CompareTarget::Version(cur.map_or(0, |kv| kv.version) + (n as u64 % 2)),
+        2 => CompareTarget::CreateRevision(cur.map_or(Revision(0), |kv| kv.create_revision)),
+        3 => CompareTarget::ModRevision(Revision(
+            cur.map_or(0, |kv| kv.mod_revision.0)
+                .saturating_sub(n as u64 % 2),
+        )),
+        _ => {
+            return if n % 2 == 0 {
+                Compare::exists(key)
+            } else {
+                Compare::not_exists(key)
+            };
+        }
+    };
+    Compare { key, op, target }
+}
+
+fn to_ops(ops: &[TxnOp]) -> Vec<Op> {
+    ops.iter()
+        .map(|op| match op {
+            TxnOp::Put(k, v) => Op::put(KEYS[*k], vec![*v]),
+            TxnOp::Delete(k) => Op::Delete {
+                range: KeyRange::key(KEYS[*k]),
+                prev_kv: false,
+            },
+            TxnOp::Get(k) => Op::get(KEYS[*k]),
+        })
+        .collect()
+}
+
+/// Drops ops that write a key already written in the branch (the store refuses those).
+fn dedup(ops: Vec<TxnOp>) -> Vec<TxnOp> {
+    let mut written = Vec::new();
+    ops.into_iter()
+        .filter(|op| match op {
+            TxnOp::Put(k, _) | TxnOp::Delete(k) => {
+                if written.contains(k) {
+                    false
+                } else {
+                    written.push(*k);
+                    true
+                }
+            }
+            TxnOp::Get(_) => true,
+        })
+        .collect()
+}
+
+fn config(path: &std::path::Path) -> Config {
+    let mut config = Config::new(path);
+    config.retention.max_revisions = None;
+    config.retention.max_age = None;
+    config.prefix_retention = vec![PrefixRetention {
+        prefix: CHURNY.to_vec(),
+        max_versions: 2,
+    }];
+    config.watch_ring = 4;
+    config
+}
+
+/// A read that touches the churny prefix may be refused, naming it; nothing else may be.
+fn allowed_refusal(err: &Error, range: &KeyRange) -> bool {
+    match err {
+        Error::Compacted {
+            prefix: Some(p), ..
+        } => p == CHURNY && range_touches_churny(range),
+        _ => false,
+    }
+}
+
+fn range_touches_churny(range: &KeyRange) -> bool {
+    KEYS.iter()
+        .any(|k| k.starts_with(CHURNY) && range.contains(k))
+}
+
+async fn check_read(
+    store: &SledStore,
+    model: &Model,
+    rev: u64,
+    range: &KeyRange,
+) -> Result<(), TestCaseError> {
+    let got = store
+        .range(RangeRequest::new(range.clone()).at(Revision(rev)))
+        .await;
+    if rev < model.compacted {
+        prop_assert!(
+            matches!(got, Err(Error::Compacted { .. })),
+            "read at {} below compacted {}: {:?}",
+            rev,
+            model.compacted,
+            got
+        );
+        return Ok(());
+    }
+    match got {
+        Ok(resp) => {
+            let expected: Vec<KeyValue> = model.states[rev as usize]
+                .values()
+                .filter(|kv| range.contains(&kv.key))
+                .cloned()
+                .collect();
+            prop_assert_eq!(resp.kvs, expected, "range {:?} at {}", range, rev);
+            prop_assert_eq!(resp.revision, Revision(rev));
+        }
+        Err(e) => prop_assert!(
+            rev < model.current() && allowed_refusal(&e, range),
+            "read {:?} at {} failed: {}",
+            range,
+            rev,
+            e
+        ),
+    }
+    Ok(())
+}
+
+async fn check_watch(
+    store: &SledStore,
+    model: &Model,
+    start: u64,
+    range: &KeyRange,
+    prev: bool,
+) -> Result<(), TestCaseError> {
+    let mut req = WatchRequest::new(range.clone(), Some(Revision(start)));
+    req.prev_kv = prev;
+    req.progress_notify = Some(Duration::from_millis(5));
+    let mut stream = match store.watch(req).await {
+        Ok(s) => s,
+        Err(e) => {
+            prop_assert!(
+                start < model.compacted.max(1) && matches!(e, Error::Compacted { .. })
+                    || allowed_refusal(&e, range),
+                "watch from {} refused: {}",
+                start,
+                e
+            );
+            return Ok(());
+        }
+    };
+    prop_assert!(
+        start >= model.compacted,
+        "watch from {} below compacted {} accepted",
+        start,
+        model.compacted
+    );
+    let expected = model.watch_responses(start, range, prev);
+    let mut got = Vec::new();
+    loop {
+        let item = tokio::time::timeout(Duration::from_secs(20), stream.next()).await;
+        let item = item.map_err(|_| TestCaseError::fail("watch stalled"))?;
+        match item {
+            Some(Ok(resp)) if resp.is_progress() => {
+                if resp.revision.0 >= model.current() {
+                    break;
+                }
+            }
+            Some(Ok(resp)) => {
+                let at = resp.revision.0;
+                got.push(resp);
+                if at >= model.current() {
+                    break;
+                }
+            }
+            Some(Err(e)) => {
+                // A pruned previous value or version of a churny key, reported as such.
+                prop_assert!(allowed_refusal(&e, range), "watch error {}", e);
+                let n = got.len();
+                prop_assert_eq!(&got[..], &expected[..n]);
+                return Ok(());
+            }
+            None => return Err(TestCaseError::fail("watch ended")),
+        }
+    }
+    prop_assert_eq!(
+        got,
+        expected,
+        "watch {:?} from {} prev {}",
+        range,
+        start,
+        prev
+    );
+    Ok(())
+}
+
+async fn check_all(store: &SledStore, model: &Model) -> Result<(), TestCaseError> {
+    prop_assert_eq!(store.status().revision, Revision(model.current()));
+    prop_assert_eq!(store.status().compacted, Revision(model.compacted));
+    for rev in model.compacted.saturating_sub(1)..=model.current() {
+        for prefix in PREFIXES {
+            check_read(store, model, rev, &KeyRange::prefix(prefix)).await?;
+        }
+    }
+    // The log from the oldest retained revision, with previous values.
+    let from = model.compacted.max(1);
+    match store.log(Revision(from), None, 10_000).await {
+        Ok(log) => {
+            let revs: Vec<u64> = log.iter().map(|e| e.revision.0).collect();
+            prop_assert_eq!(revs, (from..=model.current()).collect::<Vec<_>>());
+            for entry in log {
+                prop_assert_eq!(&entry.events, &model.events[entry.revision.0 as usize]);
+            }
+        }
+        Err(e) => prop_assert!(
+            allowed_refusal(&e, &KeyRange::prefix("")),
+            "log failed: {}",
+            e
+        ),
+    }
+    // Histories: every version after the compacted revision is there, in order.
+    for key in KEYS {
+        let history = store
+            .history(key)
+            .await
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let got: Vec<&Event> = history
+            .iter()
+            .map(|(_, e)| e)
+            .filter(|e| e.kv.mod_revision.0 > model.compacted)
+            .collect();
+        let expected: Vec<&Event> = model.events
+            [(model.compacted as usize + 1).min(model.events.len())..]
+            .iter()
+            .flatten()
+            .filter(|e| e.kv.key == key)
+            .collect();
+        if key.starts_with(CHURNY) {
+            // Only the newest versions are kept; those must be right.
+            prop_assert!(got.len() <= expected.len());
+            prop_assert_eq!(
+                &got[..].iter().map(|e| &e.kv).collect::<Vec<_>>(),
+                &expected[expected.len() - got.len()..]
+                    .iter()
+                    .map(|e| &e.kv)
+                    .collect::<Vec<_>>()
+            );
+        } else {
+            let got: Vec<(EventKind, &KeyValue)> = got.iter().map(|e| (e.kind, &e.kv)).collect();
+            let expected: Vec<(EventKind, &KeyValue)> =
+                expected.iter().map(|e| (e.kind, &e.kv)).collect();
+            prop_assert_eq!(got, expected);
+        }
+    }
+    Ok(())
+}
+
+async fn run(steps: Vec<Step>) -> Result<(), TestCaseError> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("data");
+    let mut store = SledStore::open(config(&path)).unwrap();
+    let mut model = Model::new();
+    let fail = |e: Error| TestCaseError::fail(e.to_string());
+    for step in steps {
+        match step {
+            Step::Put(k, v) => {
+                let (rev, prev) = store
+                    .put(KEYS[k].to_vec(), vec![v], None)
+                    .await
+                    .map_err(fail)?;
+                let expected_prev = model.states.last().unwrap().get(KEYS[k]).cloned();
+                let (_, mrev, _) = model.txn(&[], (&[TxnOp::Put(k, v)], &[]));
+                prop_assert_eq!(rev, Revision(mrev));
+                prop_assert_eq!(prev, expected_prev);
+            }
+            Step::Delete(k) => {
+                let (rev, deleted) = store.delete(KeyRange::key(KEYS[k])).await.map_err(fail)?;
+                let expected: Vec<KeyValue> = model
+                    .states
+                    .last()
+                    .unwrap()
+                    .get(KEYS[k])
+                    .cloned()
+                    .into_iter()
+                    .collect();
+                let (_, mrev, _) = model.txn(&[], (&[TxnOp::Delete(k)], &[]));
+                prop_assert_eq!(rev, Revision(mrev));
+                prop_assert_eq!(deleted, expected);
+            }
+            Step::DeletePrefix(p) => {
+                let (rev, _) = store
+                    .delete(KeyRange::prefix(PREFIXES[p]))
+                    .await
+                    .map_err(fail)?;
+                prop_assert_eq!(rev, Revision(model.delete_prefix(PREFIXES[p])));
+            }
+            Step::Txn {
+                compare,
+                success,
+                failure,
+            } => {
+                let (success, failure) = (dedup(success), dedup(failure));
+                let compare = vec![make_compare(compare, &model)];
+                let resp = store
+                    .txn(Txn {
+                        compare: compare.clone(),
+                        success: to_ops(&success),
+                        failure: to_ops(&failure),
+                    })
+                    .await
+                    .map_err(fail)?;
+                let (ok, rev, reads) = model.txn(&compare, (&success, &failure));
+                prop_assert_eq!(resp.succeeded, ok);
+                prop_assert_eq!(resp.revision, Revision(rev));
+                let got_reads: Vec<Option<Vec<u8>>> = resp
+                    .responses
+                    .iter()
+                    .filter_map(|r| match r {
+                        OpResponse::Range(r) => Some(r.kvs.first().map(|kv| kv.value.clone())),
+                        _ => None,
+                    })
+                    .collect();
+                prop_assert_eq!(got_reads, reads);
+            }
+            Step::Compact(f) => {
+                let target =
+                    model.compacted + ((model.current() - model.compacted) as f64 * f) as u64;
+                store.compact(Revision(target)).await.map_err(fail)?;
+                model.compacted = model.compacted.max(target);
+            }
+            Step::Reopen => {
+                store.close().await.map_err(fail)?;
+                drop(store);
+                store = SledStore::open(config(&path)).map_err(fail)?;
+                check_all(&store, &model).await?;
+            }
+            Step::ReadAt(f, p) => {
+                let lo = model.compacted.saturating_sub(1);
+                let rev = lo + ((model.current() - lo) as f64 * f) as u64;
+                check_read(&store, &model, rev, &KeyRange::prefix(PREFIXES[p])).await?;
+            }
+            Step::Watch(f, p, prev) => {
+                let lo = model.compacted.saturating_sub(1).max(1);
+                let start = lo + ((model.current() + 1 - lo) as f64 * f) as u64;
+                check_watch(&store, &model, start, &KeyRange::prefix(PREFIXES[p]), prev).await?;
+            }
+        }
+    }
+    check_all(&store, &model).await?;
+    store.close().await.map_err(fail)?;
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, max_shrink_iters: 500, ..ProptestConfig::default() })]
+
+    #[test]
+    fn store_matches_the_model(steps in prop::collection::vec(step(), 1..60)) {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(run(steps))?;
+    }
+}
