@@ -495,7 +495,11 @@ pub fn parse_body(request: &Request) -> Result<Value> {
         .get(http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("application/json");
-    let value: Value = if content_type.contains("yaml") {
+    let value: Value = if crate::protobuf::is_content_type(content_type) {
+        crate::protobuf::decode(&request.body).map_err(|e| {
+            Error::BadRequest(format!("error decoding the protobuf request body: {e}"))
+        })?
+    } else if content_type.contains("yaml") {
         let text = std::str::from_utf8(&request.body)
             .map_err(|_| Error::BadRequest("request body is not UTF-8".into()))?;
         serde_saphyr::from_str(text)
