@@ -604,3 +604,196 @@ proptest::proptest! {
         let _ = decode(&body);
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// The generated table against k8s-openapi
+// ---------------------------------------------------------------------------------------------
+
+/// A message with every field set to a non-zero value, nested `depth` levels.
+fn full_message(index: u16, depth: usize) -> Vec<u8> {
+    let mut out = Vec::new();
+    if depth == 0 {
+        return out;
+    }
+    for field in schema::MESSAGES[usize::from(index)].fields {
+        let value = full_value(field.ty, depth);
+        let encoded = match field.ty {
+            Type::Bool | Type::Int32 | Type::Int64 => {
+                let v = if field.ty == Type::Bool { 1 } else { 3 };
+                let mut e = Vec::new();
+                varint(u64::from(field.tag) << 3, &mut e);
+                varint(v, &mut e);
+                e
+            }
+            Type::Double => {
+                let mut e = Vec::new();
+                varint(u64::from(field.tag) << 3 | 1, &mut e);
+                e.extend(1.5f64.to_le_bytes());
+                e
+            }
+            _ => ld(field.tag, &value),
+        };
+        out.extend(match field.card {
+            Card::Map => {
+                let value_field = match field.ty {
+                    Type::Bool | Type::Int32 | Type::Int64 => vi(2, 3),
+                    _ => ld(2, &value),
+                };
+                ld(field.tag, &msg(&[s(1, "k"), value_field]))
+            }
+            Card::One | Card::Repeated => encoded,
+        });
+    }
+    out
+}
+
+/// The payload of a length-delimited value of `ty`.
+fn full_value(ty: Type, depth: usize) -> Vec<u8> {
+    match ty {
+        Type::String => b"x".to_vec(),
+        Type::Bytes => b"b".to_vec(),
+        Type::Bool | Type::Int32 | Type::Int64 | Type::Double => Vec::new(),
+        Type::Message(child) => full_message(child, depth - 1),
+        Type::Quantity => s(1, "1"),
+        Type::IntOrString => msg(&[vi(1, 0), vi(2, 5)]),
+        Type::Time => msg(&[vi(1, 1_704_164_645)]),
+        Type::MicroTime => msg(&[vi(1, 1_704_164_645), vi(2, 5_000)]),
+        Type::Duration => vi(1, 1_000_000_000),
+        Type::RawJson => ld(1, br#"{"a":1}"#),
+        Type::StringList => s(1, "x"),
+    }
+}
+
+/// Decodes a fully populated object of the kind, reads it into its k8s-openapi type and writes it
+/// back: a JSON name or representation that k8s-openapi does not know is lost on the way and
+/// shows up as a difference (`allowed` lists path suffixes of fields newer than Kubernetes 1.33,
+/// which k8s-pb 0.9.0 has and k8s-openapi's v1_33 does not).
+fn round_trip<T>(api_version: &str, kind: &str, allowed: &[&str]) -> Vec<String>
+where
+    T: serde::de::DeserializeOwned + serde::Serialize,
+{
+    let index = schema::KINDS
+        .iter()
+        .find(|&&(gv, k, _)| gv == api_version && k == kind)
+        .unwrap_or_else(|| panic!("{api_version} {kind} not in the table"))
+        .2;
+    let decoded = decode(&envelope(api_version, kind, &full_message(index, 12))).unwrap();
+    let typed: T = serde_json::from_value(decoded.clone())
+        .unwrap_or_else(|e| panic!("{kind}: k8s-openapi rejects the decoded JSON: {e}"));
+    let again = serde_json::to_value(&typed).unwrap();
+    let mut lost = Vec::new();
+    diff("", &decoded, &again, &mut lost);
+    lost.retain(|path| !allowed.iter().any(|suffix| path.ends_with(suffix)));
+    lost.iter().map(|path| format!("{kind}: {path}")).collect()
+}
+
+fn diff(path: &str, a: &Value, b: &Value, out: &mut Vec<String>) {
+    match (a, b) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (k, v) in a {
+                match b.get(k) {
+                    Some(w) => diff(&format!("{path}/{k}"), v, w, out),
+                    // k8s-openapi reads `null` as None, which it leaves out.
+                    None if v.is_null() => {}
+                    None => out.push(format!("{path}/{k}")),
+                }
+            }
+        }
+        (Value::Array(a), Value::Array(b)) if a.len() == b.len() => {
+            for (i, (v, w)) in a.iter().zip(b).enumerate() {
+                diff(&format!("{path}/{i}"), v, w, out);
+            }
+        }
+        (a, b) if a == b => {}
+        (a, b) => out.push(format!("{path}: {a} became {b}")),
+    }
+}
+
+/// Fields of Kubernetes newer than 1.33 (in k8s-pb 0.9.0, not in k8s-openapi's v1_33).
+const NEWER_THAN_1_33: &[&str] = &[
+    "/spec/hostnameOverride",
+    "/spec/workloadRef",
+    "/restartPolicyRules",
+    "/valueFrom/fileKeyRef",
+    "/sources/0/podCertificate",
+    "/status/allocatedResources",
+    "/status/extendedResourceClaimStatus",
+    "/status/resources",
+    "/status/declaredFeatures",
+];
+
+#[test]
+fn served_kinds_round_trip_through_k8s_openapi() {
+    if std::env::var_os("PB_DEBUG").is_some() {
+        for (gv, kind, index) in schema::KINDS {
+            let decoded = decode(&envelope(gv, kind, &full_message(*index, 8))).unwrap();
+            println!("{gv} {kind} {}", serde_json::to_string(&decoded).unwrap());
+        }
+    }
+    use k8s_openapi::api::{
+        apps, authentication, autoscaling, coordination, core, discovery, policy,
+    };
+    use k8s_openapi::apimachinery::pkg::apis::meta;
+    let newer = NEWER_THAN_1_33;
+    let mut lost = Vec::new();
+    lost.extend(round_trip::<core::v1::Namespace>("v1", "Namespace", newer));
+    lost.extend(round_trip::<core::v1::Pod>("v1", "Pod", newer));
+    lost.extend(round_trip::<core::v1::Node>("v1", "Node", newer));
+    lost.extend(round_trip::<core::v1::Service>("v1", "Service", newer));
+    lost.extend(round_trip::<core::v1::Endpoints>("v1", "Endpoints", newer));
+    lost.extend(round_trip::<core::v1::ConfigMap>("v1", "ConfigMap", newer));
+    lost.extend(round_trip::<core::v1::Secret>("v1", "Secret", newer));
+    lost.extend(round_trip::<core::v1::Event>("v1", "Event", newer));
+    lost.extend(round_trip::<core::v1::ServiceAccount>(
+        "v1",
+        "ServiceAccount",
+        newer,
+    ));
+    lost.extend(round_trip::<core::v1::Binding>("v1", "Binding", newer));
+    lost.extend(round_trip::<apps::v1::Deployment>(
+        "apps/v1",
+        "Deployment",
+        newer,
+    ));
+    lost.extend(round_trip::<apps::v1::ReplicaSet>(
+        "apps/v1",
+        "ReplicaSet",
+        newer,
+    ));
+    lost.extend(round_trip::<apps::v1::DaemonSet>(
+        "apps/v1",
+        "DaemonSet",
+        newer,
+    ));
+    lost.extend(round_trip::<coordination::v1::Lease>(
+        "coordination.k8s.io/v1",
+        "Lease",
+        newer,
+    ));
+    lost.extend(round_trip::<discovery::v1::EndpointSlice>(
+        "discovery.k8s.io/v1",
+        "EndpointSlice",
+        newer,
+    ));
+    lost.extend(round_trip::<autoscaling::v1::Scale>(
+        "autoscaling/v1",
+        "Scale",
+        newer,
+    ));
+    lost.extend(round_trip::<policy::v1::Eviction>(
+        "policy/v1",
+        "Eviction",
+        newer,
+    ));
+    lost.extend(round_trip::<authentication::v1::TokenRequest>(
+        "authentication.k8s.io/v1",
+        "TokenRequest",
+        newer,
+    ));
+    lost.extend(round_trip::<meta::v1::DeleteOptions>(
+        "meta.k8s.io/v1",
+        "DeleteOptions",
+        newer,
+    ));
+    assert!(lost.is_empty(), "k8s-openapi lost or changed {lost:#?}");
+}
