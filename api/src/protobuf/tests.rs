@@ -724,12 +724,6 @@ const NEWER_THAN_1_33: &[&str] = &[
 
 #[test]
 fn served_kinds_round_trip_through_k8s_openapi() {
-    if std::env::var_os("PB_DEBUG").is_some() {
-        for (gv, kind, index) in schema::KINDS {
-            let decoded = decode(&envelope(gv, kind, &full_message(*index, 8))).unwrap();
-            println!("{gv} {kind} {}", serde_json::to_string(&decoded).unwrap());
-        }
-    }
     use k8s_openapi::api::{
         apps, authentication, autoscaling, coordination, core, discovery, policy,
     };
