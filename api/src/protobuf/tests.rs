@@ -208,6 +208,35 @@ fn times_are_rfc3339_seconds_and_null_when_unset() {
 }
 
 #[test]
+fn times_beyond_year_9999_are_rejected() {
+    let object_meta = msg(&[s(1, "n"), ld(8, &vi(1, 253_402_300_800))]);
+    let err = decode(&envelope("v1", "ConfigMap", &ld(1, &object_meta))).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::TimeOutOfRange {
+                field: "creationTimestamp",
+                seconds: 253_402_300_800,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let spec = ld(3, &msg(&[vi(1, u64::MAX >> 1)]));
+    let err = decode(&envelope("coordination.k8s.io/v1", "Lease", &ld(2, &spec))).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::TimeOutOfRange {
+                field: "acquireTime",
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[test]
 fn micro_times_keep_microseconds() {
     let spec = msg(&[
         s(1, "holder"),
@@ -790,4 +819,137 @@ fn served_kinds_round_trip_through_k8s_openapi() {
         newer,
     ));
     assert!(lost.is_empty(), "k8s-openapi lost or changed {lost:#?}");
+}
+
+/// A small deterministic generator for [`random_message`].
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        // xorshift64*
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// A well-formed message with a random subset of fields set to random (often zero) values.
+fn random_message(index: u16, depth: usize, rng: &mut Rng) -> Vec<u8> {
+    let mut out = Vec::new();
+    if depth == 0 {
+        return out;
+    }
+    for field in schema::MESSAGES[usize::from(index)].fields {
+        let count = match field.card {
+            Card::One => rng.below(2),
+            Card::Repeated | Card::Map => rng.below(3),
+        };
+        for i in 0..count {
+            let value = random_value(field.ty, depth, rng);
+            out.extend(match field.card {
+                Card::Map => ld(
+                    field.tag,
+                    &msg(&[s(1, &format!("k{i}")), with_tag(2, field.ty, value)]),
+                ),
+                Card::One | Card::Repeated => with_tag(field.tag, field.ty, value),
+            });
+        }
+    }
+    out
+}
+
+/// `value` (a varint, fixed64 or payload, by `ty`) as field `tag`.
+fn with_tag(tag: u32, ty: Type, value: Vec<u8>) -> Vec<u8> {
+    let mut out = Vec::new();
+    match ty {
+        Type::Bool | Type::Int32 | Type::Int64 => varint(u64::from(tag) << 3, &mut out),
+        Type::Double => varint(u64::from(tag) << 3 | 1, &mut out),
+        _ => return ld(tag, &value),
+    }
+    out.extend(value);
+    out
+}
+
+fn random_value(ty: Type, depth: usize, rng: &mut Rng) -> Vec<u8> {
+    let number = |rng: &mut Rng| {
+        let mut out = Vec::new();
+        let v = [0, 1, 80, u64::MAX, 1 << 40][rng.below(5) as usize];
+        varint(v, &mut out);
+        out
+    };
+    match ty {
+        Type::String => ["", "x", "ünï", "a b"][rng.below(4) as usize]
+            .as_bytes()
+            .to_vec(),
+        Type::Bytes => vec![0, 255, 7][..rng.below(4) as usize].to_vec(),
+        Type::Bool => vec![rng.below(2) as u8],
+        Type::Int32 | Type::Int64 => number(rng),
+        Type::Double => [0.0f64, -2.5, 1e300][rng.below(3) as usize]
+            .to_le_bytes()
+            .to_vec(),
+        Type::Message(child) => random_message(child, depth - 1, rng),
+        Type::Quantity => s(1, ["", "1", "500m", "1Gi"][rng.below(4) as usize]),
+        Type::IntOrString => msg(&[vi(1, rng.below(2)), vi(2, 8080), s(3, "http")]),
+        Type::Time | Type::MicroTime => {
+            let seconds = [0u64, 1_704_164_645, (-1i64) as u64][rng.below(3) as usize];
+            msg(&[vi(1, seconds), vi(2, rng.below(2_000_000_000))])
+        }
+        Type::Duration => vi(1, rng.below(1 << 40)),
+        Type::RawJson => ld(1, [&b"{}"[..], b"[1]", b"\"s\""][rng.below(3) as usize]),
+        Type::StringList => msg(&[s(1, "a"), s(1, "")]),
+    }
+}
+
+/// Drops `null` values of the `meta/v1.Time` fields k8s-openapi declares required although Go
+/// writes `null` for their zero value: `Condition.lastTransitionTime` (here, under a Service's
+/// `status.conditions`); elsewhere also `TokenRequestStatus.expirationTimestamp` and events/v1
+/// `EventSeries.lastObservedTime`. k8s-openapi refuses both `null` and absence for them.
+fn without_null_transition_times(mut value: Value) -> Value {
+    if let Some(conditions) = value
+        .pointer_mut("/status/conditions")
+        .and_then(Value::as_array_mut)
+    {
+        for condition in conditions.iter_mut().filter_map(Value::as_object_mut) {
+            if condition.get("lastTransitionTime") == Some(&Value::Null) {
+                condition.insert("lastTransitionTime".into(), json!("2024-01-02T03:04:05Z"));
+            }
+        }
+    }
+    value
+}
+
+/// Decodes a random well-formed object of the kind and reads it as its k8s-openapi type.
+fn decodes_into<T: serde::de::DeserializeOwned>(api_version: &str, kind: &str, rng: &mut Rng) {
+    let index = schema::KINDS
+        .iter()
+        .find(|k| k.0 == api_version && k.1 == kind)
+        .unwrap()
+        .2;
+    let body = envelope(api_version, kind, &random_message(index, 10, rng));
+    let decoded = decode(&body).unwrap_or_else(|e| panic!("{kind}: {e}"));
+    if let Err(e) = serde_json::from_value::<T>(without_null_transition_times(decoded.clone())) {
+        panic!("{kind}: k8s-openapi: {e}\n{decoded:#}");
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
+
+    /// Any well-formed object of these kinds decodes, and its k8s-openapi type reads the JSON.
+    #[test]
+    fn well_formed_objects_decode_into_json_k8s_openapi_reads(seed in 1u64..) {
+        use k8s_openapi::api::{apps, coordination, core};
+        let mut rng = Rng(seed);
+        decodes_into::<core::v1::Pod>("v1", "Pod", &mut rng);
+        decodes_into::<core::v1::Service>("v1", "Service", &mut rng);
+        decodes_into::<core::v1::Node>("v1", "Node", &mut rng);
+        decodes_into::<core::v1::Secret>("v1", "Secret", &mut rng);
+        decodes_into::<apps::v1::Deployment>("apps/v1", "Deployment", &mut rng);
+        decodes_into::<coordination::v1::Lease>("coordination.k8s.io/v1", "Lease", &mut rng);
+    }
 }
