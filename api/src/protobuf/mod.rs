@@ -2,7 +2,8 @@
 //! object Kubernetes' JSON encoding of the same Go object would be.
 //!
 //! kubectl v1.32+ sends the bodies of its typed-client commands (`create namespace`, `create
-//! secret`, drain's Eviction...) as protobuf. The server stores JSON, so [`decode`] turns such a
+//! secret`, `create deployment`, `create token`...) as protobuf; `run`, `expose`, `drain`'s
+//! Eviction, `delete` and patches send JSON. The server stores JSON, so [`decode`] turns such a
 //! body into that JSON:
 //!
 //! ```text
