@@ -274,7 +274,6 @@ index = {full: i for i, full in enumerate(order)}
 # ---------------------------------------------------------------------------------------------
 # Per-field JSON behaviour
 # ---------------------------------------------------------------------------------------------
-GO_SCALARS = {"string", "bool", "int", "int32", "int64", "uint32", "uint64", "float64", "float32", "byte"}
 stats = {"fields": 0, "json_from_go": 0, "json_guessed": 0, "presence_fallback": 0, "json_mismatch": 0}
 
 
@@ -302,13 +301,9 @@ def presence(f, go_field, entry):
             return "P::Present"
         if gotype.startswith("[]") or gotype.startswith("map["):
             return "P::NonEmpty"
-        base = gotype.split(".")[-1]
         if f["kind"] == "message":
             return "P::Always"  # a struct value: omitempty never drops it
-        if not go_field["omitempty"]:
-            return "P::Always"
-        if base in GO_SCALARS or f["kind"] != "message":
-            return "P::NonZero"
+        return "P::NonZero" if go_field["omitempty"] else "P::Always"
     stats["presence_fallback"] += 1
     if entry and rust_key(f["rust"]) not in entry["optional"] and f["rust"] in entry["fields"]:
         return "P::Always"

@@ -2,7 +2,8 @@
 //! object Kubernetes' JSON encoding of the same Go object would be.
 //!
 //! kubectl v1.32+ sends the bodies of its typed-client commands (`create namespace`, `create
-//! secret`, drain's Eviction...) as protobuf. The server stores JSON, so [`decode`] turns such a
+//! secret`, `create deployment`, `create token`...) as protobuf; `run`, `expose`, `drain`'s
+//! Eviction, `delete` and patches send JSON. The server stores JSON, so [`decode`] turns such a
 //! body into that JSON:
 //!
 //! ```text
@@ -130,6 +131,16 @@ pub enum Error {
         field: &'static str,
         /// The value read.
         value: f64,
+    },
+    /// A `Time` or `MicroTime` outside the years 0000-9999, which RFC 3339 cannot write.
+    #[error("field {field} of {message} is a time outside the years 0000-9999 ({seconds}s)")]
+    TimeOutOfRange {
+        /// The message being read.
+        message: &'static str,
+        /// The JSON name of the field.
+        field: &'static str,
+        /// Seconds since the Unix epoch.
+        seconds: i64,
     },
     /// Messages nested deeper than any Kubernetes object does.
     #[error("protobuf messages nested deeper than {MAX_DEPTH} levels")]
@@ -397,6 +408,14 @@ impl Ctx<'_> {
         }
     }
 
+    fn out_of_range(&self, seconds: i64) -> Error {
+        Error::TimeOutOfRange {
+            message: self.message,
+            field: self.field.json,
+            seconds,
+        }
+    }
+
     fn expected_wire_type(&self) -> u8 {
         match self.field.ty {
             Type::Bool | Type::Int32 | Type::Int64 => 0,
@@ -576,7 +595,9 @@ impl Ctx<'_> {
                     if seconds == special::GO_ZERO_TIME_UNIX {
                         return Ok(Value::Null);
                     }
-                    return Ok(Value::String(special::rfc3339(seconds)));
+                    return special::rfc3339(seconds)
+                        .map(Value::String)
+                        .ok_or_else(|| self.out_of_range(seconds));
                 }
                 // Nanoseconds truncated to microseconds (toward zero), then normalised.
                 let nanos = i128::from(nanos) - i128::from(nanos) % 1_000;
@@ -586,15 +607,14 @@ impl Ctx<'_> {
                     total.rem_euclid(1_000_000_000),
                 );
                 let Ok(secs) = i64::try_from(secs) else {
-                    return Ok(Value::String(special::rfc3339_micro(seconds, 0)));
+                    return Err(self.out_of_range(seconds));
                 };
                 if secs == special::GO_ZERO_TIME_UNIX && sub == 0 {
                     return Ok(Value::Null);
                 }
-                Ok(Value::String(special::rfc3339_micro(
-                    secs,
-                    (sub / 1_000) as u32,
-                )))
+                special::rfc3339_micro(secs, (sub / 1_000) as u32)
+                    .map(Value::String)
+                    .ok_or_else(|| self.out_of_range(secs))
             }
             Type::Duration => {
                 let mut nanos = 0i64;

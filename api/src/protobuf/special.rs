@@ -5,20 +5,21 @@
 /// `meta/v1.Time` writes as `null`.
 pub(crate) const GO_ZERO_TIME_UNIX: i64 = -62_135_596_800;
 
-/// `meta/v1.Time` as JSON text: `2024-01-02T03:04:05Z` (whole seconds, like Go's `time.RFC3339`).
-pub(crate) fn rfc3339(seconds: i64) -> String {
-    let (date, (h, m, s)) = civil(seconds);
-    format!("{date}T{h:02}:{m:02}:{s:02}Z")
+/// `meta/v1.Time` as JSON text: `2024-01-02T03:04:05Z` (whole seconds, like Go's `time.RFC3339`),
+/// or `None` outside the years 0000-9999, which RFC 3339 (and Go's `time.Time` JSON) cannot write.
+pub(crate) fn rfc3339(seconds: i64) -> Option<String> {
+    let (date, (h, m, s)) = civil(seconds)?;
+    Some(format!("{date}T{h:02}:{m:02}:{s:02}Z"))
 }
 
-/// `meta/v1.MicroTime` as JSON text: `2024-01-02T03:04:05.123456Z`.
-pub(crate) fn rfc3339_micro(seconds: i64, micros: u32) -> String {
-    let (date, (h, m, s)) = civil(seconds);
-    format!("{date}T{h:02}:{m:02}:{s:02}.{micros:06}Z")
+/// `meta/v1.MicroTime` as JSON text: `2024-01-02T03:04:05.123456Z`; `None` as for [`rfc3339`].
+pub(crate) fn rfc3339_micro(seconds: i64, micros: u32) -> Option<String> {
+    let (date, (h, m, s)) = civil(seconds)?;
+    Some(format!("{date}T{h:02}:{m:02}:{s:02}.{micros:06}Z"))
 }
 
-/// The UTC calendar date (`YYYY-MM-DD`) and time of day of a Unix time, for any `i64`.
-fn civil(seconds: i64) -> (String, (i64, i64, i64)) {
+/// The UTC calendar date (`YYYY-MM-DD`) and time of day of a Unix time in the years 0000-9999.
+fn civil(seconds: i64) -> Option<(String, (i64, i64, i64))> {
     let days = seconds.div_euclid(86_400);
     let secs = seconds.rem_euclid(86_400);
     // Days to civil date in the proleptic Gregorian calendar (H. Hinnant's algorithm), in i128 so
@@ -32,12 +33,11 @@ fn civil(seconds: i64) -> (String, (i64, i64, i64)) {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i128::from(month <= 2);
-    let date = if year < 0 {
-        format!("-{:04}-{month:02}-{day:02}", -year)
-    } else {
-        format!("{year:04}-{month:02}-{day:02}")
-    };
-    (date, (secs / 3_600, secs / 60 % 60, secs % 60))
+    if !(0..=9999).contains(&year) {
+        return None;
+    }
+    let date = format!("{year:04}-{month:02}-{day:02}");
+    Some((date, (secs / 3_600, secs / 60 % 60, secs % 60)))
 }
 
 /// Go's `time.Duration.String()` of a count of nanoseconds: `1h0m0s`, `1.5s`, `300ms`, `0s`.
@@ -83,24 +83,38 @@ mod tests {
 
     #[test]
     fn times_format_like_go_rfc3339() {
-        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
-        assert_eq!(rfc3339(1_704_164_645), "2024-01-02T03:04:05Z");
-        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
-        assert_eq!(rfc3339(-1), "1969-12-31T23:59:59Z");
-        assert_eq!(rfc3339(GO_ZERO_TIME_UNIX), "0001-01-01T00:00:00Z");
-        assert_eq!(rfc3339(253_402_300_799), "9999-12-31T23:59:59Z");
-        // Extreme inputs format without overflow.
-        assert!(rfc3339(i64::MAX).ends_with('Z'));
-        assert!(rfc3339(i64::MIN).starts_with('-'));
+        let cases = [
+            (0, "1970-01-01T00:00:00Z"),
+            (1_704_164_645, "2024-01-02T03:04:05Z"),
+            (951_782_400, "2000-02-29T00:00:00Z"),
+            (-1, "1969-12-31T23:59:59Z"),
+            (GO_ZERO_TIME_UNIX, "0001-01-01T00:00:00Z"),
+            (-62_167_219_200, "0000-01-01T00:00:00Z"),
+            (253_402_300_799, "9999-12-31T23:59:59Z"),
+        ];
+        for (seconds, want) in cases {
+            assert_eq!(rfc3339(seconds).as_deref(), Some(want), "{seconds}");
+        }
+    }
+
+    #[test]
+    fn times_outside_years_0000_to_9999_are_refused() {
+        for seconds in [253_402_300_800, -62_167_219_201, i64::MAX, i64::MIN] {
+            assert_eq!(rfc3339(seconds), None, "{seconds}");
+            assert_eq!(rfc3339_micro(seconds, 0), None, "{seconds}");
+        }
     }
 
     #[test]
     fn micro_times_have_six_fraction_digits() {
         assert_eq!(
-            rfc3339_micro(1_704_164_645, 7),
-            "2024-01-02T03:04:05.000007Z"
+            rfc3339_micro(1_704_164_645, 7).as_deref(),
+            Some("2024-01-02T03:04:05.000007Z")
         );
-        assert_eq!(rfc3339_micro(0, 0), "1970-01-01T00:00:00.000000Z");
+        assert_eq!(
+            rfc3339_micro(0, 0).as_deref(),
+            Some("1970-01-01T00:00:00.000000Z")
+        );
     }
 
     #[test]
