@@ -142,6 +142,39 @@ pub(super) fn validate_pod_spec(spec: &PodSpec, path: &Path) -> Vec<FieldError> 
         spec.node_selector.as_ref(),
         &path.child("nodeSelector"),
     ));
+    if let Some(sc) = &spec.security_context {
+        let p = path.child("securityContext");
+        let ids = [
+            ("fsGroup", sc.fs_group),
+            ("runAsUser", sc.run_as_user),
+            ("runAsGroup", sc.run_as_group),
+        ];
+        for (field, id) in ids {
+            if let Some(id) = id.filter(|id| !(0..=MAX_INT32).contains(id)) {
+                errs.push(FieldError::invalid(
+                    p.child(field),
+                    id,
+                    names::inclusive_range_error(0, MAX_INT32),
+                ));
+            }
+        }
+        for (i, gid) in sc.supplemental_groups.iter().flatten().enumerate() {
+            if !(0..=MAX_INT32).contains(gid) {
+                errs.push(FieldError::invalid(
+                    p.child("supplementalGroups").index(i),
+                    *gid,
+                    names::inclusive_range_error(0, MAX_INT32),
+                ));
+            }
+        }
+    }
+    if spec.share_process_namespace == Some(true) && spec.host_pid == Some(true) {
+        errs.push(FieldError::invalid(
+            path.child("securityContext").child("shareProcessNamespace"),
+            true,
+            "ShareProcessNamespace and HostPID cannot both be enabled",
+        ));
+    }
     if let Some(affinity) = &spec.affinity {
         errs.extend(validate_affinity(affinity, &path.child("affinity")));
     }
@@ -498,6 +531,43 @@ fn validate_container_common(
     );
     if let Some(r) = &c.resources {
         errs.extend(validate_resource_requirements(r, &path.child("resources")));
+    }
+    if let Some(sc) = &c.security_context {
+        let p = path.child("securityContext");
+        for (field, id) in [
+            ("runAsUser", sc.run_as_user),
+            ("runAsGroup", sc.run_as_group),
+        ] {
+            if let Some(id) = id.filter(|id| !(0..=MAX_INT32).contains(id)) {
+                errs.push(FieldError::invalid(
+                    p.child(field),
+                    id,
+                    names::inclusive_range_error(0, MAX_INT32),
+                ));
+            }
+        }
+        if sc.allow_privilege_escalation == Some(false) {
+            let sc_value = serde_json::to_value(sc).unwrap_or(Value::Null);
+            if sc.privileged == Some(true) {
+                errs.push(FieldError::invalid(
+                    p.clone(),
+                    sc_value.clone(),
+                    "cannot set `allowPrivilegeEscalation` to false and `privileged` to true",
+                ));
+            }
+            let adds_sys_admin = sc
+                .capabilities
+                .as_ref()
+                .and_then(|c| c.add.as_ref())
+                .is_some_and(|add| add.iter().any(|c| c == "CAP_SYS_ADMIN"));
+            if adds_sys_admin {
+                errs.push(FieldError::invalid(
+                    p,
+                    sc_value,
+                    "cannot set `allowPrivilegeEscalation` to false and `capabilities.Add` CAP_SYS_ADMIN",
+                ));
+            }
+        }
     }
     errs
 }
@@ -1849,6 +1919,32 @@ mod tests {
         assert_eq!(
             m[0],
             "spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].topologyKey: Required value: can not be empty"
+        );
+    }
+
+    #[test]
+    fn security_contexts() {
+        assert_eq!(
+            one(
+                json!({"securityContext": {"runAsUser": -1}, "containers": [{"name": "a", "image": "x"}]})
+            ),
+            "spec.securityContext.runAsUser: Invalid value: -1: must be between 0 and 2147483647, inclusive"
+        );
+        assert_eq!(
+            one(
+                json!({"containers": [{"name": "a", "image": "x", "securityContext": {"runAsGroup": 4294967296i64}}]})
+            ),
+            "spec.containers[0].securityContext.runAsGroup: Invalid value: 4294967296: must be between 0 and 2147483647, inclusive"
+        );
+        let m = one(
+            json!({"containers": [{"name": "a", "image": "x", "securityContext": {"privileged": true, "allowPrivilegeEscalation": false}}]}),
+        );
+        assert!(
+            m.starts_with("spec.containers[0].securityContext: Invalid value: ")
+                && m.ends_with(
+                    ": cannot set `allowPrivilegeEscalation` to false and `privileged` to true"
+                ),
+            "{m}"
         );
     }
 
