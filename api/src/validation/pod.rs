@@ -5,12 +5,14 @@
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use k8s_openapi::api::core::v1::{
-    Binding, Container, EnvVar, ExecAction, HTTPGetAction, Lifecycle, Pod, PodSpec,
-    PodTemplateSpec, Probe, ResourceRequirements, TCPSocketAction, Toleration, Volume, VolumeMount,
+    Affinity, Binding, Container, EnvVar, ExecAction, HTTPGetAction, Lifecycle, NodeSelectorTerm,
+    Pod, PodAffinityTerm, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, TCPSocketAction,
+    Toleration, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::Value;
 
+use super::apps::validate_label_selector;
 use super::field::{FieldError, Path};
 use super::meta::{validate_annotations, validate_label_name, validate_labels};
 use super::{decode, names, quantity, s};
@@ -140,6 +142,42 @@ pub(super) fn validate_pod_spec(spec: &PodSpec, path: &Path) -> Vec<FieldError> 
         spec.node_selector.as_ref(),
         &path.child("nodeSelector"),
     ));
+    if let Some(sc) = &spec.security_context {
+        let p = path.child("securityContext");
+        let ids = [
+            ("fsGroup", sc.fs_group),
+            ("runAsUser", sc.run_as_user),
+            ("runAsGroup", sc.run_as_group),
+        ];
+        for (field, id) in ids {
+            if let Some(id) = id.filter(|id| !(0..=MAX_INT32).contains(id)) {
+                errs.push(FieldError::invalid(
+                    p.child(field),
+                    id,
+                    names::inclusive_range_error(0, MAX_INT32),
+                ));
+            }
+        }
+        for (i, gid) in sc.supplemental_groups.iter().flatten().enumerate() {
+            if !(0..=MAX_INT32).contains(gid) {
+                errs.push(FieldError::invalid(
+                    p.child("supplementalGroups").index(i),
+                    *gid,
+                    names::inclusive_range_error(0, MAX_INT32),
+                ));
+            }
+        }
+    }
+    if spec.share_process_namespace == Some(true) && spec.host_pid == Some(true) {
+        errs.push(FieldError::invalid(
+            path.child("securityContext").child("shareProcessNamespace"),
+            true,
+            "ShareProcessNamespace and HostPID cannot both be enabled",
+        ));
+    }
+    if let Some(affinity) = &spec.affinity {
+        errs.extend(validate_affinity(affinity, &path.child("affinity")));
+    }
     for field in ["serviceAccountName", "nodeName"] {
         let value = if field == "nodeName" {
             s(&spec.node_name)
@@ -493,6 +531,43 @@ fn validate_container_common(
     );
     if let Some(r) = &c.resources {
         errs.extend(validate_resource_requirements(r, &path.child("resources")));
+    }
+    if let Some(sc) = &c.security_context {
+        let p = path.child("securityContext");
+        for (field, id) in [
+            ("runAsUser", sc.run_as_user),
+            ("runAsGroup", sc.run_as_group),
+        ] {
+            if let Some(id) = id.filter(|id| !(0..=MAX_INT32).contains(id)) {
+                errs.push(FieldError::invalid(
+                    p.child(field),
+                    id,
+                    names::inclusive_range_error(0, MAX_INT32),
+                ));
+            }
+        }
+        if sc.allow_privilege_escalation == Some(false) {
+            let sc_value = serde_json::to_value(sc).unwrap_or(Value::Null);
+            if sc.privileged == Some(true) {
+                errs.push(FieldError::invalid(
+                    p.clone(),
+                    sc_value.clone(),
+                    "cannot set `allowPrivilegeEscalation` to false and `privileged` to true",
+                ));
+            }
+            let adds_sys_admin = sc
+                .capabilities
+                .as_ref()
+                .and_then(|c| c.add.as_ref())
+                .is_some_and(|add| add.iter().any(|c| c == "CAP_SYS_ADMIN"));
+            if adds_sys_admin {
+                errs.push(FieldError::invalid(
+                    p,
+                    sc_value,
+                    "cannot set `allowPrivilegeEscalation` to false and `capabilities.Add` CAP_SYS_ADMIN",
+                ));
+            }
+        }
     }
     errs
 }
@@ -1014,6 +1089,204 @@ pub(super) fn validate_resource_requirements(
                 "Limit must be set for non overcommitable resources",
             )),
             None => {}
+        }
+    }
+    errs
+}
+
+fn validate_node_selector_term(term: &NodeSelectorTerm, path: &Path) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    for (i, rq) in term.match_expressions.iter().flatten().enumerate() {
+        let p = path.child("matchExpressions").index(i);
+        let values = rq.values.as_deref().unwrap_or_default();
+        match rq.operator.as_str() {
+            "In" | "NotIn" if values.is_empty() => errs.push(FieldError::required(
+                p.child("values"),
+                "must be specified when `operator` is 'In' or 'NotIn'",
+            )),
+            "Exists" | "DoesNotExist" if !values.is_empty() => errs.push(FieldError::forbidden(
+                p.child("values"),
+                "may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
+            )),
+            "Gt" | "Lt" if values.len() != 1 => errs.push(FieldError::required(
+                p.child("values"),
+                "must be specified single value when `operator` is 'Lt' or 'Gt'",
+            )),
+            "In" | "NotIn" | "Exists" | "DoesNotExist" | "Gt" | "Lt" => {}
+            other => errs.push(FieldError::invalid(
+                p.child("operator"),
+                other,
+                "not a valid selector operator",
+            )),
+        }
+        errs.extend(validate_label_name(&rq.key, &p.child("key")));
+        for (vi, v) in values.iter().enumerate() {
+            for msg in names::label_value(v) {
+                errs.push(FieldError::invalid(
+                    p.child("values").index(vi),
+                    v.as_str(),
+                    msg,
+                ));
+            }
+        }
+    }
+    for (i, rq) in term.match_fields.iter().flatten().enumerate() {
+        let p = path.child("matchFields").index(i);
+        let values = rq.values.as_deref().unwrap_or_default();
+        match rq.operator.as_str() {
+            "In" | "NotIn" => {
+                if values.len() != 1 {
+                    errs.push(FieldError::required(
+                        p.child("values"),
+                        "must be only one value when `operator` is 'In' or 'NotIn' for node field selector",
+                    ));
+                }
+            }
+            other => errs.push(FieldError::invalid(
+                p.child("operator"),
+                other,
+                "not a valid selector operator",
+            )),
+        }
+        if rq.key != "metadata.name" {
+            errs.push(FieldError::invalid(
+                p.child("key"),
+                rq.key.as_str(),
+                "not a valid field selector key",
+            ));
+        } else {
+            for (vi, v) in values.iter().enumerate() {
+                for msg in names::name_is_dns_subdomain(v, false) {
+                    errs.push(FieldError::invalid(
+                        p.child("values").index(vi),
+                        v.as_str(),
+                        msg,
+                    ));
+                }
+            }
+        }
+    }
+    errs
+}
+
+fn validate_pod_affinity_term(term: &PodAffinityTerm, path: &Path) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    if let Some(sel) = &term.label_selector {
+        errs.extend(validate_label_selector(sel, &path.child("labelSelector")));
+    }
+    if let Some(sel) = &term.namespace_selector {
+        errs.extend(validate_label_selector(
+            sel,
+            &path.child("namespaceSelector"),
+        ));
+    }
+    for ns in term.namespaces.iter().flatten() {
+        for msg in names::dns1123_label(ns) {
+            errs.push(FieldError::invalid(
+                path.child("namespace"),
+                ns.as_str(),
+                msg,
+            ));
+        }
+    }
+    if term.topology_key.is_empty() {
+        errs.push(FieldError::required(
+            path.child("topologyKey"),
+            "can not be empty",
+        ));
+    }
+    errs.extend(validate_label_name(
+        &term.topology_key,
+        &path.child("topologyKey"),
+    ));
+    errs
+}
+
+fn validate_weight(weight: i32, path: Path) -> Option<FieldError> {
+    (!(1..=100).contains(&weight))
+        .then(|| FieldError::invalid(path, weight, "must be in the range 1-100"))
+}
+
+/// `validateAffinity`: node selector terms and pod (anti-)affinity terms well formed.
+fn validate_affinity(affinity: &Affinity, path: &Path) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    if let Some(na) = &affinity.node_affinity {
+        let p = path.child("nodeAffinity");
+        if let Some(required) = &na.required_during_scheduling_ignored_during_execution {
+            let terms = p
+                .child("requiredDuringSchedulingIgnoredDuringExecution")
+                .child("nodeSelectorTerms");
+            if required.node_selector_terms.is_empty() {
+                errs.push(FieldError::required(
+                    terms,
+                    "must have at least one node selector term",
+                ));
+            } else {
+                for (i, term) in required.node_selector_terms.iter().enumerate() {
+                    errs.extend(validate_node_selector_term(term, &terms.index(i)));
+                }
+            }
+        }
+        let preferred = p.child("preferredDuringSchedulingIgnoredDuringExecution");
+        for (i, term) in na
+            .preferred_during_scheduling_ignored_during_execution
+            .iter()
+            .flatten()
+            .enumerate()
+        {
+            errs.extend(validate_weight(
+                term.weight,
+                preferred.index(i).child("weight"),
+            ));
+            errs.extend(validate_node_selector_term(
+                &term.preference,
+                &preferred.index(i).child("preference"),
+            ));
+        }
+    }
+    let pod_terms = [
+        (
+            "podAffinity",
+            affinity.pod_affinity.as_ref().map(|a| {
+                (
+                    a.required_during_scheduling_ignored_during_execution
+                        .clone(),
+                    a.preferred_during_scheduling_ignored_during_execution
+                        .clone(),
+                )
+            }),
+        ),
+        (
+            "podAntiAffinity",
+            affinity.pod_anti_affinity.as_ref().map(|a| {
+                (
+                    a.required_during_scheduling_ignored_during_execution
+                        .clone(),
+                    a.preferred_during_scheduling_ignored_during_execution
+                        .clone(),
+                )
+            }),
+        ),
+    ];
+    for (name, terms) in pod_terms {
+        let Some((required, preferred)) = terms else {
+            continue;
+        };
+        let p = path.child(name);
+        let req_path = p.child("requiredDuringSchedulingIgnoredDuringExecution");
+        for (i, term) in required.iter().flatten().enumerate() {
+            errs.extend(validate_pod_affinity_term(term, &req_path.index(i)));
+        }
+        let pref_path = p.child("preferredDuringSchedulingIgnoredDuringExecution");
+        for (i, term) in preferred.iter().flatten().enumerate() {
+            errs.extend(validate_weight(
+                term.weight,
+                pref_path.index(i).child("weight"),
+            ));
+            errs.extend(validate_pod_affinity_term(
+                &term.pod_affinity_term,
+                &pref_path.index(i).child("podAffinityTerm"),
+            ));
         }
     }
     errs
@@ -1608,6 +1881,70 @@ mod tests {
                 json!({"hostNetwork": true, "containers": [{"name": "a", "image": "x", "ports": [{"containerPort": 80, "hostPort": 81}]}]})
             ),
             "spec.containers[0].ports[0].hostPort: Invalid value: 81: must match `containerPort` when `hostNetwork` is true"
+        );
+    }
+
+    #[test]
+    fn affinity() {
+        let a = |affinity: Value| json!({"containers": [{"name": "a", "image": "x"}], "affinity": affinity});
+        assert!(msgs(a(json!({
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]},
+                "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 10, "preference": {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}}]
+            },
+            "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}]}
+        })))
+        .is_empty());
+        assert_eq!(
+            one(a(
+                json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}})
+            )),
+            "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms: Required value: must have at least one node selector term"
+        );
+        assert_eq!(
+            one(a(
+                json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In"}]}]}}})
+            )),
+            "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].values: Required value: must be specified when `operator` is 'In' or 'NotIn'"
+        );
+        assert_eq!(
+            one(a(
+                json!({"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 0, "preference": {}}]}})
+            )),
+            "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].weight: Invalid value: 0: must be in the range 1-100"
+        );
+        let m = msgs(a(
+            json!({"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"labelSelector": {"matchLabels": {"app": "web"}}}]}}),
+        ));
+        assert_eq!(
+            m[0],
+            "spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].topologyKey: Required value: can not be empty"
+        );
+    }
+
+    #[test]
+    fn security_contexts() {
+        assert_eq!(
+            one(
+                json!({"securityContext": {"runAsUser": -1}, "containers": [{"name": "a", "image": "x"}]})
+            ),
+            "spec.securityContext.runAsUser: Invalid value: -1: must be between 0 and 2147483647, inclusive"
+        );
+        assert_eq!(
+            one(
+                json!({"containers": [{"name": "a", "image": "x", "securityContext": {"runAsGroup": 4294967296i64}}]})
+            ),
+            "spec.containers[0].securityContext.runAsGroup: Invalid value: 4294967296: must be between 0 and 2147483647, inclusive"
+        );
+        let m = one(
+            json!({"containers": [{"name": "a", "image": "x", "securityContext": {"privileged": true, "allowPrivilegeEscalation": false}}]}),
+        );
+        assert!(
+            m.starts_with("spec.containers[0].securityContext: Invalid value: ")
+                && m.ends_with(
+                    ": cannot set `allowPrivilegeEscalation` to false and `privileged` to true"
+                ),
+            "{m}"
         );
     }
 

@@ -218,13 +218,27 @@ fn validate_spec(spec: &ServiceSpec) -> Vec<FieldError> {
             "must be specified",
         ));
     }
-    if let Some(policy) = spec.external_traffic_policy.as_deref()
-        && policy != "Cluster"
-        && policy != "Local"
-    {
+    let externally_accessible = matches!(ty, "LoadBalancer" | "NodePort")
+        || (ty == "ClusterIP"
+            && spec
+                .external_ips
+                .as_ref()
+                .is_some_and(|ips| !ips.is_empty()));
+    let etp = s(&spec.external_traffic_policy);
+    if !externally_accessible {
+        if !etp.is_empty() {
+            errs.push(FieldError::invalid(
+                sp.child("externalTrafficPolicy"),
+                etp,
+                "may only be set for externally-accessible services",
+            ));
+        }
+    } else if etp.is_empty() {
+        errs.push(FieldError::required(sp.child("externalTrafficPolicy"), ""));
+    } else if etp != "Cluster" && etp != "Local" {
         errs.push(FieldError::not_supported(
             sp.child("externalTrafficPolicy"),
-            policy,
+            etp,
             &["Cluster", "Local"],
         ));
     }
@@ -548,6 +562,25 @@ mod tests {
         assert_eq!(
             msgs(json!({"selector": {"app": "-x"}, "ports": [{"port": 80}]})).len(),
             1
+        );
+    }
+
+    #[test]
+    fn external_traffic_policy() {
+        assert_eq!(
+            msgs(json!({"externalTrafficPolicy": "Local", "ports": [{"port": 80}]})),
+            vec![
+                r#"spec.externalTrafficPolicy: Invalid value: "Local": may only be set for externally-accessible services"#
+            ]
+        );
+        assert!(msgs(json!({"type": "NodePort", "externalTrafficPolicy": "Local", "ports": [{"port": 80}]})).is_empty());
+        assert_eq!(
+            msgs(
+                json!({"type": "NodePort", "externalTrafficPolicy": "Global", "ports": [{"port": 80}]})
+            ),
+            vec![
+                r#"spec.externalTrafficPolicy: Unsupported value: "Global": supported values: "Cluster", "Local""#
+            ]
         );
     }
 
