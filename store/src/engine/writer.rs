@@ -1,17 +1,22 @@
-//! The write path: one thread assigns revisions and applies each transaction as one sled batch,
-//! a second thread group-commits (one `flush` for everything applied meanwhile) and acknowledges.
+//! The write path, three threads in a pipeline: the writer assigns revisions and builds each
+//! group of waiting transactions into one sled batch, the applier applies the batches in order
+//! (while the writer builds the next group), the flusher group-commits (one `flush` for
+//! everything applied meanwhile), publishes and acknowledges.
 //!
 //! ```text
-//!  callers ──Command──▶ [writer thread] ──Applied──▶ [flusher thread] ──▶ ring, durable rev, acks
-//!            (bounded)   evaluate compares             recv 1 + drain all
-//!                        assign rev = last + 1         db.flush()  (one fsync for the group)
-//!                        tree.apply_batch(one txn)     push entries to the ring
-//!                                                      publish durable revision, then ack
+//!  callers ──Command──▶ [writer] ──Work──▶ [applier] ──Applied──▶ [flusher] ──▶ ring, durable, acks
+//!          (bounded)    take all waiting    apply_batch             recv 1 + drain all
+//!                       evaluate compares   (one per group)         db.flush() (+ fdatasync)
+//!                       rev = last + 1                              push entries to the ring
+//!                       build one batch                             publish durable revision,
+//!                                                                   ack, wake watchers
 //! ```
 //!
-//! The writer evaluates against everything applied so far (durable or not): a later transaction
-//! sees an earlier one's effects even if both wait for the same flush. Readers never do: they read
-//! at the published durable revision.
+//! The writer evaluates against everything it has built so far (applied, durable or not): a later
+//! transaction sees an earlier one's effects even if both wait for the same flush. It keeps the
+//! newest version of every key of a group not yet applied in memory, and a scan of sled waits for
+//! the applier, so it never reads behind itself. Readers read only at the published durable
+//! revision.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
