@@ -88,16 +88,20 @@ pub enum Error {
 /// The store's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// Whether an I/O error means the disk is full. sled hands out later copies of an error its
+/// background writer hit as a plain message (its `Clone` drops the OS error code), so the message
+/// is checked too.
+pub(crate) fn is_no_space(io: &std::io::Error) -> bool {
+    io.raw_os_error() == Some(libc::ENOSPC)
+        || io.kind() == std::io::ErrorKind::StorageFull
+        || io.to_string().contains("No space left on device")
+}
+
 impl From<sled::Error> for Error {
     /// An I/O error inside sled keeps its cause; a full disk becomes [`Error::NoSpace`].
     fn from(e: sled::Error) -> Error {
         match e {
-            sled::Error::Io(io)
-                if io.raw_os_error() == Some(libc::ENOSPC)
-                    || io.kind() == std::io::ErrorKind::StorageFull =>
-            {
-                Error::NoSpace(io)
-            }
+            sled::Error::Io(io) if is_no_space(&io) => Error::NoSpace(io),
             sled::Error::Io(io) => Error::Io(io),
             other => Error::Sled(other),
         }
@@ -114,6 +118,12 @@ mod tests {
         assert!(matches!(Error::from(full), Error::NoSpace(_)));
         let denied = sled::Error::Io(std::io::Error::from_raw_os_error(libc::EACCES));
         assert!(matches!(Error::from(denied), Error::Io(_)));
+        // sled's copies of an error from its background writer keep only the message.
+        let copied = sled::Error::Io(std::io::Error::other(format!(
+            "{:?}",
+            std::io::Error::from_raw_os_error(libc::ENOSPC)
+        )));
+        assert!(matches!(Error::from(copied), Error::NoSpace(_)));
         let bug = sled::Error::ReportableBug("x".into());
         assert!(matches!(Error::from(bug), Error::Sled(_)));
     }

@@ -11,7 +11,7 @@
 //! - [`Store`]: the contract the API server depends on, so that another backend (an external etcd
 //!   cluster) can slot in without touching it.
 //! - [`SledStore`] (`engine/`): the implementation on sled 0.34 — `writer` (revision assignment,
-//!   group commit), `read` (MVCC reads), `watch` (watcher tasks and the ring of recent entries),
+//!   batching, applying, group commit), `read` (MVCC reads), `watch` (watcher tasks and the ring of recent entries),
 //!   `maintenance` (lease expiry, retention, compaction), `snapshot` (backup and restore).
 //! - `keys`, `record`: the on-disk key spaces and records.
 //! - [`bench`](mod@bench): the throughput and latency harness behind `benches/throughput.rs`.
@@ -43,9 +43,10 @@
 //!
 //! # Durability
 //! A write is acknowledged only after the sled `flush` that covers it (plus an `fdatasync` with
-//! [`Config::fsync`]). One writer thread assigns revisions and applies every transaction waiting
-//! as one batch; one flusher thread flushes once for everything applied since its last flush, then
-//! publishes the new durable revision and acknowledges all of it (group commit). Start-up reads
+//! [`Config::fsync`]). One writer thread assigns revisions and builds every transaction waiting
+//! into one batch, an applier thread applies it while the next is built, and one flusher thread
+//! flushes once for everything applied since its last flush, then publishes the new durable
+//! revision and acknowledges all of it (group commit). Start-up reads
 //! the newest log key, the meta records and the leases, never the history.
 //!
 //! # Watches

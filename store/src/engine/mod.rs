@@ -160,12 +160,52 @@ pub(crate) struct Shared {
     pub stats: Stats,
     /// sled's data file, for [`Config::fsync`].
     pub data_file: Option<std::fs::File>,
+    /// Set by the applier when a batch failed to apply; writes fail from then on.
+    pub poisoned: Mutex<Option<sled::Error>>,
+    /// Work handed by the writer to the applier and not yet applied.
+    inflight: (Mutex<usize>, Condvar),
 }
 
 impl Shared {
     /// The newest durable revision.
     pub fn durable(&self) -> u64 {
         self.durable.load(Ordering::SeqCst)
+    }
+
+    /// The error writes fail with once a batch failed to apply.
+    pub fn poison_error(&self) -> Option<Error> {
+        self.poisoned
+            .lock()
+            .expect("poison lock")
+            .as_ref()
+            .map(read::sled_err_copy)
+    }
+
+    /// Counts work handed to the applier.
+    pub fn inflight_add(&self) {
+        *self.inflight.0.lock().expect("inflight lock") += 1;
+    }
+
+    /// Counts work the applier is done with.
+    pub fn inflight_done(&self) {
+        let mut n = self.inflight.0.lock().expect("inflight lock");
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            self.inflight.1.notify_all();
+        }
+    }
+
+    /// Work handed to the applier and not yet applied.
+    pub fn inflight(&self) -> usize {
+        *self.inflight.0.lock().expect("inflight lock")
+    }
+
+    /// Waits until the applier has applied everything handed to it.
+    pub fn wait_applied(&self) {
+        let mut n = self.inflight.0.lock().expect("inflight lock");
+        while *n > 0 {
+            n = self.inflight.1.wait(n).expect("inflight lock");
+        }
     }
 
     /// The oldest readable revision.
@@ -576,16 +616,20 @@ impl SledStore {
             wake: (Mutex::new(false), Condvar::new()),
             stats: Stats::default(),
             data_file,
+            poisoned: Mutex::new(None),
+            inflight: (Mutex::new(0), Condvar::new()),
         });
         let (command_tx, command_rx) = mpsc::channel(4096);
+        let (work_tx, work_rx) = std::sync::mpsc::channel();
         let (applied_tx, applied_rx) = std::sync::mpsc::channel();
         let writer = writer::Writer {
             shared: shared.clone(),
             next_rev: loaded.revision + 1,
             last_time: loaded.last_time,
             lease_next: loaded.lease_next,
-            out: applied_tx,
-            poisoned: None,
+            out: work_tx,
+            work_batches: Vec::new(),
+            work_items: Vec::new(),
             latest: Default::default(),
             latest_bytes: 0,
         };
@@ -599,6 +643,11 @@ impl SledStore {
         threads.push(spawn(
             "skiff-store-writer",
             Box::new(move || writer.run(command_rx)),
+        )?);
+        let s = shared.clone();
+        threads.push(spawn(
+            "skiff-store-apply",
+            Box::new(move || writer::run_applier(s, work_rx, applied_tx)),
         )?);
         let s = shared.clone();
         threads.push(spawn(

@@ -13,9 +13,21 @@ pub(crate) fn sled_err(e: sled::Error) -> Error {
     Error::from(e)
 }
 
+/// The store's error for a sled error kept aside (sled's own `Clone` turns an I/O error into a
+/// string, losing the OS error code, so copy the code instead).
+pub(crate) fn sled_err_copy(e: &sled::Error) -> Error {
+    match e {
+        sled::Error::Io(io) => io_err(match io.raw_os_error() {
+            Some(code) => std::io::Error::from_raw_os_error(code),
+            None => std::io::Error::new(io.kind(), io.to_string()),
+        }),
+        other => Error::Sled(other.clone()),
+    }
+}
+
 /// Maps an I/O error, picking out a full disk.
 pub(crate) fn io_err(io: std::io::Error) -> Error {
-    if io.raw_os_error() == Some(libc::ENOSPC) || io.kind() == std::io::ErrorKind::StorageFull {
+    if crate::error::is_no_space(&io) {
         Error::NoSpace(io)
     } else {
         Error::Io(io)

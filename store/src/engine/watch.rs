@@ -172,8 +172,26 @@ impl Registry {
 
     /// Wakes every watcher whose range holds a key written in `entries`. A watcher that is not
     /// waiting keeps the wake-up for later (`Notify` stores a permit), so none is lost.
+    /// Single-key ranges are looked up by key; the other ranges are tried one by one.
     pub fn wake(&self, entries: &[Arc<Entry>]) {
+        let mut woken: Vec<&KeyRange> = Vec::new();
+        for entry in entries {
+            for event in &entry.events {
+                let single = KeyRange::key(event.kv.key.clone());
+                if let Some((range, watchers)) = self.by_range.get_key_value(&single)
+                    && !woken.contains(&range)
+                {
+                    woken.push(range);
+                    for (_, notify) in watchers {
+                        notify.notify_one();
+                    }
+                }
+            }
+        }
         for (range, watchers) in &self.by_range {
+            if matches!(range.end, crate::types::RangeEnd::Single) {
+                continue;
+            }
             let touched = entries
                 .iter()
                 .any(|e| e.events.iter().any(|ev| range.contains(&ev.kv.key)));
@@ -362,6 +380,48 @@ mod tests {
         let revs: Vec<u64> = ring.slice(4, 9, 1).iter().map(|e| e.revision).collect();
         assert_eq!(revs, vec![4]);
         assert!(ring.slice(6, 9, 10).is_empty());
+    }
+
+    fn put_entry(rev: u64, keys: &[&str]) -> Arc<Entry> {
+        let events = keys
+            .iter()
+            .map(|k| Event {
+                kind: crate::types::EventKind::Put,
+                kv: crate::engine::read::tombstone_kv(k.as_bytes(), rev),
+                prev_kv: None,
+            })
+            .collect();
+        Arc::new(Entry {
+            revision: rev,
+            time: UNIX_EPOCH,
+            events,
+        })
+    }
+
+    #[test]
+    fn registry_wakes_only_the_watchers_an_entry_concerns() {
+        use futures::FutureExt;
+        let mut registry = Registry::default();
+        let single = Arc::new(Notify::new());
+        let prefix = Arc::new(Notify::new());
+        let other = Arc::new(Notify::new());
+        let same_prefix = Arc::new(Notify::new());
+        registry.add(KeyRange::key("/pods/a"), single.clone());
+        registry.add(KeyRange::prefix("/pods/"), prefix.clone());
+        let other_id = registry.add(KeyRange::prefix("/nodes/"), other.clone());
+        registry.add(KeyRange::prefix("/pods/"), same_prefix.clone());
+        registry.wake(&[put_entry(1, &["/pods/b"]), put_entry(2, &["/pods/c", "/x"])]);
+        assert!(single.notified().now_or_never().is_none());
+        assert!(prefix.notified().now_or_never().is_some());
+        assert!(same_prefix.notified().now_or_never().is_some());
+        assert!(other.notified().now_or_never().is_none());
+        registry.wake(&[put_entry(3, &["/pods/a"])]);
+        assert!(single.notified().now_or_never().is_some());
+        assert!(prefix.notified().now_or_never().is_some());
+        registry.remove(&KeyRange::prefix("/nodes/"), other_id);
+        registry.wake(&[put_entry(4, &["/nodes/n"])]);
+        assert!(other.notified().now_or_never().is_none());
+        assert!(!registry.by_range.contains_key(&KeyRange::prefix("/nodes/")));
     }
 
     #[test]

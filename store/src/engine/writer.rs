@@ -1,17 +1,22 @@
-//! The write path: one thread assigns revisions and applies each transaction as one sled batch,
-//! a second thread group-commits (one `flush` for everything applied meanwhile) and acknowledges.
+//! The write path, three threads in a pipeline: the writer assigns revisions and builds each
+//! group of waiting transactions into one sled batch, the applier applies the batches in order
+//! (while the writer builds the next group), the flusher group-commits (one `flush` for
+//! everything applied meanwhile), publishes and acknowledges.
 //!
 //! ```text
-//!  callers ──Command──▶ [writer thread] ──Applied──▶ [flusher thread] ──▶ ring, durable rev, acks
-//!            (bounded)   evaluate compares             recv 1 + drain all
-//!                        assign rev = last + 1         db.flush()  (one fsync for the group)
-//!                        tree.apply_batch(one txn)     push entries to the ring
-//!                                                      publish durable revision, then ack
+//!  callers ──Command──▶ [writer] ──Work──▶ [applier] ──Applied──▶ [flusher] ──▶ ring, durable, acks
+//!          (bounded)    take all waiting    apply_batch             recv 1 + drain all
+//!                       evaluate compares   (one per group)         db.flush() (+ fdatasync)
+//!                       rev = last + 1                              push entries to the ring
+//!                       build one batch                             publish durable revision,
+//!                                                                   ack, wake watchers
 //! ```
 //!
-//! The writer evaluates against everything applied so far (durable or not): a later transaction
-//! sees an earlier one's effects even if both wait for the same flush. Readers never do: they read
-//! at the published durable revision.
+//! The writer evaluates against everything it has built so far (applied, durable or not): a later
+//! transaction sees an earlier one's effects even if both wait for the same flush. It keeps the
+//! newest version of every key of a group not yet applied in memory, and a scan of sled waits for
+//! the applier, so it never reads behind itself. Readers read only at the published durable
+//! revision.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -24,6 +29,7 @@ use super::{Entry, Shared, read};
 use crate::error::{Error, Result};
 use crate::keys::{self, attach_key, hist_key, hist_key_end, hist_key_start, lease_key, log_key};
 use crate::record::{HistRecord, LogRecord, encode};
+use crate::types::RangeEnd;
 use crate::types::*;
 
 /// A request to the writer thread.
@@ -140,11 +146,12 @@ pub(crate) struct Writer {
     pub last_time: u64,
     /// The next lease id.
     pub lease_next: u64,
-    /// To the flusher.
-    pub out: std::sync::mpsc::Sender<Applied>,
-    /// Set when a batch failed to apply: sled may hold part of it in memory, so nothing more is
-    /// written until the store is reopened (recovery drops the unsealed batch).
-    pub poisoned: Option<sled::Error>,
+    /// To the applier.
+    pub out: std::sync::mpsc::Sender<Work>,
+    /// Batches of the command being handled, for the applier.
+    pub work_batches: Vec<sled::Batch>,
+    /// Acknowledgements owed once they are durable, in revision order.
+    pub work_items: Vec<Applied>,
     /// The newest version of recently written keys (`None`: deleted), so that a write finds the
     /// version it replaces without reading sled (a read of a page costs more than the write).
     /// Only the writer changes a key's newest version, so this cannot go stale; compaction only
@@ -200,11 +207,14 @@ impl Writer {
                     }
                     other => {
                         self.txn_group(std::mem::take(&mut txns));
+                        self.submit();
                         self.handle(other);
+                        self.submit();
                     }
                 }
             }
             self.txn_group(std::mem::take(&mut txns));
+            self.submit();
         }
     }
 
@@ -212,14 +222,31 @@ impl Writer {
         &self.shared.db
     }
 
-    fn send(&self, applied: Applied) {
-        if let Err(unsent) = self.out.send(applied) {
-            unsent.0.ack.fail(Error::Closed);
+    /// Queues an acknowledgement behind the batches queued so far.
+    fn send(&mut self, applied: Applied) {
+        self.work_items.push(applied);
+    }
+
+    /// Hands the queued batches and acknowledgements to the applier.
+    fn submit(&mut self) {
+        if self.work_batches.is_empty() && self.work_items.is_empty() {
+            return;
+        }
+        let work = Work {
+            batches: std::mem::take(&mut self.work_batches),
+            items: std::mem::take(&mut self.work_items),
+        };
+        self.shared.inflight_add();
+        if let Err(unsent) = self.out.send(work) {
+            self.shared.inflight_done();
+            for a in unsent.0.items {
+                a.ack.fail(Error::Closed);
+            }
         }
     }
 
     fn poison_error(&self) -> Option<Error> {
-        self.poisoned.as_ref().map(|e| read::sled_err(e.clone()))
+        self.shared.poison_error()
     }
 
     /// Runs a group of transactions as one batch.
@@ -227,7 +254,7 @@ impl Writer {
         if txns.is_empty() {
             return;
         }
-        if self.poisoned.is_some() {
+        if self.poison_error().is_some() {
             for (_, reply) in txns {
                 drop(reply.send(Err(self.poison_error().expect("poisoned"))));
             }
@@ -257,14 +284,9 @@ impl Writer {
             }
         }
         if let Err(e) = self.finish(group) {
+            let message = e.to_string();
             for (_, _, reply, _) in done {
-                drop(
-                    reply.send(Err(read::sled_err(
-                        self.poisoned
-                            .clone()
-                            .unwrap_or(sled::Error::ReportableBug(e.to_string())),
-                    ))),
-                );
+                drop(reply.send(Err(Error::Io(std::io::Error::other(message.clone())))));
             }
             return;
         }
@@ -277,7 +299,9 @@ impl Writer {
         }
     }
 
-    /// Applies a group's batch and then its lease-table changes.
+    /// Queues a group's batch for the applier and records its effects for the transactions
+    /// that follow (newest versions, lease attachments): from here on the writer treats the
+    /// group as written.
     fn finish(&mut self, mut group: Group) -> Result<()> {
         // Lease attachments, in order (a key re-leased twice in a group ends on the last lease).
         for (key, before, after) in &group.lease_changes {
@@ -300,7 +324,8 @@ impl Writer {
         }
         for (key, state) in group.overlay {
             let size = key.len() + state.as_ref().map_or(0, |kv| kv.value.len()) + 64;
-            if self.latest_bytes + size > LATEST_CAPACITY {
+            // Keys of groups not yet applied must stay: sled does not have them yet.
+            if self.latest_bytes + size > LATEST_CAPACITY && self.shared.inflight() == 0 {
                 self.latest.clear();
                 self.latest_bytes = 0;
             }
@@ -391,13 +416,9 @@ impl Writer {
         }
     }
 
-    /// Applies a batch; a failure poisons the writer (see [`Writer::poisoned`]).
+    /// Queues a batch for the applier (see [`run_applier`]).
     fn apply(&mut self, batch: sled::Batch) -> Result<()> {
-        if let Err(e) = self.tree().apply_batch(batch) {
-            tracing::error!(error = %e, "applying a batch failed; refusing further writes until reopened");
-            self.poisoned = Some(e.clone());
-            return Err(read::sled_err(e));
-        }
+        self.work_batches.push(batch);
         Ok(())
     }
 
@@ -420,6 +441,14 @@ impl Writer {
         group: &Group,
     ) -> Result<BTreeMap<Vec<u8>, KeyValue>> {
         let mut out = BTreeMap::new();
+        if matches!(range.end, RangeEnd::Single) {
+            if let Some(kv) = self.current(&range.start, group)? {
+                out.insert(range.start.clone(), kv);
+            }
+            return Ok(out);
+        }
+        // A scan of sled must see the groups handed to the applier: wait for them.
+        self.shared.wait_applied();
         read::for_each_at(self.tree(), range, u64::MAX, |key, rev, rec| {
             if !group.overlay.contains_key(&key) {
                 let kv = read::record_kv(&key, rev, &rec, false).expect("not a tombstone");
@@ -784,6 +813,47 @@ impl Writer {
             .remove(&id.0);
         let revision = if entry.is_some() { rev } else { rev - 1 };
         Ok((Revision(revision), entry))
+    }
+}
+
+/// What the writer hands the applier: batches to apply in order, then the acknowledgements they
+/// carry (forwarded to the flusher once applied).
+pub(crate) struct Work {
+    batches: Vec<sled::Batch>,
+    items: Vec<Applied>,
+}
+
+/// The applier thread: applies the writer's batches in order while the writer builds the next
+/// group, then passes their acknowledgements to the flusher. A batch that fails to apply poisons
+/// the store: sled may hold part of it in memory, so nothing more is written until the store is
+/// reopened (recovery drops an unsealed batch).
+pub(crate) fn run_applier(
+    shared: Arc<Shared>,
+    work: std::sync::mpsc::Receiver<Work>,
+    out: std::sync::mpsc::Sender<Applied>,
+) {
+    while let Ok(Work { batches, items }) = work.recv() {
+        let mut failed = shared.poison_error().is_some();
+        if !failed {
+            for batch in batches {
+                if let Err(e) = shared.db.apply_batch(batch) {
+                    tracing::error!(error = %e, "applying a batch failed; refusing further writes until reopened");
+                    *shared.poisoned.lock().expect("poison lock") = Some(e);
+                    failed = true;
+                    break;
+                }
+            }
+        }
+        for applied in items {
+            if failed {
+                applied
+                    .ack
+                    .fail(shared.poison_error().unwrap_or(Error::Closed));
+            } else if let Err(unsent) = out.send(applied) {
+                unsent.0.ack.fail(Error::Closed);
+            }
+        }
+        shared.inflight_done();
     }
 }
 
