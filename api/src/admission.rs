@@ -134,8 +134,8 @@ impl Plugin for NamespaceLifecycle {
         let Some(namespace) = a.namespace else {
             return Ok(());
         };
-        let namespaces = skiff_meta::resources::lookup("", "v1", "namespaces")
-            .expect("namespaces are served");
+        let namespaces =
+            skiff_meta::resources::lookup("", "v1", "namespaces").expect("namespaces are served");
         let ns = registry.get(namespaces, None, namespace, None).await?;
         if ns.pointer("/metadata/deletionTimestamp").is_some()
             || ns.pointer("/status/phase").and_then(Value::as_str) == Some("Terminating")
@@ -162,38 +162,9 @@ impl Plugin for DefaultTolerationSeconds {
         if a.info.kind != "Pod" || a.operation != Operation::Create {
             return Ok(());
         }
-        let Some(pod) = a.object.as_deref_mut() else {
-            return Ok(());
-        };
-        let spec = &mut pod["spec"];
-        if !spec.is_object() {
-            return Ok(());
+        if let Some(pod) = a.object.as_deref_mut() {
+            crate::defaults::default_tolerations(pod);
         }
-        let mut tolerations = spec
-            .get("tolerations")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
-        for key in [
-            "node.kubernetes.io/not-ready",
-            "node.kubernetes.io/unreachable",
-        ] {
-            let covered = tolerations.iter().any(|t| {
-                let effect = t.get("effect").and_then(Value::as_str).unwrap_or("");
-                let tkey = t.get("key").and_then(Value::as_str).unwrap_or("");
-                let exists = t.get("operator").and_then(Value::as_str) == Some("Exists");
-                (effect.is_empty() || effect == "NoExecute") && (tkey == key || (tkey.is_empty() && exists))
-            });
-            if !covered {
-                tolerations.push(json!({
-                    "key": key,
-                    "operator": "Exists",
-                    "effect": "NoExecute",
-                    "tolerationSeconds": 300,
-                }));
-            }
-        }
-        spec["tolerations"] = Value::Array(tolerations);
         Ok(())
     }
 }
@@ -462,7 +433,9 @@ impl ServiceIps {
                             }
                             None => {
                                 let p = self.allocate_port(&mut used).ok_or_else(|| {
-                                    Error::Internal("failed to allocate a nodePort: range is full".into())
+                                    Error::Internal(
+                                        "failed to allocate a nodePort: range is full".into(),
+                                    )
                                 })?;
                                 taken_ports.push(p);
                                 port["nodePort"] = json!(p);
@@ -544,7 +517,8 @@ mod tests {
         let mut seen = BTreeSet::new();
         let mut made = Vec::new();
         for i in 0..5 {
-            let mut svc = json!({"metadata": {"name": format!("s{i}")}, "spec": {"ports": [{"port": 80}]}});
+            let mut svc =
+                json!({"metadata": {"name": format!("s{i}")}, "spec": {"ports": [{"port": 80}]}});
             ips.reserve(services(), "s", &mut svc, None).unwrap();
             let ip: Ipv4Addr = svc["spec"]["clusterIP"].as_str().unwrap().parse().unwrap();
             assert!(ranges.contains(ip));
@@ -584,19 +558,23 @@ mod tests {
         let p0 = svc["spec"]["ports"][0]["nodePort"].as_u64().unwrap();
         assert!((30000..=32767).contains(&p0));
         assert_eq!(svc["spec"]["ports"][1]["nodePort"], 30080);
-        let mut clash = json!({"spec": {"type": "NodePort", "ports": [{"port": 80, "nodePort": 30080}]}});
+        let mut clash =
+            json!({"spec": {"type": "NodePort", "ports": [{"port": 80, "nodePort": 30080}]}});
         assert!(ips.reserve(services(), "t", &mut clash, None).is_err());
         // An update keeps what the service already holds.
         let old = svc.clone();
         let mut updated = svc.clone();
-        ips.reserve(services(), "s", &mut updated, Some(&old)).unwrap();
+        ips.reserve(services(), "s", &mut updated, Some(&old))
+            .unwrap();
         assert_eq!(updated["spec"]["clusterIP"], old["spec"]["clusterIP"]);
     }
 
     #[test]
     fn existing_services_are_remembered() {
-        let existing = vec![json!({"spec": {"clusterIP": "127.96.0.9", "type": "NodePort",
-                                            "ports": [{"nodePort": 31000}]}})];
+        let existing = vec![
+            json!({"spec": {"clusterIP": "127.96.0.9", "type": "NodePort",
+                                            "ports": [{"nodePort": 31000}]}}),
+        ];
         let ips = ServiceIps::new(ServiceRanges::default(), &existing);
         let mut svc = json!({"spec": {"clusterIP": "127.96.0.9"}});
         assert!(ips.reserve(services(), "s", &mut svc, None).is_err());

@@ -98,9 +98,11 @@ pub fn parse_path(path: &str) -> Option<Result<Target>> {
         _ => return None,
     };
     let namespaced_target = match rest {
-        ["namespaces", ns, plural, tail @ ..] => skiff_meta::resources::lookup(group, version, plural)
-            .filter(|info| info.namespaced)
-            .map(|info| (info, Some(*ns), tail)),
+        ["namespaces", ns, plural, tail @ ..] => {
+            skiff_meta::resources::lookup(group, version, plural)
+                .filter(|info| info.namespaced)
+                .map(|info| (info, Some(*ns), tail))
+        }
         _ => None,
     };
     let (info, namespace, tail) = match namespaced_target {
@@ -238,9 +240,10 @@ async fn get(
 fn parse_rv(value: Option<&str>) -> Result<Option<Revision>> {
     match value {
         None | Some("") | Some("0") => Ok(None),
-        Some(v) => v.parse().map(|n| Some(Revision(n))).map_err(|_| {
-            Error::BadRequest(format!("invalid resource version: {v:?}"))
-        }),
+        Some(v) => v
+            .parse()
+            .map(|n| Some(Revision(n)))
+            .map_err(|_| Error::BadRequest(format!("invalid resource version: {v:?}"))),
     }
 }
 
@@ -265,7 +268,9 @@ fn encode_continue(revision: Revision, key: &[u8]) -> String {
 
 fn decode_continue(token: &str, prefix: &str) -> Result<(Revision, Vec<u8>)> {
     use base64::Engine;
-    let bad = || Error::BadRequest("continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)".into());
+    let bad = || {
+        Error::BadRequest("continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)".into())
+    };
     let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(token.trim_end_matches('='))
         .map_err(|_| bad())?;
@@ -286,7 +291,10 @@ async fn list(
     let q = &request.query;
     let filter = selectors::filter(info, q)?;
     let ns = selectors::narrow_namespace(info, ns, q);
-    let limit: Option<usize> = q.number::<i64>("limit")?.filter(|l| *l > 0).map(|l| l as usize);
+    let limit: Option<usize> = q
+        .number::<i64>("limit")?
+        .filter(|l| *l > 0)
+        .map(|l| l as usize);
     let rv = parse_rv(q.get("resourceVersion"))?;
     let rv_match = q.get("resourceVersionMatch").unwrap_or("");
     let (at, start_after) = match q.get("continue").filter(|c| !c.is_empty()) {
@@ -370,8 +378,8 @@ fn bookmark(info: &ResourceInfo, revision: Revision, initial_events_end: bool) -
 }
 
 fn error_line(error: &Error) -> Bytes {
-    let mut line =
-        serde_json::to_vec(&json!({"type": "ERROR", "object": error.to_status()})).unwrap_or_default();
+    let mut line = serde_json::to_vec(&json!({"type": "ERROR", "object": error.to_status()}))
+        .unwrap_or_default();
     line.push(b'\n');
     Bytes::from(line)
 }
@@ -509,9 +517,7 @@ pub fn parse_body(request: &Request) -> Result<Value> {
         || content_type.is_empty()
     {
         serde_json::from_slice(&request.body).map_err(|e| {
-            Error::BadRequest(format!(
-                "couldn't get version/kind; json parse error: {e}"
-            ))
+            Error::BadRequest(format!("couldn't get version/kind; json parse error: {e}"))
         })?
     } else {
         return Err(Error::UnsupportedMediaType(format!(
@@ -567,7 +573,10 @@ fn check_namespace(object: &mut Value, info: &ResourceInfo, ns: Option<&str>) ->
             "the namespace of the object must be given in the URL".into(),
         ));
     };
-    match object.pointer("/metadata/namespace").and_then(Value::as_str) {
+    match object
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+    {
         Some(given) if !given.is_empty() && given != ns => Err(Error::BadRequest(
             "the namespace of the provided object does not match the namespace sent on the request"
                 .into(),
@@ -678,10 +687,10 @@ async fn create(
     }
     let validation = field_validation(&request.query)?;
     let (mut object, warnings) = decode_typed(info, &object, validation)?;
-    strategy::prepare_for_create(info, &mut object);
-    server.default_object(info, &mut object);
+    server.prepare_create(info, &mut object);
     let manager = field_manager(request, false);
-    let object = crate::patch::record_update(info, None, object, &crate::patch::Options::new(&manager));
+    let object =
+        crate::patch::record_update(info, None, object, &crate::patch::Options::new(&manager));
     let mut object = object;
     let name = namespace_and_name(&object).1.to_string();
     server
@@ -728,7 +737,10 @@ async fn create(
 
 /// The body's resourceVersion, as a precondition.
 fn precondition(object: &Value) -> Result<Option<Revision>> {
-    match object.pointer("/metadata/resourceVersion").and_then(Value::as_str) {
+    match object
+        .pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+    {
         None | Some("") => Ok(None),
         Some(v) => v
             .parse()
@@ -754,7 +766,12 @@ async fn admit_update(
 ) -> Result<Update> {
     match subresource {
         Some("status") => strategy::prepare_for_status_update(&mut new, current),
-        _ => strategy::prepare_for_update(info, &mut new, current),
+        _ => {
+            strategy::prepare_for_update(info, &mut new, current);
+            if info.kind == "Service" {
+                crate::defaults::carry_over_service_allocations(&mut new, current);
+            }
+        }
     }
     server.default_object(info, &mut new);
     if record {
@@ -840,8 +857,18 @@ async fn update(
         .update(info, ns, name, expected, dry, |current| {
             let object = object.clone();
             async move {
-                admit_update(server, request, info, ns, name, subresource, object, &current, true)
-                    .await
+                admit_update(
+                    server,
+                    request,
+                    info,
+                    ns,
+                    name,
+                    subresource,
+                    object,
+                    &current,
+                    true,
+                )
+                .await
             }
         })
         .await;
@@ -913,8 +940,18 @@ async fn patch(
                 }
                 let (patched, w) = decode_typed(info, &patched, validation)?;
                 *warnings.lock().unwrap_or_else(|e| e.into_inner()) = w;
-                admit_update(server, request, info, ns, name, subresource, patched, &current, false)
-                    .await
+                admit_update(
+                    server,
+                    request,
+                    info,
+                    ns,
+                    name,
+                    subresource,
+                    patched,
+                    &current,
+                    false,
+                )
+                .await
             }
         })
         .await;
@@ -945,8 +982,7 @@ async fn apply_create(
     }
     let validation = field_validation(&request.query)?;
     let (mut object, warnings) = decode_typed(info, &object, validation)?;
-    strategy::prepare_for_create(info, &mut object);
-    server.default_object(info, &mut object);
+    server.prepare_create(info, &mut object);
     server
         .admission
         .admit(
@@ -1004,7 +1040,9 @@ fn field_manager(request: &Request, apply: bool) -> String {
 }
 
 /// Delete options from the body (a `DeleteOptions`) or the query.
-fn delete_options(request: &Request) -> Result<(strategy::DeleteOptions, Option<String>, Option<Revision>)> {
+fn delete_options(
+    request: &Request,
+) -> Result<(strategy::DeleteOptions, Option<String>, Option<Revision>)> {
     let body: Value = if request.body.iter().all(u8::is_ascii_whitespace) {
         json!({})
     } else {
@@ -1083,7 +1121,10 @@ async fn delete_one(
                 name,
                 format!(
                     "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                    current.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or("")
+                    current
+                        .pointer("/metadata/uid")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
                 ),
             ));
         }
@@ -1164,8 +1205,17 @@ async fn delete(
         return Err(Error::MethodNotAllowed);
     }
     let (options, uid, expected) = delete_options(request)?;
-    let (code, object) =
-        delete_one(server, request, info, ns, name, &options, uid.as_deref(), expected).await?;
+    let (code, object) = delete_one(
+        server,
+        request,
+        info,
+        ns,
+        name,
+        &options,
+        uid.as_deref(),
+        expected,
+    )
+    .await?;
     Ok(format.object(info, code, object))
 }
 
@@ -1181,13 +1231,31 @@ async fn delete_collection(
     let ns_narrowed = selectors::narrow_namespace(info, ns, &request.query);
     let page = server
         .registry
-        .list(info, ns_narrowed.as_deref(), None, None, None, filter.as_ref())
+        .list(
+            info,
+            ns_narrowed.as_deref(),
+            None,
+            None,
+            None,
+            filter.as_ref(),
+        )
         .await?;
     let mut deleted = Vec::new();
     for object in page.items {
         let (obj_ns, name) = namespace_and_name(&object);
         let (obj_ns, name) = (obj_ns.map(str::to_string), name.to_string());
-        match delete_one(server, request, info, obj_ns.as_deref(), &name, &options, None, None).await {
+        match delete_one(
+            server,
+            request,
+            info,
+            obj_ns.as_deref(),
+            &name,
+            &options,
+            None,
+            None,
+        )
+        .await
+        {
             Ok((_, object)) => deleted.push(object),
             Err(Error::NotFound { .. }) => {}
             Err(e) => return Err(e),
@@ -1387,7 +1455,9 @@ async fn scale(
                     .map_err(|e| Error::Api(e.into()))?;
                 // A Scale has no lists, so a strategic merge patch is a merge patch.
                 match patch_type {
-                    crate::patch::PatchType::Json => crate::patch::json_patch(&scale, &request.body),
+                    crate::patch::PatchType::Json => {
+                        crate::patch::json_patch(&scale, &request.body)
+                    }
                     crate::patch::PatchType::Merge | crate::patch::PatchType::StrategicMerge => {
                         crate::patch::merge_patch(&scale, &request.body)
                     }
@@ -1400,7 +1470,9 @@ async fn scale(
                 .map_err(|e| Error::Api(e.to_api_error()))?
             };
             let new_scale = typed::decode_scale(&new_scale).map_err(|e| {
-                Error::BadRequest(format!("Scale in version \"v1\" cannot be handled as a Scale: {e}"))
+                Error::BadRequest(format!(
+                    "Scale in version \"v1\" cannot be handled as a Scale: {e}"
+                ))
             })?;
             if let Some(rv) = precondition(&new_scale)?
                 && Some(rv) != resource_version(&current)
@@ -1425,7 +1497,10 @@ async fn scale(
             admit_update(server, request, info, ns, name, None, new, &current, true).await
         })
         .await?;
-    Ok(json_response(StatusCode::OK, &to_scale(&outcome.into_object())))
+    Ok(json_response(
+        StatusCode::OK,
+        &to_scale(&outcome.into_object()),
+    ))
 }
 
 async fn finalize(
@@ -1466,7 +1541,9 @@ mod tests {
 
     #[test]
     fn parses_resource_paths() {
-        let t = parse_path("/api/v1/namespaces/default/pods/web/status").unwrap().unwrap();
+        let t = parse_path("/api/v1/namespaces/default/pods/web/status")
+            .unwrap()
+            .unwrap();
         assert_eq!(t.info.plural, "pods");
         assert_eq!(t.namespace.as_deref(), Some("default"));
         assert_eq!(t.name.as_deref(), Some("web"));
@@ -1477,7 +1554,9 @@ mod tests {
         assert_eq!(t.name.as_deref(), Some("bar"));
         assert!(t.namespace.is_none());
 
-        let t = parse_path("/api/v1/namespaces/bar/finalize").unwrap().unwrap();
+        let t = parse_path("/api/v1/namespaces/bar/finalize")
+            .unwrap()
+            .unwrap();
         assert_eq!(t.info.plural, "namespaces");
         assert_eq!(t.subresource.as_deref(), Some("finalize"));
 
@@ -1488,7 +1567,10 @@ mod tests {
         let t = parse_path("/api/v1/nodes/n1").unwrap().unwrap();
         assert_eq!(t.info.kind, "Node");
 
-        assert!(matches!(parse_path("/api/v1/widgets"), Some(Err(Error::NoRoute))));
+        assert!(matches!(
+            parse_path("/api/v1/widgets"),
+            Some(Err(Error::NoRoute))
+        ));
         assert!(matches!(
             parse_path("/apis/batch/v1/jobs"),
             Some(Err(Error::NoRoute))

@@ -767,15 +767,38 @@ pub fn document(group: &str, version: &str) -> Option<Value> {
     }
     let mut schemas = Schemas::new();
     let mut paths = Map::new();
-    for info in resources {
+    for info in &resources {
         resource_paths(info, &mut schemas, &mut paths);
+    }
+    let kinds: Vec<(&'static ResourceInfo, Option<String>)> = resources
+        .iter()
+        .map(|info| {
+            let key = (
+                info.group.to_string(),
+                info.version.to_string(),
+                info.kind.to_string(),
+            );
+            (*info, schemas.names.get(&key).cloned())
+        })
+        .collect();
+    let mut definitions = schemas.finish();
+    for (info, name) in kinds {
+        if let Some(name) = name {
+            let mut seen = std::collections::HashSet::new();
+            annotate_patch_meta(
+                &mut definitions,
+                &name,
+                crate::patch::schema::for_kind(info.group, info.kind),
+                &mut seen,
+            );
+        }
     }
     Some(json!({
         "openapi": "3.0.0",
         "info": { "title": "Kubernetes", "version": crate::version::git_version() },
         "paths": paths,
         "components": {
-            "schemas": schemas.finish(),
+            "schemas": definitions,
             "securitySchemes": {
                 "BearerToken": {
                     "type": "apiKey",
@@ -787,6 +810,94 @@ pub fn document(group: &str, version: &str) -> Option<Value> {
         },
         "security": [{ "BearerToken": [] }],
     }))
+}
+
+/// The schema a property refers to: `$ref`, `allOf: [{$ref}]`, or the same inside `items`.
+fn referenced_schema(property: &Value) -> Option<String> {
+    let direct = |v: &Value| {
+        v.get("$ref")
+            .or_else(|| v.pointer("/allOf/0/$ref"))
+            .and_then(Value::as_str)
+            .and_then(|r| r.strip_prefix(SCHEMA_PREFIX))
+            .map(str::to_string)
+    };
+    direct(property).or_else(|| property.get("items").and_then(direct))
+}
+
+/// Adds the patch metadata kubectl's three-way merge and server-side apply read from OpenAPI
+/// (`x-kubernetes-patch-strategy`, `x-kubernetes-patch-merge-key`, `x-kubernetes-list-type`,
+/// `x-kubernetes-list-map-keys`, `x-kubernetes-map-type`) to the schema `name` and the schemas it
+/// reaches, from the same merge schema the server patches with. Without it kubectl treats every
+/// list as atomic and sends whole lists on every apply.
+fn annotate_patch_meta(
+    definitions: &mut Map<String, Value>,
+    name: &str,
+    ty: &'static crate::patch::schema::Type,
+    seen: &mut std::collections::HashSet<String>,
+) {
+    use crate::patch::schema::ListType;
+    if !seen.insert(name.to_string()) {
+        return;
+    }
+    let mut children = Vec::new();
+    if let Some(properties) = definitions
+        .get_mut(name)
+        .and_then(|d| d.get_mut("properties"))
+        .and_then(Value::as_object_mut)
+    {
+        for field in ty.fields {
+            let Some(property) = properties
+                .get_mut(field.name)
+                .and_then(Value::as_object_mut)
+            else {
+                continue;
+            };
+            let is_list = property.get("type").and_then(Value::as_str) == Some("array");
+            let mut strategies = Vec::new();
+            if let Some(key) = field.merge_key {
+                strategies.push("merge");
+                if !key.is_empty() {
+                    property.insert("x-kubernetes-patch-merge-key".into(), json!(key));
+                }
+            }
+            if field.retain_keys {
+                strategies.push("retainKeys");
+            }
+            if !strategies.is_empty() {
+                property.insert(
+                    "x-kubernetes-patch-strategy".into(),
+                    json!(strategies.join(",")),
+                );
+            }
+            if is_list {
+                match field.list_type {
+                    ListType::Map(keys) => {
+                        property.insert("x-kubernetes-list-type".into(), json!("map"));
+                        let keys: Vec<&str> = keys.iter().map(|(k, _)| *k).collect();
+                        property.insert("x-kubernetes-list-map-keys".into(), json!(keys));
+                    }
+                    ListType::Set => {
+                        property.insert("x-kubernetes-list-type".into(), json!("set"));
+                    }
+                    ListType::Atomic => {
+                        property.insert("x-kubernetes-list-type".into(), json!("atomic"));
+                    }
+                }
+            }
+            if field.atomic_map {
+                property.insert("x-kubernetes-map-type".into(), json!("atomic"));
+            }
+            if let (Some(child), Some(target)) = (
+                field.ty,
+                referenced_schema(&Value::Object(property.clone())),
+            ) {
+                children.push((target, child));
+            }
+        }
+    }
+    for (target, child) in children {
+        annotate_patch_meta(definitions, &target, child, seen);
+    }
 }
 
 /// A built document: its JSON bytes and their hash.
@@ -1034,6 +1145,33 @@ mod tests {
         );
         // Only reachable schemas: no Deployment in the core document.
         assert!(schema(core(), "io.k8s.api.apps.v1.Deployment").is_null());
+    }
+
+    #[test]
+    fn merge_keys_reach_kubectl() {
+        let apps = document("apps", "v1").unwrap();
+        let pod_spec = schema(&apps, "io.k8s.api.core.v1.PodSpec");
+        assert_eq!(
+            pod_spec["properties"]["containers"]["x-kubernetes-patch-merge-key"],
+            "name"
+        );
+        assert_eq!(
+            pod_spec["properties"]["containers"]["x-kubernetes-patch-strategy"],
+            "merge"
+        );
+        assert_eq!(
+            pod_spec["properties"]["containers"]["x-kubernetes-list-type"],
+            "map"
+        );
+        let container = schema(&apps, "io.k8s.api.core.v1.Container");
+        assert_eq!(
+            container["properties"]["env"]["x-kubernetes-patch-merge-key"],
+            "name"
+        );
+        assert_eq!(
+            container["properties"]["ports"]["x-kubernetes-patch-merge-key"],
+            "containerPort"
+        );
     }
 
     #[test]

@@ -473,12 +473,17 @@ impl UpdateOutcome {
     /// The object, whatever happened.
     pub fn into_object(self) -> Value {
         match self {
-            UpdateOutcome::Written(o) | UpdateOutcome::Unchanged(o) | UpdateOutcome::Deleted(o) => o,
+            UpdateOutcome::Written(o) | UpdateOutcome::Unchanged(o) | UpdateOutcome::Deleted(o) => {
+                o
+            }
         }
     }
 }
 
-fn translate(event: &skiff_store::Event, filter: Option<&ObjectFilter>) -> Result<Option<WatchEvent>> {
+fn translate(
+    event: &skiff_store::Event,
+    filter: Option<&ObjectFilter>,
+) -> Result<Option<WatchEvent>> {
     let revision = event.kv.mod_revision;
     let matches = |o: &Value| filter.is_none_or(|f| f(o));
     let old = match &event.prev_kv {

@@ -83,7 +83,10 @@ impl Format {
                     .into_bytes(),
                 "application/yaml",
             ),
-            _ => (serde_json::to_vec(body).unwrap_or_default(), "application/json"),
+            _ => (
+                serde_json::to_vec(body).unwrap_or_default(),
+                "application/json",
+            ),
         };
         let mut response = Response::new(bytes.into());
         *response.status_mut() = code;

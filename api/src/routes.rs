@@ -136,11 +136,13 @@ where
 /// The `Status` response for an error.
 pub fn error_response(error: &Error) -> Response {
     let mut response =
-        warp::reply::with_status(warp::reply::json(&error.to_status()), error.code()).into_response();
+        warp::reply::with_status(warp::reply::json(&error.to_status()), error.code())
+            .into_response();
     if matches!(error, Error::TooLargeResourceVersion { .. }) {
-        response
-            .headers_mut()
-            .insert(http::header::RETRY_AFTER, http::HeaderValue::from_static("1"));
+        response.headers_mut().insert(
+            http::header::RETRY_AFTER,
+            http::HeaderValue::from_static("1"),
+        );
     }
     response
 }
@@ -155,7 +157,9 @@ async fn recover(rejection: Rejection) -> Result<Response, Infallible> {
     } else if rejection.find::<warp::reject::MethodNotAllowed>().is_some() {
         Error::MethodNotAllowed
     } else if rejection.find::<warp::reject::PayloadTooLarge>().is_some() {
-        Error::TooLarge { limit: 3 * 1024 * 1024 }
+        Error::TooLarge {
+            limit: 3 * 1024 * 1024,
+        }
     } else {
         tracing::warn!(?rejection, "unhandled rejection");
         Error::Internal(format!("unhandled rejection: {rejection:?}"))

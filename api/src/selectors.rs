@@ -14,17 +14,16 @@ use crate::registry::ObjectFilter;
 pub fn filter(info: &'static ResourceInfo, query: &Query) -> Result<Option<ObjectFilter>> {
     let label = match query.get("labelSelector").filter(|s| !s.trim().is_empty()) {
         Some(text) => {
-            let selector = labels::parse(text).map_err(|e| {
-                Error::BadRequest(format!("unable to parse requirement: {e}"))
-            })?;
+            let selector = labels::parse(text)
+                .map_err(|e| Error::BadRequest(format!("unable to parse requirement: {e}")))?;
             (!selector.is_empty()).then_some(selector)
         }
         None => None,
     };
     let field = match query.get("fieldSelector").filter(|s| !s.trim().is_empty()) {
         Some(text) => {
-            let selector = fields::parse_for(info, text)
-                .map_err(|e| Error::BadRequest(e.to_string()))?;
+            let selector =
+                fields::parse_for(info, text).map_err(|e| Error::BadRequest(e.to_string()))?;
             (!selector.is_empty()).then_some(selector)
         }
         None => None,
@@ -40,7 +39,11 @@ pub fn filter(info: &'static ResourceInfo, query: &Query) -> Result<Option<Objec
 
 /// A list across namespaces whose field selector pins `metadata.namespace` reads only that
 /// namespace's keys.
-pub fn narrow_namespace(info: &ResourceInfo, namespace: Option<&str>, query: &Query) -> Option<String> {
+pub fn narrow_namespace(
+    info: &ResourceInfo,
+    namespace: Option<&str>,
+    query: &Query,
+) -> Option<String> {
     if let Some(ns) = namespace {
         return Some(ns.to_string());
     }
@@ -100,8 +103,14 @@ mod tests {
     #[test]
     fn namespace_field_selector_narrows_the_scan() {
         let q = Query::parse("fieldSelector=metadata.namespace%3Dkube-system");
-        assert_eq!(narrow_namespace(pods(), None, &q).as_deref(), Some("kube-system"));
-        assert_eq!(narrow_namespace(pods(), Some("a"), &q).as_deref(), Some("a"));
+        assert_eq!(
+            narrow_namespace(pods(), None, &q).as_deref(),
+            Some("kube-system")
+        );
+        assert_eq!(
+            narrow_namespace(pods(), Some("a"), &q).as_deref(),
+            Some("a")
+        );
     }
 
     #[test]

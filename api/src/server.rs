@@ -79,7 +79,9 @@ impl ApiServer {
     ) -> Result<Arc<ApiServer>> {
         let registry = Registry::new(store);
         let services = skiff_meta::resources::lookup("", "v1", "services").expect("served");
-        let existing = registry.list(services, None, None, None, None, None).await?;
+        let existing = registry
+            .list(services, None, None, None, None, None)
+            .await?;
         let admission = Chain::new(vec![
             Box::new(admission::NamespaceLifecycle),
             Box::new(admission::ServiceIps::new(
@@ -109,7 +111,7 @@ impl ApiServer {
                 "metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name}},
                 "spec": {"finalizers": ["kubernetes"]},
             });
-            crate::strategy::prepare_for_create(namespaces, &mut ns);
+            self.prepare_create(namespaces, &mut ns);
             match self.registry.create(namespaces, ns, None).await {
                 Ok(_) | Err(Error::AlreadyExists { .. }) => {}
                 Err(e) => return Err(e),
@@ -121,6 +123,14 @@ impl ApiServer {
     /// Applies the kind's defaults, as the decoder does in Kubernetes.
     pub fn default_object(&self, info: &ResourceInfo, object: &mut Value) {
         crate::defaults::apply(info, object);
+    }
+
+    /// Everything a create fills in before admission: server-owned metadata, defaults, and the
+    /// strategy's create-time fields (a namespace's `kubernetes` finalizer).
+    pub fn prepare_create(&self, info: &ResourceInfo, object: &mut Value) {
+        crate::strategy::prepare_for_create(info, object);
+        crate::defaults::apply(info, object);
+        crate::defaults::prepare_for_create(info, object);
     }
 
     /// Validates a create (`old` = None) or an update; a failure is 422 with every cause.

@@ -342,7 +342,10 @@ mod tests {
     use super::*;
 
     fn info(kind: &str) -> &'static ResourceInfo {
-        skiff_meta::RESOURCES.iter().find(|r| r.kind == kind).unwrap()
+        skiff_meta::RESOURCES
+            .iter()
+            .find(|r| r.kind == kind)
+            .unwrap()
     }
 
     #[test]
@@ -392,8 +395,7 @@ mod tests {
     fn pods_on_a_node_delete_gracefully() {
         let pod = json!({"metadata": {"name": "p"}, "spec": {"nodeName": "n"},
                          "status": {"phase": "Running"}});
-        let Deletion::Mark(marked) = deletion(info("Pod"), &pod, &DeleteOptions::default())
-        else {
+        let Deletion::Mark(marked) = deletion(info("Pod"), &pod, &DeleteOptions::default()) else {
             panic!("a running pod on a node is deleted gracefully")
         };
         assert_eq!(marked["metadata"]["deletionGracePeriodSeconds"], 30);
@@ -429,7 +431,10 @@ mod tests {
         let Deletion::Mark(marked) = deletion(info("ConfigMap"), &plain, &foreground) else {
             panic!("foreground deletion waits for the garbage collector")
         };
-        assert_eq!(marked["metadata"]["finalizers"], json!(["foregroundDeletion"]));
+        assert_eq!(
+            marked["metadata"]["finalizers"],
+            json!(["foregroundDeletion"])
+        );
     }
 
     #[test]

@@ -40,9 +40,7 @@ pub fn decode(info: &ResourceInfo, object: &Value) -> Result<Decoded, String> {
         ("apps", "ReplicaSet") => roundtrip::<apps::v1::ReplicaSet>(object),
         ("apps", "DaemonSet") => roundtrip::<apps::v1::DaemonSet>(object),
         ("coordination.k8s.io", "Lease") => roundtrip::<coordination::v1::Lease>(object),
-        ("discovery.k8s.io", "EndpointSlice") => {
-            roundtrip::<discovery::v1::EndpointSlice>(object)
-        }
+        ("discovery.k8s.io", "EndpointSlice") => roundtrip::<discovery::v1::EndpointSlice>(object),
         (group, kind) => return Err(format!("no type for {group}/{kind}")),
     }?;
     let mut unknown_fields = Vec::new();

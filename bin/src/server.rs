@@ -75,7 +75,8 @@ fn default_data_dir() -> Result<PathBuf> {
     if let Some(dir) = std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
         return Ok(PathBuf::from(dir).join("skiff"));
     }
-    let home = std::env::var_os("HOME").context("neither --data-dir, XDG_DATA_HOME nor HOME is set")?;
+    let home =
+        std::env::var_os("HOME").context("neither --data-dir, XDG_DATA_HOME nor HOME is set")?;
     Ok(PathBuf::from(home).join(".local/share/skiff"))
 }
 
@@ -130,7 +131,9 @@ pub async fn run(args: ServerArgs, mode: Mode) -> Result<()> {
     let address = SocketAddr::new(args.bind_address, args.port);
     let listener = tokio::net::TcpListener::bind(address)
         .await
-        .with_context(|| format!("cannot listen on {address} (is another server using the port?)"))?;
+        .with_context(|| {
+            format!("cannot listen on {address} (is another server using the port?)")
+        })?;
     let bound = listener.local_addr()?;
     let insecure = match args.insecure_port {
         Some(port) => {
@@ -173,12 +176,23 @@ pub async fn run(args: ServerArgs, mode: Mode) -> Result<()> {
     .context("cannot write the admin kubeconfig")?;
 
     let routes = skiff_api::routes(api.clone(), authenticator.clone());
-    let tls_config = pki.server_config().context("cannot load the serving certificate")?;
+    let tls_config = pki
+        .server_config()
+        .context("cannot load the serving certificate")?;
     let mut servers = tokio::task::JoinSet::new();
-    servers.spawn(tls::serve(listener, tls_config, routes.clone(), shutdown.clone()));
+    servers.spawn(tls::serve(
+        listener,
+        tls_config,
+        routes.clone(),
+        shutdown.clone(),
+    ));
     if let Some(listener) = insecure {
         tracing::warn!(address = %listener.local_addr()?, "serving plain HTTP without authentication on loopback");
-        let plain = tls::serve_plain(listener, skiff_api::insecure_routes(api.clone()), shutdown.clone());
+        let plain = tls::serve_plain(
+            listener,
+            skiff_api::insecure_routes(api.clone()),
+            shutdown.clone(),
+        );
         servers.spawn(async move {
             if let Err(e) = plain.await {
                 tracing::error!(error = %e, "the plain-HTTP debug listener failed");
@@ -200,7 +214,10 @@ pub async fn run(args: ServerArgs, mode: Mode) -> Result<()> {
         api.watchers.close();
         api.watchers.wait().await;
     };
-    if tokio::time::timeout(Duration::from_secs(10), drain).await.is_err() {
+    if tokio::time::timeout(Duration::from_secs(10), drain)
+        .await
+        .is_err()
+    {
         tracing::warn!("requests still in flight after 10 s; closing anyway");
     }
     store.close().await.context("flushing the log")?;

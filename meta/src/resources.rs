@@ -148,7 +148,9 @@ pub const RESOURCES: &[ResourceInfo] = &[
         singular: "namespace",
         short_names: &["ns"],
         namespaced: false,
-        verbs: &["create", "delete", "get", "list", "patch", "update", "watch"],
+        verbs: &[
+            "create", "delete", "get", "list", "patch", "update", "watch",
+        ],
         subresources: &[status("", "v1", "Namespace")],
         categories: &[],
     },
@@ -373,7 +375,10 @@ mod tests {
             "/api/v1/namespaces/default/pods/web"
         );
         let nodes = lookup_kind("", "Node").unwrap();
-        assert_eq!(nodes.storage_key(Some("ignored"), "n1"), "/registry/core/nodes/n1");
+        assert_eq!(
+            nodes.storage_key(Some("ignored"), "n1"),
+            "/registry/core/nodes/n1"
+        );
         assert_eq!(nodes.object_path(None, "n1"), "/api/v1/nodes/n1");
         let deploy = lookup("apps", "v1", "deployments").unwrap();
         assert_eq!(deploy.api_version(), "apps/v1");

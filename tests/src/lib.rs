@@ -32,14 +32,25 @@ pub fn skiff_binary() -> PathBuf {
                 .expect("tests/ sits in the workspace")
                 .join("Cargo.toml");
             let mut build = Command::new(cargo);
+            // The same target selection as `cargo test --workspace`, so that feature unification
+            // matches and nothing but the binary itself is built again.
             build
-                .args(["build", "-q", "-p", "skiff", "--bin", "skiff", "--manifest-path"])
+                .args([
+                    "build",
+                    "-q",
+                    "--workspace",
+                    "--bins",
+                    "--tests",
+                    "--manifest-path",
+                ])
                 .arg(&manifest)
                 .env("CARGO_TARGET_DIR", target_dir);
             if release {
                 build.arg("--release");
             }
-            let status = build.status().expect("running cargo build for the skiff binary");
+            let status = build
+                .status()
+                .expect("running cargo build for the skiff binary");
             assert!(status.success(), "building the skiff binary failed");
             let binary = profile_dir.join("skiff");
             assert!(binary.exists(), "no skiff binary at {}", binary.display());
@@ -115,7 +126,10 @@ impl TestCluster {
             .arg("--port")
             .arg(self.port.to_string())
             .args(&self.args)
-            .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()))
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log handle"))
             .stderr(log)
@@ -132,7 +146,10 @@ impl TestCluster {
             if let Some(child) = self.child.as_mut()
                 && let Ok(Some(status)) = child.try_wait()
             {
-                panic!("skiff server exited early with {status}:\n{}", self.log_text());
+                panic!(
+                    "skiff server exited early with {status}:\n{}",
+                    self.log_text()
+                );
             }
             if kubeconfig.exists() {
                 let out = Command::new("kubectl")

@@ -34,7 +34,10 @@ impl Client {
         let response = request.send().await.expect("request");
         let code = response.status().as_u16();
         let text = response.text().await.expect("body");
-        (code, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+        (
+            code,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
     }
 
     async fn get(&self, path: &str) -> (u16, Value) {
@@ -54,7 +57,12 @@ impl Client {
     }
 
     /// Reads a watch stream until `enough` says so or `limit` passes; returns the events.
-    async fn watch(&self, path: &str, limit: Duration, enough: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    async fn watch(
+        &self,
+        path: &str,
+        limit: Duration,
+        enough: impl Fn(&[Value]) -> bool,
+    ) -> Vec<Value> {
         let response = self
             .http
             .get(format!("{}{path}", self.base))
@@ -90,7 +98,11 @@ const CM: &str = "/api/v1/namespaces/default/configmaps";
 async fn unauthenticated_requests_get_401_but_health_does_not() {
     let cluster = TestCluster::start(&[]);
     let http = cluster.http();
-    let response = http.get(format!("{}/api/v1/namespaces", cluster.server)).send().await.unwrap();
+    let response = http
+        .get(format!("{}/api/v1/namespaces", cluster.server))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(response.status().as_u16(), 401);
     let status: Value = response.json().await.unwrap();
     assert_eq!(status["kind"], "Status");
@@ -103,7 +115,11 @@ async fn unauthenticated_requests_get_401_but_health_does_not() {
         .unwrap();
     assert_eq!(wrong.status().as_u16(), 401);
     for open in ["/version", "/healthz", "/livez", "/readyz"] {
-        let response = http.get(format!("{}{open}", cluster.server)).send().await.unwrap();
+        let response = http
+            .get(format!("{}{open}", cluster.server))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(response.status().as_u16(), 200, "{open}");
     }
 }
@@ -179,7 +195,10 @@ async fn stale_updates_conflict_and_duplicates_already_exist() {
     first["data"]["k"] = json!("one");
     let (code, updated) = client.put(&format!("{CM}/a"), first).await;
     assert_eq!(code, 200, "{updated}");
-    assert_ne!(updated["metadata"]["resourceVersion"], created["metadata"]["resourceVersion"]);
+    assert_ne!(
+        updated["metadata"]["resourceVersion"],
+        created["metadata"]["resourceVersion"]
+    );
 
     let mut stale = created.clone();
     stale["data"]["k"] = json!("two");
@@ -210,7 +229,13 @@ async fn lists_paginate_at_one_revision_and_read_the_past() {
         let (code, page) = client.get(&format!("{CM}?limit=10&continue={token}")).await;
         assert_eq!(code, 200, "{page}");
         assert_eq!(page["metadata"]["resourceVersion"], list_rv);
-        names.extend(page["items"].as_array().unwrap().iter().map(|o| o["metadata"]["name"].as_str().unwrap().to_string()));
+        names.extend(
+            page["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|o| o["metadata"]["name"].as_str().unwrap().to_string()),
+        );
         next = page["metadata"]["continue"].as_str().map(str::to_string);
     }
     assert_eq!(names.len(), 15);
@@ -218,7 +243,10 @@ async fn lists_paginate_at_one_revision_and_read_the_past() {
 
     // resourceVersionMatch=Exact reads the list as it was.
     let (code, past) = client
-        .get(&format!("{CM}?resourceVersion={}&resourceVersionMatch=Exact", list_rv.as_str().unwrap()))
+        .get(&format!(
+            "{CM}?resourceVersion={}&resourceVersionMatch=Exact",
+            list_rv.as_str().unwrap()
+        ))
         .await;
     assert_eq!(code, 200, "{past}");
     assert_eq!(past["items"].as_array().unwrap().len(), 25);
@@ -226,7 +254,9 @@ async fn lists_paginate_at_one_revision_and_read_the_past() {
     assert_eq!(now["items"].as_array().unwrap().len(), 26);
 
     // Selectors filter lists; a bad selector is a 400.
-    let (_, selected) = client.get(&format!("{CM}?fieldSelector=metadata.name%3Dcm-03")).await;
+    let (_, selected) = client
+        .get(&format!("{CM}?fieldSelector=metadata.name%3Dcm-03"))
+        .await;
     assert_eq!(selected["items"].as_array().unwrap().len(), 1);
     let (code, _) = client.get(&format!("{CM}?labelSelector=a%20in%20(")).await;
     assert_eq!(code, 400);
@@ -237,15 +267,25 @@ async fn watches_start_at_a_revision_and_a_compacted_start_is_410() {
     let cluster = TestCluster::start(&["--history-revisions", "5", "--compact-interval", "200ms"]);
     let client = Client::new(&cluster);
     let (_, first) = client.post(CM, configmap("w0")).await;
-    let start = first["metadata"]["resourceVersion"].as_str().unwrap().to_string();
+    let start = first["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
     for i in 1..4 {
         client.post(CM, configmap(&format!("w{i}"))).await;
     }
     // From a revision: exactly the later changes, in order.
     let events = client
-        .watch(&format!("{CM}?watch=1&resourceVersion={start}"), Duration::from_secs(10), |e| e.len() >= 3)
+        .watch(
+            &format!("{CM}?watch=1&resourceVersion={start}"),
+            Duration::from_secs(10),
+            |e| e.len() >= 3,
+        )
         .await;
-    let names: Vec<&str> = events.iter().map(|e| e["object"]["metadata"]["name"].as_str().unwrap()).collect();
+    let names: Vec<&str> = events
+        .iter()
+        .map(|e| e["object"]["metadata"]["name"].as_str().unwrap())
+        .collect();
     assert_eq!(names, ["w1", "w2", "w3"]);
     assert!(events.iter().all(|e| e["type"] == "ADDED"));
 
@@ -255,7 +295,11 @@ async fn watches_start_at_a_revision_and_a_compacted_start_is_410() {
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
     let events = client
-        .watch(&format!("{CM}?watch=1&resourceVersion={start}"), Duration::from_secs(10), |e| !e.is_empty())
+        .watch(
+            &format!("{CM}?watch=1&resourceVersion={start}"),
+            Duration::from_secs(10),
+            |e| !e.is_empty(),
+        )
         .await;
     assert_eq!(events.len(), 1, "{events:?}");
     assert_eq!(events[0]["type"], "ERROR");
@@ -274,7 +318,9 @@ async fn pods_on_a_node_delete_gracefully_and_bindings_happen_once() {
     assert_eq!(code, 201);
     let binding = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "p"},
                          "target": {"apiVersion": "v1", "kind": "Node", "name": "n1"}});
-    let (code, status) = client.post(&format!("{pods}/p/binding"), binding.clone()).await;
+    let (code, status) = client
+        .post(&format!("{pods}/p/binding"), binding.clone())
+        .await;
     assert_eq!(code, 201, "{status}");
     let (code, status) = client.post(&format!("{pods}/p/binding"), binding).await;
     assert_eq!(code, 409, "{status}");
@@ -288,7 +334,9 @@ async fn pods_on_a_node_delete_gracefully_and_bindings_happen_once() {
     let (code, _) = client.get(&format!("{pods}/p")).await;
     assert_eq!(code, 200);
     // The kubelet's confirmation (grace period 0) removes it.
-    let (code, _) = client.delete(&format!("{pods}/p"), json!({"gracePeriodSeconds": 0})).await;
+    let (code, _) = client
+        .delete(&format!("{pods}/p"), json!({"gracePeriodSeconds": 0}))
+        .await;
     assert_eq!(code, 200);
     let (code, _) = client.get(&format!("{pods}/p")).await;
     assert_eq!(code, 404);
@@ -303,7 +351,13 @@ async fn a_crash_loses_no_acknowledged_write() {
         for i in 0..20 {
             let (code, created) = client.post(CM, configmap(&format!("c{i}"))).await;
             assert_eq!(code, 201);
-            rvs.push(created["metadata"]["resourceVersion"].as_str().unwrap().parse::<u64>().unwrap());
+            rvs.push(
+                created["metadata"]["resourceVersion"]
+                    .as_str()
+                    .unwrap()
+                    .parse::<u64>()
+                    .unwrap(),
+            );
         }
         rvs
     };
@@ -312,8 +366,15 @@ async fn a_crash_loses_no_acknowledged_write() {
     let (_, list) = client.get(CM).await;
     assert_eq!(list["items"].as_array().unwrap().len(), 20);
     let (_, next) = client.post(CM, configmap("after")).await;
-    let rv: u64 = next["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
-    assert!(rv > *rvs.last().unwrap(), "revisions continue after a restart");
+    let rv: u64 = next["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        rv > *rvs.last().unwrap(),
+        "revisions continue after a restart"
+    );
 }
 
 #[test]

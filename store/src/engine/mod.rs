@@ -48,7 +48,8 @@ pub struct Config {
     /// `sync_file_range` on Linux, which puts the data on the device (it survives a crash of the
     /// process) but neither flushes the device's write cache nor the file's metadata; this adds a
     /// real `fdatasync` per group, for durability across power loss, at the cost of one disk
-    /// cache flush per group. Default false.
+    /// cache flush per group. Default true: an acknowledged write must survive losing power, as
+    /// etcd's do; turn it off only for throwaway data.
     pub fsync: bool,
 }
 
@@ -63,7 +64,7 @@ impl Config {
             watch_ring: 8192,
             watch_buffer: 256,
             cache_capacity: 256 << 20,
-            fsync: false,
+            fsync: true,
         }
     }
 }
