@@ -691,7 +691,20 @@ async fn create(
     let manager = field_manager(request, false);
     let object =
         crate::patch::record_update(info, None, object, &crate::patch::Options::new(&manager));
-    let mut object = object;
+    admit_and_create(server, request, info, ns, object, &warnings, format).await
+}
+
+/// The shared tail of every create (POST, and a server-side apply of a new object): admission,
+/// validation, the write (or a dry run), and the 201 with the created object.
+async fn admit_and_create(
+    server: &ApiServer,
+    request: &Request,
+    info: &'static ResourceInfo,
+    ns: Option<&str>,
+    mut object: Value,
+    warnings: &[String],
+    format: render::Format,
+) -> Result<Response> {
     let name = namespace_and_name(&object).1.to_string();
     server
         .admission
@@ -709,30 +722,24 @@ async fn create(
             },
         )
         .await?;
+    let dry = dry_run(&request.query)?;
     let result = async {
         server.validate(info, &object, None, ns)?;
-        if dry_run(&request.query)? {
+        if dry {
             return Ok(object.clone());
         }
         let lease = server.lease_for(info).await?;
         server.registry.create(info, object.clone(), lease).await
     }
     .await;
-    match result {
-        Ok(created) => {
-            if dry_run(&request.query)? {
-                server.admission.abandoned(info, &object);
-            }
-            Ok(with_warnings(
-                format.object(info, StatusCode::CREATED, created),
-                &warnings,
-            ))
-        }
-        Err(e) => {
-            server.admission.abandoned(info, &object);
-            Err(e)
-        }
+    // A dry run, or a create that failed, gives back what admission reserved.
+    if dry || result.is_err() {
+        server.admission.abandoned(info, &object);
     }
+    Ok(with_warnings(
+        format.object(info, StatusCode::CREATED, result?),
+        warnings,
+    ))
 }
 
 /// The body's resourceVersion, as a precondition.
@@ -983,41 +990,7 @@ async fn apply_create(
     let validation = field_validation(&request.query)?;
     let (mut object, warnings) = decode_typed(info, &object, validation)?;
     server.prepare_create(info, &mut object);
-    server
-        .admission
-        .admit(
-            &server.registry,
-            &mut Attributes {
-                operation: Operation::Create,
-                info,
-                subresource: None,
-                namespace: ns,
-                name,
-                object: Some(&mut object),
-                old: None,
-                user: &request.user,
-            },
-        )
-        .await?;
-    let result = async {
-        server.validate(info, &object, None, ns)?;
-        if dry_run(&request.query)? {
-            return Ok(object.clone());
-        }
-        let lease = server.lease_for(info).await?;
-        server.registry.create(info, object.clone(), lease).await
-    }
-    .await;
-    match result {
-        Ok(created) => Ok(with_warnings(
-            format.object(info, StatusCode::CREATED, created),
-            &warnings,
-        )),
-        Err(e) => {
-            server.admission.abandoned(info, &object);
-            Err(e)
-        }
-    }
+    admit_and_create(server, request, info, ns, object, &warnings, format).await
 }
 
 /// The field manager of a write: the `fieldManager` parameter, else (for everything but an
