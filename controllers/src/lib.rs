@@ -3,3 +3,69 @@
 //!
 //! A crate of its own (rather than one per controller) because the controllers share informers and
 //! a work queue and run together as `skiff controllers`, as kube-controller-manager does.
+//!
+//! # Layout
+//! Each controller's decisions are pure functions over k8s-openapi types, unit-tested without I/O:
+//! - [`pods`]: readiness, availability, controller references, claims and the deletion ranking.
+//! - [`endpoints`]: Endpoints and EndpointSlices of Services with a selector.
+//! - [`replicaset`]: expectations, the create/delete diff and the ReplicaSet status.
+//! - [`deployment`]: one rollout step (RollingUpdate, Recreate, revisions, cleanup, conditions).
+//! - [`namespace`]: what a terminating namespace must lose before it is finalized.
+//! - [`gc`]: owner references with background, foreground and orphan propagation.
+//! - [`nodelifecycle`]: silent nodes, NoExecute taints and taint-based eviction.
+//! - [`nodeipam`]: pod ranges for nodes.
+
+pub mod deployment;
+pub mod endpoints;
+pub mod gc;
+pub mod namespace;
+pub mod nodeipam;
+pub mod nodelifecycle;
+pub mod pods;
+pub mod replicaset;
+pub mod serviceaccount;
+
+mod control;
+mod options;
+
+pub use control::run;
+pub use options::Options;
+
+/// What can go wrong running the controllers.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An API call failed (the controller retries the key with backoff).
+    #[error("{action}: {source}")]
+    Api {
+        /// What was being done (`creating pod in ns/web`).
+        action: String,
+        /// The API or transport error.
+        #[source]
+        source: kube::Error,
+    },
+    /// Discovering the served resources failed.
+    #[error("discovering served resources: {0}")]
+    Discovery(#[source] kube::Error),
+    /// `--controllers` names a controller that does not exist.
+    #[error("unknown controller {name:?}; known: {known}")]
+    UnknownController {
+        /// The name given.
+        name: String,
+        /// The known names, comma-separated.
+        known: String,
+    },
+    /// The pod range could not be handed out.
+    #[error(transparent)]
+    Ipam(#[from] nodeipam::Error),
+}
+
+/// This crate's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// An [`Error::Api`] maker for `map_err`.
+    pub(crate) fn api(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
+        let action = action.into();
+        move |source| Error::Api { action, source }
+    }
+}

@@ -1,0 +1,390 @@
+//! The garbage collector: a graph of every watched object by UID with its owner references (and
+//! the reverse edges), fed by informers of the served kinds; work items are UIDs whose owners or
+//! dependents changed. An owner missing from the graph is confirmed missing by a live read before
+//! anything is deleted, so a lagging cache never costs an object.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Endpoints, Node, Pod, Secret, Service, ServiceAccount,
+};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions, PropagationPolicy,
+};
+use serde_json::json;
+use skiff_client::informer::Informable;
+use skiff_client::{Api, SharedInformerFactory, WorkQueue, handler_fn};
+use tokio_util::task::TaskTracker;
+
+use super::{Started, conflict, not_found, queue, spawn_workers};
+use crate::gc::{self as logic, Decision, OwnerState, OwnerWork, Propagation};
+use crate::{Error, Result};
+
+/// One object of the graph.
+#[derive(Clone, Debug)]
+struct Vertex {
+    resource: ApiResource,
+    namespaced: bool,
+    meta: ObjectMeta,
+}
+
+impl Vertex {
+    fn name(&self) -> String {
+        self.meta.name.clone().unwrap_or_default()
+    }
+    fn describe(&self) -> String {
+        match &self.meta.namespace {
+            Some(ns) => format!("{} {ns}/{}", self.resource.kind, self.name()),
+            None => format!("{} {}", self.resource.kind, self.name()),
+        }
+    }
+}
+
+#[derive(Default)]
+struct Graph {
+    objects: HashMap<String, Vertex>,
+    /// owner UID → dependent UIDs.
+    dependents: HashMap<String, HashSet<String>>,
+}
+
+struct Collector {
+    // Short critical sections only; never held across an await.
+    graph: Mutex<Graph>,
+    queue: WorkQueue<String>,
+    client: skiff_client::Client,
+}
+
+/// The trimmed metadata the graph keeps.
+fn trim(meta: &ObjectMeta) -> ObjectMeta {
+    ObjectMeta {
+        name: meta.name.clone(),
+        namespace: meta.namespace.clone(),
+        uid: meta.uid.clone(),
+        resource_version: meta.resource_version.clone(),
+        owner_references: meta.owner_references.clone(),
+        finalizers: meta.finalizers.clone(),
+        deletion_timestamp: meta.deletion_timestamp.clone(),
+        ..ObjectMeta::default()
+    }
+}
+
+fn group_of(api_version: &str) -> &str {
+    api_version.split_once('/').map(|(g, _)| g).unwrap_or("")
+}
+
+impl Collector {
+    fn observe(&self, resource: &ApiResource, namespaced: bool, meta: &ObjectMeta, deleted: bool) {
+        let Some(uid) = meta.uid.clone() else {
+            return;
+        };
+        let mut enqueue: Vec<String> = Vec::new();
+        {
+            let mut g = self.graph.lock().expect("graph lock");
+            let old_owners: Vec<String> = g
+                .objects
+                .get(&uid)
+                .map(|v| {
+                    v.meta
+                        .owner_references
+                        .iter()
+                        .flatten()
+                        .map(|r| r.uid.clone())
+                        .collect()
+                })
+                .unwrap_or_default();
+            for o in &old_owners {
+                if let Some(set) = g.dependents.get_mut(o) {
+                    set.remove(&uid);
+                    if set.is_empty() {
+                        g.dependents.remove(o);
+                    }
+                }
+            }
+            let deps: Vec<String> = g
+                .dependents
+                .get(&uid)
+                .into_iter()
+                .flatten()
+                .cloned()
+                .collect();
+            if deleted {
+                g.objects.remove(&uid);
+                // Owners may be waiting for this one; dependents may now be dangling.
+                enqueue.extend(old_owners);
+                enqueue.extend(deps);
+            } else {
+                let owners: Vec<String> = meta
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .map(|r| r.uid.clone())
+                    .collect();
+                for o in &owners {
+                    g.dependents
+                        .entry(o.clone())
+                        .or_default()
+                        .insert(uid.clone());
+                }
+                let was_deleting = g
+                    .objects
+                    .get(&uid)
+                    .is_some_and(|v| v.meta.deletion_timestamp.is_some());
+                g.objects.insert(
+                    uid.clone(),
+                    Vertex {
+                        resource: resource.clone(),
+                        namespaced,
+                        meta: trim(meta),
+                    },
+                );
+                if !owners.is_empty() || logic::owner_work(meta) != OwnerWork::Nothing {
+                    enqueue.push(uid.clone());
+                }
+                if meta.deletion_timestamp.is_some() && !was_deleting {
+                    // Waiting owners hold their dependents differently from live ones.
+                    enqueue.extend(deps);
+                }
+                // Owners dropped from the list may be waiting on this object no longer.
+                enqueue.extend(old_owners.into_iter().filter(|o| !owners.contains(o)));
+            }
+        }
+        for k in enqueue {
+            self.queue.add(k);
+        }
+    }
+
+    fn dynamic(
+        &self,
+        resource: &ApiResource,
+        namespaced: bool,
+        ns: Option<&str>,
+    ) -> Api<DynamicObject> {
+        match (namespaced, ns) {
+            (true, Some(ns)) => Api::namespaced_with(self.client.clone(), ns, resource),
+            _ => Api::all_with(self.client.clone(), resource),
+        }
+    }
+
+    /// The state of an owner of an object in namespace `ns`: from the graph when there, else by a
+    /// live read (an owner of a kind the API does not serve is never presumed gone).
+    async fn owner_state(&self, r: &OwnerReference, ns: Option<&str>) -> Result<OwnerState> {
+        if let Some(v) = self.graph.lock().expect("graph lock").objects.get(&r.uid) {
+            return Ok(logic::state_of(&v.meta));
+        }
+        let Some(info) = skiff_meta::resources::lookup_kind(group_of(&r.api_version), &r.kind)
+        else {
+            return Ok(OwnerState::Present);
+        };
+        let resource = ApiResource {
+            group: info.group.to_string(),
+            version: info.version.to_string(),
+            api_version: info.api_version(),
+            kind: info.kind.to_string(),
+            plural: info.plural.to_string(),
+        };
+        let api = self.dynamic(&resource, info.namespaced, ns);
+        match api.get_opt(&r.name).await {
+            Ok(Some(o)) if o.metadata.uid.as_deref() == Some(r.uid.as_str()) => {
+                Ok(logic::state_of(&o.metadata))
+            }
+            Ok(_) => Ok(OwnerState::Absent),
+            Err(e) => Err(Error::api(format!("reading owner {} {}", r.kind, r.name))(
+                e,
+            )),
+        }
+    }
+
+    fn dependents_of(&self, uid: &str) -> Vec<Vertex> {
+        let g = self.graph.lock().expect("graph lock");
+        g.dependents
+            .get(uid)
+            .into_iter()
+            .flatten()
+            .filter_map(|d| g.objects.get(d).cloned())
+            .collect()
+    }
+
+    /// Drops the references to `uids` from `v`.
+    async fn remove_owners(&self, v: &Vertex, uids: &[String]) -> Result<()> {
+        let api = self.dynamic(&v.resource, v.namespaced, v.meta.namespace.as_deref());
+        let refs = match logic::without_owners(&v.meta, uids) {
+            Some(r) => json!(r),
+            None => serde_json::Value::Null,
+        };
+        let patch = json!({"metadata": {"ownerReferences": refs, "uid": v.meta.uid}});
+        match api
+            .patch(&v.name(), &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if not_found(&e) => Ok(()),
+            Err(e) => Err(Error::api(format!(
+                "removing owner references of {}",
+                v.describe()
+            ))(e)),
+        }
+    }
+
+    async fn remove_finalizer(&self, v: &Vertex, finalizer: &str) -> Result<()> {
+        let api = self.dynamic(&v.resource, v.namespaced, v.meta.namespace.as_deref());
+        let kept = logic::without_finalizer(&v.meta, finalizer);
+        let kept = if kept.is_empty() {
+            serde_json::Value::Null
+        } else {
+            json!(kept)
+        };
+        // The resourceVersion makes a concurrent finalizer change a conflict, not a loss.
+        let patch =
+            json!({"metadata": {"finalizers": kept, "resourceVersion": v.meta.resource_version}});
+        match api
+            .patch(&v.name(), &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if not_found(&e) => Ok(()),
+            Err(e) => Err(Error::api(format!(
+                "removing the {finalizer} finalizer of {}",
+                v.describe()
+            ))(e)),
+        }
+    }
+
+    async fn delete(&self, v: &Vertex, propagation: Propagation) -> Result<()> {
+        let api = self.dynamic(&v.resource, v.namespaced, v.meta.namespace.as_deref());
+        let dp = DeleteParams {
+            propagation_policy: Some(match propagation {
+                Propagation::Background => PropagationPolicy::Background,
+                Propagation::Foreground => PropagationPolicy::Foreground,
+                Propagation::Orphan => PropagationPolicy::Orphan,
+            }),
+            preconditions: Some(Preconditions {
+                uid: v.meta.uid.clone(),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        tracing::debug!(object = %v.describe(), propagation = propagation.as_str(), "collecting");
+        match api.delete(&v.name(), &dp).await {
+            Ok(_) => Ok(()),
+            Err(e) if not_found(&e) || conflict(&e) => Ok(()),
+            Err(e) => Err(Error::api(format!("deleting {}", v.describe()))(e)),
+        }
+    }
+
+    async fn sync(&self, uid: &str) -> Result<Option<Duration>> {
+        let Some(v) = self
+            .graph
+            .lock()
+            .expect("graph lock")
+            .objects
+            .get(uid)
+            .cloned()
+        else {
+            return Ok(None);
+        };
+        match logic::owner_work(&v.meta) {
+            OwnerWork::Nothing => {}
+            OwnerWork::Orphan => {
+                for d in self.dependents_of(uid) {
+                    self.remove_owners(&d, &[uid.to_string()]).await?;
+                }
+                self.remove_finalizer(&v, logic::ORPHAN).await?;
+                return Ok(None);
+            }
+            OwnerWork::Foreground => {
+                let blocking: Vec<Vertex> = self
+                    .dependents_of(uid)
+                    .into_iter()
+                    .filter(|d| logic::blocks(&d.meta, uid))
+                    .collect();
+                if blocking.is_empty() {
+                    self.remove_finalizer(&v, logic::FOREGROUND).await?;
+                    return Ok(None);
+                }
+                for d in blocking
+                    .iter()
+                    .filter(|d| d.meta.deletion_timestamp.is_none())
+                {
+                    self.delete(d, Propagation::Foreground).await?;
+                }
+                // Their deletions bring this owner back.
+                return Ok(None);
+            }
+        }
+        let refs = v.meta.owner_references.clone().unwrap_or_default();
+        if refs.is_empty() || v.meta.deletion_timestamp.is_some() {
+            return Ok(None);
+        }
+        let mut states: HashMap<String, OwnerState> = HashMap::new();
+        for r in &refs {
+            let s = self.owner_state(r, v.meta.namespace.as_deref()).await?;
+            states.insert(r.uid.clone(), s);
+        }
+        match logic::decide(&v.meta, |r| {
+            states.get(&r.uid).copied().unwrap_or(OwnerState::Present)
+        }) {
+            Decision::Keep => {}
+            Decision::RemoveOwners(uids) => self.remove_owners(&v, &uids).await?,
+            Decision::Delete(p) => self.delete(&v, p).await?,
+        }
+        Ok(None)
+    }
+}
+
+fn watch<K: Informable>(c: &Arc<Collector>, factory: &SharedInformerFactory) {
+    let ar = ApiResource::erase::<K>(&());
+    let namespaced =
+        skiff_meta::resources::lookup_kind(&ar.group, &ar.kind).is_some_and(|i| i.namespaced);
+    let informer = factory.informer::<K>();
+    let (a, u, d) = (c.clone(), c.clone(), c.clone());
+    let (ra, ru, rd) = (ar.clone(), ar.clone(), ar);
+    informer.add_handler(handler_fn(
+        move |o: &Arc<K>| a.observe(&ra, namespaced, o.meta(), false),
+        move |_: &Arc<K>, o: &Arc<K>| u.observe(&ru, namespaced, o.meta(), false),
+        move |o: &Arc<K>| d.observe(&rd, namespaced, o.meta(), true),
+    ));
+}
+
+/// Registers the collector on informers of the served kinds that carry owner references (or are
+/// common owners).
+pub(crate) fn start(factory: &SharedInformerFactory, workers: usize) -> Started {
+    let c = Arc::new(Collector {
+        graph: Mutex::new(Graph::default()),
+        queue: queue(),
+        client: factory.client().clone(),
+    });
+    watch::<Pod>(&c, factory);
+    watch::<ReplicaSet>(&c, factory);
+    watch::<Deployment>(&c, factory);
+    watch::<DaemonSet>(&c, factory);
+    watch::<Service>(&c, factory);
+    watch::<Endpoints>(&c, factory);
+    watch::<EndpointSlice>(&c, factory);
+    watch::<ConfigMap>(&c, factory);
+    watch::<Secret>(&c, factory);
+    watch::<ServiceAccount>(&c, factory);
+    watch::<Lease>(&c, factory);
+    watch::<Node>(&c, factory);
+    Started {
+        queue: c.queue.clone(),
+        start: Box::new(move |tracker: &TaskTracker| {
+            let q = c.queue.clone();
+            spawn_workers(
+                tracker,
+                "garbagecollector",
+                &q,
+                workers,
+                move |key: String| {
+                    let c = c.clone();
+                    async move { c.sync(&key).await }
+                },
+            );
+        }),
+    }
+}

@@ -1,0 +1,124 @@
+//! Command-line options of the controllers (`skiff controllers`, and `skiff server`'s embedded
+//! controller manager), with kube-controller-manager's defaults.
+
+use std::time::Duration;
+
+use crate::{Error, Result};
+
+/// Every controller, by the name `--controllers` uses.
+pub const CONTROLLERS: &[&str] = &[
+    "endpoints",
+    "endpointslice",
+    "replicaset",
+    "deployment",
+    "namespace",
+    "garbagecollector",
+    "serviceaccount",
+    "nodeipam",
+    "nodelifecycle",
+];
+
+/// Options of the controller manager.
+#[derive(clap::Args, Clone, Debug)]
+pub struct Options {
+    /// Controllers to run: `*` for all, a name to add one, `-name` to leave one out (e.g.
+    /// `*,-nodeipam`). Names: endpoints, endpointslice, replicaset, deployment, namespace,
+    /// garbagecollector, serviceaccount, nodeipam, nodelifecycle.
+    #[arg(long = "controllers", value_delimiter = ',', default_value = "*")]
+    pub controllers: Vec<String>,
+    /// Workers per controller: how many objects of one kind are synced at once.
+    #[arg(long = "concurrent-syncs", default_value_t = 5)]
+    pub workers: usize,
+    /// How long a node may go without renewing its Lease (or posting status) before it is
+    /// marked Unknown and tainted unreachable (e.g. `40s`).
+    #[arg(long, default_value = "40s", value_parser = parse_duration)]
+    pub node_monitor_grace_period: Duration,
+    /// How often every node's health is checked again even without events.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub node_monitor_period: Duration,
+    /// The pod range node IPAM hands `/node-cidr-mask-size` ranges out of.
+    #[arg(long, default_value = "127.100.0.0/16")]
+    pub cluster_cidr: String,
+    /// The prefix length of each node's pod range.
+    #[arg(long, default_value_t = 24)]
+    pub node_cidr_mask_size: u8,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            controllers: vec!["*".into()],
+            workers: 5,
+            node_monitor_grace_period: Duration::from_secs(40),
+            node_monitor_period: Duration::from_secs(5),
+            cluster_cidr: "127.100.0.0/16".into(),
+            node_cidr_mask_size: 24,
+        }
+    }
+}
+
+impl Options {
+    /// Whether the controller `name` runs; an error for names that do not exist.
+    pub fn enabled(&self, name: &str) -> Result<bool> {
+        let mut on = false;
+        for item in &self.controllers {
+            let item = item.trim();
+            let (negate, n) = match item.strip_prefix('-') {
+                Some(n) => (true, n),
+                None => (false, item),
+            };
+            if n != "*" && !CONTROLLERS.contains(&n) {
+                return Err(Error::UnknownController {
+                    name: n.to_string(),
+                    known: CONTROLLERS.join(", "),
+                });
+            }
+            if n == name || (n == "*" && !negate) {
+                on = !negate;
+            }
+        }
+        Ok(on)
+    }
+}
+
+/// Parses a duration like `40s`, `5m`, `1m30s` or `500ms` (a bare number is seconds).
+pub fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
+    if let Ok(secs) = s.parse::<u64>() {
+        return Ok(Duration::from_secs(secs));
+    }
+    let d: jiff::SignedDuration = s
+        .parse()
+        .map_err(|e| format!("invalid duration {s:?}: {e}"))?;
+    Duration::try_from(d).map_err(|e| format!("invalid duration {s:?}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn controller_selection() {
+        let mut o = Options::default();
+        assert!(o.enabled("deployment").unwrap());
+        o.controllers = vec!["*".into(), "-nodeipam".into()];
+        assert!(!o.enabled("nodeipam").unwrap());
+        assert!(o.enabled("replicaset").unwrap());
+        o.controllers = vec!["replicaset".into()];
+        assert!(o.enabled("replicaset").unwrap());
+        assert!(!o.enabled("deployment").unwrap());
+        o.controllers = vec!["nope".into()];
+        assert!(matches!(
+            o.enabled("replicaset"),
+            Err(Error::UnknownController { .. })
+        ));
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("40s").unwrap(), Duration::from_secs(40));
+        assert_eq!(parse_duration("1m30s").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("7").unwrap(), Duration::from_secs(7));
+        assert!(parse_duration("soon").is_err());
+    }
+}

@@ -1,0 +1,311 @@
+//! The ReplicaSet controller's pure part: expectations, the create/delete diff, which pods to
+//! delete, and the status a ReplicaSet reports.
+//!
+//! Expectations are what keeps the controller from overshooting: after it asks for `n` creates (or
+//! names pods to delete) it does not act on that ReplicaSet again until the informer has shown it
+//! every one of them (or they expire), because the cache lags the API.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use jiff::Timestamp;
+use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetStatus};
+use k8s_openapi::api::core::v1::Pod;
+use skiff_meta::labels::Selector;
+
+use crate::pods;
+
+/// At most this many pods are created or deleted in one sync (kube-controller-manager's
+/// `BurstReplicas`).
+pub const BURST_REPLICAS: usize = 500;
+
+/// How long unmet expectations hold back a controller before it trusts its cache again (a watch
+/// event that never arrives must not wedge the controller).
+pub const EXPECTATIONS_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+
+#[derive(Debug)]
+struct Expectation {
+    adds: i64,
+    deletes: HashSet<String>,
+    set_at: Instant,
+}
+
+/// In-flight creates and deletes per controller key (client-go's `UIDTrackingControllerExpectations`,
+/// tracking deletions by pod key).
+#[derive(Debug, Default)]
+pub struct Expectations {
+    // Short critical sections only; never held across an await.
+    inner: Mutex<HashMap<String, Expectation>>,
+}
+
+impl Expectations {
+    /// No expectations yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Whether the controller of `key` may act on its cache now.
+    pub fn satisfied(&self, key: &str) -> bool {
+        self.satisfied_at(key, Instant::now())
+    }
+
+    /// [`Expectations::satisfied`] at a given instant.
+    pub fn satisfied_at(&self, key: &str, now: Instant) -> bool {
+        let inner = self.inner.lock().expect("expectations lock");
+        match inner.get(key) {
+            None => true,
+            Some(e) => {
+                (e.adds <= 0 && e.deletes.is_empty())
+                    || now.duration_since(e.set_at) >= EXPECTATIONS_TIMEOUT
+            }
+        }
+    }
+
+    /// Records that `adds` creates and the deletion of `deletes` (pod keys) are in flight.
+    pub fn expect(&self, key: &str, adds: usize, deletes: impl IntoIterator<Item = String>) {
+        self.expect_at(key, adds, deletes, Instant::now());
+    }
+
+    /// [`Expectations::expect`] at a given instant.
+    pub fn expect_at(
+        &self,
+        key: &str,
+        adds: usize,
+        deletes: impl IntoIterator<Item = String>,
+        now: Instant,
+    ) {
+        let mut inner = self.inner.lock().expect("expectations lock");
+        inner.insert(
+            key.to_string(),
+            Expectation {
+                adds: adds as i64,
+                deletes: deletes.into_iter().collect(),
+                set_at: now,
+            },
+        );
+    }
+
+    /// One create seen by the informer, or failed (so it will never be seen).
+    pub fn creation_observed(&self, key: &str) {
+        if let Some(e) = self.inner.lock().expect("expectations lock").get_mut(key) {
+            e.adds -= 1;
+        }
+    }
+
+    /// The deletion of `pod_key` seen by the informer, or failed.
+    pub fn deletion_observed(&self, key: &str, pod_key: &str) {
+        if let Some(e) = self.inner.lock().expect("expectations lock").get_mut(key) {
+            e.deletes.remove(pod_key);
+        }
+    }
+
+    /// Drops the record of a controller that is gone.
+    pub fn forget(&self, key: &str) {
+        self.inner.lock().expect("expectations lock").remove(key);
+    }
+}
+
+/// What a sync does to the number of pods.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Scale {
+    /// The count is right.
+    Keep,
+    /// Create this many pods.
+    Create(usize),
+    /// Delete these pods (names), in order.
+    Delete(Vec<String>),
+}
+
+/// Compares `replicas` with the active pods the controller owns and picks what to do; pods to
+/// delete follow [`pods::deletion_order`]. At most [`BURST_REPLICAS`] at once.
+pub fn plan_scale(replicas: i32, active: &[&Pod]) -> Scale {
+    let want = replicas.max(0) as usize;
+    let have = active.len();
+    if have < want {
+        Scale::Create((want - have).min(BURST_REPLICAS))
+    } else if have > want {
+        let mut ranked: Vec<&Pod> = active.to_vec();
+        ranked.sort_by(|a, b| pods::deletion_order(a, b));
+        Scale::Delete(
+            ranked
+                .into_iter()
+                .take((have - want).min(BURST_REPLICAS))
+                .filter_map(|p| p.metadata.name.clone())
+                .collect(),
+        )
+    } else {
+        Scale::Keep
+    }
+}
+
+/// The selector of a ReplicaSet; `None` when it is missing or invalid (the API validates it, so
+/// this only guards against a broken object).
+pub fn selector(rs: &ReplicaSet) -> Option<Selector> {
+    let spec = rs.spec.as_ref()?;
+    let sel = Selector::from_label_selector(&spec.selector).ok()?;
+    // An empty selector would match every pod in the namespace: never act on one.
+    (!sel.is_empty()).then_some(sel)
+}
+
+/// The replica count the spec asks for (1 when unset).
+pub fn spec_replicas(rs: &ReplicaSet) -> i32 {
+    rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1)
+}
+
+fn min_ready_seconds(rs: &ReplicaSet) -> i32 {
+    rs.spec
+        .as_ref()
+        .and_then(|s| s.min_ready_seconds)
+        .unwrap_or(0)
+}
+
+/// The status of `rs` given the active pods it owns, at `now`.
+pub fn status(rs: &ReplicaSet, active: &[&Pod], now: Timestamp) -> ReplicaSetStatus {
+    let template_labels = rs
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.as_ref())
+        .map(pods::template_labels)
+        .unwrap_or_default();
+    let min_ready = min_ready_seconds(rs);
+    let count = |f: &dyn Fn(&Pod) -> bool| active.iter().filter(|p| f(p)).count() as i32;
+    let previous = rs.status.clone().unwrap_or_default();
+    ReplicaSetStatus {
+        replicas: active.len() as i32,
+        fully_labeled_replicas: Some(count(&|p: &Pod| {
+            let labels = p.metadata.labels.clone().unwrap_or_default();
+            template_labels
+                .iter()
+                .all(|(k, v)| labels.get(k) == Some(v))
+        })),
+        ready_replicas: Some(count(&pods::is_ready)),
+        available_replicas: Some(count(&|p: &Pod| pods::is_available(p, min_ready, now))),
+        observed_generation: rs.metadata.generation,
+        conditions: previous.conditions,
+        terminating_replicas: previous.terminating_replicas,
+    }
+}
+
+/// When the next pod of `rs` becomes available (ready pods waiting out `minReadySeconds`), so the
+/// controller can sync again then.
+pub fn next_availability(rs: &ReplicaSet, active: &[&Pod], now: Timestamp) -> Option<Timestamp> {
+    let min_ready = min_ready_seconds(rs);
+    if min_ready <= 0 {
+        return None;
+    }
+    active
+        .iter()
+        .filter(|p| pods::is_ready(p) && !pods::is_available(p, min_ready, now))
+        .filter_map(|p| pods::available_at(p, min_ready))
+        .min()
+}
+
+/// Whether the stored status differs from `new` (so a status write is needed).
+pub fn status_changed(rs: &ReplicaSet, new: &ReplicaSetStatus) -> bool {
+    rs.status.as_ref() != Some(new)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pods::testing::{at, pod, running};
+    use k8s_openapi::api::apps::v1::ReplicaSetSpec;
+    use k8s_openapi::api::core::v1::PodTemplateSpec;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+
+    fn rs(replicas: i32, min_ready: i32) -> ReplicaSet {
+        let labels: std::collections::BTreeMap<String, String> =
+            [("app".to_string(), "web".to_string())].into();
+        ReplicaSet {
+            metadata: ObjectMeta {
+                name: Some("web".into()),
+                namespace: Some("ns".into()),
+                uid: Some("rs-uid".into()),
+                generation: Some(4),
+                ..ObjectMeta::default()
+            },
+            spec: Some(ReplicaSetSpec {
+                replicas: Some(replicas),
+                min_ready_seconds: Some(min_ready),
+                selector: LabelSelector {
+                    match_labels: Some(labels.clone()),
+                    ..LabelSelector::default()
+                },
+                template: Some(PodTemplateSpec {
+                    metadata: Some(ObjectMeta {
+                        labels: Some(labels),
+                        ..ObjectMeta::default()
+                    }),
+                    spec: None,
+                }),
+            }),
+            status: None,
+        }
+    }
+
+    #[test]
+    fn expectations_hold_until_observed_or_expired() {
+        let e = Expectations::new();
+        let t0 = Instant::now();
+        assert!(e.satisfied_at("ns/web", t0));
+        e.expect_at("ns/web", 2, ["ns/a".to_string()], t0);
+        assert!(!e.satisfied_at("ns/web", t0));
+        e.creation_observed("ns/web");
+        e.creation_observed("ns/web");
+        assert!(
+            !e.satisfied_at("ns/web", t0),
+            "a deletion is still in flight"
+        );
+        e.deletion_observed("ns/web", "ns/other");
+        assert!(!e.satisfied_at("ns/web", t0));
+        e.deletion_observed("ns/web", "ns/a");
+        assert!(e.satisfied_at("ns/web", t0));
+
+        e.expect_at("ns/web", 1, [], t0);
+        assert!(!e.satisfied_at("ns/web", t0 + Duration::from_secs(60)));
+        assert!(e.satisfied_at("ns/web", t0 + EXPECTATIONS_TIMEOUT));
+        e.forget("ns/web");
+        assert!(e.satisfied_at("ns/web", t0));
+    }
+
+    #[test]
+    fn scale_up_down_and_burst() {
+        let a = running(pod("a", &[], 0), "n", "127.0.0.2", Some(1));
+        let b = pod("b", &[], 1);
+        let c = running(pod("c", &[], 2), "n", "127.0.0.3", Some(1));
+        assert_eq!(plan_scale(3, &[&a]), Scale::Create(2));
+        assert_eq!(plan_scale(2, &[&a, &c]), Scale::Keep);
+        assert_eq!(
+            plan_scale(1, &[&a, &b, &c]),
+            Scale::Delete(vec!["b".into(), "c".into()])
+        );
+        assert_eq!(plan_scale(2000, &[]), Scale::Create(BURST_REPLICAS));
+        assert_eq!(plan_scale(-1, &[&a]), Scale::Delete(vec!["a".into()]));
+    }
+
+    #[test]
+    fn status_counts_ready_and_available_pods() {
+        let r = rs(3, 10);
+        let ready_long = running(pod("a", &[("app", "web")], 0), "n", "127.0.0.2", Some(0));
+        let ready_new = running(pod("b", &[("app", "web")], 0), "n", "127.0.0.3", Some(95));
+        let not_ready = running(pod("c", &[], 0), "n", "127.0.0.4", None);
+        let active = [&ready_long, &ready_new, &not_ready];
+        let s = status(&r, &active, at(100));
+        assert_eq!(s.replicas, 3);
+        assert_eq!(s.fully_labeled_replicas, Some(2));
+        assert_eq!(s.ready_replicas, Some(2));
+        assert_eq!(s.available_replicas, Some(1));
+        assert_eq!(s.observed_generation, Some(4));
+        assert_eq!(next_availability(&r, &active, at(100)), Some(at(105)));
+        assert_eq!(next_availability(&rs(3, 0), &active, at(100)), None);
+    }
+
+    #[test]
+    fn empty_selector_is_refused() {
+        let mut r = rs(1, 0);
+        assert!(selector(&r).is_some());
+        r.spec.as_mut().unwrap().selector = LabelSelector::default();
+        assert!(selector(&r).is_none());
+    }
+}
