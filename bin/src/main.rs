@@ -5,6 +5,7 @@
 //! - [`server`]: `skiff server` / `skiff apiserver`: the data dir, the log, the PKI and tokens, the
 //!   API server on its listener, and graceful shutdown.
 
+mod components;
 mod config_file;
 mod server;
 
@@ -38,7 +39,37 @@ enum Command {
     /// Run the whole control plane in one process on an embedded data dir.
     Server(server::ServerArgs),
     /// Run only the API server (over the embedded log).
-    Apiserver(server::ServerArgs),
+    Apiserver(server::ApiArgs),
+    /// Run the controllers as a process of their own, against an API server.
+    Controllers(ControllersArgs),
+}
+
+/// `skiff controllers`.
+#[derive(Debug, clap::Args)]
+struct ControllersArgs {
+    #[command(flatten)]
+    client: skiff_client::ClientConfig,
+    #[command(flatten)]
+    options: skiff_controllers::Options,
+}
+
+/// Runs one component as its own process until SIGINT/SIGTERM.
+async fn run_component<F, Fut>(client: &skiff_client::ClientConfig, run: F) -> anyhow::Result<()>
+where
+    F: FnOnce(skiff_client::Client, tokio_util::sync::CancellationToken) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    use anyhow::Context;
+    let client = skiff_client::connect(client).await?;
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let stop = shutdown.clone();
+    tokio::spawn(async move {
+        if server::wait_for_signal().await.is_ok() {
+            tracing::info!("shutting down");
+            stop.cancel();
+        }
+    });
+    run(client, shutdown).await.context("the component failed")
 }
 
 fn init_logging(format: LogFormat) {
@@ -64,6 +95,18 @@ fn parse() -> anyhow::Result<Cli> {
     Ok(Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit()))
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_do_not_clash() {
+        // clap checks names, shorts and defaults of every subcommand (only debug builds do this on
+        // their own).
+        Cli::command().debug_assert();
+    }
+}
+
 fn main() -> std::process::ExitCode {
     let cli = match parse() {
         Ok(cli) => cli,
@@ -86,8 +129,17 @@ fn main() -> std::process::ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Server(args) => server::run(args, server::Mode::AllInOne).await,
-            Command::Apiserver(args) => server::run(args, server::Mode::ApiServerOnly).await,
+            Command::Server(args) => {
+                let plan = server::Plan::from_server_args(&args);
+                server::run(args.api, plan).await
+            }
+            Command::Apiserver(args) => server::run(args, server::Plan::api_only()).await,
+            Command::Controllers(args) => {
+                run_component(&args.client, |client, shutdown| async move {
+                    Ok(skiff_controllers::run(client, args.options, shutdown).await?)
+                })
+                .await
+            }
         }
     });
     match result {

@@ -7,14 +7,41 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::collections::BTreeSet;
+
 use anyhow::{Context, Result};
 use skiff_api::{auth, kubeconfig, tls};
 use skiff_store::Store;
 use tokio_util::sync::CancellationToken;
 
-/// Flags of `skiff server` and `skiff apiserver`.
+use crate::components::{self, Component};
+
+/// Flags of `skiff server`: the API server's, which components run, and theirs.
 #[derive(Debug, clap::Args)]
 pub struct ServerArgs {
+    #[command(flatten)]
+    pub api: ApiArgs,
+
+    /// Components to leave out (comma-separated).
+    #[arg(long, value_delimiter = ',', value_enum, env = "SKIFF_DISABLE")]
+    pub disable: Vec<Component>,
+
+    /// Run only these components besides the API server (comma-separated; default: all).
+    #[arg(long, value_delimiter = ',', value_enum, env = "SKIFF_COMPONENTS")]
+    pub components: Option<Vec<Component>>,
+
+    /// Serve the API only, with every component stopped: for inspecting a data dir (a replayed
+    /// one, say) without anything acting on it.
+    #[arg(long, env = "SKIFF_PAUSED")]
+    pub paused: bool,
+
+    #[command(flatten)]
+    pub options: components::Options,
+}
+
+/// Flags of the API server (`skiff apiserver`, and part of `skiff server`).
+#[derive(Debug, clap::Args)]
+pub struct ApiArgs {
     /// Where the log, the PKI, the tokens and the admin kubeconfig live
     /// [default: $XDG_DATA_HOME/skiff or ~/.local/share/skiff].
     #[arg(long, env = "SKIFF_DATA_DIR")]
@@ -54,13 +81,33 @@ pub struct ServerArgs {
     pub compact_interval: Duration,
 }
 
-/// What runs in this process.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    /// Everything (the components join as their issues land).
-    AllInOne,
+/// What runs in this process besides the API server.
+pub struct Plan {
+    /// The components.
+    pub components: BTreeSet<Component>,
+    /// Their flags.
+    pub options: Option<components::Options>,
+}
+
+impl Plan {
     /// The API server alone.
-    ApiServerOnly,
+    pub fn api_only() -> Plan {
+        Plan {
+            components: BTreeSet::new(),
+            options: None,
+        }
+    }
+
+    /// What `skiff server`'s flags select.
+    pub fn from_server_args(args: &ServerArgs) -> Plan {
+        if args.paused {
+            return Plan::api_only();
+        }
+        Plan {
+            components: components::select(args.components.as_deref(), &args.disable),
+            options: Some(args.options.clone()),
+        }
+    }
 }
 
 /// Parses `90s`, `5m`, `1h30m`, `2d`.
@@ -83,15 +130,15 @@ fn default_data_dir() -> Result<PathBuf> {
 /// The file the admin kubeconfig is written to, in the data dir.
 pub const KUBECONFIG_FILE: &str = "admin.kubeconfig";
 
-/// Runs the server until SIGINT or SIGTERM.
-pub async fn run(args: ServerArgs, mode: Mode) -> Result<()> {
+/// Runs the server and the planned components until SIGINT or SIGTERM.
+pub async fn run(args: ApiArgs, plan: Plan) -> Result<()> {
     let data_dir = match args.data_dir.clone() {
         Some(dir) => dir,
         None => default_data_dir()?,
     };
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("cannot create data dir {}", data_dir.display()))?;
-    tracing::info!(data_dir = %data_dir.display(), ?mode, "starting");
+    tracing::info!(data_dir = %data_dir.display(), components = ?plan.components, "starting");
 
     let store_config = skiff_store::Config {
         retention: skiff_store::Retention {
@@ -212,7 +259,58 @@ pub async fn run(args: ServerArgs, mode: Mode) -> Result<()> {
         data_dir.join(JOIN_TOKEN_FILE).display()
     );
 
-    wait_for_signal().await?;
+    // The components talk to the API server like any client, over loopback HTTPS.
+    let components_stop = CancellationToken::new();
+    let mut running = tokio::task::JoinSet::new();
+    if let Some(options) = &plan.options
+        && !plan.components.is_empty()
+    {
+        let local = format!("https://127.0.0.1:{}", bound.port());
+        let client = skiff_client::connect_to(&local, pki.ca_pem().as_bytes(), &admin_token)
+            .context("cannot build the in-process client")?;
+        for component in &plan.components {
+            components::spawn(
+                &mut running,
+                *component,
+                client.clone(),
+                options,
+                components_stop.clone(),
+            );
+        }
+    }
+
+    let failed = tokio::select! {
+        signal = wait_for_signal() => { signal?; None }
+        Some(done) = running.join_next() => Some(done),
+    };
+    if let Some(done) = failed {
+        // A component ended on its own: that is a failure of the whole server.
+        components_stop.cancel();
+        shutdown.cancel();
+        let message = match done {
+            Ok((component, Err(e))) => format!("{component:?} failed: {e:#}"),
+            Ok((component, Ok(()))) => format!("{component:?} stopped unexpectedly"),
+            Err(e) => format!("a component panicked: {e}"),
+        };
+        tracing::error!(%message, "stopping the server");
+        store.close().await.context("flushing the log")?;
+        anyhow::bail!(message);
+    }
+    tracing::info!("shutting down: stopping components");
+    components_stop.cancel();
+    let stop_components = async {
+        while let Some(done) = running.join_next().await {
+            if let Ok((component, Err(e))) = done {
+                tracing::warn!(?component, error = %format!("{e:#}"), "component stopped with an error");
+            }
+        }
+    };
+    if tokio::time::timeout(Duration::from_secs(10), stop_components)
+        .await
+        .is_err()
+    {
+        tracing::warn!("components still stopping after 10 s; going on");
+    }
     tracing::info!("shutting down: no new requests; finishing the ones in flight");
     shutdown.cancel();
     let drain = async {
@@ -264,7 +362,7 @@ fn ensure_join_token(
     Ok(token)
 }
 
-async fn wait_for_signal() -> Result<()> {
+pub async fn wait_for_signal() -> Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;

@@ -264,6 +264,89 @@ impl TestCluster {
     }
 }
 
+/// A `skiff` component process (scheduler, controllers, kubelet, ...) pointed at a cluster;
+/// killed on drop, its log printed if a test panics.
+pub struct Component {
+    child: Option<Child>,
+    log: PathBuf,
+    name: String,
+}
+
+impl TestCluster {
+    /// Starts `skiff <args...>` (e.g. `["controllers"]`) with `--kubeconfig` naming this
+    /// cluster's admin kubeconfig appended.
+    pub fn spawn_component(&self, args: &[&str]) -> Component {
+        let name = args.first().copied().unwrap_or("component").to_string();
+        let log = self
+            .dir
+            .path()
+            .join(format!("{name}-{}.log", free_port()));
+        let file = std::fs::File::create(&log).expect("component log file");
+        let child = Command::new(skiff_binary())
+            .args(args)
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
+            )
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().expect("log handle"))
+            .stderr(file)
+            .spawn()
+            .expect("starting a skiff component");
+        Component {
+            child: Some(child),
+            log,
+            name,
+        }
+    }
+}
+
+impl Component {
+    /// What the component has logged so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Whether the process is still running.
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// Stops it with SIGTERM and returns its exit status.
+    pub fn stop(&mut self) -> Option<std::process::ExitStatus> {
+        let mut child = self.child.take()?;
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        child.wait().ok()
+    }
+}
+
+impl Drop for Component {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("---- skiff {} log ----\n{}", self.name, self.log_text());
+        }
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 impl Drop for TestCluster {
     fn drop(&mut self) {
         if std::thread::panicking() {

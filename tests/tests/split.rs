@@ -1,0 +1,97 @@
+//! Several `skiff` processes talking over HTTPS: `skiff apiserver` with components as processes
+//! of their own, the same scenario all-in-one under `skiff server`, and components that recover
+//! when the API server is killed and restarted under them.
+
+use std::time::Duration;
+
+use skiff_tests::{TestCluster, eventually};
+
+const DEPLOYMENT: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: NAME, namespace: default}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: NAME}}
+  template:
+    metadata: {labels: {app: NAME}}
+    spec:
+      containers:
+      - name: main
+        image: busybox
+        command: ["sh", "-c", "sleep 3600"]
+"#;
+
+fn create_deployment(cluster: &TestCluster, name: &str) {
+    cluster
+        .kubectl()
+        .ok_with_input(&["apply", "-f", "-"], &DEPLOYMENT.replace("NAME", name));
+}
+
+/// Whether the controllers' informers saw the Deployment: its ReplicaSet exists.
+fn replicaset_appears(cluster: &TestCluster, name: &str) -> bool {
+    eventually(Duration::from_secs(60), || {
+        let run = cluster
+            .kubectl()
+            .run(&["get", "replicasets", "-l", &format!("app={name}"), "-o", "name"]);
+        run.ok && run.stdout.contains("replicaset.apps/")
+    })
+}
+
+#[test]
+fn a_component_process_sees_kubectl_changes_over_https() {
+    let cluster = TestCluster::start(&[]);
+    let mut controllers = cluster.spawn_component(&["controllers"]);
+    create_deployment(&cluster, "split");
+    assert!(
+        replicaset_appears(&cluster, "split"),
+        "no ReplicaSet:\n{}",
+        controllers.log_text()
+    );
+    let status = controllers.stop().expect("running");
+    assert!(status.success(), "controllers exited with {status}");
+}
+
+#[test]
+fn the_same_scenario_all_in_one() {
+    let cluster = TestCluster::start_server(&[]);
+    create_deployment(&cluster, "together");
+    assert!(replicaset_appears(&cluster, "together"));
+}
+
+#[test]
+fn components_recover_when_the_api_server_is_killed_and_restarted() {
+    let mut cluster = TestCluster::start(&[]);
+    let mut controllers = cluster.spawn_component(&["controllers"]);
+    create_deployment(&cluster, "before");
+    assert!(replicaset_appears(&cluster, "before"));
+
+    cluster.restart_after_crash();
+    create_deployment(&cluster, "after");
+    assert!(
+        replicaset_appears(&cluster, "after"),
+        "the controllers did not recover:\n{}",
+        controllers.log_text()
+    );
+    assert!(controllers.is_running());
+    // No duplicates: one ReplicaSet per Deployment.
+    let names = cluster
+        .kubectl()
+        .ok(&["get", "replicasets", "-o", "name"]);
+    assert_eq!(names.lines().count(), 2, "{names}");
+}
+
+#[test]
+fn an_unreachable_server_fails_fast() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = skiff_tests::free_port();
+    let out = std::process::Command::new(skiff_tests::skiff_binary())
+        .args(["controllers", "--server", &format!("https://127.0.0.1:{port}")])
+        .args(["--token", &format!("SKIFF1::{}::secret", "0".repeat(64))])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("cannot reach the API server"), "{text}");
+}
