@@ -1,0 +1,340 @@
+//! Proxy benchmark: bulk throughput and small-request latency on loopback, connecting directly to
+//! the backends, through skiff-proxy, and through HAProxy (if installed), side by side in one run.
+//!
+//! `cargo bench -p skiff-proxy --bench proxy`. Knobs: `SKIFF_BENCH_BULK_MIB` (per transfer, default
+//! 1024), `SKIFF_BENCH_ROUNDS` (default 3; medians are reported), `SKIFF_BENCH_REQUESTS`
+//! (persistent-connection round trips per round, default 20000), `SKIFF_BENCH_CONNECTIONS` (new
+//! connections per round, default 2000), `SKIFF_BENCH_HAPROXY` (the binary, default `haproxy`).
+//!
+//! The backends and the client use blocking sockets on their own threads so that they add the
+//! same, small cost to every path; skiff-proxy runs in its own two-worker tokio runtime, HAProxy
+//! as a child process with two threads.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Endpoints, Service};
+use serde_json::json;
+use skiff_proxy::{Config, Proxier};
+use tokio_util::sync::CancellationToken;
+
+const REQUEST: usize = 64;
+
+fn env_or(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// A backend: the first byte of a connection picks the mode. `E`: echo until EOF. `S` + u64 (big
+/// endian): send that many bytes, then close.
+fn backend(ip: &str) -> SocketAddr {
+    let listener = TcpListener::bind((ip, 0)).expect("bind backend");
+    let addr = listener.local_addr().unwrap();
+    thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            thread::spawn(move || {
+                let _ = stream.set_nodelay(true);
+                let mut mode = [0u8; 1];
+                if stream.read_exact(&mut mode).is_err() {
+                    return;
+                }
+                match mode[0] {
+                    b'E' => {
+                        let mut buf = [0u8; 4096];
+                        loop {
+                            match stream.read(&mut buf) {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => {
+                                    if stream.write_all(&buf[..n]).is_err() {
+                                        return;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    b'S' => {
+                        let mut len = [0u8; 8];
+                        if stream.read_exact(&mut len).is_err() {
+                            return;
+                        }
+                        let mut left = u64::from_be_bytes(len);
+                        let chunk = vec![0x5au8; 256 * 1024];
+                        while left > 0 {
+                            let n = left.min(chunk.len() as u64) as usize;
+                            if stream.write_all(&chunk[..n]).is_err() {
+                                return;
+                            }
+                            left -= n as u64;
+                        }
+                    }
+                    _ => {}
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// Bytes per second of one bulk transfer of `bytes` from a backend through `target`.
+fn throughput(target: SocketAddr, bytes: u64) -> f64 {
+    let mut stream = TcpStream::connect(target).expect("connect for bulk");
+    let mut request = vec![b'S'];
+    request.extend_from_slice(&bytes.to_be_bytes());
+    let start = Instant::now();
+    stream.write_all(&request).unwrap();
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut got = 0u64;
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => got += n as u64,
+            Err(e) => panic!("bulk read failed: {e}"),
+        }
+    }
+    assert_eq!(got, bytes, "short bulk transfer");
+    got as f64 / start.elapsed().as_secs_f64()
+}
+
+/// Round-trip times of `n` small requests over one connection.
+fn persistent(target: SocketAddr, n: usize) -> Vec<Duration> {
+    let mut stream = TcpStream::connect(target).expect("connect for latency");
+    stream.set_nodelay(true).unwrap();
+    stream.write_all(b"E").unwrap();
+    let request = [0x42u8; REQUEST];
+    let mut response = [0u8; REQUEST];
+    for _ in 0..n / 10 {
+        stream.write_all(&request).unwrap();
+        stream.read_exact(&mut response).unwrap();
+    }
+    (0..n)
+        .map(|_| {
+            let start = Instant::now();
+            stream.write_all(&request).unwrap();
+            stream.read_exact(&mut response).unwrap();
+            start.elapsed()
+        })
+        .collect()
+}
+
+/// Times of `n` connect + small request + response + close.
+fn new_connections(target: SocketAddr, n: usize) -> Vec<Duration> {
+    let mut request = vec![b'E'];
+    request.extend_from_slice(&[0x42u8; REQUEST]);
+    let mut response = [0u8; REQUEST];
+    (0..n)
+        .map(|_| {
+            let start = Instant::now();
+            let mut stream = TcpStream::connect(target).expect("connect");
+            stream.set_nodelay(true).unwrap();
+            stream.write_all(&request).unwrap();
+            stream.read_exact(&mut response).unwrap();
+            drop(stream);
+            start.elapsed()
+        })
+        .collect()
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+/// skiff-proxy in a runtime of its own, serving one Service at `cluster_ip:8080`.
+fn start_skiff(cluster_ip: &str, backends: &[SocketAddr]) -> (SocketAddr, tokio::runtime::Runtime) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let service: Service = serde_json::from_value(json!({
+        "metadata": {"namespace": "default", "name": "bench"},
+        "spec": {"clusterIP": cluster_ip, "ports": [{"name": "tcp", "port": 8080}]}
+    }))
+    .unwrap();
+    let subsets: Vec<_> = backends
+        .iter()
+        .map(|a| json!({"addresses": [{"ip": a.ip().to_string()}], "ports": [{"name": "tcp", "port": a.port()}]}))
+        .collect();
+    let endpoints: Endpoints = serde_json::from_value(json!({
+        "metadata": {"namespace": "default", "name": "bench"}, "subsets": subsets
+    }))
+    .unwrap();
+    let proxier = runtime.block_on(async {
+        let mut proxier = Proxier::new(Config::default(), CancellationToken::new());
+        let report = proxier.sync([service], [endpoints]).await;
+        assert!(report.failed.is_empty(), "{report:?}");
+        proxier
+    });
+    // Keep the proxier alive as long as the runtime.
+    runtime.spawn(async move {
+        std::future::pending::<()>().await;
+        drop(proxier);
+    });
+    (format!("{cluster_ip}:8080").parse().unwrap(), runtime)
+}
+
+/// HAProxy in TCP mode, round-robin over the same backends; `None` if it is not installed.
+fn start_haproxy(
+    binary: &str,
+    address: &str,
+    backends: &[SocketAddr],
+    splice: bool,
+    dir: &std::path::Path,
+) -> Option<(SocketAddr, Child)> {
+    let mut config = format!(
+        "global\n  nbthread 2\n  maxconn 20000\ndefaults\n  mode tcp\n  timeout connect 5s\n  timeout client 60s\n  timeout server 60s\n{}listen bench\n  bind {address}:8080\n  balance roundrobin\n",
+        if splice { "  option splice-auto\n" } else { "" }
+    );
+    for (i, b) in backends.iter().enumerate() {
+        config.push_str(&format!("  server s{i} {b}\n"));
+    }
+    let path = dir.join(format!(
+        "haproxy-{}.cfg",
+        if splice { "splice" } else { "plain" }
+    ));
+    std::fs::write(&path, config).unwrap();
+    let child = Command::new(binary)
+        .arg("-db")
+        .arg("-f")
+        .arg(&path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    let target: SocketAddr = format!("{address}:8080").parse().unwrap();
+    for _ in 0..100 {
+        if TcpStream::connect(target).is_ok() {
+            return Some((target, child));
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+    None
+}
+
+struct Row {
+    name: String,
+    throughput: f64,
+    persistent: (Duration, Duration),
+    new: (Duration, Duration),
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; nothing else is understood.
+    let bulk = env_or("SKIFF_BENCH_BULK_MIB", 1024) * 1024 * 1024;
+    let rounds = env_or("SKIFF_BENCH_ROUNDS", 3) as usize;
+    let requests = env_or("SKIFF_BENCH_REQUESTS", 20_000) as usize;
+    let connections = env_or("SKIFF_BENCH_CONNECTIONS", 2_000) as usize;
+    let haproxy = std::env::var("SKIFF_BENCH_HAPROXY").unwrap_or_else(|_| "haproxy".into());
+
+    let backends = [
+        backend("127.0.0.1"),
+        backend("127.0.0.2"),
+        backend("127.0.0.3"),
+    ];
+    let (skiff, _runtime) = start_skiff("127.96.200.1", &backends);
+    let dir = std::env::temp_dir().join(format!("skiff-proxy-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut children = Vec::new();
+    let mut targets: Vec<(String, SocketAddr)> = vec![
+        ("direct".into(), backends[0]),
+        ("skiff-proxy".into(), skiff),
+    ];
+    for (splice, address, name) in [
+        (false, "127.96.200.2", "HAProxy"),
+        (true, "127.96.200.3", "HAProxy, option splice-auto"),
+    ] {
+        match start_haproxy(&haproxy, address, &backends, splice, &dir) {
+            Some((target, child)) => {
+                children.push(child);
+                targets.push((name.into(), target));
+            }
+            None => eprintln!("{haproxy} did not start: no {name} column"),
+        }
+    }
+
+    // Rounds interleave the paths so that load from elsewhere on the machine hits all alike.
+    let mut tput: Vec<Vec<f64>> = vec![Vec::new(); targets.len()];
+    let mut pers: Vec<Vec<Duration>> = vec![Vec::new(); targets.len()];
+    let mut news: Vec<Vec<Duration>> = vec![Vec::new(); targets.len()];
+    for round in 0..rounds {
+        for (i, (name, target)) in targets.iter().enumerate() {
+            let t = throughput(*target, bulk);
+            let p = persistent(*target, requests);
+            let n = new_connections(*target, connections);
+            eprintln!(
+                "round {round} {name}: {:.2} GB/s, persistent p50 {:?}, new p50 {:?}",
+                t / 1e9,
+                {
+                    let mut s = p.clone();
+                    s.sort();
+                    percentile(&s, 0.5)
+                },
+                {
+                    let mut s = n.clone();
+                    s.sort();
+                    percentile(&s, 0.5)
+                },
+            );
+            tput[i].push(t);
+            pers[i].extend(p);
+            news[i].extend(n);
+        }
+    }
+    for child in &mut children {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let rows: Vec<Row> = targets
+        .iter()
+        .enumerate()
+        .map(|(i, (name, _))| {
+            let mut p = std::mem::take(&mut pers[i]);
+            p.sort();
+            let mut n = std::mem::take(&mut news[i]);
+            n.sort();
+            Row {
+                name: name.clone(),
+                throughput: median(tput[i].clone()),
+                persistent: (percentile(&p, 0.5), percentile(&p, 0.99)),
+                new: (percentile(&n, 0.5), percentile(&n, 0.99)),
+            }
+        })
+        .collect();
+    let direct = &rows[0];
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    println!(
+        "bulk {} MiB per transfer, {rounds} rounds (median); {requests} round trips of {REQUEST} B per round; {connections} new connections per round\n",
+        bulk / (1024 * 1024)
+    );
+    println!(
+        "| path | bulk throughput | vs direct | persistent p50 | p99 | added p50 | new conn p50 | p99 | added p50 |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for row in &rows {
+        println!(
+            "| {} | {:.2} GB/s | {:.0}% | {:.1} µs | {:.1} µs | {:+.1} µs | {:.1} µs | {:.1} µs | {:+.1} µs |",
+            row.name,
+            row.throughput / 1e9,
+            100.0 * row.throughput / direct.throughput,
+            us(row.persistent.0),
+            us(row.persistent.1),
+            us(row.persistent.0) - us(direct.persistent.0),
+            us(row.new.0),
+            us(row.new.1),
+            us(row.new.0) - us(direct.new.0),
+        );
+    }
+}
