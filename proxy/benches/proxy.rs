@@ -193,7 +193,7 @@ fn start_haproxy(
     dir: &std::path::Path,
 ) -> Option<(SocketAddr, Child)> {
     let mut config = format!(
-        "global\n  nbthread 2\n  maxconn 20000\ndefaults\n  mode tcp\n  timeout connect 5s\n  timeout client 60s\n  timeout server 60s\n{}listen bench\n  bind {address}:8080\n  balance roundrobin\n",
+        "global\n  nbthread 2\n  maxconn 4000\ndefaults\n  mode tcp\n  timeout connect 5s\n  timeout client 60s\n  timeout server 60s\n{}listen bench\n  bind {address}:8080\n  balance roundrobin\n",
         if splice { "  option splice-auto\n" } else { "" }
     );
     for (i, b) in backends.iter().enumerate() {
