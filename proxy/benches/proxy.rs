@@ -222,11 +222,45 @@ fn start_haproxy(
     None
 }
 
-struct Row {
+/// CPU seconds (user + system) a process has used so far, from `/proc/<pid>/stat` (in USER_HZ,
+/// 100 per second on Linux).
+fn cpu_seconds(pid: &str) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+    let rest = &stat[stat.rfind(')').map_or(0, |i| i + 2)..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 =
+        fields[11].parse::<f64>().unwrap_or(0.0) + fields[12].parse::<f64>().unwrap_or(0.0);
+    ticks / 100.0
+}
+
+/// One path under test: where to connect, and which processes do its work.
+struct Path {
     name: String,
-    throughput: f64,
-    persistent: (Duration, Duration),
-    new: (Duration, Duration),
+    target: SocketAddr,
+    /// The proxy's own process, if it is not this one.
+    child: Option<u32>,
+}
+
+impl Path {
+    /// CPU seconds of this process (client, backends and skiff-proxy) plus the proxy child's.
+    fn cpu(&self) -> f64 {
+        cpu_seconds("self") + self.child.map_or(0.0, |pid| cpu_seconds(&pid.to_string()))
+    }
+}
+
+#[derive(Default)]
+struct Samples {
+    throughput: Vec<f64>,
+    persistent: Vec<Duration>,
+    new: Vec<Duration>,
+    /// CPU seconds per GB of bulk transfer, per round.
+    bulk_cpu: Vec<f64>,
+    /// CPU microseconds per request, persistent and new connections, per round.
+    persistent_cpu: Vec<f64>,
+    new_cpu: Vec<f64>,
 }
 
 fn main() {
@@ -246,9 +280,17 @@ fn main() {
     let dir = std::env::temp_dir().join(format!("skiff-proxy-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let mut children = Vec::new();
-    let mut targets: Vec<(String, SocketAddr)> = vec![
-        ("direct".into(), backends[0]),
-        ("skiff-proxy".into(), skiff),
+    let mut paths = vec![
+        Path {
+            name: "direct".into(),
+            target: backends[0],
+            child: None,
+        },
+        Path {
+            name: "skiff-proxy".into(),
+            target: skiff,
+            child: None,
+        },
     ];
     for (splice, address, name) in [
         (false, "127.96.200.2", "HAProxy"),
@@ -256,39 +298,43 @@ fn main() {
     ] {
         match start_haproxy(&haproxy, address, &backends, splice, &dir) {
             Some((target, child)) => {
+                paths.push(Path {
+                    name: name.into(),
+                    target,
+                    child: Some(child.id()),
+                });
                 children.push(child);
-                targets.push((name.into(), target));
             }
             None => eprintln!("{haproxy} did not start: no {name} column"),
         }
     }
 
     // Rounds interleave the paths so that load from elsewhere on the machine hits all alike.
-    let mut tput: Vec<Vec<f64>> = vec![Vec::new(); targets.len()];
-    let mut pers: Vec<Vec<Duration>> = vec![Vec::new(); targets.len()];
-    let mut news: Vec<Vec<Duration>> = vec![Vec::new(); targets.len()];
+    let mut samples: Vec<Samples> = paths.iter().map(|_| Samples::default()).collect();
     for round in 0..rounds {
-        for (i, (name, target)) in targets.iter().enumerate() {
-            let t = throughput(*target, bulk);
-            let p = persistent(*target, requests);
-            let n = new_connections(*target, connections);
+        for (path, s) in paths.iter().zip(&mut samples) {
+            let c0 = path.cpu();
+            let t = throughput(path.target, bulk);
+            let c1 = path.cpu();
+            let p = persistent(path.target, requests);
+            let c2 = path.cpu();
+            let n = new_connections(path.target, connections);
+            let c3 = path.cpu();
+            s.bulk_cpu.push((c1 - c0) / (bulk as f64 / 1e9));
+            s.persistent_cpu
+                .push((c2 - c1) * 1e6 / (requests as f64 * 1.1));
+            s.new_cpu.push((c3 - c2) * 1e6 / connections as f64);
+            let mut sorted = p.clone();
+            sorted.sort();
             eprintln!(
-                "round {round} {name}: {:.2} GB/s, persistent p50 {:?}, new p50 {:?}",
+                "round {round} {}: {:.2} GB/s, persistent p50 {:?}",
+                path.name,
                 t / 1e9,
-                {
-                    let mut s = p.clone();
-                    s.sort();
-                    percentile(&s, 0.5)
-                },
-                {
-                    let mut s = n.clone();
-                    s.sort();
-                    percentile(&s, 0.5)
-                },
+                percentile(&sorted, 0.5),
             );
-            tput[i].push(t);
-            pers[i].extend(p);
-            news[i].extend(n);
+            s.throughput.push(t);
+            s.persistent.extend(p);
+            s.new.extend(n);
         }
     }
     for child in &mut children {
@@ -297,44 +343,39 @@ fn main() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 
-    let rows: Vec<Row> = targets
-        .iter()
-        .enumerate()
-        .map(|(i, (name, _))| {
-            let mut p = std::mem::take(&mut pers[i]);
-            p.sort();
-            let mut n = std::mem::take(&mut news[i]);
-            n.sort();
-            Row {
-                name: name.clone(),
-                throughput: median(tput[i].clone()),
-                persistent: (percentile(&p, 0.5), percentile(&p, 0.99)),
-                new: (percentile(&n, 0.5), percentile(&n, 0.99)),
-            }
-        })
-        .collect();
-    let direct = &rows[0];
     let us = |d: Duration| d.as_secs_f64() * 1e6;
     println!(
-        "bulk {} MiB per transfer, {rounds} rounds (median); {requests} round trips of {REQUEST} B per round; {connections} new connections per round\n",
+        "bulk {} MiB per transfer, {rounds} rounds (throughput and CPU: median of rounds; latency: percentiles of all samples); {requests} round trips of {REQUEST} B and {connections} new connections per round\n",
         bulk / (1024 * 1024)
     );
     println!(
-        "| path | bulk throughput | vs direct | persistent p50 | p99 | added p50 | new conn p50 | p99 | added p50 |"
+        "| path | bulk throughput | vs direct | CPU s per GB | persistent p50 | p99 | added p50 | CPU µs per request | new conn p50 | p99 | added p50 | CPU µs per connection |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
-    for row in &rows {
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let mut direct = None;
+    for (path, s) in paths.iter().zip(&mut samples) {
+        s.persistent.sort();
+        s.new.sort();
+        let row = (
+            median(s.throughput.clone()),
+            percentile(&s.persistent, 0.5),
+            percentile(&s.new, 0.5),
+        );
+        let (d_tput, d_p, d_n) = *direct.get_or_insert(row);
         println!(
-            "| {} | {:.2} GB/s | {:.0}% | {:.1} µs | {:.1} µs | {:+.1} µs | {:.1} µs | {:.1} µs | {:+.1} µs |",
-            row.name,
-            row.throughput / 1e9,
-            100.0 * row.throughput / direct.throughput,
-            us(row.persistent.0),
-            us(row.persistent.1),
-            us(row.persistent.0) - us(direct.persistent.0),
-            us(row.new.0),
-            us(row.new.1),
-            us(row.new.0) - us(direct.new.0),
+            "| {} | {:.2} GB/s | {:.0}% | {:.2} | {:.1} µs | {:.1} µs | {:+.1} µs | {:.1} | {:.1} µs | {:.1} µs | {:+.1} µs | {:.1} |",
+            path.name,
+            row.0 / 1e9,
+            100.0 * row.0 / d_tput,
+            median(s.bulk_cpu.clone()),
+            us(row.1),
+            us(percentile(&s.persistent, 0.99)),
+            us(row.1) - us(d_p),
+            median(s.persistent_cpu.clone()),
+            us(row.2),
+            us(percentile(&s.new, 0.99)),
+            us(row.2) - us(d_n),
+            median(s.new_cpu.clone()),
         );
     }
 }
