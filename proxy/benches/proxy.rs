@@ -4,7 +4,8 @@
 //! `cargo bench -p skiff-proxy --bench proxy`. Knobs: `SKIFF_BENCH_BULK_MIB` (per transfer, default
 //! 1024), `SKIFF_BENCH_ROUNDS` (default 3; medians are reported), `SKIFF_BENCH_REQUESTS`
 //! (persistent-connection round trips per round, default 20000), `SKIFF_BENCH_CONNECTIONS` (new
-//! connections per round, default 2000), `SKIFF_BENCH_HAPROXY` (the binary, default `haproxy`).
+//! connections per round, default 2000), `SKIFF_BENCH_HAPROXY` (the binary, default `haproxy`),
+//! `SKIFF_BENCH_WORKERS` (worker threads of skiff-proxy's runtime, default 2).
 //!
 //! The backends and the client use blocking sockets on their own threads so that they add the
 //! same, small cost to every path; skiff-proxy runs in its own two-worker tokio runtime, HAProxy
@@ -152,8 +153,9 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 /// skiff-proxy in a runtime of its own, serving one Service at `cluster_ip:8080`.
 fn start_skiff(cluster_ip: &str, backends: &[SocketAddr]) -> (SocketAddr, tokio::runtime::Runtime) {
+    let workers = env_or("SKIFF_BENCH_WORKERS", 2) as usize;
     let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(workers)
         .enable_all()
         .build()
         .unwrap();
