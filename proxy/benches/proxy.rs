@@ -5,10 +5,11 @@
 //! 1024), `SKIFF_BENCH_ROUNDS` (default 3; medians are reported), `SKIFF_BENCH_REQUESTS`
 //! (persistent-connection round trips per round, default 20000), `SKIFF_BENCH_CONNECTIONS` (new
 //! connections per round, default 2000), `SKIFF_BENCH_HAPROXY` (the binary, default `haproxy`),
-//! `SKIFF_BENCH_WORKERS` (worker threads of skiff-proxy's runtime, default 2).
+//! `SKIFF_BENCH_WORKERS` (worker threads of skiff-proxy's runtime; a list measures one proxy per
+//! entry; default `1,2`).
 //!
 //! The backends and the client use blocking sockets on their own threads so that they add the
-//! same, small cost to every path; skiff-proxy runs in its own two-worker tokio runtime, HAProxy
+//! same, small cost to every path; skiff-proxy runs in a tokio runtime of its own, HAProxy
 //! as a child process with two threads.
 
 use std::io::{Read, Write};
@@ -152,8 +153,11 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// skiff-proxy in a runtime of its own, serving one Service at `cluster_ip:8080`.
-fn start_skiff(cluster_ip: &str, backends: &[SocketAddr]) -> (SocketAddr, tokio::runtime::Runtime) {
-    let workers = env_or("SKIFF_BENCH_WORKERS", 2) as usize;
+fn start_skiff(
+    cluster_ip: &str,
+    backends: &[SocketAddr],
+    workers: usize,
+) -> (SocketAddr, tokio::runtime::Runtime) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(workers)
         .enable_all()
@@ -278,22 +282,29 @@ fn main() {
         backend("127.0.0.2"),
         backend("127.0.0.3"),
     ];
-    let (skiff, _runtime) = start_skiff("127.96.200.1", &backends);
+    let workers: Vec<usize> = std::env::var("SKIFF_BENCH_WORKERS")
+        .unwrap_or_else(|_| "1,2".into())
+        .split(',')
+        .filter_map(|w| w.trim().parse().ok())
+        .collect();
     let dir = std::env::temp_dir().join(format!("skiff-proxy-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let mut children = Vec::new();
-    let mut paths = vec![
-        Path {
-            name: "direct".into(),
-            target: backends[0],
+    let mut paths = vec![Path {
+        name: "direct".into(),
+        target: backends[0],
+        child: None,
+    }];
+    let mut runtimes = Vec::new();
+    for (i, w) in workers.iter().enumerate() {
+        let (target, runtime) = start_skiff(&format!("127.96.200.{}", 10 + i), &backends, *w);
+        runtimes.push(runtime);
+        paths.push(Path {
+            name: format!("skiff-proxy, {w} worker{}", if *w == 1 { "" } else { "s" }),
+            target,
             child: None,
-        },
-        Path {
-            name: "skiff-proxy".into(),
-            target: skiff,
-            child: None,
-        },
-    ];
+        });
+    }
     for (splice, address, name) in [
         (false, "127.96.200.2", "HAProxy"),
         (true, "127.96.200.3", "HAProxy, option splice-auto"),

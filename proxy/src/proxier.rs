@@ -287,7 +287,16 @@ impl Proxier {
     pub async fn shutdown(self) {
         self.shared.shutdown.cancel();
         self.shared.tracker.close();
-        self.shared.tracker.wait().await;
+        let tracker = self.shared.tracker.clone();
+        drop(self);
+        tracker.wait().await;
+    }
+}
+
+impl Drop for Proxier {
+    /// A dropped proxier closes its listeners, connections and flows (without waiting for them).
+    fn drop(&mut self) {
+        self.shared.shutdown.cancel();
     }
 }
 

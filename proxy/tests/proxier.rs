@@ -648,3 +648,24 @@ async fn shutdown_closes_listeners_and_connections() {
     assert_eq!(n, 0, "the proxied connection was closed");
     assert!(TcpStream::connect("127.96.15.1:8080").await.is_err());
 }
+
+#[tokio::test]
+async fn a_dropped_proxier_closes_its_listeners() {
+    let a = backend("127.0.0.1", "a").await;
+    let mut proxier = Proxier::new(config(), CancellationToken::new());
+    proxier
+        .sync(
+            [service("dropped", "127.96.16.1", json!({}))],
+            [endpoints("dropped", "http", &[a])],
+        )
+        .await;
+    assert_eq!(greeting(sa("127.96.16.1:8080")).await, "a");
+    drop(proxier);
+    tokio::time::timeout(PATIENCE, async {
+        while TcpStream::connect("127.96.16.1:8080").await.is_ok() {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the listener closes after the proxier is dropped");
+}
