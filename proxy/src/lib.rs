@@ -14,17 +14,21 @@
 //!   connections (retrying refused connects on the next endpoint) and UDP flows (idle timeout),
 //!   with metrics.
 //! - `relay`: the bytes of one TCP connection, zero-copy with splice(2) on Linux.
+//! - [`run`](mod@run): [`Options`] (the flags of `skiff proxy`) and [`run()`], which feeds the
+//!   proxier from informers on Services and Endpoints.
 
 pub mod balancer;
 pub mod plan;
 pub mod proxier;
 mod relay;
+pub mod run;
 
 use std::net::SocketAddr;
 
 pub use balancer::{LoadBalancer, PickError, ServicePortName};
 pub use plan::{Plan, PortPlan, Protocol};
 pub use proxier::{Clock, Config, ListenerInfo, Proxier, SyncReport, SystemClock};
+pub use run::{Options, run};
 
 /// What can go wrong in the proxy.
 #[derive(Debug, thiserror::Error)]
