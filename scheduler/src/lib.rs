@@ -10,14 +10,18 @@
 //! - [`algorithm`]: the plugin registry, algorithm providers, policies, and one decision.
 //! - [`cache`]: nodes with bound and assumed pods, spreading groups.
 //! - [`queue`]: the scheduling queue (active, backoff, unschedulable).
+//! - [`binder`]: the token bucket, and the writes (binding, unschedulable condition and event).
+//! - [`scheduler`]: informer events in, `scheduleOne` in a loop, concurrent binds out.
 
 pub mod algorithm;
+pub mod binder;
 pub mod cache;
 pub mod nodeinfo;
 pub mod predicates;
 pub mod priorities;
 pub mod queue;
 pub mod resources;
+pub mod scheduler;
 
 /// The scheduler name pods get when they name none, and the one this scheduler answers to by
 /// default.
