@@ -20,6 +20,10 @@ use crate::cache::{Cache, GroupKind};
 use crate::nodeinfo::PodInfo;
 use crate::queue::SchedulingQueue;
 
+/// Binds in flight at most: past this, decided pods wait (assumed) for a bind slot, so a burst of
+/// decisions never opens thousands of requests at once.
+pub const MAX_BINDS_IN_FLIGHT: usize = 256;
+
 /// How often backoffs are flushed and expired assumptions dropped.
 pub const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(1);
 
@@ -42,6 +46,7 @@ pub struct Scheduler {
     queue: SchedulingQueue,
     api: SharedApi,
     bucket: TokenBucket,
+    bind_slots: tokio::sync::Semaphore,
     binds: TaskTracker,
     /// Counters.
     pub stats: Stats,
@@ -85,6 +90,7 @@ impl Scheduler {
             queue: SchedulingQueue::new(),
             api,
             bucket: TokenBucket::new(bind_qps, bind_burst),
+            bind_slots: tokio::sync::Semaphore::new(MAX_BINDS_IN_FLIGHT),
             binds: TaskTracker::new(),
             stats: Stats::default(),
         })
@@ -239,6 +245,11 @@ impl Scheduler {
     }
 
     async fn bind(&self, pod: Arc<Pod>, key: String, node: String) {
+        let _slot = self
+            .bind_slots
+            .acquire()
+            .await
+            .expect("the bind semaphore is never closed");
         self.bucket.acquire().await;
         match self.api.bind(&pod, &node).await {
             Ok(()) => {
@@ -534,5 +545,46 @@ mod tests {
         drain_binds(&s).await;
         let binds: HashMap<_, _> = api.binds.lock().unwrap().iter().cloned().collect();
         assert_eq!(binds.get("default/p").map(String::as_str), Some("n1"));
+    }
+
+    #[tokio::test]
+    async fn pods_of_a_service_spread_across_nodes() {
+        let (s, api, _) = setup();
+        let r = Registry::default();
+        let policy: crate::algorithm::Policy = serde_json::from_str(
+            r#"{"predicates": [{"name": "PodFitsResources"}],
+                "priorities": [{"name": "SelectorSpreadPriority", "weight": 1}]}"#,
+        )
+        .unwrap();
+        let mut a = r.algorithm(&policy, 100).unwrap();
+        s.on_node(&node("n1", "4", false));
+        s.on_node(&node("n2", "4", false));
+        s.on_node(&node("n3", "4", false));
+        s.on_group(
+            GroupKind::Service,
+            "default",
+            "web",
+            Some(Selector::from_set(
+                &[("app".to_string(), "web".to_string())].into(),
+            )),
+        );
+        let web = |name: &str| {
+            let mut p = (*pod(name, "100m")).clone();
+            p.metadata.labels = Some([("app".to_string(), "web".to_string())].into());
+            Arc::new(p)
+        };
+        for i in 0..6 {
+            s.on_pod(&web(&format!("w{i}")));
+        }
+        for _ in 0..6 {
+            s.schedule_one(&mut a).await;
+        }
+        drain_binds(&s).await;
+        let mut per_node: HashMap<String, usize> = HashMap::new();
+        for (_, n) in api.binds.lock().unwrap().iter() {
+            *per_node.entry(n.clone()).or_default() += 1;
+        }
+        assert_eq!(per_node.len(), 3, "{per_node:?}");
+        assert!(per_node.values().all(|&c| c == 2), "{per_node:?}");
     }
 }
