@@ -12,8 +12,11 @@
 //! - [`queue`]: the scheduling queue (active, backoff, unschedulable).
 //! - [`binder`]: the token bucket, and the writes (binding, unschedulable condition and event).
 //! - [`scheduler`]: informer events in, `scheduleOne` in a loop, concurrent binds out.
+//! - [`run`]: [`Options`] (the flags) and [`run`] (informers wired to the scheduler).
+//! - [`bench`]: `skiff bench scheduler` (hollow nodes, pods bound per second end to end).
 
 pub mod algorithm;
+pub mod bench;
 pub mod binder;
 pub mod cache;
 pub mod nodeinfo;
@@ -21,7 +24,10 @@ pub mod predicates;
 pub mod priorities;
 pub mod queue;
 pub mod resources;
+pub mod run;
 pub mod scheduler;
+
+pub use run::{Options, run};
 
 /// The scheduler name pods get when they name none, and the one this scheduler answers to by
 /// default.
@@ -45,6 +51,15 @@ pub enum Error {
     /// A pod already in the cache cannot be assumed.
     #[error("pod {0} is already in the scheduler cache")]
     AlreadyInCache(String),
+    /// The policy file cannot be read or parsed.
+    #[error("policy file {path}: {source}")]
+    PolicyFile {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What went wrong.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// A priority weight that is not positive.
     #[error("priority {name} has weight {weight}; weights must be positive")]
     BadWeight {
