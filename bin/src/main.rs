@@ -4,7 +4,9 @@
 //! - `main.rs`: the command line, logging and the runtime.
 //! - [`server`]: `skiff server` / `skiff apiserver`: the data dir, the log, the PKI and tokens, the
 //!   API server on its listener, and graceful shutdown.
+//! - [`bench`]: `skiff bench <component>`, against a spawned `skiff apiserver`.
 
+mod bench;
 mod config_file;
 mod server;
 
@@ -39,6 +41,9 @@ enum Command {
     Server(server::ServerArgs),
     /// Run only the API server (over the embedded log).
     Apiserver(server::ServerArgs),
+    /// Benchmarks (they start their own API server on a temporary data dir).
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
 }
 
 fn init_logging(format: LogFormat) {
@@ -88,6 +93,7 @@ fn main() -> std::process::ExitCode {
         match cli.command {
             Command::Server(args) => server::run(args, server::Mode::AllInOne).await,
             Command::Apiserver(args) => server::run(args, server::Mode::ApiServerOnly).await,
+            Command::Bench(command) => bench::run(command).await,
         }
     });
     match result {
