@@ -4,7 +4,9 @@
 //! - `main.rs`: the command line, logging and the runtime.
 //! - [`server`]: `skiff server` / `skiff apiserver`: the data dir, the log, the PKI and tokens, the
 //!   API server on its listener, and graceful shutdown.
+//! - [`bench`]: `skiff bench <component>`, against a spawned `skiff apiserver`.
 
+mod bench;
 mod components;
 mod config_file;
 mod server;
@@ -42,6 +44,9 @@ enum Command {
     Apiserver(server::ApiArgs),
     /// Run the controllers as a process of their own, against an API server.
     Controllers(ControllersArgs),
+    /// Benchmarks (they start their own API server on a temporary data dir).
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
 }
 
 /// `skiff controllers`.
@@ -140,6 +145,7 @@ fn main() -> std::process::ExitCode {
                 })
                 .await
             }
+            Command::Bench(command) => bench::run(command).await,
         }
     });
     match result {

@@ -1,0 +1,113 @@
+//! `skiff bench <component>`: benchmarks that need a running API server start one (this same
+//! binary, `skiff apiserver`, on a temporary data dir and a loopback port) and drive it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+/// What to benchmark.
+#[derive(Debug, clap::Subcommand)]
+pub enum BenchCommand {
+    /// Pods bound per second by the scheduler over hollow nodes (like scheduler_perf).
+    Scheduler(skiff_scheduler::bench::BenchOptions),
+}
+
+/// A `skiff apiserver` child on a temporary data dir, killed and cleaned up on drop.
+struct SpawnedServer {
+    child: Child,
+    dir: PathBuf,
+}
+
+impl SpawnedServer {
+    fn start() -> Result<SpawnedServer> {
+        let dir = std::env::temp_dir().join(format!(
+            "skiff-bench-{}-{}",
+            std::process::id(),
+            jiff::Timestamp::now().as_millisecond()
+        ));
+        std::fs::create_dir_all(&dir)?;
+        let log = std::fs::File::create(dir.join("server.log"))?;
+        let child = Command::new(std::env::current_exe()?)
+            .arg("apiserver")
+            .arg("--data-dir")
+            .arg(dir.join("data"))
+            .args(["--bind-address", "127.0.0.1", "--port", "0"])
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+            )
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("starting skiff apiserver")?;
+        Ok(SpawnedServer { child, dir })
+    }
+
+    fn kubeconfig(&self) -> PathBuf {
+        self.dir.join("data").join(crate::server::KUBECONFIG_FILE)
+    }
+
+    async fn wait_ready(&mut self) -> Result<skiff_client::Client> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                bail!(
+                    "skiff apiserver exited with {status}; see {}",
+                    self.dir.join("server.log").display()
+                );
+            }
+            if self.kubeconfig().exists()
+                && let Ok(client) = connect(&self.kubeconfig()).await
+                && client.apiserver_version().await.is_ok()
+            {
+                return Ok(client);
+            }
+            if Instant::now() > deadline {
+                bail!("skiff apiserver not ready within 60 s");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+impl Drop for SpawnedServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+async fn connect(kubeconfig: &Path) -> Result<skiff_client::Client> {
+    Ok(skiff_client::connect(&skiff_client::ClientConfig {
+        kubeconfig: Some(kubeconfig.to_path_buf()),
+        ..Default::default()
+    })
+    .await?)
+}
+
+/// Runs a benchmark and prints its report.
+pub async fn run(command: BenchCommand) -> Result<()> {
+    match command {
+        BenchCommand::Scheduler(mut opts) => {
+            let (decisions, _) = skiff_scheduler::bench::decide_only(
+                opts.nodes,
+                opts.pods,
+                opts.percentage_of_nodes_to_score,
+            )
+            .await;
+            println!(
+                "scheduler alone (in process, binds that do nothing): {decisions:.0} decisions/s"
+            );
+            let mut server = SpawnedServer::start()?;
+            let client = server.wait_ready().await?;
+            opts.server_pid = Some(server.child.id());
+            let report = skiff_scheduler::bench::run(client, opts).await?;
+            println!("{report}");
+            Ok(())
+        }
+    }
+}
