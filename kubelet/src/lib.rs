@@ -10,6 +10,7 @@
 //! - [`volumes`]: emptyDir, hostPath, configMap and secret volumes and per-container roots.
 //! - [`ipam`]: pod IPs in the loopback block.
 //! - [`pod`]: the pod manager and per-pod workers (sync loop, back-off, probes, status).
+//! - [`server`]: the kubelet HTTP server (`/healthz`, `/pods`, container logs).
 
 pub mod host;
 pub mod ipam;
@@ -17,5 +18,6 @@ pub mod logs;
 pub mod node_status;
 pub mod pod;
 pub mod runtime;
+pub mod server;
 pub mod spec;
 pub mod volumes;
