@@ -162,6 +162,9 @@ struct Shared {
     shutdown: CancellationToken,
     /// Workers by pod UID with the latest pod (status included). Short sections only.
     workers: Mutex<HashMap<String, (mpsc::UnboundedSender<Msg>, Pod)>>,
+    /// Pods terminated and cleaned up whose API object may still send updates: ignored until
+    /// `remove`. Lock order: `workers`, then `finished`.
+    finished: Mutex<HashSet<String>>,
 }
 
 /// Runs the pods of this node. Cheap to clone.
@@ -192,6 +195,7 @@ impl Manager {
                 events,
                 shutdown,
                 workers: Mutex::new(HashMap::new()),
+                finished: Mutex::new(HashSet::new()),
             }),
         })
     }
@@ -208,6 +212,15 @@ impl Manager {
             return;
         };
         let mut workers = self.shared.workers.lock().expect("workers poisoned");
+        if self
+            .shared
+            .finished
+            .lock()
+            .expect("finished poisoned")
+            .contains(&uid)
+        {
+            return;
+        }
         if let Some((tx, known)) = workers.get_mut(&uid) {
             // Keep the status the worker reported; take the rest from the API.
             let status = known.status.clone();
@@ -228,6 +241,11 @@ impl Manager {
     /// containers at once.
     pub fn remove(&self, uid: &str) {
         let workers = self.shared.workers.lock().expect("workers poisoned");
+        self.shared
+            .finished
+            .lock()
+            .expect("finished poisoned")
+            .remove(uid);
         if let Some((tx, _)) = workers.get(uid) {
             let _ = tx.send(Msg::Remove);
         }
@@ -443,11 +461,13 @@ impl Worker {
                 }
             }
         }
+        let mut workers = self.shared.workers.lock().expect("workers poisoned");
+        workers.remove(&self.uid);
         self.shared
-            .workers
+            .finished
             .lock()
-            .expect("workers poisoned")
-            .remove(&self.uid);
+            .expect("finished poisoned")
+            .insert(self.uid.clone());
     }
 
     fn on_probe(&mut self, ev: probe::Event) {
@@ -594,14 +614,21 @@ impl Worker {
                 }
                 continue;
             }
-            let State::Exited { exit_code, .. } = run.state else {
+            let State::Exited {
+                exit_code,
+                ref reason,
+                ..
+            } = run.state
+            else {
                 unreachable!("not running means exited")
             };
-            let restart = match policy.as_str() {
-                "Never" => false,
-                "OnFailure" => exit_code != 0,
-                _ => true,
-            };
+            // A run killed by the kubelet's own restart comes back whatever the policy.
+            let restart = reason == "Orphaned"
+                || match policy.as_str() {
+                    "Never" => false,
+                    "OnFailure" => exit_code != 0,
+                    _ => true,
+                };
             if restart {
                 self.restart_after_backoff(c, &run, ip, vols, sources).await;
             } else {
