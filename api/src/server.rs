@@ -31,6 +31,9 @@ pub struct Config {
     /// The bearer token sent to kubelets when proxying `pods/{name}/log` (the kubelets'
     /// `--token`); `None` sends none.
     pub kubelet_token: Option<String>,
+    /// The cluster CA bundle (PEM), served unauthenticated at `/cacerts` so that an agent holding
+    /// a join token can fetch it and check it against the token's hash.
+    pub ca_pem: Option<String>,
 }
 
 impl Default for Config {
@@ -42,6 +45,7 @@ impl Default for Config {
             default_watch_timeout: Duration::from_secs(1800),
             bookmark_interval: Duration::from_secs(15),
             kubelet_token: None,
+            ca_pem: None,
         }
     }
 }

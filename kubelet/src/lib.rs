@@ -2,6 +2,8 @@
 //! report interval, and runs this node's pods with a process runtime.
 //!
 //! # Layout
+//! - [`agent`]: [`Options`] and [`run`]: the kubelet against the API server (Node, Lease,
+//!   status, watched and static pods, reporting).
 //! - [`host`]: readings of the host (CPUs, memory, PIDs, disk, kernel/OS identity).
 //! - [`node_status`]: the Node status as a list of setter functions, and change detection.
 //! - [`logs`]: container log files (CRI line format, rotation, reading for `kubectl logs`).
@@ -12,6 +14,7 @@
 //! - [`pod`]: the pod manager and per-pod workers (sync loop, back-off, probes, status).
 //! - [`server`]: the kubelet HTTP server (`/healthz`, `/pods`, container logs).
 
+pub mod agent;
 pub mod host;
 pub mod ipam;
 pub mod logs;
@@ -21,3 +24,5 @@ pub mod runtime;
 pub mod server;
 pub mod spec;
 pub mod volumes;
+
+pub use agent::{Error, Options, Result, run};
