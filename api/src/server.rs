@@ -28,6 +28,9 @@ pub struct Config {
     pub default_watch_timeout: Duration,
     /// How often an idle watch that allows bookmarks gets one.
     pub bookmark_interval: Duration,
+    /// The bearer token sent to kubelets when proxying `pods/{name}/log` (the kubelets'
+    /// `--token`); `None` sends none.
+    pub kubelet_token: Option<String>,
     /// The cluster CA bundle (PEM), served unauthenticated at `/cacerts` so that an agent holding
     /// a join token can fetch it and check it against the token's hash.
     pub ca_pem: Option<String>,
@@ -41,6 +44,7 @@ impl Default for Config {
             service_ranges: ServiceRanges::default(),
             default_watch_timeout: Duration::from_secs(1800),
             bookmark_interval: Duration::from_secs(15),
+            kubelet_token: None,
             ca_pem: None,
         }
     }
@@ -190,26 +194,188 @@ impl ApiServer {
         Ok(Some(lease.id))
     }
 
-    /// `pods/{name}/log`: served by the pod's node's kubelet.
+    /// `pods/{name}/log`: proxied to the kubelet of the pod's node (its InternalIP and
+    /// `daemonEndpoints.kubeletEndpoint.Port`), streamed back as it comes (`follow`).
     pub async fn pod_log(
         &self,
-        _request: &Request,
+        request: &Request,
         namespace: Option<&str>,
         name: &str,
     ) -> Result<Response> {
         let pods = skiff_meta::resources::lookup("", "v1", "pods").expect("served");
         let pod = self.registry.get(pods, namespace, name, None).await?;
-        let node = pod
+        let node_name = pod
             .pointer("/spec/nodeName")
             .and_then(Value::as_str)
             .unwrap_or("");
-        if node.is_empty() {
+        if node_name.is_empty() {
             return Err(Error::BadRequest(format!(
                 "pod {name} does not have a host assigned"
             )));
         }
-        Err(Error::BadRequest(format!(
-            "the kubelet of node {node} serves no logs for pod {name}"
-        )))
+        let container = log_container(&pod, name, request.query.get("container"))?;
+        let nodes = skiff_meta::resources::lookup("", "v1", "nodes").expect("served");
+        let node = self.registry.get(nodes, None, node_name, None).await?;
+        let address = node
+            .pointer("/status/addresses")
+            .and_then(Value::as_array)
+            .and_then(|addrs| {
+                let of = |t: &str| {
+                    addrs
+                        .iter()
+                        .find(|a| a["type"] == t)
+                        .and_then(|a| a["address"].as_str())
+                };
+                of("InternalIP").or_else(|| of("Hostname"))
+            })
+            .map(str::to_string);
+        let port = node
+            .pointer("/status/daemonEndpoints/kubeletEndpoint/Port")
+            .and_then(Value::as_u64)
+            .unwrap_or(0);
+        let Some(address) = address.filter(|_| port != 0) else {
+            return Err(Error::BadRequest(format!(
+                "node {node_name} has no kubelet endpoint to serve logs of pod {name}"
+            )));
+        };
+        let host = if address.contains(':') {
+            format!("[{address}]")
+        } else {
+            address
+        };
+        let query = {
+            let mut query = form_urlencoded::Serializer::new(String::new());
+            for key in [
+                "follow",
+                "previous",
+                "timestamps",
+                "tailLines",
+                "sinceSeconds",
+                "sinceTime",
+                "limitBytes",
+            ] {
+                if let Some(v) = request.query.get(key) {
+                    query.append_pair(key, v);
+                }
+            }
+            query.finish()
+        };
+        let ns = namespace.unwrap_or("default");
+        let url = format!("http://{host}:{port}/containerLogs/{ns}/{name}/{container}?{query}");
+        let mut call = kubelet_client().get(&url);
+        if let Some(token) = &self.config.kubelet_token {
+            call = call.bearer_auth(token);
+        }
+        let response = call
+            .send()
+            .await
+            .map_err(|e| Error::Unavailable(format!("Get \"{url}\": {e}")))?;
+        let status = response.status();
+        if !status.is_success() {
+            let body = response.text().await.unwrap_or_default();
+            return Err(match status.as_u16() {
+                401 | 403 => Error::Internal(format!(
+                    "the kubelet of node {node_name} refused the API server: {body}"
+                )),
+                404 => Error::BadRequest(body),
+                _ => Error::BadRequest(body),
+            });
+        }
+        // Forward chunks as they arrive (a followed log never ends on its own).
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<bytes::Bytes, std::io::Error>>(16);
+        tokio::spawn(async move {
+            use futures::StreamExt;
+            let mut body = response.bytes_stream();
+            while let Some(chunk) = body.next().await {
+                let chunk = chunk.map_err(std::io::Error::other);
+                let failed = chunk.is_err();
+                if tx.send(chunk).await.is_err() || failed {
+                    return;
+                }
+            }
+        });
+        let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
+        let mut reply = warp::reply::Reply::into_response(warp::reply::stream(stream));
+        reply.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("text/plain"),
+        );
+        Ok(reply)
+    }
+}
+
+/// The HTTP client for kubelets (plain HTTP on the node's address), shared by all requests.
+fn kubelet_client() -> &'static reqwest::Client {
+    static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
+    CLIENT.get_or_init(|| {
+        reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .build()
+            .expect("a plain HTTP client builds")
+    })
+}
+
+/// The container whose log is asked for: the `container` parameter, else the pod's only
+/// container or its `kubectl.kubernetes.io/default-container`.
+fn log_container(pod: &Value, name: &str, asked: Option<&str>) -> Result<String> {
+    let names: Vec<&str> = [
+        "/spec/containers",
+        "/spec/initContainers",
+        "/spec/ephemeralContainers",
+    ]
+    .iter()
+    .filter_map(|p| pod.pointer(p).and_then(Value::as_array))
+    .flatten()
+    .filter_map(|c| c["name"].as_str())
+    .collect();
+    if let Some(asked) = asked.filter(|a| !a.is_empty()) {
+        return if names.contains(&asked) {
+            Ok(asked.to_string())
+        } else {
+            Err(Error::BadRequest(format!(
+                "container {asked} is not valid for pod {name}"
+            )))
+        };
+    }
+    let regular: Vec<&str> = pod
+        .pointer("/spec/containers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    if regular.len() == 1 {
+        return Ok(regular[0].to_string());
+    }
+    if let Some(default) = pod
+        .pointer("/metadata/annotations/kubectl.kubernetes.io~1default-container")
+        .and_then(Value::as_str)
+    {
+        return Ok(default.to_string());
+    }
+    Err(Error::BadRequest(format!(
+        "a container name must be specified for pod {name}, choose one of: [{}]",
+        regular.join(" ")
+    )))
+}
+
+#[cfg(test)]
+mod log_tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn log_container_is_asked_only_or_default() {
+        let one = json!({"spec": {"containers": [{"name": "a"}]}});
+        assert_eq!(log_container(&one, "p", None).unwrap(), "a");
+        assert!(log_container(&one, "p", Some("b")).is_err());
+        let two = json!({"spec": {"containers": [{"name": "a"}, {"name": "b"}],
+                                   "initContainers": [{"name": "i"}]}});
+        assert_eq!(log_container(&two, "p", Some("i")).unwrap(), "i");
+        let err = log_container(&two, "p", None).unwrap_err();
+        assert!(err.to_string().contains("choose one of: [a b]"), "{err}");
+        let annotated = json!({"metadata": {"annotations": {"kubectl.kubernetes.io/default-container": "b"}},
+                               "spec": {"containers": [{"name": "a"}, {"name": "b"}]}});
+        assert_eq!(log_container(&annotated, "p", None).unwrap(), "b");
     }
 }

@@ -1,2 +1,28 @@
 //! The kubelet: registers its Node, heartbeats with a Lease, reports status on change or on its
 //! report interval, and runs this node's pods with a process runtime.
+//!
+//! # Layout
+//! - [`agent`]: [`Options`] and [`run`]: the kubelet against the API server (Node, Lease,
+//!   status, watched and static pods, reporting).
+//! - [`host`]: readings of the host (CPUs, memory, PIDs, disk, kernel/OS identity).
+//! - [`node_status`]: the Node status as a list of setter functions, and change detection.
+//! - [`logs`]: container log files (CRI line format, rotation, reading for `kubectl logs`).
+//! - [`runtime`]: the container runtime trait and the process runtime.
+//! - [`spec`]: env resolution, `$(VAR)` expansion, limits and the spec hash of a container.
+//! - [`volumes`]: emptyDir, hostPath, configMap and secret volumes and per-container roots.
+//! - [`ipam`]: pod IPs in the loopback block.
+//! - [`pod`]: the pod manager and per-pod workers (sync loop, back-off, probes, status).
+//! - [`server`]: the kubelet HTTP server (`/healthz`, `/pods`, container logs).
+
+pub mod agent;
+pub mod host;
+pub mod ipam;
+pub mod logs;
+pub mod node_status;
+pub mod pod;
+pub mod runtime;
+pub mod server;
+pub mod spec;
+pub mod volumes;
+
+pub use agent::{Error, Options, Result, run};

@@ -1,0 +1,962 @@
+//! The kubelet against the API server: Node registration, the Lease heartbeat, the status loop,
+//! this node's pods (watched and static), and sending what the pod manager reports.
+//!
+//! ```text
+//!  register/adopt Node ──> status loop: setters -> PATCH if changed or report interval passed
+//!        │                 (1 s until Ready, then --node-status-update-frequency)
+//!        ├──> lease loop: renew kube-node-lease/<node> every --node-lease-renew-interval
+//!        ├──> pod informer (spec.nodeName=<node>) ──> pod::Manager <── static pods (manifest dir)
+//!        └──> report loop: Manager events -> pods/status PATCH, Events, delete(grace 0)
+//! ```
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Event as KubeEvent, EventSource, Namespace, Node, NodeSpec, NodeStatus,
+    ObjectReference, Pod, Secret,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time};
+use k8s_openapi::jiff::Timestamp;
+use serde_json::json;
+use skiff_client::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use skiff_client::{Api, Client};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::host;
+use crate::ipam::{self, Range};
+use crate::node_status::{self, Context, Thresholds};
+use crate::pod::{self, Event, Manager, backoff};
+use crate::runtime::Runtime;
+use crate::runtime::process::{self, ProcessRuntime};
+use crate::server;
+use crate::spec::Sources;
+
+/// Errors that stop the kubelet.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The root directory cannot be made.
+    #[error("root dir {path}: {source}")]
+    RootDir {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The runtime's state could not be opened.
+    #[error(transparent)]
+    Runtime(#[from] crate::runtime::Error),
+    /// The pod IP allocator could not be opened.
+    #[error(transparent)]
+    Ipam(#[from] ipam::Error),
+    /// The kubelet's HTTP port could not be bound.
+    #[error("cannot listen on {address}: {source}")]
+    Bind {
+        /// The address.
+        address: std::net::SocketAddr,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Result of the kubelet.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Parses `500ms`, `10s`, `5m`, `1h`, `1h30m` (Go's `time.Duration` text, as kubelet flags use).
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let mut total = Duration::ZERO;
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return Err("empty duration".into());
+    }
+    if rest == "0" {
+        return Ok(Duration::ZERO);
+    }
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(|| format!("missing unit in duration {text:?}"))?;
+        let value: f64 = rest[..digits]
+            .parse()
+            .map_err(|_| format!("invalid duration {text:?}"))?;
+        rest = &rest[digits..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let seconds = match &rest[..unit_len] {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            unit => return Err(format!("unknown unit {unit:?} in duration {text:?}")),
+        };
+        total += Duration::from_secs_f64(value * seconds);
+        rest = &rest[unit_len..];
+    }
+    Ok(total)
+}
+
+fn parse_bytes(text: &str) -> Result<u64, String> {
+    crate::spec::parse_quantity(text)
+        .map(|v| v as u64)
+        .ok_or_else(|| format!("invalid size {text:?}"))
+}
+
+/// The kubelet's flags (`skiff kubelet`), with the Kubernetes kubelet's defaults.
+#[derive(clap::Args, Clone, Debug)]
+pub struct Options {
+    /// The Node's name; defaults to the host name.
+    #[arg(long)]
+    pub node_name: Option<String>,
+    /// Directory of the kubelet's state: container records, pod volumes, logs, pod IPs.
+    #[arg(long, default_value = "/var/lib/skiff/kubelet")]
+    pub root_dir: PathBuf,
+    /// The node's InternalIP, also the pods' hostIP.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub node_ip: IpAddr,
+    /// Address the kubelet's HTTP server (logs, /pods, /healthz) listens on.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub address: IpAddr,
+    /// Port of the kubelet's HTTP server; 0 picks a free one (reported in the Node's
+    /// daemonEndpoints, where the API server finds it).
+    #[arg(long, default_value_t = 10250)]
+    pub port: u16,
+    /// Bearer token the API server presents to the kubelet's HTTP server; unset serves anyone.
+    #[arg(long, env = "SKIFF_KUBELET_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// How often the node's Lease is renewed.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub node_lease_renew_interval: Duration,
+    /// The Lease's duration: the node controller marks the node unknown after it passes.
+    #[arg(long, default_value_t = 40)]
+    pub node_lease_duration_seconds: i32,
+    /// How often the node status is computed (and PATCHed when it changed).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub node_status_update_frequency: Duration,
+    /// How often the node status is PATCHed even when nothing changed.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub node_status_report_frequency: Duration,
+    /// Directory of static pod manifests (YAML or JSON), run and mirrored into the API.
+    #[arg(long)]
+    pub pod_manifest_path: Option<PathBuf>,
+    /// How often the static pod directory is re-read.
+    #[arg(long, default_value = "20s", value_parser = parse_duration)]
+    pub file_check_frequency: Duration,
+    /// How often each pod is synced without another reason.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub sync_frequency: Duration,
+    /// The most pods this node runs (its `pods` capacity).
+    #[arg(long, default_value_t = 110)]
+    pub max_pods: u64,
+    /// Rotate a container log file past this size.
+    #[arg(long, default_value = "10Mi", value_parser = parse_bytes)]
+    pub container_log_max_size: u64,
+    /// Log files kept per container.
+    #[arg(long, default_value_t = 5)]
+    pub container_log_max_files: usize,
+    /// First CrashLoopBackOff delay; doubles per restart up to the maximum.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub crash_loop_backoff: Duration,
+    /// Longest CrashLoopBackOff delay.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub crash_loop_backoff_max: Duration,
+}
+
+fn hostname() -> String {
+    rustix::system::uname()
+        .nodename()
+        .to_string_lossy()
+        .to_lowercase()
+}
+
+/// Runs the kubelet until `shutdown`.
+pub async fn run(client: Client, options: Options, shutdown: CancellationToken) -> Result<()> {
+    let node_name = options.node_name.clone().unwrap_or_else(hostname);
+    let root = options.root_dir.clone();
+    std::fs::create_dir_all(&root).map_err(|source| Error::RootDir {
+        path: root.clone(),
+        source,
+    })?;
+    let mut rt_config = process::Config::new(&root);
+    rt_config.log_max_size = options.container_log_max_size;
+    rt_config.log_max_files = options.container_log_max_files;
+    let runtime: Arc<dyn Runtime> = Arc::new(ProcessRuntime::open(rt_config)?);
+    let address = std::net::SocketAddr::new(options.address, options.port);
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .map_err(|source| Error::Bind { address, source })?;
+    let port = listener
+        .local_addr()
+        .map_err(|source| Error::Bind { address, source })?
+        .port();
+
+    let nodes: Api<Node> = Api::all(client.clone());
+    let Some(node) = register(&nodes, &node_name, &shutdown).await else {
+        return Ok(());
+    };
+    let range = pod_range(&node, &node_name);
+    tracing::info!(node = %node_name, %range, port, "kubelet registered");
+
+    let (events_tx, events_rx) = mpsc::unbounded_channel();
+    let manager = Manager::new(
+        pod::Config {
+            root_dir: root.clone(),
+            host_ip: options.node_ip,
+            backoff: backoff::Config {
+                base: options.crash_loop_backoff,
+                max: options.crash_loop_backoff_max,
+                reset_after: options.crash_loop_backoff_max * 2,
+            },
+            resync: options.sync_frequency,
+        },
+        runtime.clone(),
+        range,
+        Arc::new(ApiSources {
+            client: client.clone(),
+        }),
+        events_tx,
+        shutdown.child_token(),
+    )?;
+    let tasks = tokio_util::task::TaskTracker::new();
+    tasks.spawn(server::serve(
+        listener,
+        server::State {
+            manager: manager.clone(),
+            runtime: runtime.clone(),
+            root_dir: root.clone(),
+            token: options.token.clone(),
+            follow_poll: Duration::from_millis(200),
+        },
+        shutdown.clone(),
+    ));
+    let node_uid = node.metadata.uid.clone().unwrap_or_default();
+    tasks.spawn(lease_loop(
+        client.clone(),
+        node_name.clone(),
+        node_uid.clone(),
+        options.clone(),
+        shutdown.clone(),
+    ));
+    tasks.spawn(status_loop(
+        nodes.clone(),
+        node,
+        StatusSettings {
+            node_name: node_name.clone(),
+            node_ip: options.node_ip,
+            port: port as i32,
+            root: root.clone(),
+            max_pods: options.max_pods,
+            update: options.node_status_update_frequency,
+            report: options.node_status_report_frequency,
+        },
+        manager.clone(),
+        shutdown.clone(),
+    ));
+    let statics: Arc<Mutex<HashSet<String>>> = Arc::default();
+    tasks.spawn(report_loop(
+        client.clone(),
+        node_name.clone(),
+        events_rx,
+        statics.clone(),
+        shutdown.clone(),
+    ));
+
+    let factory = skiff_client::SharedInformerFactory::new(client.clone());
+    let pods = factory.informer_with::<Pod>(
+        skiff_client::ListOptions::default().fields(&format!("spec.nodeName={node_name}")),
+    );
+    pods.add_handler(PodHandler {
+        manager: manager.clone(),
+    });
+    factory.start(shutdown.clone());
+    tokio::select! {
+        _ = factory.wait_for_sync() => {}
+        _ = shutdown.cancelled() => return Ok(()),
+    }
+    let mut known: HashSet<String> = pods
+        .cache()
+        .list()
+        .iter()
+        .filter_map(|p| p.metadata.uid.clone())
+        .collect();
+    let mut static_state = StaticPods::default();
+    if let Some(dir) = &options.pod_manifest_path {
+        static_state
+            .sync(dir, &node_name, &node_uid, &client, &manager, &statics)
+            .await;
+        known.extend(static_state.pods.keys().cloned());
+    }
+    manager.cleanup_unknown(&known).await;
+    if let Some(dir) = options.pod_manifest_path.clone() {
+        let (client, manager, node_name, shutdown) = (
+            client.clone(),
+            manager.clone(),
+            node_name.clone(),
+            shutdown.clone(),
+        );
+        let every = options.file_check_frequency;
+        tasks.spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(every) => {}
+                    _ = shutdown.cancelled() => return,
+                }
+                static_state
+                    .sync(&dir, &node_name, &node_uid, &client, &manager, &statics)
+                    .await;
+            }
+        });
+    }
+    shutdown.cancelled().await;
+    tasks.close();
+    let _ = tokio::time::timeout(Duration::from_secs(5), tasks.wait()).await;
+    Ok(())
+}
+
+/// The Node's podCIDR when node IPAM assigned one, else a range derived from the name.
+fn pod_range(node: &Node, node_name: &str) -> Range {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.pod_cidr.as_deref())
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| ipam::derive_range(node_name))
+}
+
+/// Creates the Node, or adopts the one already there; retries until it works or shutdown.
+async fn register(nodes: &Api<Node>, name: &str, shutdown: &CancellationToken) -> Option<Node> {
+    let arch = host::go_arch(std::env::consts::ARCH);
+    let labels = BTreeMap::from([
+        ("kubernetes.io/hostname".to_string(), name.to_string()),
+        ("kubernetes.io/os".to_string(), "linux".to_string()),
+        ("kubernetes.io/arch".to_string(), arch.to_string()),
+        ("beta.kubernetes.io/os".to_string(), "linux".to_string()),
+        ("beta.kubernetes.io/arch".to_string(), arch.to_string()),
+    ]);
+    let mut delay = Duration::from_millis(100);
+    loop {
+        let attempt = async {
+            match nodes.get_opt(name).await? {
+                Some(existing) => {
+                    let patch = json!({"metadata": {"labels": labels}});
+                    nodes
+                        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await
+                        .or(Ok(existing))
+                }
+                None => {
+                    let node = Node {
+                        metadata: ObjectMeta {
+                            name: Some(name.to_string()),
+                            labels: Some(labels.clone()),
+                            ..Default::default()
+                        },
+                        spec: Some(NodeSpec::default()),
+                        status: None,
+                    };
+                    nodes.create(&PostParams::default(), &node).await
+                }
+            }
+        };
+        match attempt.await {
+            Ok(node) => return Some(node),
+            Err(err) => tracing::warn!(%err, node = name, "registering node, will retry"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = shutdown.cancelled() => return None,
+        }
+        delay = (delay * 2).min(Duration::from_secs(7));
+    }
+}
+
+/// Renews the node's Lease every interval (creating it, and its namespace, when missing).
+async fn lease_loop(
+    client: Client,
+    node_name: String,
+    node_uid: String,
+    options: Options,
+    shutdown: CancellationToken,
+) {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+    let mut cached: Option<Lease> = None;
+    let mut retry = Duration::from_millis(200);
+    loop {
+        let wait = match renew_lease(
+            &client,
+            &leases,
+            cached.take(),
+            &node_name,
+            &node_uid,
+            &options,
+        )
+        .await
+        {
+            Ok(lease) => {
+                cached = Some(lease);
+                retry = Duration::from_millis(200);
+                options.node_lease_renew_interval
+            }
+            Err(err) => {
+                tracing::warn!(%err, "renewing node lease");
+                let wait = retry;
+                retry = (retry * 2).min(Duration::from_secs(7));
+                wait
+            }
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = shutdown.cancelled() => return,
+        }
+    }
+}
+
+async fn renew_lease(
+    client: &Client,
+    leases: &Api<Lease>,
+    cached: Option<Lease>,
+    node_name: &str,
+    node_uid: &str,
+    options: &Options,
+) -> Result<Lease, skiff_client::Error> {
+    let spec = |previous: Option<&LeaseSpec>| LeaseSpec {
+        holder_identity: Some(node_name.to_string()),
+        lease_duration_seconds: Some(options.node_lease_duration_seconds),
+        renew_time: Some(MicroTime(Timestamp::now())),
+        ..previous.cloned().unwrap_or_default()
+    };
+    let current = match cached {
+        Some(l) => Some(l),
+        None => leases.get_opt(node_name).await?,
+    };
+    let code = skiff_client::status_code;
+    let Some(mut lease) = current else {
+        let lease = Lease {
+            metadata: ObjectMeta {
+                name: Some(node_name.to_string()),
+                namespace: Some("kube-node-lease".into()),
+                owner_references: Some(vec![OwnerReference {
+                    api_version: "v1".into(),
+                    kind: "Node".into(),
+                    name: node_name.to_string(),
+                    uid: node_uid.to_string(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            },
+            spec: Some(spec(None)),
+        };
+        return match leases.create(&PostParams::default(), &lease).await {
+            Err(err) if code(&err) == Some(404) => {
+                // The namespace does not exist yet: make it, then the Lease.
+                let ns = Namespace {
+                    metadata: ObjectMeta {
+                        name: Some("kube-node-lease".into()),
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                };
+                let namespaces: Api<Namespace> = Api::all(client.clone());
+                match namespaces.create(&PostParams::default(), &ns).await {
+                    Ok(_) => {}
+                    Err(err) if code(&err) == Some(409) => {}
+                    Err(err) => return Err(err.into()),
+                }
+                Ok(leases.create(&PostParams::default(), &lease).await?)
+            }
+            other => Ok(other?),
+        };
+    };
+    lease.spec = Some(spec(lease.spec.as_ref()));
+    match leases
+        .replace(node_name, &PostParams::default(), &lease)
+        .await
+    {
+        Err(err) if code(&err) == Some(409) => {
+            // Someone else wrote it (or our copy is stale): renew the fresh one.
+            let mut fresh = leases.get(node_name).await?;
+            fresh.spec = Some(spec(fresh.spec.as_ref()));
+            Ok(leases
+                .replace(node_name, &PostParams::default(), &fresh)
+                .await?)
+        }
+        other => Ok(other?),
+    }
+}
+
+struct StatusSettings {
+    node_name: String,
+    node_ip: IpAddr,
+    port: i32,
+    root: PathBuf,
+    max_pods: u64,
+    update: Duration,
+    report: Duration,
+}
+
+/// Computes the node status every update period (every second until Ready) and PATCHes it when
+/// it changed or the report interval passed; a failed attempt is retried up to 5 times, the
+/// retries reading the Node fresh.
+async fn status_loop(
+    nodes: Api<Node>,
+    node: Node,
+    settings: StatusSettings,
+    manager: Manager,
+    shutdown: CancellationToken,
+) {
+    let setters = node_status::default_setters();
+    let mut cached = Some(node);
+    let mut last_report: Option<Instant> = None;
+    let mut range: Option<Range> = None;
+    loop {
+        let ctx = Context {
+            readings: host::read(&settings.root),
+            node_ip: settings.node_ip,
+            hostname: settings.node_name.clone(),
+            kubelet_port: settings.port,
+            max_pods: settings.max_pods,
+            thresholds: Thresholds::default(),
+            runtime_error: None,
+            now: Timestamp::now(),
+        };
+        let mut ready = false;
+        for attempt in 0..5 {
+            let node = match cached.take().filter(|_| attempt == 0) {
+                Some(n) => n,
+                None => match nodes.get(&settings.node_name).await {
+                    Ok(n) => n,
+                    Err(err) => {
+                        tracing::warn!(%err, attempt, "reading node for status");
+                        continue;
+                    }
+                },
+            };
+            let new_range = pod_range(&node, &settings.node_name);
+            if range != Some(new_range) {
+                manager.set_range(new_range);
+                range = Some(new_range);
+            }
+            let old = node.status.clone().unwrap_or_default();
+            let new = node_status::compute(&old, &ctx, &setters);
+            let due = node_status::changed(&old, &new)
+                || last_report.is_none_or(|t| t.elapsed() >= settings.report);
+            if !due {
+                ready = node_status::condition_status(&old, "Ready") == Some("True");
+                cached = Some(node);
+                break;
+            }
+            let patch = json!({ "status": status_patch(&new) });
+            match nodes
+                .patch_status(
+                    &settings.node_name,
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await
+            {
+                Ok(updated) => {
+                    last_report = Some(Instant::now());
+                    ready = updated
+                        .status
+                        .as_ref()
+                        .and_then(|s| node_status::condition_status(s, "Ready"))
+                        == Some("True");
+                    cached = Some(updated);
+                    break;
+                }
+                Err(err) => tracing::warn!(%err, attempt, "patching node status"),
+            }
+        }
+        let wait = if ready {
+            settings.update
+        } else {
+            Duration::from_secs(1).min(settings.update)
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = shutdown.cancelled() => return,
+        }
+    }
+}
+
+fn status_patch(status: &NodeStatus) -> serde_json::Value {
+    serde_json::to_value(status).expect("node status serializes")
+}
+
+/// Feeds the pod manager from the informer. Mirror pods are the API's copies of static pods,
+/// which the kubelet runs from their manifests instead.
+struct PodHandler {
+    manager: Manager,
+}
+
+fn is_mirror(pod: &Pod) -> bool {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(MIRROR_ANNOTATION))
+}
+
+impl skiff_client::EventHandler<Pod> for PodHandler {
+    fn on_add(&self, pod: &Arc<Pod>) {
+        if !is_mirror(pod) {
+            self.manager.update((**pod).clone());
+        }
+    }
+    fn on_update(&self, _old: &Arc<Pod>, pod: &Arc<Pod>) {
+        if !is_mirror(pod) {
+            self.manager.update((**pod).clone());
+        }
+    }
+    fn on_delete(&self, pod: &Arc<Pod>) {
+        if let (false, Some(uid)) = (is_mirror(pod), pod.metadata.uid.as_deref()) {
+            self.manager.remove(uid);
+        }
+    }
+}
+
+/// ConfigMaps and Secrets read from the API when a pod syncs.
+struct ApiSources {
+    client: Client,
+}
+
+#[async_trait::async_trait]
+impl pod::SourceProvider for ApiSources {
+    async fn sources(&self, pod: &Pod) -> Sources {
+        let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let mut out = Sources::default();
+        for (kind, name) in Sources::referenced(pod) {
+            if kind == "ConfigMap" {
+                let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), ns);
+                if let Ok(Some(cm)) = api.get_opt(&name).await {
+                    out.config_maps.insert(name, cm);
+                }
+            } else {
+                let api: Api<Secret> = Api::namespaced(self.client.clone(), ns);
+                if let Ok(Some(s)) = api.get_opt(&name).await {
+                    out.secrets.insert(name, s);
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Sends what the pod manager reports: status PATCHes, Events, and deletion confirmations.
+async fn report_loop(
+    client: Client,
+    node_name: String,
+    mut events: mpsc::UnboundedReceiver<Event>,
+    statics: Arc<Mutex<HashSet<String>>>,
+    shutdown: CancellationToken,
+) {
+    loop {
+        let ev = tokio::select! {
+            ev = events.recv() => match ev { Some(ev) => ev, None => return },
+            _ = shutdown.cancelled() => return,
+        };
+        match ev {
+            Event::Status {
+                namespace,
+                name,
+                status,
+                ..
+            } => {
+                let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+                let patch = json!({ "status": status });
+                for attempt in 0..5u32 {
+                    match pods
+                        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await
+                    {
+                        Ok(_) => break,
+                        Err(err) if skiff_client::status_code(&err) == Some(404) => break,
+                        Err(err) => {
+                            tracing::warn!(%err, pod = %name, attempt, "patching pod status");
+                            tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
+                        }
+                    }
+                }
+            }
+            Event::Terminated {
+                namespace,
+                name,
+                uid,
+            } => {
+                let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+                let is_static = statics.lock().expect("statics poisoned").remove(&uid);
+                let params = DeleteParams {
+                    grace_period_seconds: Some(0),
+                    // A mirror pod has its own uid; a regular pod must still be the one we ran.
+                    preconditions: (!is_static).then(|| Preconditions {
+                        uid: Some(uid.clone()),
+                        resource_version: None,
+                    }),
+                    ..Default::default()
+                };
+                match pods.delete(&name, &params).await {
+                    Ok(_) => {}
+                    Err(err) if matches!(skiff_client::status_code(&err), Some(404 | 409)) => {}
+                    Err(err) => tracing::warn!(%err, pod = %name, "confirming pod deletion"),
+                }
+            }
+            Event::Record {
+                namespace,
+                name,
+                uid,
+                type_,
+                reason,
+                message,
+            } => {
+                let now = Timestamp::now();
+                let event = KubeEvent {
+                    metadata: ObjectMeta {
+                        name: Some(format!("{name}.{:x}", now.as_nanosecond())),
+                        namespace: Some(namespace.clone()),
+                        ..Default::default()
+                    },
+                    involved_object: ObjectReference {
+                        api_version: Some("v1".into()),
+                        kind: Some("Pod".into()),
+                        namespace: Some(namespace.clone()),
+                        name: Some(name.clone()),
+                        uid: Some(uid),
+                        ..Default::default()
+                    },
+                    reason: Some(reason),
+                    message: Some(message),
+                    type_: Some(type_.to_string()),
+                    source: Some(EventSource {
+                        component: Some("kubelet".into()),
+                        host: Some(node_name.clone()),
+                    }),
+                    first_timestamp: Some(Time(now)),
+                    last_timestamp: Some(Time(now)),
+                    count: Some(1),
+                    reporting_component: Some("kubelet".into()),
+                    reporting_instance: Some(node_name.clone()),
+                    ..Default::default()
+                };
+                let api: Api<KubeEvent> = Api::namespaced(client.clone(), &namespace);
+                if let Err(err) = api.create(&PostParams::default(), &event).await {
+                    tracing::debug!(%err, "recording pod event");
+                }
+            }
+        }
+    }
+}
+
+/// The annotation that marks a mirror pod, holding the static pod's hash.
+pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+/// The annotation holding a static pod's hash (its UID).
+pub const HASH_ANNOTATION: &str = "kubernetes.io/config.hash";
+/// The annotation naming where a pod came from (`file`, `api`).
+pub const SOURCE_ANNOTATION: &str = "kubernetes.io/config.source";
+
+/// Reads the manifests in `dir` (`*.yaml`, `*.yml`, `*.json`), as static pods of `node_name`:
+/// named `<name>-<node>`, in `default` unless they say otherwise, their UID a hash of the node
+/// and the manifest.
+pub fn read_manifests(dir: &Path, node_name: &str) -> Vec<Pod> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    files.sort();
+    let mut pods = Vec::new();
+    for file in files {
+        let ext = file.extension().and_then(|e| e.to_str()).unwrap_or("");
+        if !matches!(ext, "yaml" | "yml" | "json") {
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(&file) else {
+            continue;
+        };
+        let pod: Pod = match serde_saphyr::from_str(&text) {
+            Ok(p) => p,
+            Err(err) => {
+                tracing::warn!(file = %file.display(), %err, "invalid static pod manifest");
+                continue;
+            }
+        };
+        pods.push(static_pod(pod, node_name));
+    }
+    pods
+}
+
+/// Gives a manifest's pod its static identity on this node.
+pub fn static_pod(mut pod: Pod, node_name: &str) -> Pod {
+    use sha2::{Digest, Sha256};
+    let base = pod.metadata.name.clone().unwrap_or_else(|| "static".into());
+    let mut hasher = Sha256::new();
+    hasher.update(node_name.as_bytes());
+    hasher.update(serde_json::to_vec(&pod).expect("pod serializes"));
+    let hash = hex::encode(&hasher.finalize()[..16]);
+    pod.metadata.name = Some(format!("{base}-{node_name}"));
+    pod.metadata
+        .namespace
+        .get_or_insert_with(|| "default".into());
+    pod.metadata.uid = Some(hash.clone());
+    let annotations = pod.metadata.annotations.get_or_insert_with(BTreeMap::new);
+    annotations.insert(HASH_ANNOTATION.into(), hash);
+    annotations.insert(SOURCE_ANNOTATION.into(), "file".into());
+    let spec = pod.spec.get_or_insert_with(Default::default);
+    spec.node_name = Some(node_name.to_string());
+    pod.status = None;
+    pod
+}
+
+/// The mirror of a static pod: the same pod, marked, owned by the Node, without a UID.
+pub fn mirror_of(pod: &Pod, node_name: &str, node_uid: &str) -> Pod {
+    let mut mirror = pod.clone();
+    let hash = pod.metadata.uid.clone().unwrap_or_default();
+    mirror.metadata.uid = None;
+    mirror.metadata.resource_version = None;
+    mirror
+        .metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .insert(MIRROR_ANNOTATION.into(), hash);
+    mirror.metadata.owner_references = Some(vec![OwnerReference {
+        api_version: "v1".into(),
+        kind: "Node".into(),
+        name: node_name.to_string(),
+        uid: node_uid.to_string(),
+        controller: Some(true),
+        ..Default::default()
+    }]);
+    mirror
+}
+
+/// The static pods known, by UID.
+#[derive(Default)]
+struct StaticPods {
+    pods: HashMap<String, Pod>,
+}
+
+impl StaticPods {
+    /// Re-reads the manifests: starts new pods, terminates removed ones, and keeps a mirror
+    /// pod in the API for each.
+    async fn sync(
+        &mut self,
+        dir: &Path,
+        node_name: &str,
+        node_uid: &str,
+        client: &Client,
+        manager: &Manager,
+        statics: &Arc<Mutex<HashSet<String>>>,
+    ) {
+        let desired: HashMap<String, Pod> = read_manifests(dir, node_name)
+            .into_iter()
+            .filter_map(|p| Some((p.metadata.uid.clone()?, p)))
+            .collect();
+        for (uid, pod) in &self.pods {
+            if !desired.contains_key(uid) {
+                let mut gone = pod.clone();
+                gone.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
+                manager.update(gone);
+            }
+        }
+        for (uid, pod) in &desired {
+            statics
+                .lock()
+                .expect("statics poisoned")
+                .insert(uid.clone());
+            if !self.pods.contains_key(uid) {
+                // A manifest put back after removal: forget that its pod finished.
+                manager.remove(uid);
+                manager.update(pod.clone());
+            }
+            let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+            let existing = match api.get_opt(&name).await {
+                Ok(e) => e,
+                Err(err) => {
+                    tracing::warn!(%err, pod = %name, "reading mirror pod");
+                    continue;
+                }
+            };
+            let current_hash = existing.as_ref().and_then(|m| {
+                m.metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(MIRROR_ANNOTATION))
+                    .cloned()
+            });
+            if current_hash.as_deref() == Some(uid.as_str()) {
+                continue;
+            }
+            if existing.is_some() {
+                let _ = api
+                    .delete(
+                        &name,
+                        &DeleteParams {
+                            grace_period_seconds: Some(0),
+                            ..Default::default()
+                        },
+                    )
+                    .await;
+            }
+            if let Err(err) = api
+                .create(&PostParams::default(), &mirror_of(pod, node_name, node_uid))
+                .await
+            {
+                tracing::warn!(%err, pod = %name, "creating mirror pod");
+            }
+        }
+        self.pods = desired;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_like_go() {
+        assert_eq!(parse_duration("10s").unwrap(), Duration::from_secs(10));
+        assert_eq!(parse_duration("5m").unwrap(), Duration::from_secs(300));
+        assert_eq!(parse_duration("1h30m").unwrap(), Duration::from_secs(5400));
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_duration("0").unwrap(), Duration::ZERO);
+        assert!(parse_duration("10").is_err());
+        assert!(parse_duration("10x").is_err());
+        assert!(parse_duration("").is_err());
+    }
+
+    #[test]
+    fn static_pods_get_node_scoped_identity_and_mirrors() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("web.yaml"),
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  containers:\n  - name: c\n    image: busybox\n    command: [sh, -c, 'sleep 100']\n",
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("notes.txt"), "ignored").unwrap();
+        std::fs::write(dir.path().join("bad.yaml"), "{{{").unwrap();
+        let pods = read_manifests(dir.path(), "n1");
+        assert_eq!(pods.len(), 1);
+        let p = &pods[0];
+        assert_eq!(p.metadata.name.as_deref(), Some("web-n1"));
+        assert_eq!(p.metadata.namespace.as_deref(), Some("default"));
+        assert_eq!(p.spec.as_ref().unwrap().node_name.as_deref(), Some("n1"));
+        let uid = p.metadata.uid.clone().unwrap();
+        assert_eq!(
+            p.metadata.annotations.as_ref().unwrap()[HASH_ANNOTATION],
+            uid
+        );
+        let other_node = read_manifests(dir.path(), "n2");
+        assert_ne!(other_node[0].metadata.uid.as_ref(), Some(&uid));
+        let mirror = mirror_of(p, "n1", "node-uid");
+        assert!(mirror.metadata.uid.is_none());
+        assert!(is_mirror(&mirror));
+        assert!(!is_mirror(p));
+        assert_eq!(mirror.metadata.owner_references.unwrap()[0].uid, "node-uid");
+    }
+}

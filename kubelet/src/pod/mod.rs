@@ -1,0 +1,1034 @@
+//! Pods on this node: one worker task per pod drives its containers towards the spec.
+//!
+//! The [`Manager`] is told of pods (`update`) and of pods gone from the API (`remove`); it spawns a
+//! worker per pod UID. A worker syncs when its pod changes, when one of its containers exits, when a
+//! probe result flips, when a back-off expires, and every resync period. A sync:
+//!
+//! ```text
+//!  terminating? ── yes ──> stop probes, stop containers (SIGTERM, grace, SIGKILL),
+//!      │                   report final status, Event::Terminated, free IP and pod dir
+//!      no
+//!      v
+//!  pod IP, volumes ──> init containers in order, each to exit 0 ──> containers:
+//!                      (restart by policy,                          none       -> start
+//!                       Never + failure = Failed)                   running    -> restart if spec hash changed
+//!                                                                                 or liveness/startup failed
+//!                                                                   exited     -> restart by policy after back-off
+//!  ──> probe tasks for running containers ──> status (sent only when changed)
+//! ```
+//!
+//! What leaves the manager goes out as [`Event`]s (status, terminated, pod events), which the API
+//! side turns into requests; the manager itself knows nothing of the API client.
+
+pub mod backoff;
+pub mod probe;
+pub mod status;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Container, Pod, PodStatus};
+use k8s_openapi::jiff::Timestamp;
+use tokio::sync::{broadcast, mpsc};
+use tokio_util::sync::CancellationToken;
+
+use crate::ipam::{self, Allocator, Range};
+use crate::runtime::{self, ContainerConfig, Runtime, State};
+use crate::spec::{self, Sources};
+use crate::volumes;
+use status::Waiting;
+
+/// Settings of the pod manager.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The kubelet's root directory (pods, logs, ipam live under it).
+    pub root_dir: PathBuf,
+    /// The node's IP (`status.hostIP`).
+    pub host_ip: IpAddr,
+    /// CrashLoopBackOff settings.
+    pub backoff: backoff::Config,
+    /// How often a worker syncs without a reason.
+    pub resync: Duration,
+}
+
+/// What the manager reports, for the API side to send.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event {
+    /// The pod's status changed.
+    Status {
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+        /// UID.
+        uid: String,
+        /// The new status.
+        status: PodStatus,
+    },
+    /// The pod is being deleted and none of its processes run any more: confirm the deletion.
+    Terminated {
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+        /// UID.
+        uid: String,
+    },
+    /// Something worth a Kubernetes Event on the pod.
+    Record {
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+        /// UID.
+        uid: String,
+        /// `Normal` or `Warning`.
+        type_: &'static str,
+        /// `Started`, `Killing`, `BackOff`, `Unhealthy`, `Failed`, `FailedMount`...
+        reason: String,
+        /// Details.
+        message: String,
+    },
+}
+
+/// Fetches the ConfigMaps and Secrets a pod refers to.
+#[async_trait::async_trait]
+pub trait SourceProvider: Send + Sync + 'static {
+    /// The sources of `pod`'s namespace it refers to; missing ones are left out.
+    async fn sources(&self, pod: &Pod) -> Sources;
+}
+
+/// A provider with fixed contents (static pods, tests).
+#[async_trait::async_trait]
+impl SourceProvider for Sources {
+    async fn sources(&self, _pod: &Pod) -> Sources {
+        self.clone()
+    }
+}
+
+/// Where a container's log for one attempt lives.
+pub fn log_path(
+    root_dir: &Path,
+    namespace: &str,
+    name: &str,
+    uid: &str,
+    container: &str,
+    attempt: u32,
+) -> PathBuf {
+    log_dir(root_dir, namespace, name, uid)
+        .join(container)
+        .join(format!("{attempt}.log"))
+}
+
+/// The directory of a pod's logs: `<root>/logs/<namespace>_<name>_<uid>`.
+pub fn log_dir(root_dir: &Path, namespace: &str, name: &str, uid: &str) -> PathBuf {
+    root_dir
+        .join("logs")
+        .join(format!("{namespace}_{name}_{uid}"))
+}
+
+/// The current and previous log files of a container: the two highest attempts on disk.
+pub fn container_logs(dir: &Path, container: &str) -> (Option<PathBuf>, Option<PathBuf>) {
+    let mut attempts: Vec<u32> = std::fs::read_dir(dir.join(container))
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().to_str()?.strip_suffix(".log")?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    attempts.sort_unstable();
+    let path = |a: &u32| dir.join(container).join(format!("{a}.log"));
+    let current = attempts.last().map(path);
+    let previous = attempts.iter().rev().nth(1).map(path);
+    (current, previous)
+}
+
+enum Msg {
+    Update(Box<Pod>),
+    Remove,
+}
+
+struct Shared {
+    config: Config,
+    runtime: Arc<dyn Runtime>,
+    ipam: Allocator,
+    /// The pod range; replaced when node IPAM assigns a podCIDR.
+    range: Mutex<Range>,
+    sources: Arc<dyn SourceProvider>,
+    events: mpsc::UnboundedSender<Event>,
+    shutdown: CancellationToken,
+    /// Workers by pod UID with the latest pod (status included). Short sections only.
+    workers: Mutex<HashMap<String, (mpsc::UnboundedSender<Msg>, Pod)>>,
+    /// Pods terminated and cleaned up whose API object may still send updates: ignored until
+    /// `remove`. Lock order: `workers`, then `finished`.
+    finished: Mutex<HashSet<String>>,
+}
+
+/// Runs the pods of this node. Cheap to clone.
+#[derive(Clone)]
+pub struct Manager {
+    shared: Arc<Shared>,
+}
+
+impl Manager {
+    /// A manager reporting on `events`. Workers stop (leaving processes running for the next
+    /// kubelet to find) when `shutdown` is cancelled.
+    pub fn new(
+        config: Config,
+        runtime: Arc<dyn Runtime>,
+        range: Range,
+        sources: Arc<dyn SourceProvider>,
+        events: mpsc::UnboundedSender<Event>,
+        shutdown: CancellationToken,
+    ) -> ipam::Result<Self> {
+        let ipam = Allocator::open(&config.root_dir.join("ipam"))?;
+        Ok(Self {
+            shared: Arc::new(Shared {
+                config,
+                runtime,
+                ipam,
+                range: Mutex::new(range),
+                sources,
+                events,
+                shutdown,
+                workers: Mutex::new(HashMap::new()),
+                finished: Mutex::new(HashSet::new()),
+            }),
+        })
+    }
+
+    /// Sets the range new pod IPs come from (the Node's podCIDR once assigned).
+    pub fn set_range(&self, range: Range) {
+        *self.shared.range.lock().expect("range poisoned") = range;
+    }
+
+    /// A pod was added or changed (a set deletionTimestamp starts graceful termination).
+    pub fn update(&self, pod: Pod) {
+        let Some(uid) = pod.metadata.uid.clone() else {
+            tracing::warn!(name = ?pod.metadata.name, "pod without uid ignored");
+            return;
+        };
+        let mut workers = self.shared.workers.lock().expect("workers poisoned");
+        if self
+            .shared
+            .finished
+            .lock()
+            .expect("finished poisoned")
+            .contains(&uid)
+        {
+            return;
+        }
+        if let Some((tx, known)) = workers.get_mut(&uid) {
+            // Keep the status the worker reported; take the rest from the API.
+            let status = known.status.clone();
+            *known = pod.clone();
+            known.status = status;
+            if tx.send(Msg::Update(Box::new(pod.clone()))).is_ok() {
+                return;
+            }
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        workers.insert(uid.clone(), (tx, pod.clone()));
+        drop(workers);
+        let (worker, probe_rx) = Worker::new(self.shared.clone(), pod);
+        tokio::spawn(worker.run_loop(rx, probe_rx));
+    }
+
+    /// The pod is gone from the API without the kubelet confirming (force deletion): stop its
+    /// containers at once.
+    pub fn remove(&self, uid: &str) {
+        let workers = self.shared.workers.lock().expect("workers poisoned");
+        self.shared
+            .finished
+            .lock()
+            .expect("finished poisoned")
+            .remove(uid);
+        if let Some((tx, _)) = workers.get(uid) {
+            let _ = tx.send(Msg::Remove);
+        }
+    }
+
+    /// The pods with workers, with the status last computed for them.
+    pub fn pods(&self) -> Vec<Pod> {
+        let workers = self.shared.workers.lock().expect("workers poisoned");
+        let mut pods: Vec<Pod> = workers.values().map(|(_, p)| p.clone()).collect();
+        pods.sort_by(|a, b| {
+            (&a.metadata.namespace, &a.metadata.name)
+                .cmp(&(&b.metadata.namespace, &b.metadata.name))
+        });
+        pods
+    }
+
+    /// Removes the containers, IPs and directories of pods not in `known_uids` and without a
+    /// worker: what a previous kubelet run left of pods deleted while it was down.
+    pub async fn cleanup_unknown(&self, known_uids: &HashSet<String>) {
+        let active: HashSet<String> = self
+            .shared
+            .workers
+            .lock()
+            .expect("workers poisoned")
+            .keys()
+            .cloned()
+            .collect();
+        let keep = |uid: &str| known_uids.contains(uid) || active.contains(uid);
+        let rt = &self.shared.runtime;
+        let mut uids = HashSet::new();
+        for c in rt.list(None) {
+            if !keep(&c.config.pod_uid) {
+                let _ = rt.stop(&c.id, Duration::ZERO).await;
+                let _ = rt.remove(&c.id).await;
+                uids.insert(c.config.pod_uid.clone());
+            }
+        }
+        if let Ok(dir) = std::fs::read_dir(self.shared.config.root_dir.join("pods")) {
+            for e in dir.flatten() {
+                if let Some(uid) = e.file_name().to_str() {
+                    if !keep(uid) {
+                        uids.insert(uid.to_string());
+                    }
+                }
+            }
+        }
+        for uid in uids {
+            tracing::info!(%uid, "cleaning up pod unknown to the API");
+            self.shared.ipam.release(&uid);
+            let _ = std::fs::remove_dir_all(self.shared.config.root_dir.join("pods").join(&uid));
+        }
+    }
+}
+
+/// Per-container back-off bookkeeping.
+#[derive(Clone, Debug)]
+struct Backoff {
+    /// The exited run this entry is about.
+    for_id: String,
+    delay: Duration,
+    restart_at: Timestamp,
+}
+
+struct Worker {
+    shared: Arc<Shared>,
+    pod: Pod,
+    uid: String,
+    namespace: String,
+    name: String,
+    pod_dir: PathBuf,
+    start_time: Timestamp,
+    pod_ip: Option<Ipv4Addr>,
+    /// Grace period once termination started.
+    terminating: Option<Duration>,
+    init_failed: bool,
+    waiting: HashMap<String, Waiting>,
+    backoff: HashMap<String, Backoff>,
+    /// Start failures: retry after this time.
+    retry_at: HashMap<String, Timestamp>,
+    /// Probe tasks by (container name, kind), with the container id they probe.
+    probes: HashMap<(String, probe::Kind), (String, tokio::task::JoinHandle<()>)>,
+    /// The soonest a sync is needed, gathered during a sync.
+    wake: Duration,
+    /// The last volume/IP error reported, so a failing pod does not repeat its event.
+    last_error: Option<String>,
+    /// Latest probe results by (container id, kind).
+    probe_results: HashMap<(String, probe::Kind), bool>,
+    /// Container ids whose runtime warnings were reported.
+    warned: HashSet<String>,
+    probe_tx: mpsc::UnboundedSender<probe::Event>,
+    last_status: Option<PodStatus>,
+}
+
+fn grace_of(pod: &Pod) -> Duration {
+    let secs = pod
+        .metadata
+        .deletion_grace_period_seconds
+        .or_else(|| pod.spec.as_ref()?.termination_grace_period_seconds)
+        .unwrap_or(30)
+        .max(0);
+    Duration::from_secs(secs as u64)
+}
+
+impl Worker {
+    fn new(shared: Arc<Shared>, pod: Pod) -> (Self, mpsc::UnboundedReceiver<probe::Event>) {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let (probe_tx, probe_rx) = mpsc::unbounded_channel();
+        let pod_dir = shared.config.root_dir.join("pods").join(&uid);
+        let terminating = pod
+            .metadata
+            .deletion_timestamp
+            .is_some()
+            .then(|| grace_of(&pod));
+        let start_time = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.start_time.as_ref())
+            .map(|t| t.0)
+            .unwrap_or_else(Timestamp::now);
+        let worker = Self {
+            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+            name: pod.metadata.name.clone().unwrap_or_default(),
+            last_status: pod.status.clone(),
+            uid,
+            pod,
+            pod_dir,
+            start_time,
+            pod_ip: None,
+            terminating,
+            init_failed: false,
+            waiting: HashMap::new(),
+            backoff: HashMap::new(),
+            retry_at: HashMap::new(),
+            probes: HashMap::new(),
+            wake: Duration::ZERO,
+            last_error: None,
+            probe_results: HashMap::new(),
+            warned: HashSet::new(),
+            probe_tx,
+            shared,
+        };
+        (worker, probe_rx)
+    }
+
+    fn record(&self, type_: &'static str, reason: &str, message: impl Into<String>) {
+        let _ = self.shared.events.send(Event::Record {
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            uid: self.uid.clone(),
+            type_,
+            reason: reason.to_string(),
+            message: message.into(),
+        });
+    }
+
+    fn restart_policy(&self) -> String {
+        self.pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.restart_policy.clone())
+            .unwrap_or_else(|| "Always".into())
+    }
+
+    /// The runs of each container of this pod, oldest first.
+    fn runs(&self) -> BTreeMap<String, Vec<runtime::Container>> {
+        let mut out: BTreeMap<String, Vec<runtime::Container>> = BTreeMap::new();
+        for c in self.shared.runtime.list(Some(&self.uid)) {
+            out.entry(c.config.name.clone()).or_default().push(c);
+        }
+        for runs in out.values_mut() {
+            runs.sort_by_key(|c| c.config.attempt);
+        }
+        out
+    }
+}
+
+/// The worker's task: sync, then wait for a reason to sync again.
+impl Worker {
+    async fn run_loop(
+        mut self,
+        mut rx: mpsc::UnboundedReceiver<Msg>,
+        mut probe_rx: mpsc::UnboundedReceiver<probe::Event>,
+    ) {
+        let mut runtime_events = self.shared.runtime.subscribe();
+        let shutdown = self.shared.shutdown.clone();
+        loop {
+            let wake = match self.sync().await {
+                Some(wake) => wake,
+                None => break,
+            };
+            tokio::select! {
+                msg = rx.recv() => match msg {
+                    Some(Msg::Update(pod)) => {
+                        if pod.metadata.deletion_timestamp.is_some() && self.terminating.is_none() {
+                            self.terminating = Some(grace_of(&pod));
+                        }
+                        self.pod = *pod;
+                    }
+                    Some(Msg::Remove) | None => {
+                        self.terminating = Some(self.terminating.unwrap_or(Duration::ZERO).min(grace_of(&self.pod)));
+                    }
+                },
+                _ = own_exit(&mut runtime_events, &self.uid) => {}
+                Some(ev) = probe_rx.recv() => {
+                    self.on_probe(ev);
+                }
+                _ = tokio::time::sleep(wake) => {}
+                _ = shutdown.cancelled() => {
+                    for (_, (_, task)) in self.probes.drain() {
+                        task.abort();
+                    }
+                    return;
+                }
+            }
+        }
+        let mut workers = self.shared.workers.lock().expect("workers poisoned");
+        workers.remove(&self.uid);
+        self.shared
+            .finished
+            .lock()
+            .expect("finished poisoned")
+            .insert(self.uid.clone());
+    }
+
+    fn on_probe(&mut self, ev: probe::Event) {
+        if !ev.success {
+            let what = match ev.kind {
+                probe::Kind::Liveness => "Liveness",
+                probe::Kind::Readiness => "Readiness",
+                probe::Kind::Startup => "Startup",
+            };
+            self.record(
+                "Warning",
+                "Unhealthy",
+                format!("{what} probe failed: {}", ev.message),
+            );
+        }
+        self.probe_results
+            .insert((ev.container_id, ev.kind), ev.success);
+    }
+}
+
+fn to_timestamp_after(t: Timestamp, d: Duration) -> Timestamp {
+    let d = k8s_openapi::jiff::SignedDuration::try_from(d)
+        .unwrap_or(k8s_openapi::jiff::SignedDuration::MAX);
+    t.checked_add(d).unwrap_or(Timestamp::MAX)
+}
+
+fn until(now: Timestamp, then: Timestamp) -> Duration {
+    Duration::try_from(then.duration_since(now)).unwrap_or(Duration::ZERO)
+}
+
+impl Worker {
+    fn wake_in(&mut self, d: Duration) {
+        self.wake = self.wake.min(d);
+    }
+
+    /// One sync; `None` once the pod is terminated and cleaned up.
+    async fn sync(&mut self) -> Option<Duration> {
+        if let Some(grace) = self.terminating {
+            self.terminate(grace).await;
+            return None;
+        }
+        self.wake = self.shared.config.resync;
+        let mut error = None;
+        if self.pod_ip.is_none() {
+            let range = *self.shared.range.lock().expect("range poisoned");
+            match self.shared.ipam.allocate(range, &self.uid) {
+                Ok(ip) => self.pod_ip = Some(ip),
+                Err(e) => error = Some(("FailedCreatePodSandBox", e.to_string())),
+            }
+        }
+        let mut ready = None;
+        if let Some(ip) = self.pod_ip {
+            let sources = self.shared.sources.sources(&self.pod).await;
+            match volumes::prepare(&self.pod, &self.pod_dir, &sources) {
+                Ok(vols) => ready = Some((ip, vols, sources)),
+                Err(e) => error = Some(("FailedMount", e.to_string())),
+            }
+        }
+        match &error {
+            Some((reason, message)) => {
+                if self.last_error.as_ref() != Some(message) {
+                    self.record("Warning", reason, message.clone());
+                    self.last_error = Some(message.clone());
+                }
+            }
+            None => self.last_error = None,
+        }
+        if let Some((ip, vols, sources)) = ready {
+            self.drive(ip, &vols, &sources).await;
+        }
+        self.sync_probes();
+        self.report(error.map(|(_, m)| m));
+        Some(self.wake)
+    }
+
+    /// Starts, restarts and kills containers towards the spec.
+    async fn drive(&mut self, ip: Ipv4Addr, vols: &BTreeMap<String, PathBuf>, sources: &Sources) {
+        let spec = self.pod.spec.clone().unwrap_or_default();
+        let policy = self.restart_policy();
+        let runs = self.runs();
+        let latest = |name: &str| runs.get(name).and_then(|r| r.last()).cloned();
+        for ic in spec.init_containers.iter().flatten() {
+            match latest(&ic.name) {
+                None => {
+                    self.start(ic, 0, ip, vols, sources).await;
+                    return;
+                }
+                Some(run) => match &run.state {
+                    State::Running { .. } => return,
+                    State::Exited { exit_code: 0, .. } => continue,
+                    State::Exited { .. } => {
+                        if policy == "Never" {
+                            self.init_failed = true;
+                        } else {
+                            self.restart_after_backoff(ic, &run, ip, vols, sources)
+                                .await;
+                        }
+                        return;
+                    }
+                },
+            }
+        }
+        let grace =
+            Duration::from_secs(spec.termination_grace_period_seconds.unwrap_or(30).max(0) as u64);
+        for c in &spec.containers {
+            let Some(run) = latest(&c.name) else {
+                self.start(c, 0, ip, vols, sources).await;
+                continue;
+            };
+            if run.is_running() {
+                let hash_changed = run.config.spec_hash != spec::spec_hash(c);
+                let result = |kind| self.probe_results.get(&(run.id.clone(), kind)).copied();
+                let why = if hash_changed {
+                    Some(format!(
+                        "Container {} definition changed, will be restarted",
+                        c.name
+                    ))
+                } else if result(probe::Kind::Liveness) == Some(false) {
+                    Some(format!(
+                        "Container {} failed liveness probe, will be restarted",
+                        c.name
+                    ))
+                } else if result(probe::Kind::Startup) == Some(false) {
+                    Some(format!(
+                        "Container {} failed startup probe, will be restarted",
+                        c.name
+                    ))
+                } else {
+                    None
+                };
+                if let Some(message) = why {
+                    self.record("Normal", "Killing", message);
+                    self.stop_probes(&c.name);
+                    if let Err(e) = self.shared.runtime.stop(&run.id, grace).await {
+                        tracing::warn!(%e, id = %run.id, "stopping container");
+                    }
+                    if hash_changed {
+                        self.start(c, run.config.attempt + 1, ip, vols, sources)
+                            .await;
+                    } else {
+                        // The exit is handled by restart policy and back-off on the next sync.
+                        self.wake_in(Duration::ZERO);
+                    }
+                }
+                continue;
+            }
+            let State::Exited {
+                exit_code,
+                ref reason,
+                ..
+            } = run.state
+            else {
+                unreachable!("not running means exited")
+            };
+            // A run killed by the kubelet's own restart comes back whatever the policy.
+            let restart = reason == "Orphaned"
+                || match policy.as_str() {
+                    "Never" => false,
+                    "OnFailure" => exit_code != 0,
+                    _ => true,
+                };
+            if restart {
+                self.restart_after_backoff(c, &run, ip, vols, sources).await;
+            } else {
+                self.waiting.remove(&c.name);
+            }
+        }
+    }
+
+    /// Restarts an exited container once its back-off has passed; until then it waits in
+    /// CrashLoopBackOff.
+    async fn restart_after_backoff(
+        &mut self,
+        c: &Container,
+        run: &runtime::Container,
+        ip: Ipv4Addr,
+        vols: &BTreeMap<String, PathBuf>,
+        sources: &Sources,
+    ) {
+        let State::Exited {
+            started_at,
+            finished_at,
+            reason,
+            ..
+        } = &run.state
+        else {
+            return;
+        };
+        if reason == "Orphaned" {
+            // Killed by the kubelet's own restart, not a crash: no back-off.
+            self.start(c, run.config.attempt + 1, ip, vols, sources)
+                .await;
+            return;
+        }
+        let entry = match self.backoff.get(&c.name) {
+            Some(b) if b.for_id == run.id => b.clone(),
+            previous => {
+                let ran_for = until(*started_at, *finished_at);
+                let delay = self
+                    .shared
+                    .config
+                    .backoff
+                    .next(previous.map(|b| b.delay), ran_for);
+                let b = Backoff {
+                    for_id: run.id.clone(),
+                    delay,
+                    restart_at: to_timestamp_after(*finished_at, delay),
+                };
+                self.record(
+                    "Warning",
+                    "BackOff",
+                    format!(
+                        "Back-off {}s restarting failed container {}",
+                        delay.as_secs(),
+                        c.name
+                    ),
+                );
+                self.backoff.insert(c.name.clone(), b.clone());
+                b
+            }
+        };
+        let now = Timestamp::now();
+        if now >= entry.restart_at {
+            self.start(c, run.config.attempt + 1, ip, vols, sources)
+                .await;
+        } else {
+            self.waiting.insert(
+                c.name.clone(),
+                Waiting {
+                    reason: "CrashLoopBackOff".into(),
+                    message: Some(format!(
+                        "back-off {}s restarting failed container={} pod={}_{}({})",
+                        entry.delay.as_secs(),
+                        c.name,
+                        self.name,
+                        self.namespace,
+                        self.uid
+                    )),
+                },
+            );
+            self.wake_in(until(now, entry.restart_at));
+        }
+    }
+
+    /// Starts attempt `attempt` of `c`; failures leave it waiting with the reason and retry after
+    /// the base back-off.
+    async fn start(
+        &mut self,
+        c: &Container,
+        attempt: u32,
+        ip: Ipv4Addr,
+        vols: &BTreeMap<String, PathBuf>,
+        sources: &Sources,
+    ) {
+        let now = Timestamp::now();
+        if let Some(at) = self.retry_at.get(&c.name) {
+            if now < *at {
+                let at = *at;
+                self.wake_in(until(now, at));
+                return;
+            }
+        }
+        let retry = self.shared.config.backoff.base;
+        let host_ip = self.shared.config.host_ip.to_string();
+        let fail = |this: &mut Self, reason: &str, message: String| {
+            this.record("Warning", "Failed", format!("Error: {message}"));
+            this.waiting.insert(
+                c.name.clone(),
+                Waiting {
+                    reason: reason.to_string(),
+                    message: Some(message),
+                },
+            );
+            this.retry_at
+                .insert(c.name.clone(), to_timestamp_after(now, retry));
+            this.wake_in(retry);
+        };
+        let mut env = match spec::resolve_env(&self.pod, c, &ip.to_string(), &host_ip, sources) {
+            Ok(env) => env,
+            Err(e) => return fail(self, "CreateContainerConfigError", e.to_string()),
+        };
+        let root = volumes::container_root(&self.pod_dir, &c.name);
+        let mounts = match volumes::mount(c, &root, vols) {
+            Ok(m) => m,
+            Err(e) => return fail(self, "CreateContainerError", e.to_string()),
+        };
+        let working_dir = match volumes::working_dir(c, &root) {
+            Ok(w) => w,
+            Err(e) => return fail(self, "CreateContainerError", e.to_string()),
+        };
+        for (k, v) in [
+            ("POD_ROOT", root.display().to_string()),
+            ("HOSTNAME", self.name.clone()),
+        ] {
+            if !env.iter().any(|(name, _)| name == k) {
+                env.push((k.to_string(), v));
+            }
+        }
+        let vars: BTreeMap<&str, &str> =
+            env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let expand = |list: &Option<Vec<String>>| -> Vec<String> {
+            list.iter()
+                .flatten()
+                .map(|s| spec::expand(s, &vars))
+                .collect()
+        };
+        let config = ContainerConfig {
+            pod_uid: self.uid.clone(),
+            pod_namespace: self.namespace.clone(),
+            pod_name: self.name.clone(),
+            name: c.name.clone(),
+            attempt,
+            image: c.image.clone().unwrap_or_default(),
+            command: expand(&c.command),
+            args: expand(&c.args),
+            working_dir: Some(working_dir.display().to_string()),
+            pod_ip: IpAddr::V4(ip),
+            mounts,
+            limits: spec::limits(c),
+            spec_hash: spec::spec_hash(c),
+            log_path: log_path(
+                &self.shared.config.root_dir,
+                &self.namespace,
+                &self.name,
+                &self.uid,
+                &c.name,
+                attempt,
+            ),
+            env,
+        };
+        match self.shared.runtime.start(config).await {
+            Ok(container) => {
+                self.waiting.remove(&c.name);
+                self.retry_at.remove(&c.name);
+                self.record("Normal", "Started", format!("Started container {}", c.name));
+                if self.warned.insert(container.id.clone()) {
+                    for w in &container.warnings {
+                        self.record("Warning", "ResourceLimitsNotApplied", w.clone());
+                    }
+                }
+            }
+            Err(e) => fail(self, "RunContainerError", e.to_string()),
+        }
+    }
+
+    fn stop_probes(&mut self, container: &str) {
+        self.probes.retain(|(name, _), (_, task)| {
+            if name == container {
+                task.abort();
+                false
+            } else {
+                true
+            }
+        });
+    }
+
+    /// Probe tasks for the running containers: startup first, then liveness and readiness.
+    fn sync_probes(&mut self) {
+        let Some(ip) = self.pod_ip else { return };
+        let spec = self.pod.spec.clone().unwrap_or_default();
+        let runs = self.runs();
+        let mut live_ids = HashSet::new();
+        for c in &spec.containers {
+            let Some(run) = runs.get(&c.name).and_then(|r| r.last()) else {
+                continue;
+            };
+            if !run.is_running() {
+                continue;
+            }
+            live_ids.insert(run.id.clone());
+            let started = c.startup_probe.is_none()
+                || self
+                    .probe_results
+                    .get(&(run.id.clone(), probe::Kind::Startup))
+                    == Some(&true);
+            let wanted = [
+                (
+                    probe::Kind::Startup,
+                    c.startup_probe.clone().filter(|_| !started),
+                ),
+                (
+                    probe::Kind::Liveness,
+                    c.liveness_probe.clone().filter(|_| started),
+                ),
+                (
+                    probe::Kind::Readiness,
+                    c.readiness_probe.clone().filter(|_| started),
+                ),
+            ];
+            for (kind, p) in wanted {
+                let key = (c.name.clone(), kind);
+                let current = self.probes.get(&key).map(|(id, _)| id.clone());
+                match p {
+                    Some(p) if current.as_deref() != Some(run.id.as_str()) => {
+                        if let Some((_, old)) = self.probes.remove(&key) {
+                            old.abort();
+                        }
+                        let target = probe::Target {
+                            runtime: self.shared.runtime.clone(),
+                            container_id: run.id.clone(),
+                            container: c.clone(),
+                            pod_ip: IpAddr::V4(ip),
+                        };
+                        let task = tokio::spawn(probe::run(kind, p, target, self.probe_tx.clone()));
+                        self.probes.insert(key, (run.id.clone(), task));
+                    }
+                    Some(_) => {}
+                    None => {
+                        if kind == probe::Kind::Startup {
+                            // A startup probe that succeeded ended its task; keep its result.
+                            self.probes.remove(&key);
+                        } else if let Some((_, old)) = self.probes.remove(&key) {
+                            old.abort();
+                        }
+                    }
+                }
+            }
+        }
+        self.probes.retain(|_, (id, task)| {
+            let keep = live_ids.contains(id);
+            if !keep {
+                task.abort();
+            }
+            keep
+        });
+        self.probe_results
+            .retain(|(id, _), _| live_ids.contains(id));
+    }
+
+    /// Computes the status and sends it when it changed.
+    fn report(&mut self, message: Option<String>) {
+        let spec = self.pod.spec.clone().unwrap_or_default();
+        let runs = self.runs();
+        let refs = |name: &str| -> Vec<&runtime::Container> {
+            runs.get(name)
+                .map(|r| r.iter().collect())
+                .unwrap_or_default()
+        };
+        let init: Vec<_> = spec
+            .init_containers
+            .iter()
+            .flatten()
+            .map(|c| {
+                let r = refs(&c.name);
+                let done = r
+                    .last()
+                    .is_some_and(|l| matches!(l.state, State::Exited { exit_code: 0, .. }));
+                let running = r.last().is_some_and(|l| l.is_running());
+                status::container_status(c, &r, self.waiting.get(&c.name), done, running || done)
+            })
+            .collect();
+        let init_done = init.iter().all(|s| {
+            s.state
+                .as_ref()
+                .and_then(|st| st.terminated.as_ref())
+                .is_some_and(|t| t.exit_code == 0)
+        });
+        let initializing = Waiting {
+            reason: "PodInitializing".into(),
+            message: None,
+        };
+        let containers: Vec<_> = spec
+            .containers
+            .iter()
+            .map(|c| {
+                let r = refs(&c.name);
+                let mut waiting = self.waiting.get(&c.name);
+                if waiting.is_none() && r.is_empty() && !init_done {
+                    waiting = Some(&initializing);
+                }
+                let id = r.last().map(|l| l.id.clone()).unwrap_or_default();
+                let result = |kind| self.probe_results.get(&(id.clone(), kind)).copied();
+                let started =
+                    c.startup_probe.is_none() || result(probe::Kind::Startup) == Some(true);
+                let ready = started
+                    && (c.readiness_probe.is_none()
+                        || result(probe::Kind::Readiness) == Some(true));
+                status::container_status(c, &r, waiting, ready, started)
+            })
+            .collect();
+        let observed = status::Observed {
+            restart_policy: self.restart_policy(),
+            init_failed: self.init_failed,
+            init,
+            containers,
+            pod_ip: self.pod_ip.map(|ip| ip.to_string()),
+            host_ip: self.shared.config.host_ip.to_string(),
+            start_time: Some(self.start_time),
+            message,
+        };
+        let status = status::pod_status(&observed, self.last_status.as_ref(), Timestamp::now());
+        if self.last_status.as_ref() == Some(&status) {
+            return;
+        }
+        self.last_status = Some(status.clone());
+        if let Some((_, pod)) = self
+            .shared
+            .workers
+            .lock()
+            .expect("workers poisoned")
+            .get_mut(&self.uid)
+        {
+            pod.status = Some(status.clone());
+        }
+        let _ = self.shared.events.send(Event::Status {
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            uid: self.uid.clone(),
+            status,
+        });
+    }
+
+    /// Stops everything, reports, confirms and cleans up.
+    async fn terminate(&mut self, grace: Duration) {
+        for (_, (_, task)) in self.probes.drain() {
+            task.abort();
+        }
+        let running: Vec<runtime::Container> = self
+            .shared
+            .runtime
+            .list(Some(&self.uid))
+            .into_iter()
+            .filter(|c| c.is_running())
+            .collect();
+        for c in &running {
+            self.record(
+                "Normal",
+                "Killing",
+                format!("Stopping container {}", c.config.name),
+            );
+        }
+        let rt = self.shared.runtime.clone();
+        futures::future::join_all(running.iter().map(|c| rt.stop(&c.id, grace))).await;
+        self.report(None);
+        let _ = self.shared.events.send(Event::Terminated {
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            uid: self.uid.clone(),
+        });
+        for c in rt.list(Some(&self.uid)) {
+            let _ = rt.remove(&c.id).await;
+        }
+        self.shared.ipam.release(&self.uid);
+        let _ = std::fs::remove_dir_all(&self.pod_dir);
+        let _ = std::fs::remove_dir_all(log_dir(
+            &self.shared.config.root_dir,
+            &self.namespace,
+            &self.name,
+            &self.uid,
+        ));
+    }
+}
+
+/// Waits for an exit of one of this pod's containers.
+async fn own_exit(rx: &mut broadcast::Receiver<String>, uid: &str) {
+    loop {
+        match rx.recv().await {
+            Ok(u) if u == uid => return,
+            Ok(_) => continue,
+            Err(broadcast::error::RecvError::Lagged(_)) => return,
+            Err(broadcast::error::RecvError::Closed) => std::future::pending::<()>().await,
+        }
+    }
+}

@@ -1,0 +1,780 @@
+//! The process runtime: each container is a host process in its own process group.
+//!
+//! # What the fields mean here
+//! - `image` is recorded and reported (`status.containerStatuses[].image`, and
+//!   `imageID: process://<image>`); nothing is pulled. When `command` is empty the program is the
+//!   image's last path segment without tag or digest, looked up on `PATH`
+//!   (`docker.io/library/busybox:1.36` runs `busybox` with the container's `args`).
+//! - `command`/`args` are the argv; `env` replaces the kubelet's environment entirely (a default
+//!   `PATH` is added when the container sets none); `workingDir` is the current directory.
+//! - Volumes cannot be mounted over the host's paths without namespaces: the kubelet links each
+//!   mount under the pod's root directory (see [`crate::volumes`]) and makes that the default
+//!   working directory, so relative paths (`cat etc/config/key`) reach them.
+//! - Limits go to a cgroup v2 group per container when the unified hierarchy is writable;
+//!   otherwise the container runs without them and [`super::Container::warnings`] says so.
+//!
+//! # Lifecycle and state
+//! stdout and stderr are pipes the kubelet reads into the container's log file. When the main
+//! process exits, the rest of its process group is killed (a shell's background children die with
+//! it). Stop sends SIGTERM to the group, waits out the grace period, then SIGKILL.
+//!
+//! Each container has a JSON record in the state directory (`<root>/containers/<id>.json`) with
+//! its pid and the pid's start time. A kubelet that restarts finds records of containers still
+//! marked running: their output pipes died with the old kubelet, so the processes cannot be adopted
+//! with their logs; they are killed (when the pid still belongs to them) and recorded as exited
+//! with reason `Orphaned`, and the pod sync loop starts them again by their restart policy.
+
+use std::collections::HashMap;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+use rustix::process::{Pid, Signal};
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::sync::{broadcast, watch};
+
+use super::{Container, ContainerConfig, Error, ExecOutput, Result, Runtime, State};
+use crate::logs;
+
+/// The `PATH` given to containers whose env sets none.
+pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// Settings of the process runtime.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Where container records live (`<root-dir>/containers`).
+    pub state_dir: PathBuf,
+    /// The cgroup v2 directory under which per-container groups are made; `None` disables
+    /// limits. [`Config::new`] uses `/sys/fs/cgroup/skiff` when the unified hierarchy exists.
+    pub cgroup_root: Option<PathBuf>,
+    /// Rotate a log file past this size (`--container-log-max-size`, 10 MiB).
+    pub log_max_size: u64,
+    /// Log files kept per container (`--container-log-max-files`, 5).
+    pub log_max_files: usize,
+}
+
+impl Config {
+    /// Defaults for a kubelet whose root directory is `root_dir`.
+    pub fn new(root_dir: &Path) -> Self {
+        let unified = Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
+        Self {
+            state_dir: root_dir.join("containers"),
+            cgroup_root: unified.then(|| PathBuf::from("/sys/fs/cgroup/skiff")),
+            log_max_size: 10 * 1024 * 1024,
+            log_max_files: 5,
+        }
+    }
+}
+
+/// The on-disk record of one container.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Record {
+    container: Container,
+    pid: Option<i32>,
+    /// Field 22 of `/proc/<pid>/stat`: tells the process apart from a later one reusing the pid.
+    start_ticks: Option<u64>,
+}
+
+struct Entry {
+    record: Record,
+    exited: watch::Receiver<bool>,
+}
+
+/// Runs containers as host processes. Cheap to clone; clones share state.
+#[derive(Clone)]
+pub struct ProcessRuntime {
+    config: Arc<Config>,
+    /// Containers by id. Held only for short map operations, never across `.await`.
+    entries: Arc<Mutex<HashMap<String, Entry>>>,
+    events: broadcast::Sender<String>,
+}
+
+impl ProcessRuntime {
+    /// Opens the runtime: loads the records of a previous run and kills its orphaned processes.
+    pub fn open(config: Config) -> Result<Self> {
+        let dir = &config.state_dir;
+        std::fs::create_dir_all(dir).map_err(|source| Error::State {
+            path: dir.clone(),
+            source,
+        })?;
+        let mut entries = HashMap::new();
+        let read_dir = std::fs::read_dir(dir).map_err(|source| Error::State {
+            path: dir.clone(),
+            source,
+        })?;
+        for file in read_dir.flatten() {
+            let path = file.path();
+            if path.extension().is_none_or(|e| e != "json") {
+                continue;
+            }
+            let Ok(bytes) = std::fs::read(&path) else {
+                continue;
+            };
+            let Ok(mut record) = serde_json::from_slice::<Record>(&bytes) else {
+                tracing::warn!(path = %path.display(), "unreadable container record, removed");
+                let _ = std::fs::remove_file(&path);
+                continue;
+            };
+            if let State::Running { started_at } = record.container.state {
+                if let (Some(pid), Some(ticks)) = (record.pid, record.start_ticks) {
+                    if start_ticks(pid) == Some(ticks) {
+                        tracing::info!(id = %record.container.id, pid, "killing orphaned container");
+                        kill_group(pid, Signal::KILL);
+                    }
+                }
+                record.container.state = State::Exited {
+                    started_at,
+                    finished_at: Timestamp::now(),
+                    exit_code: 137,
+                    reason: "Orphaned".into(),
+                };
+                write_record(dir, &record)?;
+            }
+            let (_tx, exited) = watch::channel(true);
+            entries.insert(record.container.id.clone(), Entry { record, exited });
+        }
+        let (events, _) = broadcast::channel(256);
+        Ok(Self {
+            config: Arc::new(config),
+            entries: Arc::new(Mutex::new(entries)),
+            events,
+        })
+    }
+
+    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
+        self.entries.lock().expect("process runtime map poisoned")
+    }
+
+    /// Applies limits through cgroup v2; returns warnings for what could not be applied.
+    fn apply_limits(&self, id: &str, pid: u32, config: &ContainerConfig) -> Vec<String> {
+        let limits = &config.limits;
+        if limits.memory.is_none() && limits.cpu_millis.is_none() {
+            return Vec::new();
+        }
+        let Some(root) = &self.config.cgroup_root else {
+            return vec![format!(
+                "resource limits of container {} not applied: cgroup v2 is not available",
+                config.name
+            )];
+        };
+        match write_cgroup(root, id, pid, limits) {
+            Ok(()) => Vec::new(),
+            Err(err) => vec![format!(
+                "resource limits of container {} not applied: cgroup {}: {err}",
+                config.name,
+                root.display()
+            )],
+        }
+    }
+}
+
+fn write_cgroup(root: &Path, id: &str, pid: u32, limits: &super::Limits) -> std::io::Result<()> {
+    std::fs::create_dir_all(root)?;
+    // Let the children of our group use the controllers; ignored where not permitted.
+    let _ = std::fs::write(root.join("cgroup.subtree_control"), "+memory +cpu");
+    let group = root.join(id);
+    std::fs::create_dir_all(&group)?;
+    if let Some(memory) = limits.memory {
+        std::fs::write(group.join("memory.max"), memory.to_string())?;
+    }
+    if let Some(millis) = limits.cpu_millis {
+        // cpu.max is "<quota> <period>" in microseconds.
+        std::fs::write(group.join("cpu.max"), format!("{} 100000", millis * 100))?;
+    }
+    std::fs::write(group.join("cgroup.procs"), pid.to_string())?;
+    Ok(())
+}
+
+fn remove_cgroup(root: Option<&Path>, id: &str) {
+    if let Some(root) = root {
+        let _ = std::fs::remove_dir(root.join(id));
+    }
+}
+
+fn record_path(dir: &Path, id: &str) -> PathBuf {
+    dir.join(format!("{id}.json"))
+}
+
+fn write_record(dir: &Path, record: &Record) -> Result<()> {
+    let path = record_path(dir, &record.container.id);
+    let tmp = path.with_extension("tmp");
+    let bytes = serde_json::to_vec(record).expect("container record serializes");
+    std::fs::write(&tmp, bytes)
+        .and_then(|()| std::fs::rename(&tmp, &path))
+        .map_err(|source| Error::State { path, source })
+}
+
+/// Field 22 (starttime) of `/proc/<pid>/stat`.
+fn start_ticks(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces; fields after its closing paren are plain.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+fn kill_group(pgid: i32, signal: Signal) {
+    if let Some(pid) = Pid::from_raw(pgid) {
+        let _ = rustix::process::kill_process_group(pid, signal);
+    }
+}
+
+/// The program the image names when `command` is empty: its last path segment without tag or
+/// digest (`registry:5000/library/busybox:1.36@sha256:..` gives `busybox`).
+pub fn image_program(image: &str) -> Option<String> {
+    let no_digest = image.split('@').next().unwrap_or("");
+    let last = no_digest.rsplit('/').next().unwrap_or("");
+    let name = last.split(':').next().unwrap_or("");
+    (!name.is_empty()).then(|| name.to_string())
+}
+
+/// The argv the process runtime runs for a container.
+pub fn argv(config: &ContainerConfig) -> Result<Vec<String>> {
+    let mut argv = config.command.clone();
+    if argv.is_empty() {
+        argv.push(
+            image_program(&config.image).ok_or_else(|| Error::NoCommand {
+                container: config.name.clone(),
+                image: config.image.clone(),
+            })?,
+        );
+    }
+    argv.extend(config.args.iter().cloned());
+    Ok(argv)
+}
+
+fn command_for(config: &ContainerConfig, argv: &[String]) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(&argv[0]);
+    cmd.args(&argv[1..]).env_clear();
+    if !config.env.iter().any(|(k, _)| k == "PATH") {
+        cmd.env("PATH", DEFAULT_PATH);
+    }
+    cmd.envs(config.env.iter().map(|(k, v)| (k, v)));
+    cmd.current_dir(config.working_dir.as_deref().unwrap_or("/"));
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(false);
+    cmd
+}
+
+/// Copies lines of one pipe into the shared log writer.
+async fn pump(
+    pipe: impl AsyncRead + Unpin,
+    stream: logs::Stream,
+    writer: Arc<Mutex<logs::Writer>>,
+) {
+    let mut reader = BufReader::new(pipe);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match reader.read_until(b'\n', &mut line).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {
+                if line.last() == Some(&b'\n') {
+                    line.pop();
+                }
+                let mut w = writer.lock().expect("log writer poisoned");
+                if let Err(err) = w.write_line(stream, Timestamp::now(), &line) {
+                    tracing::warn!(%err, "writing container log");
+                }
+            }
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Runtime for ProcessRuntime {
+    async fn start(&self, config: ContainerConfig) -> Result<Container> {
+        let id = format!("{}-{}-{}", config.pod_uid, config.name, config.attempt);
+        let argv = argv(&config)?;
+        let writer = logs::Writer::open(
+            &config.log_path,
+            self.config.log_max_size,
+            self.config.log_max_files,
+        )
+        .map_err(|source| Error::State {
+            path: config.log_path.clone(),
+            source,
+        })?;
+        let writer = Arc::new(Mutex::new(writer));
+        let mut child =
+            command_for(&config, &argv)
+                .spawn()
+                .map_err(|source| Error::StartFailed {
+                    container: config.name.clone(),
+                    source,
+                })?;
+        let pid = child.id().expect("a just-spawned child has a pid");
+        let started_at = Timestamp::now();
+        let warnings = self.apply_limits(&id, pid, &config);
+        let record = Record {
+            container: Container {
+                id: id.clone(),
+                config,
+                state: State::Running { started_at },
+                warnings,
+            },
+            pid: Some(pid as i32),
+            start_ticks: start_ticks(pid as i32),
+        };
+        write_record(&self.config.state_dir, &record)?;
+        let (exit_tx, exited) = watch::channel(false);
+        let container = record.container.clone();
+        self.entries().insert(id.clone(), Entry { record, exited });
+
+        let stdout = child.stdout.take().expect("stdout piped");
+        let stderr = child.stderr.take().expect("stderr piped");
+        let out = tokio::spawn(pump(stdout, logs::Stream::Stdout, writer.clone()));
+        let err = tokio::spawn(pump(stderr, logs::Stream::Stderr, writer));
+        let this = self.clone();
+        tokio::spawn(async move {
+            let status = child.wait().await;
+            // The rest of the group (a shell's children) goes with the main process.
+            kill_group(pid as i32, Signal::KILL);
+            // Processes that left the group may hold the pipes open: do not wait on them forever.
+            let _ = tokio::time::timeout(Duration::from_secs(2), async {
+                let _ = out.await;
+                let _ = err.await;
+            })
+            .await;
+            let exit_code = match &status {
+                Ok(s) => s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(9)),
+                Err(_) => 255,
+            };
+            let oom = this
+                .config
+                .cgroup_root
+                .as_ref()
+                .and_then(|r| std::fs::read_to_string(r.join(&id).join("memory.events")).ok())
+                .is_some_and(|ev| {
+                    ev.lines()
+                        .any(|l| l.starts_with("oom_kill ") && !l.ends_with(" 0"))
+                });
+            let reason = if oom {
+                "OOMKilled"
+            } else if exit_code == 0 {
+                "Completed"
+            } else {
+                "Error"
+            };
+            remove_cgroup(this.config.cgroup_root.as_deref(), &id);
+            let updated = {
+                let mut entries = this.entries();
+                entries.get_mut(&id).map(|entry| {
+                    entry.record.container.state = State::Exited {
+                        started_at,
+                        finished_at: Timestamp::now(),
+                        exit_code,
+                        reason: reason.to_string(),
+                    };
+                    entry.record.clone()
+                })
+            };
+            if let Some(record) = updated {
+                if let Err(err) = write_record(&this.config.state_dir, &record) {
+                    tracing::warn!(%err, "recording container exit");
+                }
+                let _ = this.events.send(record.container.config.pod_uid.clone());
+            }
+            let _ = exit_tx.send(true);
+        });
+        Ok(container)
+    }
+
+    async fn stop(&self, id: &str, grace: Duration) -> Result<()> {
+        let (pid, mut exited) = {
+            let entries = self.entries();
+            let entry = entries
+                .get(id)
+                .ok_or_else(|| Error::NotFound(id.to_string()))?;
+            (entry.record.pid, entry.exited.clone())
+        };
+        if *exited.borrow() {
+            return Ok(());
+        }
+        let Some(pid) = pid else { return Ok(()) };
+        kill_group(pid, Signal::TERM);
+        let done = tokio::time::timeout(grace, exited.wait_for(|e| *e))
+            .await
+            .map(|r| r.is_ok());
+        if done.is_err() {
+            kill_group(pid, Signal::KILL);
+            let _ = exited.wait_for(|e| *e).await;
+        }
+        Ok(())
+    }
+
+    async fn remove(&self, id: &str) -> Result<()> {
+        let running = self
+            .entries()
+            .get(id)
+            .map(|e| e.record.container.is_running());
+        match running {
+            None => return Err(Error::NotFound(id.to_string())),
+            Some(true) => self.stop(id, Duration::ZERO).await?,
+            Some(false) => {}
+        }
+        self.entries().remove(id);
+        let path = record_path(&self.config.state_dir, id);
+        match std::fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(source) => Err(Error::State { path, source }),
+        }
+    }
+
+    fn list(&self, pod_uid: Option<&str>) -> Vec<Container> {
+        let mut out: Vec<Container> = self
+            .entries()
+            .values()
+            .map(|e| e.record.container.clone())
+            .filter(|c| pod_uid.is_none_or(|uid| c.config.pod_uid == uid))
+            .collect();
+        out.sort_by(|a, b| {
+            (&a.config.pod_uid, &a.config.name, a.config.attempt).cmp(&(
+                &b.config.pod_uid,
+                &b.config.name,
+                b.config.attempt,
+            ))
+        });
+        out
+    }
+
+    async fn exec(&self, id: &str, cmd: &[String], timeout: Duration) -> Result<ExecOutput> {
+        let config = {
+            let entries = self.entries();
+            let entry = entries
+                .get(id)
+                .ok_or_else(|| Error::NotFound(id.to_string()))?;
+            entry.record.container.config.clone()
+        };
+        if cmd.is_empty() {
+            return Err(Error::NoCommand {
+                container: config.name,
+                image: config.image,
+            });
+        }
+        let mut command = command_for(&config, cmd);
+        let child = command.spawn().map_err(|source| Error::StartFailed {
+            container: config.name.clone(),
+            source,
+        })?;
+        let pid = child.id().map(|p| p as i32);
+        match tokio::time::timeout(timeout, child.wait_with_output()).await {
+            Ok(Ok(out)) => {
+                let mut output = out.stdout;
+                output.extend_from_slice(&out.stderr);
+                output.truncate(10 * 1024);
+                let status = out.status;
+                Ok(ExecOutput {
+                    exit_code: status
+                        .code()
+                        .unwrap_or_else(|| 128 + status.signal().unwrap_or(9)),
+                    output,
+                })
+            }
+            Ok(Err(source)) => Err(Error::StartFailed {
+                container: config.name,
+                source,
+            }),
+            Err(_) => {
+                if let Some(pid) = pid {
+                    kill_group(pid, Signal::KILL);
+                }
+                Err(Error::ExecTimeout(timeout))
+            }
+        }
+    }
+
+    fn subscribe(&self) -> broadcast::Receiver<String> {
+        self.events.subscribe()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::Limits;
+
+    fn config(dir: &Path, name: &str, script: &str) -> ContainerConfig {
+        ContainerConfig {
+            pod_uid: "uid1".into(),
+            pod_namespace: "default".into(),
+            pod_name: "p".into(),
+            name: name.into(),
+            attempt: 0,
+            image: "busybox:1.36".into(),
+            command: vec!["sh".into(), "-c".into()],
+            args: vec![script.into()],
+            env: vec![("GREETING".into(), "hi".into())],
+            working_dir: Some(dir.display().to_string()),
+            pod_ip: "127.0.0.1".parse().unwrap(),
+            mounts: Vec::new(),
+            limits: Limits::default(),
+            spec_hash: "h".into(),
+            log_path: dir.join("logs").join(format!("{name}.log")),
+        }
+    }
+
+    fn runtime(dir: &Path) -> ProcessRuntime {
+        ProcessRuntime::open(Config {
+            state_dir: dir.join("state"),
+            cgroup_root: None,
+            log_max_size: 1 << 20,
+            log_max_files: 2,
+        })
+        .unwrap()
+    }
+
+    async fn wait_exit(rt: &ProcessRuntime, id: &str) -> State {
+        let mut events = rt.subscribe();
+        loop {
+            let c = rt.list(None).into_iter().find(|c| c.id == id).unwrap();
+            if !c.is_running() {
+                return c.state;
+            }
+            let _ = tokio::time::timeout(Duration::from_millis(200), events.recv()).await;
+        }
+    }
+
+    fn alive(pid: i32) -> bool {
+        // A zombie is dead for our purposes.
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| {
+                let rest = &s[s.rfind(')').unwrap() + 2..];
+                !rest.starts_with('Z')
+            })
+            .unwrap_or(false)
+    }
+
+    #[test]
+    fn image_names_a_program() {
+        assert_eq!(image_program("busybox").as_deref(), Some("busybox"));
+        assert_eq!(
+            image_program("localhost:5000/library/busybox:1.36@sha256:abc").as_deref(),
+            Some("busybox")
+        );
+        assert_eq!(image_program(""), None);
+    }
+
+    #[tokio::test]
+    async fn runs_with_env_and_workdir_and_logs_both_streams() {
+        let dir = tempfile::tempdir().unwrap();
+        let rt = runtime(dir.path());
+        let c = rt
+            .start(config(
+                dir.path(),
+                "c",
+                "echo $GREETING; pwd; echo err >&2; test -z \"$HOME\"; exit 3",
+            ))
+            .await
+            .unwrap();
+        match wait_exit(&rt, &c.id).await {
+            State::Exited {
+                exit_code, reason, ..
+            } => {
+                assert_eq!(exit_code, 3);
+                assert_eq!(reason, "Error");
+            }
+            other => panic!("{other:?}"),
+        }
+        let log = logs::read(&c.config.log_path, &Default::default()).unwrap();
+        let log = String::from_utf8(log).unwrap();
+        assert!(log.contains("hi\n"), "{log}");
+        assert!(
+            log.contains(&format!("{}\n", dir.path().display())),
+            "{log}"
+        );
+        assert!(log.contains("err\n"), "{log}");
+    }
+
+    #[tokio::test]
+    async fn empty_command_runs_the_image_program() {
+        let dir = tempfile::tempdir().unwrap();
+        let rt = runtime(dir.path());
+        let mut cfg = config(dir.path(), "c", "");
+        cfg.image = "docker.io/library/echo:latest".into();
+        cfg.command = Vec::new();
+        cfg.args = vec!["from".into(), "image".into()];
+        let c = rt.start(cfg).await.unwrap();
+        assert!(matches!(
+            wait_exit(&rt, &c.id).await,
+            State::Exited { exit_code: 0, .. }
+        ));
+        let log = logs::read(&c.config.log_path, &Default::default()).unwrap();
+        assert_eq!(log, b"from image\n");
+    }
+
+    #[tokio::test]
+    async fn missing_program_is_a_start_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let rt = runtime(dir.path());
+        let mut cfg = config(dir.path(), "c", "");
+        cfg.command = vec!["/nonexistent/program".into()];
+        assert!(matches!(
+            rt.start(cfg).await,
+            Err(Error::StartFailed { .. })
+        ));
+        let mut cfg = config(dir.path(), "c", "");
+        cfg.command = Vec::new();
+        cfg.image = "".into();
+        assert!(matches!(rt.start(cfg).await, Err(Error::NoCommand { .. })));
+    }
+
+    #[tokio::test]
+    async fn stop_terminates_group_including_shell_children() {
+        let dir = tempfile::tempdir().unwrap();
+        let rt = runtime(dir.path());
+        let pidfile = dir.path().join("child.pid");
+        let script = format!(
+            "sleep 1000 & echo $! > {}; while true; do sleep 1; done",
+            pidfile.display()
+        );
+        let c = rt.start(config(dir.path(), "c", &script)).await.unwrap();
+        let child_pid: i32 = loop {
+            if let Ok(s) = std::fs::read_to_string(&pidfile) {
+                if let Ok(p) = s.trim().parse() {
+                    break p;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert!(alive(child_pid));
+        rt.stop(&c.id, Duration::from_secs(30)).await.unwrap();
+        match wait_exit(&rt, &c.id).await {
+            State::Exited { exit_code, .. } => assert_eq!(exit_code, 128 + 15),
+            other => panic!("{other:?}"),
+        }
+        assert!(!alive(child_pid), "background child killed with its group");
+    }
+
+    #[tokio::test]
+    async fn stop_escalates_to_sigkill_after_grace() {
+        let dir = tempfile::tempdir().unwrap();
+        let rt = runtime(dir.path());
+        let ready = dir.path().join("ready");
+        let script = format!(
+            "trap '' TERM; touch {}; while true; do sleep 1; done",
+            ready.display()
+        );
+        let c = rt.start(config(dir.path(), "c", &script)).await.unwrap();
+        while !ready.exists() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        rt.stop(&c.id, Duration::from_millis(300)).await.unwrap();
+        match wait_exit(&rt, &c.id).await {
+            State::Exited { exit_code, .. } => assert_eq!(exit_code, 128 + 9),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn exec_runs_in_container_env_and_times_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let rt = runtime(dir.path());
+        let c = rt
+            .start(config(dir.path(), "c", "while true; do sleep 1; done"))
+            .await
+            .unwrap();
+        let sh = |s: &str| vec!["sh".to_string(), "-c".to_string(), s.to_string()];
+        let out = rt
+            .exec(
+                &c.id,
+                &sh("echo $GREETING; exit 7"),
+                Duration::from_secs(10),
+            )
+            .await
+            .unwrap();
+        assert_eq!(out.exit_code, 7);
+        assert_eq!(out.output, b"hi\n");
+        let slow = rt
+            .exec(&c.id, &sh("sleep 100"), Duration::from_millis(200))
+            .await;
+        assert!(matches!(slow, Err(Error::ExecTimeout(_))));
+        rt.stop(&c.id, Duration::from_secs(5)).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn restarted_runtime_kills_orphans_and_records_them_exited() {
+        let dir = tempfile::tempdir().unwrap();
+        let pid;
+        let id;
+        {
+            let rt = runtime(dir.path());
+            let c = rt
+                .start(config(dir.path(), "c", "while true; do sleep 1; done"))
+                .await
+                .unwrap();
+            id = c.id.clone();
+            let entries = rt.entries();
+            pid = entries[&id].record.pid.unwrap();
+        }
+        // A kubelet that died leaves its process running; the second runtime has only the record.
+        assert!(alive(pid));
+        let rt2 = runtime(dir.path());
+        let c = rt2.list(Some("uid1")).pop().unwrap();
+        assert_eq!(c.id, id);
+        match c.state {
+            State::Exited { reason, .. } => assert_eq!(reason, "Orphaned"),
+            other => panic!("{other:?}"),
+        }
+        for _ in 0..100 {
+            if !alive(pid) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(!alive(pid), "orphan killed");
+        rt2.remove(&id).await.unwrap();
+        assert!(rt2.list(None).is_empty());
+        assert!(runtime(dir.path()).list(None).is_empty(), "record removed");
+    }
+
+    #[tokio::test]
+    async fn limits_without_cgroup_v2_are_reported_and_with_it_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let rt = runtime(dir.path());
+        let mut cfg = config(dir.path(), "c", "exit 0");
+        cfg.limits = Limits {
+            memory: Some(64 << 20),
+            cpu_millis: Some(500),
+        };
+        let c = rt.start(cfg.clone()).await.unwrap();
+        assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
+        assert!(c.warnings[0].contains("cgroup v2 is not available"));
+
+        // A stand-in cgroup directory shows what is written.
+        let cg = dir.path().join("cgroup");
+        let rt = ProcessRuntime::open(Config {
+            state_dir: dir.path().join("state2"),
+            cgroup_root: Some(cg.clone()),
+            log_max_size: 1 << 20,
+            log_max_files: 2,
+        })
+        .unwrap();
+        cfg.name = "d".into();
+        cfg.args = vec!["sleep 1000".into()];
+        let c = rt.start(cfg).await.unwrap();
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+        let group = cg.join(&c.id);
+        assert_eq!(
+            std::fs::read_to_string(group.join("memory.max")).unwrap(),
+            (64u64 << 20).to_string()
+        );
+        assert_eq!(
+            std::fs::read_to_string(group.join("cpu.max")).unwrap(),
+            "50000 100000"
+        );
+        let pid = rt.entries()[&c.id].record.pid.unwrap();
+        assert_eq!(
+            std::fs::read_to_string(group.join("cgroup.procs")).unwrap(),
+            pid.to_string()
+        );
+        rt.stop(&c.id, Duration::from_secs(5)).await.unwrap();
+    }
+}
