@@ -44,6 +44,7 @@ pub fn insecure_routes(api: Arc<ApiServer>) -> BoxedFilter<(Response,)> {
 fn api_routes(api: Arc<ApiServer>, user: BoxedFilter<(User,)>) -> BoxedFilter<(Response,)> {
     let discovery = crate::discovery::routes();
     let openapi = crate::openapi::routes();
+    let debug = crate::replay::http::routes(api.clone());
     let limit = api.config.max_body_bytes;
     let resources = user
         .clone()
@@ -72,7 +73,7 @@ fn api_routes(api: Arc<ApiServer>, user: BoxedFilter<(User,)>) -> BoxedFilter<(R
             },
         );
     user.clone()
-        .and(discovery.or(openapi).unify())
+        .and(discovery.or(openapi).unify().or(debug).unify())
         .map(|_: User, r| r)
         .or(resources)
         .unify()
