@@ -52,6 +52,11 @@ pub struct ServerArgs {
     /// How often the history retention policy runs.
     #[arg(long, default_value = "10s", value_parser = parse_duration, env = "SKIFF_COMPACT_INTERVAL")]
     pub compact_interval: Duration,
+
+    /// Serve the API only, with controllers, scheduler and kubelet off, to inspect a data dir (a
+    /// `skiff replay` of a past state) without anything acting on it.
+    #[arg(long)]
+    pub paused: bool,
 }
 
 /// What runs in this process.
@@ -71,7 +76,8 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     Duration::try_from(signed).map_err(|_| "a duration cannot be negative".to_string())
 }
 
-fn default_data_dir() -> Result<PathBuf> {
+/// The data dir when none is given: `$XDG_DATA_HOME/skiff` or `~/.local/share/skiff`.
+pub fn default_data_dir() -> Result<PathBuf> {
     if let Some(dir) = std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
         return Ok(PathBuf::from(dir).join("skiff"));
     }
@@ -91,7 +97,11 @@ pub async fn run(args: ServerArgs, mode: Mode) -> Result<()> {
     };
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("cannot create data dir {}", data_dir.display()))?;
-    tracing::info!(data_dir = %data_dir.display(), ?mode, "starting");
+    tracing::info!(data_dir = %data_dir.display(), ?mode, paused = args.paused, "starting");
+    if args.paused {
+        // Only the API server runs in this process so far; nothing else to hold back yet.
+        tracing::info!("paused: serving the API only, no controllers, scheduler or kubelet");
+    }
 
     let store_config = skiff_store::Config {
         retention: skiff_store::Retention {
