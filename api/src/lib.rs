@@ -16,6 +16,8 @@
 //! - [`protobuf`]: decoding the Kubernetes protobuf request bodies kubectl 1.32+ sends.
 //! - [`defaults`], [`validation`]: Kubernetes' defaulting and validation of the served kinds.
 //! - [`discovery`], [`openapi`], [`table`]: discovery documents, OpenAPI v3, server-side tables.
+//! - [`replay`]: the cluster's past from the log (objects at a point, history, changes, diffs)
+//!   and its `/debug/skiff/` endpoints.
 //! - [`auth`], [`tls`], [`kubeconfig`], [`version`]: tokens, certificates, the admin kubeconfig,
 //!   `/version` and health.
 
@@ -32,6 +34,7 @@ pub mod patch;
 pub mod protobuf;
 pub mod registry;
 pub mod render;
+pub mod replay;
 pub mod routes;
 pub mod selectors;
 pub mod server;

@@ -60,6 +60,7 @@ fn api_routes(api: Arc<ApiServer>, user: BoxedFilter<(User,)>) -> BoxedFilter<(R
     let discovery = crate::discovery::routes();
     let openapi = crate::openapi::routes();
     let metrics = crate::metrics::route(api.clone());
+    let debug = crate::replay::http::routes(api.clone());
     let limit = api.config.max_body_bytes;
     let resources = user
         .clone()
@@ -89,7 +90,15 @@ fn api_routes(api: Arc<ApiServer>, user: BoxedFilter<(User,)>) -> BoxedFilter<(R
             },
         );
     user.clone()
-        .and(discovery.or(openapi).unify().or(metrics).unify())
+        .and(
+            discovery
+                .or(openapi)
+                .unify()
+                .or(metrics)
+                .unify()
+                .or(debug)
+                .unify(),
+        )
         .map(|_: User, r| r)
         .or(resources)
         .unify()

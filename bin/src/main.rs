@@ -9,6 +9,7 @@
 mod bench;
 mod components;
 mod config_file;
+mod replay_cmd;
 mod server;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
@@ -47,6 +48,20 @@ enum Command {
     /// Benchmarks (they start their own API server on a temporary data dir).
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Show objects as they were at a point in history (a revision, a time, `-15m`).
+    Get(replay_cmd::GetArgs),
+    /// Show every version of one object, with operation and field manager.
+    History(replay_cmd::HistoryArgs),
+    /// Show what was created, changed and deleted between two points.
+    Diff(replay_cmd::DiffArgs),
+    /// Show the change stream, one line a change.
+    Log(replay_cmd::LogArgs),
+    /// Copy a stopped server's data dir as it was at a point into a new data dir.
+    Replay(replay_cmd::ReplayArgs),
+    /// Write a stopped server's log entries to a portable, checksummed archive.
+    Export(replay_cmd::ExportArgs),
+    /// Create a data dir from an archive written by `skiff export`.
+    Import(replay_cmd::ImportArgs),
 }
 
 /// `skiff controllers`.
@@ -146,6 +161,13 @@ fn main() -> std::process::ExitCode {
                 .await
             }
             Command::Bench(command) => bench::run(command).await,
+            Command::Get(args) => replay_cmd::get(args).await,
+            Command::History(args) => replay_cmd::history(args).await,
+            Command::Diff(args) => replay_cmd::diff(args).await,
+            Command::Log(args) => replay_cmd::log(args).await,
+            Command::Replay(args) => replay_cmd::replay(args).await,
+            Command::Export(args) => replay_cmd::export(args).await,
+            Command::Import(args) => replay_cmd::import(args).await,
         }
     });
     match result {

@@ -118,7 +118,8 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     Duration::try_from(signed).map_err(|_| "a duration cannot be negative".to_string())
 }
 
-fn default_data_dir() -> Result<PathBuf> {
+/// The data dir when none is given: `$XDG_DATA_HOME/skiff` or `~/.local/share/skiff`.
+pub fn default_data_dir() -> Result<PathBuf> {
     if let Some(dir) = std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
         return Ok(PathBuf::from(dir).join("skiff"));
     }
@@ -139,6 +140,9 @@ pub async fn run(args: ApiArgs, plan: Plan) -> Result<()> {
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("cannot create data dir {}", data_dir.display()))?;
     tracing::info!(data_dir = %data_dir.display(), components = ?plan.components, "starting");
+    if plan.options.is_none() {
+        tracing::info!("serving the API only: no controllers, scheduler, kubelet or proxy");
+    }
 
     let store_config = skiff_store::Config {
         retention: skiff_store::Retention {

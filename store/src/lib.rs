@@ -12,7 +12,10 @@
 //!   cluster) can slot in without touching it.
 //! - [`SledStore`] (`engine/`): the implementation on sled 0.34 — `writer` (revision assignment,
 //!   batching, applying, group commit), `read` (MVCC reads), `watch` (watcher tasks and the ring of recent entries),
-//!   `maintenance` (lease expiry, retention, compaction), `snapshot` (backup and restore).
+//!   `maintenance` (lease expiry, retention, compaction), `snapshot` (backup and restore), `import`
+//!   (building a data dir from exported log entries, revisions and times kept).
+//! - [`archive`]: the portable archive of log entries (export, import) and copying a window of
+//!   the log into a new data dir.
 //! - `keys`, `record`: the on-disk key spaces and records.
 //! - [`bench`](mod@bench): the throughput and latency harness behind `benches/throughput.rs`.
 //!
@@ -55,6 +58,7 @@
 //! a slow consumer only holds up itself. A registry groups watchers by range; a durable entry wakes
 //! only the watchers whose range it touches.
 
+pub mod archive;
 pub mod bench;
 mod engine;
 pub mod error;
@@ -68,7 +72,7 @@ use std::time::{Duration, SystemTime};
 
 use futures::Stream;
 
-pub use engine::{Config, PrefixRetention, Retention, SledStore};
+pub use engine::{Config, Importer, PrefixRetention, Retention, SledStore};
 pub use error::{Error, Result};
 pub use types::*;
 

@@ -1,5 +1,6 @@
 //! [`SledStore`]: the [`Store`] on sled 0.34 — opening, shared state, and the contract's methods.
 
+mod import;
 mod maintenance;
 pub(crate) mod read;
 mod snapshot;
@@ -23,6 +24,7 @@ use crate::record::{HistRecord, decode_u64};
 use crate::types::*;
 use crate::{Store, WatchStream};
 
+pub use import::Importer;
 use writer::{Command, LeaseState, LeaseTable};
 
 /// How [`SledStore`] is set up. `Config::new(path)` gives the defaults below.
@@ -674,6 +676,12 @@ impl SledStore {
     /// written by [`Store::snapshot`]; returns the snapshot's revision.
     pub fn restore(snapshot: &Path, data_dir: &Path) -> Result<Revision> {
         snapshot::restore(snapshot, data_dir)
+    }
+
+    /// Starts building a new data dir at `data_dir` (which must not exist or be empty) from log
+    /// entries exported elsewhere, keeping their revisions and commit times; see [`Importer`].
+    pub fn importer(data_dir: &Path) -> Result<Importer> {
+        Importer::create(data_dir)
     }
 
     /// The data dir.

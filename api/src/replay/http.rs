@@ -1,0 +1,256 @@
+//! The history reads over HTTP for a running server, under `/debug/skiff/` (authenticated like
+//! every other API path). All are GET with query parameters; points are given as on the command
+//! line (`1234`, an RFC 3339 time, `-15m`):
+//!
+//! ```text
+//! /debug/skiff/resolve?at=P                                   -> Resolved
+//! /debug/skiff/get?resource=R[&namespace=N][&name=X]&at=P     -> Objects
+//! /debug/skiff/history?resource=R[&namespace=N]&name=X        -> History
+//! /debug/skiff/log?[since=P][&until=P][&resource=R][&namespace=N][&limit=L]  -> Log
+//! /debug/skiff/diff?from=P&to=P[&resource=R][&namespace=N]    -> Diff
+//! ```
+//!
+//! A point before the retained history answers 410 Gone with the compacted revision and oldest
+//! time in the message; an unknown resource 404; a malformed point 400.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use warp::Filter;
+use warp::filters::BoxedFilter;
+
+use super::{Change, Error as ReplayError, Filter as Scope, ObjectDiff, Point, Replay, Version};
+use crate::error::Error;
+use crate::handlers::Response;
+use crate::server::ApiServer;
+
+/// Where the debug endpoints live.
+pub const PREFIX: &str = "/debug/skiff";
+
+/// The answer of `resolve`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Resolved {
+    /// The revision the point names.
+    pub revision: u64,
+    /// Its commit time (RFC 3339), when retained.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<String>,
+}
+
+/// The answer of `get`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Objects {
+    /// The revision read at.
+    pub revision: u64,
+    /// Its commit time (RFC 3339), when retained.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<String>,
+    /// The objects, in key order.
+    pub items: Vec<serde_json::Value>,
+}
+
+/// The answer of `history`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct History {
+    /// Every retained version, oldest first.
+    pub versions: Vec<Version>,
+}
+
+/// The answer of `log`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Log {
+    /// The changes, oldest first.
+    pub changes: Vec<Change>,
+    /// The last revision read: continue from the one after it.
+    pub revision: u64,
+    /// Whether the window holds more entries after `revision`.
+    pub more: bool,
+}
+
+/// The answer of `diff`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Diff {
+    /// The first point's revision.
+    pub from: u64,
+    /// The second point's revision.
+    pub to: u64,
+    /// The objects that differ.
+    pub objects: Vec<ObjectDiff>,
+}
+
+/// The most log entries one `log` request reads.
+const MAX_LOG_ENTRIES: usize = 10_000;
+
+impl From<ReplayError> for Error {
+    fn from(e: ReplayError) -> Error {
+        match e {
+            ReplayError::Compacted { .. } => Error::Gone(e.to_string()),
+            ReplayError::UnknownKind(_) => Error::Api(skiff_meta::status::ApiError::new(
+                404,
+                skiff_meta::status::Reason::NotFound,
+                e.to_string(),
+                None,
+            )),
+            ReplayError::Future { .. } | ReplayError::EmptyWindow { .. } => {
+                Error::BadRequest(e.to_string())
+            }
+            ReplayError::Store(e) => Error::Internal(e.to_string()),
+        }
+    }
+}
+
+/// The query parameters of a debug request.
+pub type Params = HashMap<String, String>;
+
+fn point(params: &Params, name: &str) -> Result<Option<Point>, Error> {
+    params
+        .get(name)
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            s.parse::<Point>()
+                .map_err(|e| Error::BadRequest(e.to_string()))
+        })
+        .transpose()
+}
+
+fn scope(params: &Params) -> Result<Scope<'_>, Error> {
+    let resource = match params.get("resource").filter(|s| !s.is_empty()) {
+        Some(name) => Some(
+            super::objects::resolve_kind(name)
+                .ok_or_else(|| Error::from(ReplayError::UnknownKind(name.clone())))?,
+        ),
+        None => None,
+    };
+    Ok(Scope {
+        resource,
+        namespace: params
+            .get("namespace")
+            .map(String::as_str)
+            .filter(|s| !s.is_empty()),
+    })
+}
+
+fn ok<T: serde::Serialize>(body: &T) -> Result<serde_json::Value, Error> {
+    serde_json::to_value(body).map_err(|e| Error::Internal(e.to_string()))
+}
+
+/// The JSON answer of the debug request `action` (`resolve`, `get`, `history`, `log`, `diff`)
+/// with `params`: what the endpoint serves, and what the CLI computes itself over a data dir.
+pub async fn answer(
+    replay: &Replay,
+    action: &str,
+    params: &Params,
+) -> Result<serde_json::Value, Error> {
+    let params = params.clone();
+    match action {
+        "resolve" => {
+            let at = point(&params, "at")?.unwrap_or(Point::Now);
+            let revision = replay.resolve(&at).await?;
+            let time = replay.time_of(revision).await?.map(super::format_time);
+            ok(&Resolved {
+                revision: revision.0,
+                time,
+            })
+        }
+        "get" => {
+            let scope = scope(&params)?;
+            let info = scope
+                .resource
+                .ok_or_else(|| Error::BadRequest("resource is required".into()))?;
+            let at = point(&params, "at")?.unwrap_or(Point::Now);
+            let revision = replay.resolve(&at).await?;
+            let items = match params.get("name").filter(|s| !s.is_empty()) {
+                Some(name) => replay
+                    .get(info, scope.namespace, name, revision)
+                    .await?
+                    .into_iter()
+                    .collect(),
+                None => replay.list(info, scope.namespace, revision).await?,
+            };
+            let time = replay.time_of(revision).await?.map(super::format_time);
+            ok(&Objects {
+                revision: revision.0,
+                time,
+                items,
+            })
+        }
+        "history" => {
+            let scope = scope(&params)?;
+            let info = scope
+                .resource
+                .ok_or_else(|| Error::BadRequest("resource is required".into()))?;
+            let name = params
+                .get("name")
+                .filter(|s| !s.is_empty())
+                .ok_or_else(|| Error::BadRequest("name is required".into()))?;
+            let versions = replay.history(info, scope.namespace, name).await?;
+            ok(&History { versions })
+        }
+        "log" => {
+            let scope = scope(&params)?;
+            // A revision is the first one shown; a time shows what was committed after it.
+            let since = match point(&params, "since")? {
+                Some(Point::Revision(r)) => r,
+                Some(p) => replay.resolve(&p).await?.next(),
+                None => replay
+                    .store()
+                    .status()
+                    .compacted
+                    .max(skiff_store::Revision(1)),
+            };
+            let until = match point(&params, "until")? {
+                Some(p) => Some(replay.resolve(&p).await?),
+                None => None,
+            };
+            let limit = params
+                .get("limit")
+                .and_then(|l| l.parse().ok())
+                .unwrap_or(MAX_LOG_ENTRIES)
+                .clamp(1, MAX_LOG_ENTRIES);
+            let page = replay.log(since, until, &scope, limit).await?;
+            ok(&Log {
+                changes: page.changes,
+                revision: page.last.0,
+                more: page.more,
+            })
+        }
+        "diff" => {
+            let scope = scope(&params)?;
+            let from = point(&params, "from")?
+                .ok_or_else(|| Error::BadRequest("from is required".into()))?;
+            let to = point(&params, "to")?.unwrap_or(Point::Now);
+            let (from, to) = (replay.resolve(&from).await?, replay.resolve(&to).await?);
+            let objects = replay.diff(from, to, &scope).await?;
+            ok(&Diff {
+                from: from.0,
+                to: to.0,
+                objects,
+            })
+        }
+        _ => Err(Error::NoRoute),
+    }
+}
+
+/// The debug routes (without authentication: [`crate::routes`] puts them behind it).
+pub fn routes(api: Arc<ApiServer>) -> BoxedFilter<(Response,)> {
+    let replay = Replay::new(api.registry.store().clone());
+    warp::get()
+        .and(warp::path("debug"))
+        .and(warp::path("skiff"))
+        .and(warp::path::param::<String>())
+        .and(warp::path::end())
+        .and(warp::query::<Params>())
+        .then(move |action: String, params: Params| {
+            let replay = replay.clone();
+            async move {
+                match answer(&replay, &action, &params).await {
+                    Ok(body) => {
+                        use warp::Reply;
+                        warp::reply::json(&body).into_response()
+                    }
+                    Err(e) => crate::routes::error_response(&e),
+                }
+            }
+        })
+        .boxed()
+}

@@ -1,0 +1,307 @@
+//! API objects in the log's history: resolving kind names, storage keys back to objects, what an
+//! operation was (created, updated, status updated, deleted), who made it, and noise-free views
+//! for diffs.
+
+use serde_json::Value;
+use skiff_meta::{RESOURCES, ResourceInfo};
+use skiff_store::KeyValue;
+
+use crate::registry::set_resource_version;
+
+/// What a write did to an object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Operation {
+    /// It did not exist before.
+    Created,
+    /// Its spec, metadata or anything but its status changed.
+    Updated,
+    /// Only its status changed.
+    #[serde(rename = "status updated")]
+    StatusUpdated,
+    /// It was removed.
+    Deleted,
+}
+
+impl Operation {
+    /// As printed: `created`, `updated`, `status updated`, `deleted`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::Created => "created",
+            Operation::Updated => "updated",
+            Operation::StatusUpdated => "status updated",
+            Operation::Deleted => "deleted",
+        }
+    }
+}
+
+impl std::fmt::Display for Operation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The served resource a user means by `name`, as kubectl resolves it: the plural, singular or
+/// kind (any case), a short name, optionally qualified by group (`deployments.apps`, `deploy`).
+pub fn resolve_kind(name: &str) -> Option<&'static ResourceInfo> {
+    let lower = name.to_ascii_lowercase();
+    let (base, group) = match lower.split_once('.') {
+        Some((base, group)) => (base.to_string(), Some(group.to_string())),
+        None => (lower.clone(), None),
+    };
+    RESOURCES.iter().find(|r| {
+        let names = base == r.plural
+            || base == r.singular
+            || base == r.kind.to_ascii_lowercase()
+            || r.short_names.contains(&base.as_str());
+        let group_ok = match &group {
+            None => true,
+            Some(g) => *g == r.group || (g == "core" && r.group.is_empty()),
+        };
+        names && group_ok
+    })
+}
+
+/// The object a storage key names: its resource, namespace and name. `None` for keys that are
+/// not API objects of a served resource.
+pub fn parse_key(key: &[u8]) -> Option<(&'static ResourceInfo, Option<String>, String)> {
+    let key = std::str::from_utf8(key).ok()?;
+    let rest = key.strip_prefix("/registry/")?;
+    let mut parts = rest.split('/');
+    let group = parts.next()?;
+    let plural = parts.next()?;
+    let info = RESOURCES
+        .iter()
+        .find(|r| r.storage_group() == group && r.plural == plural)?;
+    let first = parts.next()?.to_string();
+    let second = parts.next();
+    if parts.next().is_some() {
+        return None;
+    }
+    match (info.namespaced, second) {
+        (true, Some(name)) => Some((info, Some(first), name.to_string())),
+        (false, None) => Some((info, None, first)),
+        _ => None,
+    }
+}
+
+/// A stored version as the API serves it: the JSON value with `metadata.resourceVersion` set to
+/// its revision. `None` if it does not decode.
+pub fn decode(kv: &KeyValue) -> Option<Value> {
+    let mut object: Value = serde_json::from_slice(&kv.value).ok()?;
+    set_resource_version(&mut object, kv.mod_revision);
+    Some(object)
+}
+
+/// The object without what changes on every write and says nothing about it:
+/// `metadata.managedFields` and `metadata.resourceVersion`.
+pub fn without_noise(object: &Value) -> Value {
+    let mut object = object.clone();
+    if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.remove("managedFields");
+        meta.remove("resourceVersion");
+    }
+    object
+}
+
+fn without_status(object: &Value) -> Value {
+    let mut object = without_noise(object);
+    if let Some(map) = object.as_object_mut() {
+        map.remove("status");
+    }
+    object
+}
+
+/// What the write from `before` to `after` (`None`: absent) did.
+pub fn classify(before: Option<&Value>, after: Option<&Value>) -> Operation {
+    match (before, after) {
+        (_, None) => Operation::Deleted,
+        (None, Some(_)) => Operation::Created,
+        (Some(b), Some(a)) if without_status(b) == without_status(a) => Operation::StatusUpdated,
+        (Some(_), Some(_)) => Operation::Updated,
+    }
+}
+
+/// The field manager that made the write from `before` to `after`, from `managedFields`: the
+/// entry that is new or changed (the newest by time if several are). `None` when no entry changed
+/// (the writer did not record itself) or the object is gone.
+pub fn manager(before: Option<&Value>, after: Option<&Value>) -> Option<String> {
+    let entries = |o: Option<&Value>| -> Vec<Value> {
+        o.and_then(|o| o.pointer("/metadata/managedFields"))
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let old = entries(before);
+    entries(after)
+        .into_iter()
+        .filter(|e| !old.contains(e))
+        .max_by(|a, b| {
+            let time = |e: &Value| {
+                e.get("time")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string()
+            };
+            time(a).cmp(&time(b))
+        })
+        .and_then(|e| e.get("manager").and_then(Value::as_str).map(str::to_string))
+}
+
+/// The top-level fields that differ between `before` and `after` (`metadata` broken down one
+/// level: `metadata.labels`), leaving out noise. Sorted.
+pub fn changed_fields(before: Option<&Value>, after: Option<&Value>) -> Vec<String> {
+    let empty = Value::Object(Default::default());
+    let b = before.map(without_noise).unwrap_or_else(|| empty.clone());
+    let a = after.map(without_noise).unwrap_or_else(|| empty.clone());
+    let mut out = std::collections::BTreeSet::new();
+    let fields = |v: &Value| -> Vec<String> {
+        v.as_object()
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default()
+    };
+    for field in fields(&b).into_iter().chain(fields(&a)) {
+        if field == "apiVersion" || field == "kind" {
+            continue;
+        }
+        let (x, y) = (b.get(&field), a.get(&field));
+        if x == y {
+            continue;
+        }
+        if field == "metadata" {
+            let (x, y) = (x.unwrap_or(&empty), y.unwrap_or(&empty));
+            for sub in fields(x).into_iter().chain(fields(y)) {
+                if x.get(&sub) != y.get(&sub) {
+                    out.insert(format!("metadata.{sub}"));
+                }
+            }
+        } else {
+            out.insert(field);
+        }
+    }
+    out.into_iter().collect()
+}
+
+/// The object as YAML, for display and diffs.
+pub fn to_yaml(object: &Value) -> String {
+    serde_saphyr::to_string(object).unwrap_or_else(|e| format!("# not renderable as YAML: {e}\n"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use skiff_store::Revision;
+
+    #[test]
+    fn kinds_resolve_as_kubectl_resolves_them() {
+        for name in [
+            "deployments",
+            "deployment",
+            "Deployment",
+            "deploy",
+            "deployments.apps",
+        ] {
+            assert_eq!(
+                resolve_kind(name).map(|r| r.kind),
+                Some("Deployment"),
+                "{name}"
+            );
+        }
+        assert_eq!(resolve_kind("cm").map(|r| r.kind), Some("ConfigMap"));
+        assert_eq!(resolve_kind("po").map(|r| r.plural), Some("pods"));
+        assert_eq!(resolve_kind("pods.core").map(|r| r.plural), Some("pods"));
+        assert_eq!(resolve_kind("deployments.batch"), None);
+        assert_eq!(resolve_kind("widgets"), None);
+    }
+
+    #[test]
+    fn storage_keys_name_their_objects() {
+        let (info, ns, name) = parse_key(b"/registry/apps/deployments/default/web").unwrap();
+        assert_eq!(
+            (info.kind, ns.as_deref(), name.as_str()),
+            ("Deployment", Some("default"), "web")
+        );
+        let (info, ns, name) = parse_key(b"/registry/core/namespaces/kube-system").unwrap();
+        assert_eq!(
+            (info.kind, ns, name.as_str()),
+            ("Namespace", None, "kube-system")
+        );
+        assert!(parse_key(b"/registry/core/pods/default").is_none());
+        assert!(parse_key(b"/registry/core/widgets/default/x").is_none());
+        assert!(parse_key(b"/something/else").is_none());
+    }
+
+    fn cm(data: &str, rv: &str, status: Option<&str>, managers: Value) -> Value {
+        let mut o = json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c", "namespace": "default", "resourceVersion": rv, "managedFields": managers},
+            "data": {"k": data},
+        });
+        if let Some(s) = status {
+            o["status"] = json!({"phase": s});
+        }
+        o
+    }
+
+    #[test]
+    fn operations_are_classified_by_what_changed() {
+        let a = cm("1", "5", Some("A"), json!([]));
+        let b = cm("1", "6", Some("B"), json!([]));
+        let c = cm("2", "7", Some("B"), json!([]));
+        assert_eq!(classify(None, Some(&a)), Operation::Created);
+        assert_eq!(classify(Some(&a), Some(&b)), Operation::StatusUpdated);
+        assert_eq!(classify(Some(&b), Some(&c)), Operation::Updated);
+        assert_eq!(classify(Some(&c), None), Operation::Deleted);
+        assert_eq!(Operation::StatusUpdated.to_string(), "status updated");
+    }
+
+    #[test]
+    fn the_manager_is_the_managed_fields_entry_that_changed() {
+        let kubectl = json!({"manager": "kubectl-client-side-apply", "operation": "Update", "time": "2026-01-01T00:00:00Z"});
+        let scaler = json!({"manager": "kubectl", "operation": "Update", "subresource": "scale", "time": "2026-01-01T00:01:00Z"});
+        let before = cm("1", "5", None, json!([kubectl]));
+        let after = cm("2", "6", None, json!([kubectl, scaler]));
+        assert_eq!(
+            manager(None, Some(&before)).as_deref(),
+            Some("kubectl-client-side-apply")
+        );
+        assert_eq!(
+            manager(Some(&before), Some(&after)).as_deref(),
+            Some("kubectl")
+        );
+        assert_eq!(manager(Some(&after), Some(&after)), None);
+        assert_eq!(manager(Some(&after), None), None);
+    }
+
+    #[test]
+    fn changed_fields_ignore_noise() {
+        let a = cm("1", "5", None, json!([]));
+        let mut b = cm("2", "9", None, json!([{"manager": "x"}]));
+        b["metadata"]["labels"] = json!({"app": "web"});
+        assert_eq!(
+            changed_fields(Some(&a), Some(&b)),
+            vec!["data", "metadata.labels"]
+        );
+        assert_eq!(changed_fields(Some(&a), Some(&a)), Vec::<String>::new());
+        assert_eq!(
+            changed_fields(None, Some(&a)),
+            vec!["data", "metadata.name", "metadata.namespace"]
+        );
+    }
+
+    #[test]
+    fn decoded_versions_carry_their_revision() {
+        let kv = KeyValue {
+            key: b"/registry/core/configmaps/default/c".to_vec(),
+            value: br#"{"metadata":{"name":"c"}}"#.to_vec(),
+            create_revision: Revision(3),
+            mod_revision: Revision(8),
+            version: 2,
+            lease: None,
+        };
+        assert_eq!(decode(&kv).unwrap()["metadata"]["resourceVersion"], "8");
+        let noise = without_noise(&decode(&kv).unwrap());
+        assert_eq!(noise, json!({"metadata": {"name": "c"}}));
+    }
+}

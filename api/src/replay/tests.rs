@@ -1,0 +1,373 @@
+//! The history reads over a real log in a temporary data dir.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use skiff_store::{Config, KeyRange, Revision, SledStore, Store};
+
+use super::*;
+
+/// A data dir removed when dropped.
+struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    fn new() -> TempDir {
+        let path = std::env::temp_dir().join(format!("skiff-replay-{}", uuid::Uuid::new_v4()));
+        TempDir(path)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn open(dir: &TempDir) -> Arc<dyn Store> {
+    let mut config = Config::new(dir.0.join("db"));
+    config.retention.max_revisions = None;
+    config.retention.max_age = None;
+    config.fsync = false;
+    Arc::new(SledStore::open(config).unwrap())
+}
+
+fn cm(name: &str, data: &str, manager: &str, time: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": "default",
+            "managedFields": [{"manager": manager, "operation": "Update", "time": time}]},
+        "data": {"k": data},
+    })
+}
+
+async fn put(store: &dyn Store, key: &str, object: &Value) -> Revision {
+    store
+        .put(key.into(), serde_json::to_vec(object).unwrap(), None)
+        .await
+        .unwrap()
+        .0
+}
+
+const A: &str = "/registry/core/configmaps/default/a";
+const B: &str = "/registry/core/configmaps/default/b";
+const D: &str = "/registry/apps/deployments/default/web";
+
+fn configmaps() -> &'static skiff_meta::ResourceInfo {
+    objects::resolve_kind("cm").unwrap()
+}
+
+/// A small history: a created (r1), b created (r2), a updated by "editor" (r3), web created (r4),
+/// web's status updated (r5), b deleted (r6).
+async fn scenario(store: &dyn Store) {
+    put(
+        store,
+        A,
+        &cm("a", "1", "kubectl-create", "2026-01-01T00:00:00Z"),
+    )
+    .await;
+    put(
+        store,
+        B,
+        &cm("b", "1", "kubectl-create", "2026-01-01T00:00:00Z"),
+    )
+    .await;
+    let mut a = cm("a", "2", "kubectl-create", "2026-01-01T00:00:00Z");
+    a["metadata"]["managedFields"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"manager": "editor", "operation": "Update", "time": "2026-01-01T00:05:00Z"}));
+    put(store, A, &a).await;
+    let web = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "default"}, "spec": {"replicas": 1}});
+    put(store, D, &web).await;
+    let mut web2 = web.clone();
+    web2["status"] = json!({"replicas": 1});
+    put(store, D, &web2).await;
+    store.delete(KeyRange::key(B)).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_read_as_they_were_at_each_revision() {
+    let dir = TempDir::new();
+    let store = open(&dir);
+    scenario(store.as_ref()).await;
+    let replay = Replay::new(store.clone());
+    let names = |items: Vec<Value>| -> Vec<(String, String)> {
+        items
+            .iter()
+            .map(|o| {
+                (
+                    o["metadata"]["name"].as_str().unwrap().to_string(),
+                    o["metadata"]["resourceVersion"]
+                        .as_str()
+                        .unwrap()
+                        .to_string(),
+                )
+            })
+            .collect()
+    };
+    let at = |r| replay.list(configmaps(), Some("default"), Revision(r));
+    assert_eq!(names(at(0).await.unwrap()), vec![]);
+    assert_eq!(
+        names(at(2).await.unwrap()),
+        vec![("a".into(), "1".into()), ("b".into(), "2".into())]
+    );
+    assert_eq!(
+        names(at(5).await.unwrap()),
+        vec![("a".into(), "3".into()), ("b".into(), "2".into())]
+    );
+    assert_eq!(names(at(6).await.unwrap()), vec![("a".into(), "3".into())]);
+    let a2 = replay
+        .get(configmaps(), Some("default"), "a", Revision(2))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(a2["data"]["k"], "1");
+    assert!(
+        replay
+            .get(configmaps(), Some("default"), "b", Revision(6))
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_lists_every_version_with_operation_and_manager() {
+    let dir = TempDir::new();
+    let store = open(&dir);
+    scenario(store.as_ref()).await;
+    let replay = Replay::new(store);
+    let summary = |versions: Vec<Version>| -> Vec<(u64, Operation, Option<String>)> {
+        versions
+            .into_iter()
+            .map(|v| (v.revision, v.operation, v.manager))
+            .collect()
+    };
+    assert_eq!(
+        summary(
+            replay
+                .history(configmaps(), Some("default"), "a")
+                .await
+                .unwrap()
+        ),
+        vec![
+            (1, Operation::Created, Some("kubectl-create".into())),
+            (3, Operation::Updated, Some("editor".into())),
+        ]
+    );
+    assert_eq!(
+        summary(
+            replay
+                .history(configmaps(), Some("default"), "b")
+                .await
+                .unwrap()
+        ),
+        vec![
+            (2, Operation::Created, Some("kubectl-create".into())),
+            (6, Operation::Deleted, None)
+        ]
+    );
+    let deploys = objects::resolve_kind("deploy").unwrap();
+    let web = replay
+        .history(deploys, Some("default"), "web")
+        .await
+        .unwrap();
+    assert_eq!(
+        summary(web),
+        vec![
+            (4, Operation::Created, None),
+            (5, Operation::StatusUpdated, None)
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_log_and_diffs_name_exactly_what_changed() {
+    let dir = TempDir::new();
+    let store = open(&dir);
+    scenario(store.as_ref()).await;
+    let replay = Replay::new(store);
+    let page = replay
+        .log(Revision(2), None, &Filter::default(), usize::MAX)
+        .await
+        .unwrap();
+    assert_eq!((page.last, page.more), (Revision(6), false));
+    let changes = page.changes;
+    let lines: Vec<(u64, Operation, &str, &str, Vec<String>)> = changes
+        .iter()
+        .map(|c| {
+            (
+                c.revision,
+                c.operation,
+                c.kind.as_str(),
+                c.name.as_str(),
+                c.fields.clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        lines,
+        vec![
+            (
+                2,
+                Operation::Created,
+                "ConfigMap",
+                "b",
+                vec![
+                    "data".into(),
+                    "metadata.name".into(),
+                    "metadata.namespace".into()
+                ]
+            ),
+            (3, Operation::Updated, "ConfigMap", "a", vec!["data".into()]),
+            (
+                4,
+                Operation::Created,
+                "Deployment",
+                "web",
+                vec![
+                    "metadata.name".into(),
+                    "metadata.namespace".into(),
+                    "spec".into()
+                ]
+            ),
+            (
+                5,
+                Operation::StatusUpdated,
+                "Deployment",
+                "web",
+                vec!["status".into()]
+            ),
+            (
+                6,
+                Operation::Deleted,
+                "ConfigMap",
+                "b",
+                vec![
+                    "data".into(),
+                    "metadata.name".into(),
+                    "metadata.namespace".into()
+                ]
+            ),
+        ]
+    );
+    let only_cms = Filter {
+        resource: Some(configmaps()),
+        namespace: Some("default"),
+    };
+    let page = replay
+        .log(Revision(1), Some(Revision(4)), &only_cms, usize::MAX)
+        .await
+        .unwrap();
+    assert_eq!(
+        page.changes.iter().map(|c| c.revision).collect::<Vec<_>>(),
+        vec![1, 2, 3]
+    );
+    let page = replay
+        .log(Revision(1), None, &Filter::default(), 2)
+        .await
+        .unwrap();
+    assert_eq!(
+        (page.changes.len(), page.last, page.more),
+        (2, Revision(2), true)
+    );
+    let page = replay
+        .log(Revision(7), None, &Filter::default(), 2)
+        .await
+        .unwrap();
+    assert_eq!(
+        (page.changes.len(), page.last, page.more),
+        (0, Revision(6), false)
+    );
+
+    let diff = replay
+        .diff(Revision(2), Revision(6), &Filter::default())
+        .await
+        .unwrap();
+    let named: Vec<(DiffKind, &str)> = diff.iter().map(|d| (d.diff, d.name.as_str())).collect();
+    assert_eq!(
+        named,
+        vec![
+            (DiffKind::Created, "web"),
+            (DiffKind::Changed, "a"),
+            (DiffKind::Deleted, "b")
+        ]
+    );
+    assert!(
+        replay
+            .diff(Revision(3), Revision(3), &Filter::default())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(matches!(
+        replay
+            .diff(Revision(4), Revision(3), &Filter::default())
+            .await,
+        Err(Error::EmptyWindow { .. })
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn points_resolve_and_compacted_points_say_so() {
+    let dir = TempDir::new();
+    let store = open(&dir);
+    put(store.as_ref(), A, &cm("a", "1", "m", "t")).await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let middle = std::time::SystemTime::now();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    put(store.as_ref(), A, &cm("a", "2", "m", "t")).await;
+    put(store.as_ref(), A, &cm("a", "3", "m", "t")).await;
+    let replay = Replay::new(store.clone());
+    assert_eq!(replay.resolve(&Point::Now).await.unwrap(), Revision(3));
+    assert_eq!(
+        replay.resolve(&Point::Revision(Revision(2))).await.unwrap(),
+        Revision(2)
+    );
+    let t = Point::Time(jiff::Timestamp::try_from(middle).unwrap());
+    assert_eq!(replay.resolve(&t).await.unwrap(), Revision(1));
+    assert_eq!(
+        replay.resolve(&"-1h".parse().unwrap()).await.unwrap(),
+        Revision(0)
+    );
+    assert!(matches!(
+        replay.resolve(&Point::Revision(Revision(9))).await,
+        Err(Error::Future {
+            requested: Revision(9),
+            current: Revision(3)
+        })
+    ));
+
+    store.compact(Revision(3)).await.unwrap();
+    for point in [Point::Revision(Revision(2)), t, "-1h".parse().unwrap()] {
+        let e = replay.resolve(&point).await.unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::Compacted {
+                    compacted: Revision(3),
+                    oldest_time: Some(_),
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        let text = e.to_string();
+        assert!(
+            text.contains("compacted at revision 3") && text.contains("oldest time 20"),
+            "{text}"
+        );
+    }
+    let e = replay
+        .list(configmaps(), None, Revision(1))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("compacted at revision 3"), "{e}");
+    let e = replay
+        .log(Revision(1), None, &Filter::default(), 10)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::Compacted { .. }), "{e:?}");
+}

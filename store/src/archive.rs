@@ -1,0 +1,484 @@
+//! A portable archive of log entries (`skiff export` / `skiff import`), and copying a window of
+//! one log into a new data dir (`skiff replay`): revisions, commit times and values kept exactly.
+//!
+//! An archive of the window `first ..= last` holds the base (every key's version as it was at
+//! `first - 1`, each with its commit time), then every entry `first ..= last`. Imported into an
+//! empty data dir, every read at a revision in the window answers byte for byte as the source did;
+//! reads before `first` say the history is compacted.
+//!
+//! File format, version 1 (integers little-endian):
+//!
+//! ```text
+//! "SKIFFLOG" | u32 version=1 | u64 first | u64 last
+//! { u8 1 | u64 time | kv }*                                  the base
+//! { u8 2 | u64 revision | u64 time | u32 n | { u8 kind | kv }ⁿ }*   the entries, in order
+//! u8 0 | u64 item count | u32 crc32 of every byte before it
+//! kv = u32 len | key | u64 create | u64 mod | u64 version | u64 lease+1 (0: none) | u32 len | value
+//! ```
+//! Times are nanoseconds since the Unix epoch; kind is 0 for a put, 1 for a delete.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::error::{Error, Result};
+use crate::types::{
+    Event, EventKind, KeyRange, KeyValue, LeaseId, LogEntry, RangeRequest, Revision,
+};
+use crate::{Importer, SledStore, Store};
+
+const MAGIC: &[u8; 8] = b"SKIFFLOG";
+/// The archive format this build writes and reads.
+pub const VERSION: u32 = 1;
+/// Entries read from the log per call.
+const PAGE: usize = 1024;
+
+/// What goes into an archive or a new data dir, in order: every base version, then the entries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Item {
+    /// One key as it was before the window, with its commit time.
+    Base(KeyValue, SystemTime),
+    /// One entry of the window.
+    Entry(LogEntry),
+}
+
+/// How far a long step is, for a progress bar: `done` of `total` entries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    /// Entries handled so far.
+    pub done: u64,
+    /// Entries in all.
+    pub total: u64,
+}
+
+/// What an export, import or copy covered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Summary {
+    /// The first revision of the window.
+    pub first: Revision,
+    /// The last revision of the window.
+    pub last: Revision,
+    /// Base versions carried.
+    pub base: u64,
+    /// Entries carried.
+    pub entries: u64,
+}
+
+/// The window `since ..= until` of `store` that can be carried: `since` defaults to the oldest
+/// retained revision, `until` to the current one. A `since` below the retained history is
+/// [`Error::Compacted`]; an `until` beyond the log is [`Error::FutureRevision`].
+pub fn window(
+    store: &dyn Store,
+    since: Option<Revision>,
+    until: Option<Revision>,
+) -> Result<(Revision, Revision)> {
+    let status = store.status();
+    let until = until.unwrap_or(status.revision);
+    if until > status.revision {
+        return Err(Error::FutureRevision {
+            requested: until,
+            current: status.revision,
+        });
+    }
+    let oldest = status.compacted.max(Revision(1));
+    let first = match since {
+        Some(s) if s < status.compacted => {
+            return Err(Error::Compacted {
+                requested: s,
+                compacted: status.compacted,
+                prefix: None,
+            });
+        }
+        Some(s) => s.max(Revision(1)),
+        None => oldest,
+    };
+    if until < status.compacted {
+        return Err(Error::Compacted {
+            requested: until,
+            compacted: status.compacted,
+            prefix: None,
+        });
+    }
+    if until < first {
+        return Err(Error::FutureRevision {
+            requested: first,
+            current: until,
+        });
+    }
+    Ok((first, until))
+}
+
+/// Reads the window `first ..= last` of `store` (see [`window`]) and hands every [`Item`] to
+/// `sink`, in order, reporting progress per page of entries.
+pub async fn read_window(
+    store: &dyn Store,
+    first: Revision,
+    last: Revision,
+    sink: &mut dyn FnMut(Item) -> Result<()>,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Summary> {
+    let total = last.0 - first.0 + 1;
+    // The state at first - 1: the state at `first` with the changes of `first` undone (the
+    // revision before `first` may itself be compacted, while `first`'s previous values are kept).
+    let mut base: std::collections::BTreeMap<Vec<u8>, KeyValue> = store
+        .range(RangeRequest::new(KeyRange::from(Vec::new())).at(first))
+        .await?
+        .kvs
+        .into_iter()
+        .map(|kv| (kv.key.clone(), kv))
+        .collect();
+    for entry in store.log(first, Some(first), 1).await? {
+        for event in entry.events {
+            match event.prev_kv {
+                Some(prev) => base.insert(event.kv.key.clone(), prev),
+                None => base.remove(&event.kv.key),
+            };
+        }
+    }
+    let mut summary = Summary {
+        first,
+        last,
+        base: 0,
+        entries: 0,
+    };
+    for (key, kv) in base {
+        let time = store
+            .history(&key)
+            .await?
+            .into_iter()
+            .find(|(_, e)| e.kv.mod_revision == kv.mod_revision)
+            .map(|(t, _)| t)
+            .unwrap_or(UNIX_EPOCH);
+        sink(Item::Base(kv, time))?;
+        summary.base += 1;
+    }
+    let mut next = first;
+    progress(Progress { done: 0, total });
+    while next <= last {
+        let entries = store.log(next, Some(last), PAGE).await?;
+        let Some(end) = entries.last().map(|e| e.revision) else {
+            break;
+        };
+        for entry in entries {
+            sink(Item::Entry(entry))?;
+            summary.entries += 1;
+        }
+        next = end.next();
+        progress(Progress {
+            done: summary.entries,
+            total,
+        });
+    }
+    if summary.entries != total {
+        return Err(Error::Corrupt {
+            path: PathBuf::new(),
+            reason: format!(
+                "the log has {} entries in {first}..={last}, expected {total}",
+                summary.entries
+            ),
+        });
+    }
+    Ok(summary)
+}
+
+/// Writes the window `since ..= until` of `store` as an archive to `out`.
+pub async fn export(
+    store: &dyn Store,
+    since: Option<Revision>,
+    until: Option<Revision>,
+    out: &mut dyn Write,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Summary> {
+    let (first, last) = window(store, since, until)?;
+    let mut writer = ArchiveWriter {
+        out,
+        crc: crc32fast::Hasher::new(),
+        items: 0,
+    };
+    writer.put(MAGIC)?;
+    writer.put(&VERSION.to_le_bytes())?;
+    writer.put(&first.0.to_le_bytes())?;
+    writer.put(&last.0.to_le_bytes())?;
+    let summary = read_window(store, first, last, &mut |item| writer.item(&item), progress).await?;
+    writer.put(&[0])?;
+    let items = writer.items;
+    writer.put(&items.to_le_bytes())?;
+    let crc = writer.crc.clone().finalize();
+    writer.out.write_all(&crc.to_le_bytes())?;
+    writer.out.flush()?;
+    Ok(summary)
+}
+
+/// Copies the window `since ..= until` of `store` into a new data dir at `data_dir` (which must
+/// not exist or be empty), as [`import`] of an [`export`] would, without the file in between.
+pub async fn copy(
+    store: &dyn Store,
+    since: Option<Revision>,
+    until: Option<Revision>,
+    data_dir: &Path,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Summary> {
+    let (first, last) = window(store, since, until)?;
+    let mut importer = SledStore::importer(data_dir)?;
+    let result = read_window(
+        store,
+        first,
+        last,
+        &mut |item| feed(&mut importer, &item),
+        progress,
+    )
+    .await;
+    let result = result.and_then(|summary| importer.finish().map(|_| summary));
+    if result.is_err() {
+        let _ = std::fs::remove_dir_all(data_dir);
+    }
+    result
+}
+
+fn feed(importer: &mut Importer, item: &Item) -> Result<()> {
+    match item {
+        Item::Base(kv, time) => importer.base(kv, *time),
+        Item::Entry(entry) => importer.entry(entry),
+    }
+}
+
+/// Reads an archive from `input` into a new data dir at `data_dir` (which must not exist or be
+/// empty). A damaged, truncated or foreign archive is [`Error::Corrupt`] and leaves no data dir.
+pub fn import(
+    input: &mut dyn Read,
+    data_dir: &Path,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Summary> {
+    let mut importer = SledStore::importer(data_dir)?;
+    let result = import_into(input, &mut importer, progress);
+    let result = result.and_then(|summary| importer.finish().map(|_| summary));
+    if result.is_err() {
+        let _ = std::fs::remove_dir_all(data_dir);
+    }
+    result
+}
+
+fn import_into(
+    input: &mut dyn Read,
+    importer: &mut Importer,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Summary> {
+    let mut reader = ArchiveReader {
+        input,
+        crc: crc32fast::Hasher::new(),
+    };
+    if &reader.take(8)?[..] != MAGIC {
+        return Err(corrupt("not a skiff archive (bad magic)"));
+    }
+    let version = reader.u32()?;
+    if version != VERSION {
+        return Err(corrupt(&format!(
+            "archive format {version} is not supported (this build reads {VERSION})"
+        )));
+    }
+    let first = Revision(reader.u64()?);
+    let last = Revision(reader.u64()?);
+    if first.0 == 0 || last < first {
+        return Err(corrupt("the archive's window is empty"));
+    }
+    let total = last.0 - first.0 + 1;
+    let mut summary = Summary {
+        first,
+        last,
+        base: 0,
+        entries: 0,
+    };
+    let mut items = 0u64;
+    progress(Progress { done: 0, total });
+    loop {
+        match reader.take(1)?[0] {
+            0 => break,
+            1 => {
+                let time = reader.time()?;
+                let kv = reader.kv()?;
+                importer.base(&kv, time)?;
+                summary.base += 1;
+            }
+            2 => {
+                let revision = Revision(reader.u64()?);
+                let time = reader.time()?;
+                let n = reader.u32()?;
+                let mut events = Vec::with_capacity(n.min(1 << 16) as usize);
+                for _ in 0..n {
+                    let kind = match reader.take(1)?[0] {
+                        0 => EventKind::Put,
+                        1 => EventKind::Delete,
+                        other => return Err(corrupt(&format!("unknown event kind {other}"))),
+                    };
+                    events.push(Event {
+                        kind,
+                        kv: reader.kv()?,
+                        prev_kv: None,
+                    });
+                }
+                if revision < first || revision > last {
+                    return Err(corrupt(&format!(
+                        "entry {revision} outside the archive's window {first}..={last}"
+                    )));
+                }
+                importer.entry(&LogEntry {
+                    revision,
+                    time,
+                    events,
+                })?;
+                summary.entries += 1;
+                if summary.entries % PAGE as u64 == 0 {
+                    progress(Progress {
+                        done: summary.entries,
+                        total,
+                    });
+                }
+            }
+            other => return Err(corrupt(&format!("unknown record tag {other}"))),
+        }
+        items += 1;
+    }
+    let count = reader.u64()?;
+    let crc = reader.crc.clone().finalize();
+    let mut stored = [0u8; 4];
+    reader.input.read_exact(&mut stored).map_err(truncated)?;
+    if count != items || u32::from_le_bytes(stored) != crc {
+        return Err(corrupt("checksum mismatch: the archive is damaged"));
+    }
+    if summary.entries != total {
+        return Err(corrupt(&format!(
+            "the archive holds {} entries, its window {first}..={last} needs {total}",
+            summary.entries
+        )));
+    }
+    progress(Progress {
+        done: summary.entries,
+        total,
+    });
+    Ok(summary)
+}
+
+fn corrupt(reason: &str) -> Error {
+    Error::Corrupt {
+        path: PathBuf::from("<archive>"),
+        reason: reason.to_string(),
+    }
+}
+
+fn truncated(e: std::io::Error) -> Error {
+    if e.kind() == std::io::ErrorKind::UnexpectedEof {
+        corrupt("the archive is truncated")
+    } else {
+        Error::Io(e)
+    }
+}
+
+fn nanos(time: SystemTime) -> u64 {
+    time.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+struct ArchiveWriter<'a> {
+    out: &'a mut dyn Write,
+    crc: crc32fast::Hasher,
+    items: u64,
+}
+
+impl ArchiveWriter<'_> {
+    fn put(&mut self, bytes: &[u8]) -> Result<()> {
+        self.crc.update(bytes);
+        self.out.write_all(bytes).map_err(Error::Io)
+    }
+
+    fn kv(&mut self, kv: &KeyValue) -> Result<()> {
+        self.put(&(kv.key.len() as u32).to_le_bytes())?;
+        self.put(&kv.key)?;
+        self.put(&kv.create_revision.0.to_le_bytes())?;
+        self.put(&kv.mod_revision.0.to_le_bytes())?;
+        self.put(&kv.version.to_le_bytes())?;
+        self.put(&kv.lease.map_or(0, |l| l.0 + 1).to_le_bytes())?;
+        self.put(&(kv.value.len() as u32).to_le_bytes())?;
+        self.put(&kv.value)
+    }
+
+    fn item(&mut self, item: &Item) -> Result<()> {
+        match item {
+            Item::Base(kv, time) => {
+                self.put(&[1])?;
+                self.put(&nanos(*time).to_le_bytes())?;
+                self.kv(kv)?;
+            }
+            Item::Entry(entry) => {
+                self.put(&[2])?;
+                self.put(&entry.revision.0.to_le_bytes())?;
+                self.put(&nanos(entry.time).to_le_bytes())?;
+                self.put(&(entry.events.len() as u32).to_le_bytes())?;
+                for event in &entry.events {
+                    self.put(&[match event.kind {
+                        EventKind::Put => 0,
+                        EventKind::Delete => 1,
+                    }])?;
+                    self.kv(&event.kv)?;
+                }
+            }
+        }
+        self.items += 1;
+        Ok(())
+    }
+}
+
+struct ArchiveReader<'a> {
+    input: &'a mut dyn Read,
+    crc: crc32fast::Hasher,
+}
+
+impl ArchiveReader<'_> {
+    fn take(&mut self, n: usize) -> Result<Vec<u8>> {
+        let mut buf = vec![0; n];
+        self.input.read_exact(&mut buf).map_err(truncated)?;
+        self.crc.update(&buf);
+        Ok(buf)
+    }
+
+    fn u32(&mut self) -> Result<u32> {
+        Ok(u32::from_le_bytes(
+            self.take(4)?.try_into().expect("4 bytes"),
+        ))
+    }
+
+    fn u64(&mut self) -> Result<u64> {
+        Ok(u64::from_le_bytes(
+            self.take(8)?.try_into().expect("8 bytes"),
+        ))
+    }
+
+    fn time(&mut self) -> Result<SystemTime> {
+        Ok(UNIX_EPOCH + Duration::from_nanos(self.u64()?))
+    }
+
+    fn bytes(&mut self) -> Result<Vec<u8>> {
+        let len = self.u32()? as usize;
+        if len > 64 << 20 {
+            return Err(corrupt(&format!("a record of {len} bytes")));
+        }
+        self.take(len)
+    }
+
+    fn kv(&mut self) -> Result<KeyValue> {
+        let key = self.bytes()?;
+        let create_revision = Revision(self.u64()?);
+        let mod_revision = Revision(self.u64()?);
+        let version = self.u64()?;
+        let lease = self.u64()?.checked_sub(1).map(LeaseId);
+        let value = self.bytes()?;
+        Ok(KeyValue {
+            key,
+            value,
+            create_revision,
+            mod_revision,
+            version,
+            lease,
+        })
+    }
+}
