@@ -4,6 +4,7 @@
 //! when the shutdown token is cancelled.
 
 use std::collections::BTreeSet;
+use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use skiff_client::Client;
@@ -15,11 +16,22 @@ use tokio_util::sync::CancellationToken;
 pub enum Component {
     /// The controllers (endpoints, ReplicaSet, Deployment, namespace, garbage collector, ...).
     Controllers,
+    /// The scheduler.
+    Scheduler,
+    /// The kubelet: this machine as a node that runs pods.
+    Kubelet,
+    /// The service proxy.
+    Proxy,
 }
 
 impl Component {
     /// Every component, in start order.
-    pub const ALL: &[Component] = &[Component::Controllers];
+    pub const ALL: &[Component] = &[
+        Component::Controllers,
+        Component::Scheduler,
+        Component::Kubelet,
+        Component::Proxy,
+    ];
 }
 
 /// Every component's flags, shown under their own headings in `--help`.
@@ -28,6 +40,24 @@ pub struct Options {
     /// Controller manager flags.
     #[command(flatten, next_help_heading = "Controllers")]
     pub controllers: skiff_controllers::Options,
+    /// Scheduler flags.
+    #[command(flatten, next_help_heading = "Scheduler")]
+    pub scheduler: skiff_scheduler::Options,
+    /// Kubelet flags.
+    #[command(flatten, next_help_heading = "Kubelet")]
+    pub kubelet: skiff_kubelet::Options,
+    /// Proxy flags.
+    #[command(flatten, next_help_heading = "Proxy")]
+    pub proxy: skiff_proxy::Options,
+}
+
+/// What in-process components get from the server that hosts them.
+#[derive(Clone, Debug)]
+pub struct Host {
+    /// The data dir (the kubelet keeps its state under `<data-dir>/kubelet` unless told).
+    pub data_dir: PathBuf,
+    /// The secret the API server presents to kubelets (for logs).
+    pub kubelet_token: String,
 }
 
 /// Which components run, from `--components` or `--disable`.
@@ -45,15 +75,52 @@ pub fn spawn(
     component: Component,
     client: Client,
     options: &Options,
+    host: &Host,
     shutdown: CancellationToken,
 ) {
     let options = options.clone();
+    let host = host.clone();
     tasks.spawn(async move {
         let result = match component {
             Component::Controllers => skiff_controllers::run(client, options.controllers, shutdown)
                 .await
                 .context("the controllers failed"),
+            Component::Scheduler => skiff_scheduler::run(client, options.scheduler, shutdown)
+                .await
+                .context("the scheduler failed"),
+            Component::Kubelet => {
+                let mut kubelet = options.kubelet;
+                kubelet
+                    .root_dir
+                    .get_or_insert_with(|| host.data_dir.join("kubelet"));
+                kubelet.token.get_or_insert(host.kubelet_token);
+                skiff_kubelet::run(client, kubelet, shutdown)
+                    .await
+                    .context("the kubelet failed")
+            }
+            Component::Proxy => skiff_proxy::run(client, options.proxy, shutdown)
+                .await
+                .context("the proxy failed"),
         };
         (component, result)
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn selection() {
+        assert_eq!(select(None, &[]).len(), Component::ALL.len());
+        assert_eq!(
+            select(None, &[Component::Kubelet, Component::Proxy]),
+            BTreeSet::from([Component::Controllers, Component::Scheduler])
+        );
+        assert_eq!(
+            select(Some(&[Component::Scheduler]), &[]),
+            BTreeSet::from([Component::Scheduler])
+        );
+        assert!(select(Some(&[Component::Scheduler]), &[Component::Scheduler]).is_empty());
+    }
 }

@@ -45,6 +45,14 @@ enum Command {
     Apiserver(server::ApiArgs),
     /// Run the controllers as a process of their own, against an API server.
     Controllers(ControllersArgs),
+    /// Run the scheduler as a process of its own.
+    Scheduler(SchedulerArgs),
+    /// Run a kubelet as a process of its own.
+    Kubelet(KubeletArgs),
+    /// Run the service proxy as a process of its own.
+    Proxy(ProxyArgs),
+    /// Join a server as a node: a kubelet and a proxy in one process.
+    Agent(AgentArgs),
     /// Benchmarks (they start their own API server on a temporary data dir).
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -71,6 +79,45 @@ struct ControllersArgs {
     client: skiff_client::ClientConfig,
     #[command(flatten)]
     options: skiff_controllers::Options,
+}
+
+/// `skiff scheduler`.
+#[derive(Debug, clap::Args)]
+struct SchedulerArgs {
+    #[command(flatten)]
+    client: skiff_client::ClientConfig,
+    #[command(flatten)]
+    options: skiff_scheduler::Options,
+}
+
+/// `skiff kubelet`.
+#[derive(Debug, clap::Args)]
+struct KubeletArgs {
+    #[command(flatten)]
+    client: skiff_client::ClientConfig,
+    #[command(flatten)]
+    options: skiff_kubelet::Options,
+}
+
+/// `skiff proxy`.
+#[derive(Debug, clap::Args)]
+struct ProxyArgs {
+    #[command(flatten)]
+    client: skiff_client::ClientConfig,
+    #[command(flatten)]
+    options: skiff_proxy::Options,
+}
+
+/// `skiff agent`: a kubelet and a proxy joining a server (usually `--server URL --token
+/// <join token>`; the join token's secret is also what the server presents to this kubelet).
+#[derive(Debug, clap::Args)]
+struct AgentArgs {
+    #[command(flatten)]
+    client: skiff_client::ClientConfig,
+    #[command(flatten, next_help_heading = "Kubelet")]
+    kubelet: skiff_kubelet::Options,
+    #[command(flatten, next_help_heading = "Proxy")]
+    proxy: skiff_proxy::Options,
 }
 
 /// Runs one component as its own process until SIGINT/SIGTERM.
@@ -157,6 +204,54 @@ fn main() -> std::process::ExitCode {
             Command::Controllers(args) => {
                 run_component(&args.client, |client, shutdown| async move {
                     Ok(skiff_controllers::run(client, args.options, shutdown).await?)
+                })
+                .await
+            }
+            Command::Scheduler(args) => {
+                run_component(&args.client, |client, shutdown| async move {
+                    Ok(skiff_scheduler::run(client, args.options, shutdown).await?)
+                })
+                .await
+            }
+            Command::Kubelet(args) => {
+                run_component(&args.client, |client, shutdown| async move {
+                    Ok(skiff_kubelet::run(client, args.options, shutdown).await?)
+                })
+                .await
+            }
+            Command::Proxy(args) => {
+                run_component(&args.client, |client, shutdown| async move {
+                    Ok(skiff_proxy::run(client, args.options, shutdown).await?)
+                })
+                .await
+            }
+            Command::Agent(args) => {
+                let mut kubelet = args.kubelet;
+                if kubelet.token.is_none()
+                    && let Some(join) = args
+                        .client
+                        .token
+                        .as_deref()
+                        .and_then(|t| skiff_client::JoinToken::parse(t).ok())
+                {
+                    kubelet.token = Some(join.secret);
+                }
+                let proxy = args.proxy;
+                run_component(&args.client, |client, shutdown| async move {
+                    // The first to fail stops the other.
+                    tokio::try_join!(
+                        async {
+                            skiff_kubelet::run(client.clone(), kubelet, shutdown.clone())
+                                .await
+                                .map_err(anyhow::Error::from)
+                        },
+                        async {
+                            skiff_proxy::run(client, proxy, shutdown)
+                                .await
+                                .map_err(anyhow::Error::from)
+                        }
+                    )?;
+                    Ok(())
                 })
                 .await
             }

@@ -203,6 +203,8 @@ pub async fn run(args: ApiArgs, plan: Plan) -> Result<()> {
     let config = skiff_api::server::Config {
         event_ttl: args.event_ttl,
         ca_pem: Some(pki.ca_pem().to_string()),
+        // Kubelets serve logs to the holder of the join secret.
+        kubelet_token: Some(join_token.secret.clone()),
         ..Default::default()
     };
     let api = skiff_api::server::ApiServer::new(store.clone(), config, shutdown.clone())
@@ -272,12 +274,17 @@ pub async fn run(args: ApiArgs, plan: Plan) -> Result<()> {
         let local = format!("https://127.0.0.1:{}", bound.port());
         let client = skiff_client::connect_to(&local, pki.ca_pem().as_bytes(), &admin_token)
             .context("cannot build the in-process client")?;
+        let host = components::Host {
+            data_dir: data_dir.clone(),
+            kubelet_token: join_token.secret.clone(),
+        };
         for component in &plan.components {
             components::spawn(
                 &mut running,
                 *component,
                 client.clone(),
                 options,
+                &host,
                 components_stop.clone(),
             );
         }

@@ -117,21 +117,24 @@ pub struct Options {
     /// The Node's name; defaults to the host name.
     #[arg(long)]
     pub node_name: Option<String>,
-    /// Directory of the kubelet's state: container records, pod volumes, logs, pod IPs.
-    #[arg(long, default_value = "/var/lib/skiff/kubelet")]
-    pub root_dir: PathBuf,
+    /// Directory of the kubelet's state: container records, pod volumes, logs, pod IPs
+    /// [default: <data-dir>/kubelet under `skiff server`, else /var/lib/skiff/kubelet].
+    #[arg(long)]
+    pub root_dir: Option<PathBuf>,
     /// The node's InternalIP, also the pods' hostIP.
     #[arg(long, default_value = "127.0.0.1")]
     pub node_ip: IpAddr,
     /// Address the kubelet's HTTP server (logs, /pods, /healthz) listens on.
-    #[arg(long, default_value = "127.0.0.1")]
+    #[arg(long = "kubelet-address", default_value = "127.0.0.1")]
     pub address: IpAddr,
-    /// Port of the kubelet's HTTP server; 0 picks a free one (reported in the Node's
-    /// daemonEndpoints, where the API server finds it).
-    #[arg(long, default_value_t = 10250)]
+    /// Port of the kubelet's HTTP server (Kubernetes uses 10250); 0, the default, picks a free
+    /// one, reported in the Node's daemonEndpoints where the API server finds it, so that several
+    /// skiff nodes share a host.
+    #[arg(long = "kubelet-port", default_value_t = 0)]
     pub port: u16,
-    /// Bearer token the API server presents to the kubelet's HTTP server; unset serves anyone.
-    #[arg(long, env = "SKIFF_KUBELET_TOKEN", hide_env_values = true)]
+    /// Bearer token the API server presents to the kubelet's HTTP server (`skiff server` and
+    /// `skiff agent` use the join token's secret); unset serves anyone.
+    #[arg(long = "kubelet-token", env = "SKIFF_KUBELET_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
     /// How often the node's Lease is renewed.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
@@ -181,7 +184,10 @@ fn hostname() -> String {
 /// Runs the kubelet until `shutdown`.
 pub async fn run(client: Client, options: Options, shutdown: CancellationToken) -> Result<()> {
     let node_name = options.node_name.clone().unwrap_or_else(hostname);
-    let root = options.root_dir.clone();
+    let root = options
+        .root_dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("/var/lib/skiff/kubelet"));
     std::fs::create_dir_all(&root).map_err(|source| Error::RootDir {
         path: root.clone(),
         source,

@@ -24,7 +24,7 @@ fn options(root: &Path, manifests: &Path) -> Options {
         "n1",
         "--root-dir",
         root.to_str().unwrap(),
-        "--port",
+        "--kubelet-port",
         "0",
         "--node-status-update-frequency",
         "1s",
