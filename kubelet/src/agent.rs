@@ -873,11 +873,6 @@ impl StaticPods {
                 .lock()
                 .expect("statics poisoned")
                 .insert(uid.clone());
-            if !self.pods.contains_key(uid) {
-                // A manifest put back after removal: forget that its pod finished.
-                manager.remove(uid);
-                manager.update(pod.clone());
-            }
             let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
             let name = pod.metadata.name.clone().unwrap_or_default();
             let api: Api<Pod> = Api::namespaced(client.clone(), ns);
@@ -885,7 +880,7 @@ impl StaticPods {
                 Ok(e) => e,
                 Err(err) => {
                     tracing::warn!(%err, pod = %name, "reading mirror pod");
-                    continue;
+                    None
                 }
             };
             let current_hash = existing.as_ref().and_then(|m| {
@@ -895,25 +890,30 @@ impl StaticPods {
                     .and_then(|a| a.get(MIRROR_ANNOTATION))
                     .cloned()
             });
-            if current_hash.as_deref() == Some(uid.as_str()) {
-                continue;
+            if current_hash.as_deref() != Some(uid.as_str()) {
+                if existing.is_some() {
+                    let _ = api
+                        .delete(
+                            &name,
+                            &DeleteParams {
+                                grace_period_seconds: Some(0),
+                                ..Default::default()
+                            },
+                        )
+                        .await;
+                }
+                if let Err(err) = api
+                    .create(&PostParams::default(), &mirror_of(pod, node_name, node_uid))
+                    .await
+                {
+                    tracing::warn!(%err, pod = %name, "creating mirror pod");
+                }
             }
-            if existing.is_some() {
-                let _ = api
-                    .delete(
-                        &name,
-                        &DeleteParams {
-                            grace_period_seconds: Some(0),
-                            ..Default::default()
-                        },
-                    )
-                    .await;
-            }
-            if let Err(err) = api
-                .create(&PostParams::default(), &mirror_of(pod, node_name, node_uid))
-                .await
-            {
-                tracing::warn!(%err, pod = %name, "creating mirror pod");
+            // Run the pod once its mirror exists, so its first status has somewhere to go.
+            if !self.pods.contains_key(uid) {
+                // A manifest put back after removal: forget that its pod finished.
+                manager.remove(uid);
+                manager.update(pod.clone());
             }
         }
         self.pods = desired;
