@@ -26,6 +26,7 @@ pub mod discovery;
 pub mod error;
 pub mod handlers;
 pub mod kubeconfig;
+pub mod metrics;
 pub mod openapi;
 pub mod patch;
 pub mod protobuf;

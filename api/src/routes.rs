@@ -20,7 +20,22 @@ use crate::version;
 pub fn routes(api: Arc<ApiServer>, authenticator: Arc<Authenticator>) -> BoxedFilter<(Response,)> {
     let ready_api = api.clone();
     let public = version::routes(move || !ready_api.shutdown.is_cancelled());
+    let ca_pem = api.config.ca_pem.clone();
+    let cacerts = warp::path!("cacerts").and(warp::get()).and_then(move || {
+        let ca_pem = ca_pem.clone();
+        async move {
+            match ca_pem {
+                Some(pem) => Ok::<Response, warp::Rejection>(
+                    warp::reply::with_header(pem, "content-type", "application/x-pem-file")
+                        .into_response(),
+                ),
+                None => Err(warp::reject::not_found()),
+            }
+        }
+    });
     public
+        .or(cacerts)
+        .unify()
         .or(api_routes(api, authenticator.filter()))
         .unify()
         .recover(recover)
@@ -44,6 +59,7 @@ pub fn insecure_routes(api: Arc<ApiServer>) -> BoxedFilter<(Response,)> {
 fn api_routes(api: Arc<ApiServer>, user: BoxedFilter<(User,)>) -> BoxedFilter<(Response,)> {
     let discovery = crate::discovery::routes();
     let openapi = crate::openapi::routes();
+    let metrics = crate::metrics::route(api.clone());
     let limit = api.config.max_body_bytes;
     let resources = user
         .clone()
@@ -62,17 +78,18 @@ fn api_routes(api: Arc<ApiServer>, user: BoxedFilter<(User,)>) -> BoxedFilter<(R
                 async move {
                     let started = std::time::Instant::now();
                     let path = path.as_str().to_string();
-                    let response = match serve(&api, user, method.clone(), path.clone(), query, headers, Box::pin(body), limit).await {
+                    let response = match serve(&api, user, method.clone(), path.clone(), query.clone(), headers, Box::pin(body), limit).await {
                         Ok(response) => response,
                         Err(e) => error_response(&e),
                     };
+                    crate::metrics::record_request(&method, &path, &query, response.status().as_u16(), started.elapsed());
                     tracing::debug!(%method, %path, status = response.status().as_u16(), elapsed_ms = started.elapsed().as_millis() as u64, "request");
                     response
                 }
             },
         );
     user.clone()
-        .and(discovery.or(openapi).unify())
+        .and(discovery.or(openapi).unify().or(metrics).unify())
         .map(|_: User, r| r)
         .or(resources)
         .unify()

@@ -28,6 +28,9 @@ pub struct Config {
     pub default_watch_timeout: Duration,
     /// How often an idle watch that allows bookmarks gets one.
     pub bookmark_interval: Duration,
+    /// The cluster CA bundle (PEM), served unauthenticated at `/cacerts` so that an agent holding
+    /// a join token can fetch it and check it against the token's hash.
+    pub ca_pem: Option<String>,
 }
 
 impl Default for Config {
@@ -38,6 +41,7 @@ impl Default for Config {
             service_ranges: ServiceRanges::default(),
             default_watch_timeout: Duration::from_secs(1800),
             bookmark_interval: Duration::from_secs(15),
+            ca_pem: None,
         }
     }
 }

@@ -433,8 +433,8 @@ pub(crate) fn write_file(path: &Path, contents: &[u8], mode: u32) -> Result<()> 
     })
 }
 
-/// [`write_file`] with a plain I/O error, for the other modules' error types.
-pub(crate) fn write_atomically(path: &Path, contents: &[u8], mode: u32) -> std::io::Result<()> {
+/// Writes `contents` to `path` atomically (temp file, fsync, rename) with permissions `mode`.
+pub fn write_atomically(path: &Path, contents: &[u8], mode: u32) -> std::io::Result<()> {
     let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
     tmp_name.push(".tmp");
     let tmp = path.with_file_name(tmp_name);

@@ -5,9 +5,10 @@
 //! - [`server`]: `skiff server` / `skiff apiserver`: the data dir, the log, the PKI and tokens, the
 //!   API server on its listener, and graceful shutdown.
 
+mod config_file;
 mod server;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 /// A Kubernetes control plane in one binary.
 #[derive(Debug, Parser)]
@@ -16,6 +17,11 @@ struct Cli {
     /// Log output format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true, env = "SKIFF_LOG_FORMAT")]
     log_format: LogFormat,
+
+    /// A YAML file of flag values (`flag-name: value`); the command line and `SKIFF_*`
+    /// environment variables override it.
+    #[arg(long, global = true, env = "SKIFF_CONFIG")]
+    config: Option<std::path::PathBuf>,
 
     #[command(subcommand)]
     command: Command,
@@ -47,8 +53,25 @@ fn init_logging(format: LogFormat) {
     }
 }
 
+/// Parses the command line, with the config file's values as defaults.
+fn parse() -> anyhow::Result<Cli> {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let mut command = Cli::command();
+    if let Some(path) = config_file::find(&args) {
+        command = config_file::apply(command, &path, &args)?;
+    }
+    let matches = command.get_matches_from(args);
+    Ok(Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit()))
+}
+
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    let cli = match parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            eprintln!("skiff: {e:#}");
+            return std::process::ExitCode::from(2);
+        }
+    };
     init_logging(cli.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -127,6 +127,7 @@ pub async fn run(args: ServerArgs, mode: Mode) -> Result<()> {
     let admin_token = authenticator
         .admin_token()
         .context("the token file has no admin token")?;
+    let join_token = ensure_join_token(&data_dir, &authenticator, pki.ca_pem())?;
 
     let address = SocketAddr::new(args.bind_address, args.port);
     let listener = tokio::net::TcpListener::bind(address)
@@ -150,6 +151,7 @@ pub async fn run(args: ServerArgs, mode: Mode) -> Result<()> {
     let shutdown = CancellationToken::new();
     let config = skiff_api::server::Config {
         event_ttl: args.event_ttl,
+        ca_pem: Some(pki.ca_pem().to_string()),
         ..Default::default()
     };
     let api = skiff_api::server::ApiServer::new(store.clone(), config, shutdown.clone())
@@ -205,6 +207,10 @@ pub async fn run(args: ServerArgs, mode: Mode) -> Result<()> {
         "skiff is serving the Kubernetes API at {server_url}; point kubectl at it with: export KUBECONFIG={}",
         kubeconfig_path.display()
     );
+    println!(
+        "agents join with: skiff agent --server {server_url} --token {join_token} (also in {})",
+        data_dir.join(JOIN_TOKEN_FILE).display()
+    );
 
     wait_for_signal().await?;
     tracing::info!("shutting down: no new requests; finishing the ones in flight");
@@ -223,6 +229,39 @@ pub async fn run(args: ServerArgs, mode: Mode) -> Result<()> {
     store.close().await.context("flushing the log")?;
     tracing::info!("stopped cleanly");
     Ok(())
+}
+
+/// The file holding the join token agents use, in the data dir.
+pub const JOIN_TOKEN_FILE: &str = "join-token";
+
+/// The user agents (kubelets and proxies joining with the join token) authenticate as.
+const AGENT_USER: &str = "skiff:agent";
+
+/// Returns the cluster's join token, creating its secret (a token of its own in the token file,
+/// distinct from the admin token) on first start, and keeps `<data-dir>/join-token` current.
+fn ensure_join_token(
+    data_dir: &std::path::Path,
+    authenticator: &auth::Authenticator,
+    ca_pem: &str,
+) -> Result<skiff_client::JoinToken> {
+    let secret = match authenticator.token_of(AGENT_USER) {
+        Some(secret) => secret,
+        None => authenticator
+            .add_token(auth::User {
+                name: AGENT_USER.to_string(),
+                uid: "skiff-agent".to_string(),
+                groups: vec!["system:nodes".to_string()],
+            })
+            .context("cannot create the join token")?,
+    };
+    let token = skiff_client::JoinToken::new(ca_pem.as_bytes(), &secret);
+    skiff_api::tls::write_atomically(
+        &data_dir.join(JOIN_TOKEN_FILE),
+        format!("{token}\n").as_bytes(),
+        0o600,
+    )
+    .context("cannot write the join token")?;
+    Ok(token)
 }
 
 async fn wait_for_signal() -> Result<()> {

@@ -5,3 +5,82 @@
 //! It is a crate of its own because the scheduler, kubelet, proxy and controllers must reach the
 //! log only through the API server, exactly as Kubernetes components do, and share one
 //! implementation of that discipline.
+//!
+//! # Layout
+//! - [`connect`] and [`ClientConfig`]: a [`Client`] from a kubeconfig, a server URL and token, or a
+//!   join token that pins the cluster CA by its hash ([`join`]).
+//! - The transport is kube-rs: [`Client`] and [`Api`] are kube's, so every served kind and
+//!   subresource (status, binding, scale, log) is reachable with its typed calls.
+//! - [`informer`]: the reflector (list, then watch from the list's revision; relist on 410 Gone;
+//!   rewatch from the last seen revision on a broken stream; backoff with jitter), event handlers
+//!   and periodic resync; [`SharedInformerFactory`] shares one watch per kind within a process.
+//! - [`cache`]: the thread-safe indexed store an informer keeps.
+//! - [`workqueue`]: the rate-limited work queue controllers drain.
+
+pub mod cache;
+mod config;
+pub mod informer;
+pub mod join;
+pub mod workqueue;
+
+pub use cache::{Cache, index, key_of};
+pub use config::{ClientConfig, connect, connect_to, install_crypto};
+pub use informer::{
+    EventHandler, Informer, InformerStats, ListOptions, SharedInformerFactory, handler_fn,
+};
+pub use join::JoinToken;
+pub use kube::{Api, Client, Resource, ResourceExt, api};
+pub use workqueue::{RateLimiter, WorkQueue};
+
+/// What can go wrong building a client or talking to the API server.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The kubeconfig could not be read or used.
+    #[error("kubeconfig {path}: {message}")]
+    Kubeconfig {
+        /// The file.
+        path: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// The client configuration is incomplete or contradictory.
+    #[error("client configuration: {0}")]
+    Config(String),
+    /// A join token that does not parse.
+    #[error("join token: {0}")]
+    BadToken(String),
+    /// The server's CA does not match the hash the join token carries.
+    #[error(
+        "the server at {server} presented a CA whose SHA-256 is {actual}, but the join token expects {expected}; refusing to trust it"
+    )]
+    CaMismatch {
+        /// The server URL.
+        server: String,
+        /// The hash in the token.
+        expected: String,
+        /// The hash of what the server sent.
+        actual: String,
+    },
+    /// The server could not be reached.
+    #[error("cannot reach the API server at {server}: {message}")]
+    Unreachable {
+        /// The server URL.
+        server: String,
+        /// The underlying error.
+        message: String,
+    },
+    /// An error from the API or the transport.
+    #[error(transparent)]
+    Kube(#[from] kube::Error),
+}
+
+/// This crate's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The HTTP status code of an API error, if `err` is one.
+pub fn status_code(err: &kube::Error) -> Option<u16> {
+    match err {
+        kube::Error::Api(status) => Some(status.code),
+        _ => None,
+    }
+}

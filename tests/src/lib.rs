@@ -82,12 +82,25 @@ pub struct TestCluster {
     port: u16,
     child: Option<Child>,
     log: PathBuf,
+    command: &'static str,
     args: Vec<String>,
 }
 
 impl TestCluster {
-    /// Starts `skiff server` with extra `args` and waits until it is ready.
+    /// Starts `skiff apiserver` (the API server alone) with extra `args` and waits until it is
+    /// ready.
     pub fn start(args: &[&str]) -> TestCluster {
+        TestCluster::start_command("apiserver", args)
+    }
+
+    /// Starts `skiff server` (everything in one process) with extra `args` and waits until it
+    /// is ready.
+    pub fn start_server(args: &[&str]) -> TestCluster {
+        TestCluster::start_command("server", args)
+    }
+
+    /// Starts `skiff <command>` (`server` or `apiserver`) with extra `args`.
+    pub fn start_command(command: &'static str, args: &[&str]) -> TestCluster {
         let dir = tempfile::tempdir().expect("temp data dir");
         let port = free_port();
         let log = dir.path().join("server.log");
@@ -99,6 +112,7 @@ impl TestCluster {
             port,
             child: None,
             log,
+            command,
             args: args.iter().map(|s| s.to_string()).collect(),
             dir,
         };
@@ -118,7 +132,7 @@ impl TestCluster {
             .open(&self.log)
             .expect("server log file");
         let child = Command::new(skiff_binary())
-            .arg("server")
+            .arg(self.command)
             .arg("--data-dir")
             .arg(self.data_dir())
             .arg("--bind-address")
@@ -185,6 +199,25 @@ impl TestCluster {
             let _ = child.wait();
         }
         self.spawn();
+    }
+
+    /// Stops the server with SIGTERM and starts it again on the same data dir and port.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.spawn();
+    }
+
+    /// The port the API server listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The join token the server wrote for agents.
+    pub fn join_token(&self) -> String {
+        std::fs::read_to_string(self.data_dir().join("join-token"))
+            .expect("join-token file")
+            .trim()
+            .to_string()
     }
 
     /// Stops the server with SIGTERM and waits for it; returns its exit status.

@@ -833,6 +833,7 @@ pub(crate) fn run_applier(
     out: std::sync::mpsc::Sender<Applied>,
 ) {
     while let Ok(Work { batches, items }) = work.recv() {
+        metrics::histogram!("skiff_log_commit_batch_size").record(items.len() as f64);
         let mut failed = shared.poison_error().is_some();
         if !failed {
             for batch in batches {

@@ -1,0 +1,134 @@
+//! Building a [`Client`]: from a kubeconfig, from a server URL with a bearer token and CA, or
+//! from a join token.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use kube::Client;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+use crate::join::JoinToken;
+use crate::{Error, Result};
+
+/// Where a component finds the API server, as its command line gives it.
+///
+/// Exactly one of `kubeconfig` or `server` is used; `server` needs a `token` and a CA (a file,
+/// or the hash inside a join token).
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct ClientConfig {
+    /// Path to a kubeconfig naming the API server, its CA and a token (as Kubernetes components
+    /// take it).
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// URL of the API server (e.g. https://127.0.0.1:6443); used with --token.
+    #[arg(long, env = "SKIFF_SERVER")]
+    pub server: Option<String>,
+    /// A bearer token or a join token (`skiff server` prints one and writes it to
+    /// <data-dir>/join-token); a join token also pins the server's CA by its hash.
+    #[arg(long, env = "SKIFF_TOKEN")]
+    pub token: Option<String>,
+    /// PEM file of the CA to trust for --server (not needed with a join token).
+    #[arg(long)]
+    pub certificate_authority: Option<PathBuf>,
+}
+
+/// Installs the ring crypto provider for rustls once per process (kube and reqwest need one).
+pub fn install_crypto() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// A client for the API server `config` names, checked by one request (`/version`), so that an
+/// unreachable or misconfigured server fails here with a clear message.
+pub async fn connect(config: &ClientConfig) -> Result<Client> {
+    install_crypto();
+    let kube_config = match (&config.server, &config.kubeconfig) {
+        (Some(server), _) => {
+            let token = config
+                .token
+                .as_deref()
+                .ok_or_else(|| Error::Config("--server needs --token".into()))?;
+            match JoinToken::parse(token) {
+                Ok(join) => {
+                    let ca = crate::join::fetch_ca(server, &join).await?;
+                    server_config(server, &ca, &join.secret)?
+                }
+                Err(_) => {
+                    let path = config.certificate_authority.as_deref().ok_or_else(|| {
+                        Error::Config(
+                            "--server with a plain token needs --certificate-authority (or use a join token)"
+                                .into(),
+                        )
+                    })?;
+                    let ca = std::fs::read(path).map_err(|e| {
+                        Error::Config(format!("reading CA {}: {e}", path.display()))
+                    })?;
+                    server_config(server, &ca, token)?
+                }
+            }
+        }
+        (None, Some(path)) => kubeconfig_config(path).await?,
+        (None, None) => {
+            return Err(Error::Config(
+                "no API server given: pass --kubeconfig, or --server with --token".into(),
+            ));
+        }
+    };
+    let server = kube_config.cluster_url.to_string();
+    let client = Client::try_from(kube_config)?;
+    client
+        .apiserver_version()
+        .await
+        .map_err(|e| Error::Unreachable {
+            server,
+            message: e.to_string(),
+        })?;
+    Ok(client)
+}
+
+/// A client for `server`, trusting the PEM bundle `ca_pem` and authenticating with `token`; no
+/// request is made (components started inside `skiff server` use this).
+pub fn connect_to(server: &str, ca_pem: &[u8], token: &str) -> Result<Client> {
+    install_crypto();
+    Ok(Client::try_from(server_config(server, ca_pem, token)?)?)
+}
+
+/// A client from a kubeconfig file, without a round trip.
+pub(crate) async fn kubeconfig_config(path: &Path) -> Result<kube::Config> {
+    let bad = |message: String| Error::Kubeconfig {
+        path: path.display().to_string(),
+        message,
+    };
+    let file = Kubeconfig::read_from(path).map_err(|e| bad(e.to_string()))?;
+    let mut config = kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| bad(e.to_string()))?;
+    tune(&mut config);
+    Ok(config)
+}
+
+/// A kube config for `server`, trusting the PEM `ca` and sending `token`.
+pub(crate) fn server_config(server: &str, ca_pem: &[u8], token: &str) -> Result<kube::Config> {
+    let uri: http::Uri = server
+        .parse()
+        .map_err(|e| Error::Config(format!("server URL {server:?}: {e}")))?;
+    let mut config = kube::Config::new(uri);
+    let certs: Vec<Vec<u8>> = rustls_pemfile::certs(&mut &ca_pem[..])
+        .map(|c| c.map(|c| c.to_vec()))
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|e| Error::Config(format!("CA PEM: {e}")))?;
+    if certs.is_empty() {
+        return Err(Error::Config("the CA PEM holds no certificate".into()));
+    }
+    config.root_cert = Some(certs);
+    let value = http::HeaderValue::from_str(&format!("Bearer {token}"))
+        .map_err(|_| Error::Config("the token is not a valid header value".into()))?;
+    config.headers.push((http::header::AUTHORIZATION, value));
+    tune(&mut config);
+    Ok(config)
+}
+
+fn tune(config: &mut kube::Config) {
+    config.connect_timeout = Some(Duration::from_secs(10));
+    // Watches are long-lived; the informer bounds each with a server-side timeout.
+    config.read_timeout = Some(Duration::from_secs(330));
+}
