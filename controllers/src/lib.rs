@@ -9,12 +9,14 @@
 //! - [`pods`]: readiness, availability, controller references, claims and the deletion ranking.
 //! - [`endpoints`]: Endpoints and EndpointSlices of Services with a selector.
 //! - [`replicaset`]: expectations, the create/delete diff and the ReplicaSet status.
+//! - [`daemonset`]: one pod per eligible node, rolling update by template hash.
 //! - [`deployment`]: one rollout step (RollingUpdate, Recreate, revisions, cleanup, conditions).
 //! - [`namespace`]: what a terminating namespace must lose before it is finalized.
 //! - [`gc`]: owner references with background, foreground and orphan propagation.
 //! - [`nodelifecycle`]: silent nodes, NoExecute taints and taint-based eviction.
 //! - [`nodeipam`]: pod ranges for nodes.
 
+pub mod daemonset;
 pub mod deployment;
 pub mod endpoints;
 pub mod gc;

@@ -11,6 +11,7 @@ pub const CONTROLLERS: &[&str] = &[
     "endpointslice",
     "replicaset",
     "deployment",
+    "daemonset",
     "namespace",
     "garbagecollector",
     "serviceaccount",
@@ -22,7 +23,7 @@ pub const CONTROLLERS: &[&str] = &[
 #[derive(clap::Args, Clone, Debug)]
 pub struct Options {
     /// Controllers to run: `*` for all, a name to add one, `-name` to leave one out (e.g.
-    /// `*,-nodeipam`). Names: endpoints, endpointslice, replicaset, deployment, namespace,
+    /// `*,-nodeipam`). Names: endpoints, endpointslice, replicaset, deployment, daemonset, namespace,
     /// garbagecollector, serviceaccount, nodeipam, nodelifecycle.
     #[arg(long = "controllers", value_delimiter = ',', default_value = "*")]
     pub controllers: Vec<String>,

@@ -120,9 +120,9 @@ impl Controller {
                         Ok(_) => {}
                         Err(e) if not_found(&e) => {}
                         Err(e) => {
-                            return Err(Error::api(format!("releasing ReplicaSet {ns}/{rs_name}"))(
-                                e,
-                            ));
+                            return Err(
+                                Error::api(format!("releasing ReplicaSet {ns}/{rs_name}"))(e),
+                            );
                         }
                     }
                 }

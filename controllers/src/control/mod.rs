@@ -11,6 +11,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::{Options, Result};
 
+mod daemonset;
 mod deployment;
 mod endpoints;
 mod gc;
@@ -90,6 +91,9 @@ pub async fn run(client: Client, options: Options, shutdown: CancellationToken) 
     let mut started: Vec<Started> = Vec::new();
     if options.enabled("replicaset")? {
         started.push(replicaset::start(&factory, workers));
+    }
+    if options.enabled("daemonset")? {
+        started.push(daemonset::start(&factory, workers));
     }
     if options.enabled("deployment")? {
         started.push(deployment::start(&factory, workers));

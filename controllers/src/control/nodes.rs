@@ -208,7 +208,9 @@ impl Lifecycle {
                     Ok(_) => {}
                     Err(e) if not_found(&e) => {}
                     Err(e) => {
-                        return Err(Error::api(format!("marking pod {ns}/{pod_name} not ready"))(e));
+                        return Err(
+                            Error::api(format!("marking pod {ns}/{pod_name} not ready"))(e),
+                        );
                     }
                 }
             }
