@@ -14,6 +14,7 @@ use crate::admission::{self, Chain, ServiceRanges};
 use crate::error::{Cause, Error, Result};
 use crate::handlers::{Request, Response};
 use crate::registry::Registry;
+use crate::watch_cache::WatchCache;
 
 /// The API server's settings.
 #[derive(Debug, Clone)]
@@ -28,6 +29,9 @@ pub struct Config {
     pub default_watch_timeout: Duration,
     /// How often an idle watch that allows bookmarks gets one.
     pub bookmark_interval: Duration,
+    /// Recent events the watch cache keeps per resource; a watch starting further back reads
+    /// the log's history instead.
+    pub watch_cache_capacity: usize,
 }
 
 impl Default for Config {
@@ -38,6 +42,7 @@ impl Default for Config {
             service_ranges: ServiceRanges::default(),
             default_watch_timeout: Duration::from_secs(1800),
             bookmark_interval: Duration::from_secs(15),
+            watch_cache_capacity: crate::watch_cache::DEFAULT_CAPACITY,
         }
     }
 }
@@ -65,6 +70,8 @@ pub struct ApiServer {
     pub shutdown: CancellationToken,
     /// Watch streams in flight.
     pub watchers: TaskTracker,
+    /// One store watch per resource, shared by every API watch of it.
+    pub watch_cache: WatchCache,
     /// The lease current Events are attached to, and when it was granted.
     event_lease: Mutex<Option<(LeaseId, Instant)>>,
 }
@@ -90,8 +97,15 @@ impl ApiServer {
             )),
             Box::new(admission::DefaultTolerationSeconds),
         ]);
+        let watch_cache = WatchCache::new(
+            registry.store().clone(),
+            config.watch_cache_capacity,
+            config.bookmark_interval,
+            shutdown.clone(),
+        );
         let server = Arc::new(ApiServer {
             registry,
+            watch_cache,
             admission,
             config,
             shutdown,
