@@ -4,7 +4,9 @@
 //! - `main.rs`: the command line, logging and the runtime.
 //! - [`server`]: `skiff server` / `skiff apiserver`: the data dir, the log, the PKI and tokens, the
 //!   API server on its listener, and graceful shutdown.
+//! - [`bench`]: `skiff bench api`.
 
+mod bench;
 mod server;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -33,6 +35,9 @@ enum Command {
     Server(server::ServerArgs),
     /// Run only the API server (over the embedded log).
     Apiserver(server::ServerArgs),
+    /// Run a benchmark.
+    #[command(subcommand)]
+    Bench(bench::Bench),
 }
 
 fn init_logging(format: LogFormat) {
@@ -65,6 +70,7 @@ fn main() -> std::process::ExitCode {
         match cli.command {
             Command::Server(args) => server::run(args, server::Mode::AllInOne).await,
             Command::Apiserver(args) => server::run(args, server::Mode::ApiServerOnly).await,
+            Command::Bench(bench) => bench::run(bench).await,
         }
     });
     match result {
