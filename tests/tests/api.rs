@@ -457,7 +457,10 @@ async fn many_watchers_of_one_resource_each_see_every_change_in_order() {
     let cluster = TestCluster::start(&[]);
     let client = Client::new(&cluster);
     let (_, list) = client.get(CM).await;
-    let rv = list["metadata"]["resourceVersion"].as_str().unwrap().to_string();
+    let rv = list["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
     // Watchers with and without a selector, all from the same revision (one shared feed).
     let mut watches = Vec::new();
     for i in 0..40 {
