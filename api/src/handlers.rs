@@ -18,6 +18,7 @@ use crate::registry::{
 };
 use crate::server::ApiServer;
 use crate::strategy::{self, Deletion};
+use crate::watch_cache::{CacheWatch, CachedEvent, Seen};
 use crate::{render, selectors, typed};
 
 /// A request, as the handlers see it.
@@ -429,10 +430,16 @@ async fn watch(
 
     let progress = bookmarks.then_some(server.config.bookmark_interval);
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(64);
-    let stream = server
-        .registry
-        .watch(info, ns.as_deref(), start, filter, progress)
-        .await;
+    // From the watch cache when its window holds `start`; otherwise from the log's history.
+    let source = match server.watch_cache.watch(info, ns.as_deref(), start).await {
+        Some(cached) => Source::Cache(cached, filter),
+        None => Source::Store(
+            server
+                .registry
+                .watch(info, ns.as_deref(), start, filter, progress)
+                .await,
+        ),
+    };
     let shutdown = server.shutdown.clone();
     let format_for_task = format.clone();
     server.watchers.spawn(async move {
@@ -453,15 +460,29 @@ async fn watch(
                 return;
             }
         }
-        let mut stream = match stream {
-            Ok(stream) => Box::pin(stream),
-            Err(e) => {
+        let deadline = tokio::time::sleep(timeout);
+        tokio::pin!(deadline);
+        let mut stream = match source {
+            Source::Store(Ok(stream)) => Box::pin(stream),
+            Source::Store(Err(e)) => {
                 let _ = tx.send(Ok(error_line(&e))).await;
                 return;
             }
+            Source::Cache(cached, filter) => {
+                let watcher = CachedWatcher {
+                    info,
+                    format,
+                    filter,
+                    bookmarks: progress,
+                };
+                tokio::select! {
+                    _ = &mut deadline => {}
+                    _ = shutdown.cancelled() => {}
+                    _ = watcher.run(cached, &tx) => {}
+                }
+                return;
+            }
         };
-        let deadline = tokio::time::sleep(timeout);
-        tokio::pin!(deadline);
         loop {
             tokio::select! {
                 _ = &mut deadline => return,
@@ -494,6 +515,79 @@ async fn watch(
         http::HeaderValue::from_static("no-cache, private"),
     );
     Ok(response)
+}
+
+/// Where a watch's live events come from.
+enum Source<S> {
+    /// The watch cache's ring, filtered per watcher.
+    Cache(CacheWatch, Option<ObjectFilter>),
+    /// A store watch of the watcher's own (a start before the cache's window).
+    Store(Result<S>),
+}
+
+/// One API watcher served from the watch cache.
+struct CachedWatcher {
+    info: &'static ResourceInfo,
+    format: render::Format,
+    filter: Option<ObjectFilter>,
+    /// The bookmark interval, when the client allows bookmarks.
+    bookmarks: Option<Duration>,
+}
+
+impl CachedWatcher {
+    /// Sends the watcher's events until the client goes away or the watcher is overrun (its
+    /// stream then ends, and the client re-watches from its last resourceVersion).
+    async fn run(
+        &self,
+        mut cached: CacheWatch,
+        tx: &tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>,
+    ) {
+        let interval = self.bookmarks.unwrap_or(Duration::from_secs(3600));
+        let idle = tokio::time::sleep(interval);
+        tokio::pin!(idle);
+        loop {
+            tokio::select! {
+                _ = tx.closed() => return,
+                _ = &mut idle, if self.bookmarks.is_some() => {
+                    let rev = cached.progress();
+                    if tx.send(Ok(watch_line(&self.format, self.info, &WatchEvent::Progress(rev)))).await.is_err() {
+                        return;
+                    }
+                    idle.as_mut().reset(tokio::time::Instant::now() + interval);
+                }
+                next = cached.next() => {
+                    let Ok(events) = next else { return };
+                    for event in events.iter().filter(|e| cached.in_scope(e)) {
+                        let Some(seen) = event.seen_by(self.filter.as_ref()) else { continue };
+                        if tx.send(Ok(self.line(event, seen))).await.is_err() {
+                            return;
+                        }
+                        idle.as_mut().reset(tokio::time::Instant::now() + interval);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The event's line: JSON and YAML clients get JSON lines whose object is encoded once per
+    /// event for all of them; Tables are rendered per watcher.
+    fn line(&self, event: &CachedEvent, seen: Seen) -> Bytes {
+        match self.format {
+            render::Format::Table { .. } => {
+                watch_line(&self.format, self.info, &event.to_watch_event(seen))
+            }
+            render::Format::Json | render::Format::Yaml => {
+                let object = event.json_for(seen);
+                let mut line = Vec::with_capacity(object.len() + 40);
+                line.extend_from_slice(b"{\"type\":\"");
+                line.extend_from_slice(seen.as_str().as_bytes());
+                line.extend_from_slice(b"\",\"object\":");
+                line.extend_from_slice(object);
+                line.extend_from_slice(b"}\n");
+                Bytes::from(line)
+            }
+        }
+    }
 }
 
 /// Parses a request body as JSON or YAML into an object.

@@ -15,20 +15,25 @@
 //! - [`patch`]: JSON, merge and strategic merge patches, server-side apply and managedFields.
 //! - [`protobuf`]: decoding the Kubernetes protobuf request bodies kubectl 1.32+ sends.
 //! - [`defaults`], [`validation`]: Kubernetes' defaulting and validation of the served kinds.
+//! - [`kubernetes_service`]: the `kubernetes` Service pointing at the API server itself.
+//! - [`watch_cache`]: one store watch per resource fanned out to every API watch of it.
 //! - [`discovery`], [`openapi`], [`table`]: discovery documents, OpenAPI v3, server-side tables.
 //! - [`replay`]: the cluster's past from the log (objects at a point, history, changes, diffs)
 //!   and its `/debug/skiff/` endpoints.
+//! - [`bench`](mod@bench): `skiff bench api`, skiff's API against etcd 3.4 side by side.
 //! - [`auth`], [`tls`], [`kubeconfig`], [`version`]: tokens, certificates, the admin kubeconfig,
 //!   `/version` and health.
 
 pub mod admission;
 pub mod auth;
+pub mod bench;
 pub mod defaults;
 pub mod discovery;
 pub mod error;
 pub mod handlers;
 pub mod kubeconfig;
 pub mod metrics;
+pub mod kubernetes_service;
 pub mod openapi;
 pub mod patch;
 pub mod protobuf;
@@ -44,6 +49,7 @@ pub mod tls;
 pub mod typed;
 pub mod validation;
 pub mod version;
+pub mod watch_cache;
 
 pub use error::{Error, Result};
 pub use routes::{insecure_routes, routes};

@@ -104,7 +104,8 @@ pub fn namespace_and_name(object: &Value) -> (Option<&str>, &str) {
     (ns, name)
 }
 
-fn decode(kv: &KeyValue, revision: Revision) -> Result<Value> {
+/// A stored object as the API shows it: resourceVersion set to `revision`.
+pub(crate) fn decode(kv: &KeyValue, revision: Revision) -> Result<Value> {
     let mut object: Value = serde_json::from_slice(&kv.value).map_err(|e| {
         Error::Internal(format!(
             "stored object under {} does not decode: {e}",

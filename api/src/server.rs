@@ -14,6 +14,7 @@ use crate::admission::{self, Chain, ServiceRanges};
 use crate::error::{Cause, Error, Result};
 use crate::handlers::{Request, Response};
 use crate::registry::Registry;
+use crate::watch_cache::WatchCache;
 
 /// The API server's settings.
 #[derive(Debug, Clone)]
@@ -34,6 +35,9 @@ pub struct Config {
     /// The cluster CA bundle (PEM), served unauthenticated at `/cacerts` so that an agent holding
     /// a join token can fetch it and check it against the token's hash.
     pub ca_pem: Option<String>,
+    /// Recent events the watch cache keeps per resource; a watch starting further back reads
+    /// the log's history instead.
+    pub watch_cache_capacity: usize,
 }
 
 impl Default for Config {
@@ -46,6 +50,7 @@ impl Default for Config {
             bookmark_interval: Duration::from_secs(15),
             kubelet_token: None,
             ca_pem: None,
+            watch_cache_capacity: crate::watch_cache::DEFAULT_CAPACITY,
         }
     }
 }
@@ -73,6 +78,8 @@ pub struct ApiServer {
     pub shutdown: CancellationToken,
     /// Watch streams in flight.
     pub watchers: TaskTracker,
+    /// One store watch per resource, shared by every API watch of it.
+    pub watch_cache: WatchCache,
     /// The lease current Events are attached to, and when it was granted.
     event_lease: Mutex<Option<(LeaseId, Instant)>>,
 }
@@ -98,8 +105,15 @@ impl ApiServer {
             )),
             Box::new(admission::DefaultTolerationSeconds),
         ]);
+        let watch_cache = WatchCache::new(
+            registry.store().clone(),
+            config.watch_cache_capacity,
+            config.bookmark_interval,
+            shutdown.clone(),
+        );
         let server = Arc::new(ApiServer {
             registry,
+            watch_cache,
             admission,
             config,
             shutdown,

@@ -217,6 +217,13 @@ pub async fn run(args: ApiArgs, plan: Plan) -> Result<()> {
         ip => ip.to_string(),
     };
     let server_url = format!("https://{host}:{}", bound.port());
+    let advertise = match bound.ip() {
+        ip if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        ip => ip,
+    };
+    skiff_api::kubernetes_service::reconcile(&api, advertise, bound.port())
+        .await
+        .context("cannot write the kubernetes Service")?;
     let kubeconfig_path = data_dir.join(KUBECONFIG_FILE);
     kubeconfig::write(
         &kubeconfig_path,

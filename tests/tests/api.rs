@@ -415,3 +415,89 @@ print("ok")
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[tokio::test]
+async fn the_kubernetes_service_points_at_the_api_server() {
+    let cluster = TestCluster::start(&[]);
+    let client = Client::new(&cluster);
+    let port: u64 = cluster
+        .server
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("the server URL has a port");
+    let (code, service) = client
+        .get("/api/v1/namespaces/default/services/kubernetes")
+        .await;
+    assert_eq!(code, 200, "{service}");
+    assert_eq!(service["spec"]["clusterIP"], "127.96.0.1");
+    assert_eq!(service["spec"]["ports"][0]["port"], 443);
+    assert_eq!(service["spec"]["ports"][0]["targetPort"], port);
+    let (_, endpoints) = client
+        .get("/api/v1/namespaces/default/endpoints/kubernetes")
+        .await;
+    assert_eq!(endpoints["subsets"][0]["addresses"][0]["ip"], "127.0.0.1");
+    assert_eq!(endpoints["subsets"][0]["ports"][0]["port"], port);
+    let (_, slice) = client
+        .get("/apis/discovery.k8s.io/v1/namespaces/default/endpointslices/kubernetes")
+        .await;
+    assert_eq!(slice["endpoints"][0]["addresses"][0], "127.0.0.1");
+    assert_eq!(slice["ports"][0]["port"], port);
+    // The first address stays reserved: a service asking for it is refused.
+    let mut taken = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "taken"},
+                           "spec": {"clusterIP": "127.96.0.1", "ports": [{"port": 80}]}});
+    let (code, _) = client
+        .post("/api/v1/namespaces/default/services", taken.take())
+        .await;
+    assert_eq!(code, 422);
+}
+
+#[tokio::test]
+async fn many_watchers_of_one_resource_each_see_every_change_in_order() {
+    let cluster = TestCluster::start(&[]);
+    let client = Client::new(&cluster);
+    let (_, list) = client.get(CM).await;
+    let rv = list["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // Watchers with and without a selector, all from the same revision (one shared feed).
+    let mut watches = Vec::new();
+    for i in 0..40 {
+        let path = if i % 2 == 0 {
+            format!("{CM}?watch=1&resourceVersion={rv}")
+        } else {
+            format!("{CM}?watch=1&resourceVersion={rv}&labelSelector=even%3Dtrue")
+        };
+        let client = Client::new(&cluster);
+        watches.push(tokio::spawn(async move {
+            let all = i % 2 == 0;
+            client
+                .watch(&path, Duration::from_secs(20), |e| {
+                    e.len() >= if all { 10 } else { 5 }
+                })
+                .await
+        }));
+    }
+    // Let the watches open before writing (a late one still starts at `rv`).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for i in 0..10 {
+        let mut cm = configmap(&format!("fan-{i}"));
+        cm["metadata"]["labels"] = json!({"even": (i % 2 == 0).to_string()});
+        let (code, _) = client.post(CM, cm).await;
+        assert_eq!(code, 201);
+    }
+    for (i, watch) in watches.into_iter().enumerate() {
+        let events = watch.await.unwrap();
+        let names: Vec<&str> = events
+            .iter()
+            .map(|e| e["object"]["metadata"]["name"].as_str().unwrap())
+            .collect();
+        let expected: Vec<String> = (0..10)
+            .filter(|n| i % 2 == 0 || n % 2 == 0)
+            .map(|n| format!("fan-{n}"))
+            .collect();
+        assert_eq!(names, expected, "watcher {i}");
+        assert!(events.iter().all(|e| e["type"] == "ADDED"));
+    }
+}

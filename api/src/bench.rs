@@ -1,0 +1,985 @@
+//! `skiff bench api`: skiff's Kubernetes API against etcd 3.4's v3 JSON gateway, side by side in
+//! one run, with the same client code, concurrency and value size.
+//!
+//! skiff runs in this process on a runtime of its own (its own worker threads, its own temp data
+//! dir, HTTPS with a generated CA, fsync on as by default) and is driven through the Kubernetes API
+//! with ConfigMaps of about 1 KiB; etcd runs as a child process on loopback on a temp data dir
+//! (default fsync) and is driven through `POST /v3/kv/put`, `/v3/kv/range` and `/v3/watch` with
+//! 1 KiB values. Both get HTTP/1.1 connections from one `reqwest` client each, one connection per
+//! concurrent client.
+//!
+//! Workloads, each at every concurrency level:
+//! - `create`: skiff POSTs a new ConfigMap (validation, admission, a compare-and-swap in the log);
+//!   etcd puts a new key. Both durable before the answer.
+//! - `get`: one object by name / one key.
+//! - `list`: all of 10,000 objects (a consistent read, decoded and counted by the client).
+//! - `watch`: `watchers` watches of one namespace / key prefix, then `watch_events` creates by the
+//!   concurrent clients; measured until every watcher has received every event.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as B64;
+use futures::StreamExt;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+/// What went wrong in a benchmark run.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A temp dir, port or child process could not be set up.
+    #[error("cannot set up the benchmark: {0}")]
+    Setup(String),
+    /// etcd did not start (is `etcd-server` installed?).
+    #[error("cannot start etcd from {path}: {reason}")]
+    Etcd {
+        /// The etcd binary.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// The in-process skiff API server did not start.
+    #[error("cannot start the skiff API server: {0}")]
+    Skiff(String),
+    /// A request failed or was answered with an unexpected status.
+    #[error("{system} {operation} failed: {reason}")]
+    Request {
+        /// skiff or etcd.
+        system: &'static str,
+        /// Which request.
+        operation: &'static str,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Result of this module.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The etcd 3.4 binary.
+    pub etcd: PathBuf,
+    /// Where the temp data dirs go (the system temp dir when `None`).
+    pub dir: Option<PathBuf>,
+    /// Concurrent clients, one run per level.
+    pub clients: Vec<usize>,
+    /// How long each create and get run lasts.
+    pub duration: Duration,
+    /// Objects in the listed collection.
+    pub list_objects: usize,
+    /// Lists per list run (per level); more concurrent clients than this are capped to it.
+    pub lists: usize,
+    /// Watchers in the fan-out runs.
+    pub watchers: usize,
+    /// Events written in each fan-out run.
+    pub watch_events: usize,
+    /// Bytes of data in each object.
+    pub value_size: usize,
+    /// Worker threads of the in-process skiff server's runtime.
+    pub server_threads: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            etcd: PathBuf::from("etcd"),
+            dir: None,
+            clients: vec![1, 16, 256],
+            duration: Duration::from_secs(5),
+            list_objects: 10_000,
+            lists: 32,
+            watchers: 1000,
+            watch_events: 200,
+            value_size: 1024,
+            server_threads: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(2),
+        }
+    }
+}
+
+/// One workload at one level on one system.
+#[derive(Debug, Clone, Default)]
+pub struct Stats {
+    /// Operations completed (for `watch`: events delivered to watchers).
+    pub ops: u64,
+    /// Wall time of the run.
+    pub elapsed: Duration,
+    /// Median latency of one operation (for `watch`: write to last delivery... see `Row`).
+    pub p50: Duration,
+    /// 99th percentile latency.
+    pub p99: Duration,
+    /// Failed operations (for `watch`: watchers that ended early or missed events).
+    pub errors: u64,
+}
+
+impl Stats {
+    /// Operations per second.
+    pub fn rate(&self) -> f64 {
+        self.ops as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+}
+
+/// One line of the comparison.
+#[derive(Debug, Clone)]
+pub struct Row {
+    /// `create`, `get`, `list` or `watch`.
+    pub workload: &'static str,
+    /// Concurrent clients.
+    pub clients: usize,
+    /// skiff's figures.
+    pub skiff: Stats,
+    /// etcd's figures.
+    pub etcd: Stats,
+}
+
+/// The systems under test.
+#[derive(Clone)]
+enum Target {
+    Skiff {
+        http: reqwest::Client,
+        base: String,
+        token: String,
+    },
+    Etcd {
+        http: reqwest::Client,
+        base: String,
+    },
+}
+
+impl Target {
+    fn name(&self) -> &'static str {
+        match self {
+            Target::Skiff { .. } => "skiff",
+            Target::Etcd { .. } => "etcd",
+        }
+    }
+
+    fn fail(&self, operation: &'static str, reason: impl ToString) -> Error {
+        Error::Request {
+            system: self.name(),
+            operation,
+            reason: reason.to_string(),
+        }
+    }
+
+    fn configmaps(base: &str, ns: &str) -> String {
+        format!("{base}/api/v1/namespaces/{ns}/configmaps")
+    }
+
+    fn etcd_key(ns: &str, name: &str) -> String {
+        format!("/bench/{ns}/{name}")
+    }
+
+    /// The key range of one etcd "namespace": `[prefix, prefix + 1)`.
+    fn etcd_range(ns: &str) -> (String, String) {
+        let prefix = format!("/bench/{ns}/");
+        let mut end = prefix.clone().into_bytes();
+        *end.last_mut().expect("non-empty") += 1;
+        (B64.encode(&prefix), B64.encode(&end))
+    }
+
+    async fn post(
+        &self,
+        operation: &'static str,
+        url: String,
+        body: Value,
+        expect: u16,
+    ) -> Result<bytes::Bytes> {
+        let request = match self {
+            Target::Skiff { http, token, .. } => http.post(url).bearer_auth(token),
+            Target::Etcd { http, .. } => http.post(url),
+        };
+        let response = request
+            .json(&body)
+            .send()
+            .await
+            .map_err(|e| self.fail(operation, e))?;
+        let status = response.status().as_u16();
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|e| self.fail(operation, e))?;
+        if status != expect {
+            return Err(self.fail(
+                operation,
+                format!("status {status}: {}", String::from_utf8_lossy(&bytes)),
+            ));
+        }
+        Ok(bytes)
+    }
+
+    /// Makes the namespace `ns` exist (skiff; etcd has no such thing).
+    async fn namespace(&self, ns: &str) -> Result<()> {
+        if let Target::Skiff { base, .. } = self {
+            let body = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+            match self
+                .post(
+                    "create namespace",
+                    format!("{base}/api/v1/namespaces"),
+                    body,
+                    201,
+                )
+                .await
+            {
+                Ok(_) => {}
+                Err(Error::Request { reason, .. }) if reason.starts_with("status 409") => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    async fn create(&self, ns: &str, name: &str, value: &str) -> Result<()> {
+        match self {
+            Target::Skiff { base, .. } => {
+                let body = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                                  "metadata": {"name": name}, "data": {"value": value}});
+                self.post("create", Self::configmaps(base, ns), body, 201)
+                    .await?;
+            }
+            Target::Etcd { base, .. } => {
+                let body = json!({"key": B64.encode(Self::etcd_key(ns, name)),
+                                  "value": B64.encode(value)});
+                self.post("put", format!("{base}/v3/kv/put"), body, 200)
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn get(&self, ns: &str, name: &str) -> Result<()> {
+        match self {
+            Target::Skiff { http, base, token } => {
+                let url = format!("{}/{name}", Self::configmaps(base, ns));
+                let response = http
+                    .get(url)
+                    .bearer_auth(token)
+                    .send()
+                    .await
+                    .map_err(|e| self.fail("get", e))?;
+                let status = response.status().as_u16();
+                response.bytes().await.map_err(|e| self.fail("get", e))?;
+                if status != 200 {
+                    return Err(self.fail("get", format!("status {status}")));
+                }
+            }
+            Target::Etcd { base, .. } => {
+                let body = json!({"key": B64.encode(Self::etcd_key(ns, name))});
+                let bytes = self
+                    .post("range", format!("{base}/v3/kv/range"), body, 200)
+                    .await?;
+                if !bytes.windows(6).any(|w| w == b"\"kvs\":") {
+                    return Err(self.fail("range", "key not found"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Lists the namespace; returns how many objects came back (decoded by the client).
+    async fn list(&self, ns: &str) -> Result<usize> {
+        let (bytes, items) = match self {
+            Target::Skiff { http, base, token } => {
+                let response = http
+                    .get(Self::configmaps(base, ns))
+                    .bearer_auth(token)
+                    .send()
+                    .await
+                    .map_err(|e| self.fail("list", e))?;
+                let bytes = response.bytes().await.map_err(|e| self.fail("list", e))?;
+                (bytes, "items")
+            }
+            Target::Etcd { base, .. } => {
+                let (key, range_end) = Self::etcd_range(ns);
+                let body = json!({"key": key, "range_end": range_end});
+                let bytes = self
+                    .post("range", format!("{base}/v3/kv/range"), body, 200)
+                    .await?;
+                (bytes, "kvs")
+            }
+        };
+        let list: Value = serde_json::from_slice(&bytes).map_err(|e| self.fail("list", e))?;
+        Ok(list[items].as_array().map_or(0, Vec::len))
+    }
+
+    /// Opens a watch of namespace `ns` from now on; resolves once the watch is established, to a
+    /// stream of delivery chunks and the marker that occurs once per event in it.
+    async fn watch(&self, ns: &str) -> Result<(reqwest::Response, &'static [u8])> {
+        match self {
+            Target::Skiff { http, base, token } => {
+                // From the current revision, as an informer does after its list.
+                let response = http
+                    .get(format!("{}?limit=1", Self::configmaps(base, ns)))
+                    .bearer_auth(token)
+                    .send()
+                    .await
+                    .map_err(|e| self.fail("list", e))?;
+                let list: Value = response.json().await.map_err(|e| self.fail("list", e))?;
+                let rv = list["metadata"]["resourceVersion"].as_str().unwrap_or("0");
+                let response = http
+                    .get(format!(
+                        "{}?watch=1&resourceVersion={rv}",
+                        Self::configmaps(base, ns)
+                    ))
+                    .bearer_auth(token)
+                    .send()
+                    .await
+                    .map_err(|e| self.fail("watch", e))?;
+                if response.status().as_u16() != 200 {
+                    return Err(self.fail("watch", format!("status {}", response.status())));
+                }
+                // One line per event (no bookmarks were asked for).
+                Ok((response, b"\n"))
+            }
+            Target::Etcd { http, base } => {
+                let (key, range_end) = Self::etcd_range(ns);
+                let body = json!({"create_request": {"key": key, "range_end": range_end}});
+                let mut response = http
+                    .post(format!("{base}/v3/watch"))
+                    .json(&body)
+                    .send()
+                    .await
+                    .map_err(|e| self.fail("watch", e))?;
+                // The first message says the watch is created.
+                let first = response
+                    .chunk()
+                    .await
+                    .map_err(|e| self.fail("watch", e))?
+                    .unwrap_or_default();
+                if !first.windows(9).any(|w| w == b"\"created\"") {
+                    return Err(self.fail(
+                        "watch",
+                        format!(
+                            "unexpected first message {}",
+                            String::from_utf8_lossy(&first)
+                        ),
+                    ));
+                }
+                // Each event carries one `"kv":` (values and keys are base64, without quotes).
+                Ok((response, b"\"kv\":"))
+            }
+        }
+    }
+}
+
+/// Occurrences of `needle` in `haystack`.
+fn memmem_count(haystack: &[u8], needle: &[u8]) -> u64 {
+    haystack
+        .windows(needle.len())
+        .filter(|w| *w == needle)
+        .count() as u64
+}
+
+/// Per-operation latencies, merged across clients.
+fn percentiles(mut latencies: Vec<Duration>) -> (Duration, Duration) {
+    if latencies.is_empty() {
+        return (Duration::ZERO, Duration::ZERO);
+    }
+    latencies.sort_unstable();
+    let at = |q: f64| latencies[((latencies.len() - 1) as f64 * q).round() as usize];
+    (at(0.50), at(0.99))
+}
+
+/// Runs `clients` loops of `op(i)` (i from a shared counter) until `deadline` passes or `max`
+/// operations were started.
+async fn closed_loop<F, Fut>(clients: usize, duration: Duration, max: u64, op: F) -> Stats
+where
+    F: Fn(u64) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<()>> + Send,
+{
+    let op = Arc::new(op);
+    let counter = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(AtomicU64::new(0));
+    let first_error = Arc::new(std::sync::Mutex::new(None::<String>));
+    let start = Instant::now();
+    let deadline = start + duration;
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..clients {
+        let (op, counter, errors, first_error) = (
+            op.clone(),
+            counter.clone(),
+            errors.clone(),
+            first_error.clone(),
+        );
+        tasks.spawn(async move {
+            let mut latencies = Vec::new();
+            while Instant::now() < deadline {
+                let i = counter.fetch_add(1, Ordering::Relaxed);
+                if i >= max {
+                    break;
+                }
+                let t = Instant::now();
+                match op(i).await {
+                    Ok(()) => latencies.push(t.elapsed()),
+                    Err(e) => {
+                        errors.fetch_add(1, Ordering::Relaxed);
+                        first_error
+                            .lock()
+                            .expect("error slot")
+                            .get_or_insert(e.to_string());
+                    }
+                }
+            }
+            latencies
+        });
+    }
+    let mut latencies = Vec::new();
+    while let Some(done) = tasks.join_next().await {
+        latencies.extend(done.unwrap_or_default());
+    }
+    let elapsed = start.elapsed();
+    if let Some(e) = first_error.lock().expect("error slot").take() {
+        tracing::warn!(error = %e, "benchmark operations failed");
+    }
+    let ops = latencies.len() as u64;
+    let (p50, p99) = percentiles(latencies);
+    Stats {
+        ops,
+        elapsed,
+        p50,
+        p99,
+        errors: errors.load(Ordering::Relaxed),
+    }
+}
+
+/// The value written into every object.
+fn value(size: usize) -> String {
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    (0..size)
+        .map(|i| ALPHABET[(i * 7 + i / 36) % ALPHABET.len()] as char)
+        .collect()
+}
+
+/// Writes `count` objects into `ns` with 64 concurrent clients.
+async fn populate(target: &Target, ns: &str, count: usize, value: &Arc<String>) -> Result<()> {
+    target.namespace(ns).await?;
+    let ns_owned = Arc::new(ns.to_string());
+    let (t, v) = (target.clone(), value.clone());
+    let stats = closed_loop(64, Duration::from_secs(3600), count as u64, move |i| {
+        let (t, v, ns) = (t.clone(), v.clone(), ns_owned.clone());
+        async move { t.create(&ns, &format!("o-{i}"), &v).await }
+    })
+    .await;
+    if stats.errors > 0 {
+        return Err(target.fail("populate", format!("{} creates failed", stats.errors)));
+    }
+    Ok(())
+}
+
+/// Fan-out: `watchers` watches of a fresh namespace, then `events` creates by `clients` clients;
+/// done when every watcher has seen every event (or after a minute).
+async fn fan_out(
+    target: &Target,
+    ns: &str,
+    watchers: usize,
+    events: usize,
+    clients: usize,
+    value: &Arc<String>,
+) -> Result<Stats> {
+    target.namespace(ns).await?;
+    let delivered = Arc::new(AtomicU64::new(0));
+    let complete = Arc::new(AtomicUsize::new(0));
+    let all_done = Arc::new(tokio::sync::Notify::new());
+    let stop = CancellationToken::new();
+    let mut readers = tokio::task::JoinSet::new();
+    for _ in 0..watchers {
+        let (response, marker) = target.watch(ns).await?;
+        let (delivered, complete, all_done, stop) = (
+            delivered.clone(),
+            complete.clone(),
+            all_done.clone(),
+            stop.clone(),
+        );
+        readers.spawn(async move {
+            let mut stream = response.bytes_stream();
+            let mut seen = 0u64;
+            let mut tail: Vec<u8> = Vec::new();
+            loop {
+                let chunk = tokio::select! {
+                    _ = stop.cancelled() => return seen,
+                    chunk = stream.next() => chunk,
+                };
+                let Some(Ok(chunk)) = chunk else { return seen };
+                // Counted over the previous chunk's last bytes too, so that a marker split
+                // across two chunks is counted (the tail is too short to hold a whole one).
+                let mut joined = std::mem::take(&mut tail);
+                joined.extend_from_slice(&chunk);
+                let n = memmem_count(&joined, marker);
+                tail = joined[joined.len().saturating_sub(marker.len() - 1)..].to_vec();
+                seen += n;
+                delivered.fetch_add(n, Ordering::Relaxed);
+                if seen >= events as u64 {
+                    if complete.fetch_add(1, Ordering::Relaxed) + 1 == watchers {
+                        all_done.notify_one();
+                    }
+                    return seen;
+                }
+            }
+        });
+    }
+    let start = Instant::now();
+    let (t, v, ns_owned) = (target.clone(), value.clone(), Arc::new(ns.to_string()));
+    let writes = closed_loop(
+        clients,
+        Duration::from_secs(3600),
+        events as u64,
+        move |i| {
+            let (t, v, ns) = (t.clone(), v.clone(), ns_owned.clone());
+            async move { t.create(&ns, &format!("e-{i}"), &v).await }
+        },
+    );
+    let writes = writes.await;
+    let finished = tokio::time::timeout(Duration::from_secs(60), async {
+        while complete.load(Ordering::Relaxed) < watchers {
+            // `notify_one` keeps a permit, so a completion between the check and the wait is not lost.
+            tokio::select! {
+                _ = all_done.notified() => {}
+                _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+            }
+        }
+    })
+    .await
+    .is_ok();
+    let elapsed = start.elapsed();
+    stop.cancel();
+    let mut short = 0u64;
+    while let Some(seen) = readers.join_next().await {
+        if seen.unwrap_or(0) < events as u64 {
+            short += 1;
+        }
+    }
+    if !finished {
+        tracing::warn!(
+            system = target.name(),
+            short,
+            "fan-out did not complete in 60 s"
+        );
+    }
+    Ok(Stats {
+        ops: delivered.load(Ordering::Relaxed),
+        elapsed,
+        // Write latency under fan-out.
+        p50: writes.p50,
+        p99: writes.p99,
+        errors: short + writes.errors,
+    })
+}
+
+/// A running etcd child process, killed on drop.
+struct Etcd {
+    child: Child,
+    base: String,
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> Result<u16> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")
+        .map_err(|e| Error::Setup(format!("no free port: {e}")))?;
+    Ok(listener
+        .local_addr()
+        .map_err(|e| Error::Setup(e.to_string()))?
+        .port())
+}
+
+async fn start_etcd(binary: &Path, dir: &Path) -> Result<Etcd> {
+    let etcd_err = |reason: String| Error::Etcd {
+        path: binary.to_path_buf(),
+        reason,
+    };
+    let (client, peer) = (free_port()?, free_port()?);
+    let client_url = format!("http://127.0.0.1:{client}");
+    let peer_url = format!("http://127.0.0.1:{peer}");
+    let child = Command::new(binary)
+        .arg("--name=bench")
+        .arg(format!("--data-dir={}", dir.join("etcd").display()))
+        .arg(format!("--listen-client-urls={client_url}"))
+        .arg(format!("--advertise-client-urls={client_url}"))
+        .arg(format!("--listen-peer-urls={peer_url}"))
+        .arg(format!("--initial-advertise-peer-urls={peer_url}"))
+        .arg(format!("--initial-cluster=bench={peer_url}"))
+        .arg("--logger=zap")
+        .arg("--log-level=error")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| etcd_err(e.to_string()))?;
+    let etcd = Etcd {
+        child,
+        base: client_url,
+    };
+    let http = reqwest::Client::new();
+    for _ in 0..200 {
+        let ready = http
+            .post(format!("{}/v3/kv/range", etcd.base))
+            .json(&json!({"key": B64.encode("/")}))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success());
+        if ready {
+            return Ok(etcd);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Err(etcd_err(
+        "not answering on its client URL after 10 s".into(),
+    ))
+}
+
+/// The in-process skiff API server; stopped on drop.
+struct Skiff {
+    base: String,
+    token: String,
+    ca_pem: String,
+    shutdown: CancellationToken,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Skiff {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn start_skiff(dir: &Path, threads: usize) -> Result<Skiff> {
+    use crate::{auth, server, tls};
+    tls::install_crypto_provider();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads.max(1))
+        .thread_name("skiff-bench-server")
+        .enable_all()
+        .build()
+        .map_err(|e| Error::Skiff(e.to_string()))?;
+    let shutdown = CancellationToken::new();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(String, String, String)>>();
+    let dir = dir.to_path_buf();
+    let token = shutdown.clone();
+    let thread = std::thread::spawn(move || {
+        runtime.block_on(async move {
+            let setup = async {
+                let fail = |e: &dyn std::fmt::Display| Error::Skiff(e.to_string());
+                let store_config = skiff_store::Config {
+                    prefix_retention: server::HIGH_CHURN_PREFIXES
+                        .iter()
+                        .map(|(prefix, versions)| skiff_store::PrefixRetention {
+                            prefix: prefix.as_bytes().to_vec(),
+                            max_versions: *versions,
+                        })
+                        .collect(),
+                    ..skiff_store::Config::new(dir.join("skiff").join("db"))
+                };
+                let store = skiff_store::SledStore::open(store_config).map_err(|e| fail(&e))?;
+                let store: Arc<dyn skiff_store::Store> = Arc::new(store);
+                let api =
+                    server::ApiServer::new(store.clone(), server::Config::default(), token.clone())
+                        .await
+                        .map_err(|e| fail(&e))?;
+                let pki = tls::Pki::load_or_create(
+                    &dir.join("skiff").join("pki"),
+                    &tls::default_sans(&[]),
+                )
+                .map_err(|e| fail(&e))?;
+                let authenticator = Arc::new(
+                    auth::Authenticator::load_or_create(&dir.join("skiff").join("tokens.csv"))
+                        .map_err(|e| fail(&e))?,
+                );
+                let admin = authenticator
+                    .admin_token()
+                    .ok_or_else(|| Error::Skiff("no admin token".into()))?;
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                    .await
+                    .map_err(|e| fail(&e))?;
+                let address = listener.local_addr().map_err(|e| fail(&e))?;
+                let tls_config = pki.server_config().map_err(|e| fail(&e))?;
+                let routes = crate::routes(api.clone(), authenticator);
+                Ok((
+                    format!("https://{address}"),
+                    admin,
+                    pki.ca_pem().to_string(),
+                    listener,
+                    tls_config,
+                    routes,
+                    store,
+                ))
+            };
+            match setup.await {
+                Ok((base, admin, ca, listener, tls_config, routes, store)) => {
+                    let _ = ready_tx.send(Ok((base, admin, ca)));
+                    tls::serve(listener, tls_config, routes, token.clone()).await;
+                    let _ = store.close().await;
+                }
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e));
+                }
+            }
+        });
+    });
+    let (base, token, ca_pem) = ready_rx
+        .recv()
+        .map_err(|_| Error::Skiff("the server thread ended".into()))??;
+    Ok(Skiff {
+        base,
+        token,
+        ca_pem,
+        shutdown,
+        thread: Some(thread),
+    })
+}
+
+/// Runs every workload at every level on both systems; returns the rows in order.
+/// `progress` is called with each row as it is measured.
+pub async fn run(options: &Options, mut progress: impl FnMut(&Row)) -> Result<Vec<Row>> {
+    let base_dir = options.dir.clone().unwrap_or_else(std::env::temp_dir);
+    let dir = base_dir.join(format!("skiff-bench-api-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| Error::Setup(format!("{}: {e}", dir.display())))?;
+    let result = run_in(options, &dir, &mut progress).await;
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+async fn run_in(
+    options: &Options,
+    dir: &Path,
+    progress: &mut impl FnMut(&Row),
+) -> Result<Vec<Row>> {
+    let skiff = start_skiff(dir, options.server_threads)?;
+    let etcd = start_etcd(&options.etcd, dir).await?;
+    let ca = reqwest::Certificate::from_pem(skiff.ca_pem.as_bytes())
+        .map_err(|e| Error::Setup(e.to_string()))?;
+    let client = |builder: reqwest::ClientBuilder| {
+        builder
+            .http1_only()
+            .pool_max_idle_per_host(usize::MAX)
+            .build()
+            .map_err(|e| Error::Setup(e.to_string()))
+    };
+    let targets = [
+        Target::Skiff {
+            http: client(reqwest::Client::builder().tls_certs_only([ca]))?,
+            base: skiff.base.clone(),
+            token: skiff.token.clone(),
+        },
+        Target::Etcd {
+            http: client(reqwest::Client::builder())?,
+            base: etcd.base.clone(),
+        },
+    ];
+    let value = Arc::new(value(options.value_size));
+    let mut rows = Vec::new();
+    let mut push = |row: Row, rows: &mut Vec<Row>| {
+        progress(&row);
+        rows.push(row);
+    };
+
+    // Creates (each level in a namespace of its own), then gets of what was created.
+    for &clients in &options.clients {
+        let mut stats = Vec::new();
+        for target in &targets {
+            let ns = format!("create-{clients}");
+            target.namespace(&ns).await?;
+            let (t, v, ns) = (target.clone(), value.clone(), Arc::new(ns));
+            stats.push(
+                closed_loop(clients, options.duration, u64::MAX, move |i| {
+                    let (t, v, ns) = (t.clone(), v.clone(), ns.clone());
+                    async move { t.create(&ns, &format!("o-{i}"), &v).await }
+                })
+                .await,
+            );
+        }
+        let etcd_stats = stats.pop().expect("two systems");
+        let skiff_stats = stats.pop().expect("two systems");
+        push(
+            Row {
+                workload: "create",
+                clients,
+                skiff: skiff_stats,
+                etcd: etcd_stats,
+            },
+            &mut rows,
+        );
+    }
+    let objects = 1000u64;
+    for target in &targets {
+        populate(target, "get", objects as usize, &value).await?;
+    }
+    for &clients in &options.clients {
+        let mut stats = Vec::new();
+        for target in &targets {
+            let t = target.clone();
+            stats.push(
+                closed_loop(clients, options.duration, u64::MAX, move |i| {
+                    let t = t.clone();
+                    async move { t.get("get", &format!("o-{}", i % objects)).await }
+                })
+                .await,
+            );
+        }
+        let etcd_stats = stats.pop().expect("two systems");
+        let skiff_stats = stats.pop().expect("two systems");
+        push(
+            Row {
+                workload: "get",
+                clients,
+                skiff: skiff_stats,
+                etcd: etcd_stats,
+            },
+            &mut rows,
+        );
+    }
+
+    // Lists of the whole collection.
+    for target in &targets {
+        populate(target, "list", options.list_objects, &value).await?;
+        let n = target.list("list").await?;
+        if n != options.list_objects {
+            return Err(target.fail(
+                "list",
+                format!("{n} objects, expected {}", options.list_objects),
+            ));
+        }
+    }
+    for &clients in &options.clients {
+        let mut stats = Vec::new();
+        let lists = options.lists.max(clients) as u64;
+        for target in &targets {
+            let (t, expected) = (target.clone(), options.list_objects);
+            stats.push(
+                closed_loop(
+                    clients.min(lists as usize),
+                    Duration::from_secs(3600),
+                    lists,
+                    move |_| {
+                        let t = t.clone();
+                        async move {
+                            let n = t.list("list").await?;
+                            if n == expected {
+                                Ok(())
+                            } else {
+                                Err(t.fail("list", format!("{n} objects")))
+                            }
+                        }
+                    },
+                )
+                .await,
+            );
+        }
+        let etcd_stats = stats.pop().expect("two systems");
+        let skiff_stats = stats.pop().expect("two systems");
+        push(
+            Row {
+                workload: "list",
+                clients,
+                skiff: skiff_stats,
+                etcd: etcd_stats,
+            },
+            &mut rows,
+        );
+    }
+
+    // Watch fan-out.
+    for &clients in &options.clients {
+        let mut stats = Vec::new();
+        for target in &targets {
+            stats.push(
+                fan_out(
+                    target,
+                    &format!("fan-{clients}"),
+                    options.watchers,
+                    options.watch_events,
+                    clients,
+                    &value,
+                )
+                .await?,
+            );
+        }
+        let etcd_stats = stats.pop().expect("two systems");
+        let skiff_stats = stats.pop().expect("two systems");
+        push(
+            Row {
+                workload: "watch",
+                clients,
+                skiff: skiff_stats,
+                etcd: etcd_stats,
+            },
+            &mut rows,
+        );
+    }
+    drop(etcd);
+    drop(skiff);
+    Ok(rows)
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2}", d.as_secs_f64() * 1000.0)
+}
+
+/// The rows as a Markdown table.
+pub fn table(rows: &[Row]) -> String {
+    let mut out = String::from(
+        "| workload | clients | skiff ops/s | etcd ops/s | skiff / etcd | skiff p50 / p99 ms | etcd p50 / p99 ms | errors (skiff, etcd) |\n|---|---|---|---|---|---|---|---|\n",
+    );
+    for row in rows {
+        out.push_str(&format!(
+            "| {} | {} | {:.0} | {:.0} | {:.2} | {} / {} | {} / {} | {}, {} |\n",
+            row.workload,
+            row.clients,
+            row.skiff.rate(),
+            row.etcd.rate(),
+            row.skiff.rate() / row.etcd.rate().max(1e-9),
+            ms(row.skiff.p50),
+            ms(row.skiff.p99),
+            ms(row.etcd.p50),
+            ms(row.etcd.p99),
+            row.skiff.errors,
+            row.etcd.errors,
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn markers_percentiles_and_the_table() {
+        assert_eq!(memmem_count(b"{\"kv\":1}{\"kv\":2}", b"\"kv\":"), 2);
+        assert_eq!(memmem_count(b"", b"\"kv\":"), 0);
+        let (p50, p99) = percentiles((1..=100).map(Duration::from_millis).collect());
+        assert_eq!(
+            (p50, p99),
+            (Duration::from_millis(51), Duration::from_millis(99))
+        );
+        let rows = [Row {
+            workload: "create",
+            clients: 1,
+            skiff: Stats {
+                ops: 10,
+                elapsed: Duration::from_secs(1),
+                ..Stats::default()
+            },
+            etcd: Stats {
+                ops: 5,
+                elapsed: Duration::from_secs(1),
+                ..Stats::default()
+            },
+        }];
+        assert!(table(&rows).contains("| create | 1 | 10 | 5 | 2.00 |"));
+    }
+}
