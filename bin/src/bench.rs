@@ -165,4 +165,3 @@ pub struct ApiArgs {
     #[arg(long, default_value_t = 200)]
     watch_events: usize,
 }
-

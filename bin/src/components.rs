@@ -66,7 +66,10 @@ pub fn select(components: Option<&[Component]>, disable: &[Component]) -> BTreeS
         Some(list) => list.iter().copied().collect(),
         None => Component::ALL.iter().copied().collect(),
     };
-    chosen.into_iter().filter(|c| !disable.contains(c)).collect()
+    chosen
+        .into_iter()
+        .filter(|c| !disable.contains(c))
+        .collect()
 }
 
 /// Starts `component` on `tasks`.

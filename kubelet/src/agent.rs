@@ -134,7 +134,11 @@ pub struct Options {
     pub port: u16,
     /// Bearer token the API server presents to the kubelet's HTTP server (`skiff server` and
     /// `skiff agent` use the join token's secret); unset serves anyone.
-    #[arg(long = "kubelet-token", env = "SKIFF_KUBELET_TOKEN", hide_env_values = true)]
+    #[arg(
+        long = "kubelet-token",
+        env = "SKIFF_KUBELET_TOKEN",
+        hide_env_values = true
+    )]
     pub token: Option<String>,
     /// How often the node's Lease is renewed.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]

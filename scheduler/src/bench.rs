@@ -146,14 +146,11 @@ pub enum Error {
 
 /// A hollow node: 4 CPUs, 32 GiB, 110 pods, Ready.
 pub fn hollow_node(name: &str) -> Node {
-    let resources: std::collections::BTreeMap<String, Quantity> = [
-        ("cpu", "4"),
-        ("memory", "32Gi"),
-        ("pods", "110"),
-    ]
-    .iter()
-    .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
-    .collect();
+    let resources: std::collections::BTreeMap<String, Quantity> =
+        [("cpu", "4"), ("memory", "32Gi"), ("pods", "110")]
+            .iter()
+            .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
+            .collect();
     Node {
         metadata: ObjectMeta {
             name: Some(name.to_string()),
@@ -349,10 +346,13 @@ pub async fn run(client: Client, opts: BenchOptions) -> Result<Report, Error> {
             let api = pods_api.clone();
             let ns = opts.namespace.clone();
             async move {
-                api.create(&PostParams::default(), &bench_pod(&ns, &format!("bench-{i}")))
-                    .await
-                    .map(|_| ())
-                    .map_err(api_err(format!("creating pod bench-{i}")))
+                api.create(
+                    &PostParams::default(),
+                    &bench_pod(&ns, &format!("bench-{i}")),
+                )
+                .await
+                .map(|_| ())
+                .map_err(api_err(format!("creating pod bench-{i}")))
             }
         })
         .buffer_unordered(opts.concurrency.max(1))
@@ -421,7 +421,9 @@ pub async fn run(client: Client, opts: BenchOptions) -> Result<Report, Error> {
         pods_per_second: opts.pods as f64 / (total_seconds - sync_seconds).max(1e-9),
         pods_per_second_with_sync: opts.pods as f64 / total_seconds,
         bind_errors: stats.bind_errors.load(std::sync::atomic::Ordering::Relaxed),
-        unschedulable: stats.unschedulable.load(std::sync::atomic::Ordering::Relaxed),
+        unschedulable: stats
+            .unschedulable
+            .load(std::sync::atomic::Ordering::Relaxed),
         cpu_seconds,
         server_cpu_seconds,
     })

@@ -277,10 +277,7 @@ impl TestCluster {
     /// cluster's admin kubeconfig appended.
     pub fn spawn_component(&self, args: &[&str]) -> Component {
         let name = args.first().copied().unwrap_or("component").to_string();
-        let log = self
-            .dir
-            .path()
-            .join(format!("{name}-{}.log", free_port()));
+        let log = self.dir.path().join(format!("{name}-{}.log", free_port()));
         let file = std::fs::File::create(&log).expect("component log file");
         let child = Command::new(skiff_binary())
             .args(args)

@@ -31,9 +31,14 @@ fn create_deployment(cluster: &TestCluster, name: &str) {
 /// Whether the controllers' informers saw the Deployment: its ReplicaSet exists.
 fn replicaset_appears(cluster: &TestCluster, name: &str) -> bool {
     eventually(Duration::from_secs(60), || {
-        let run = cluster
-            .kubectl()
-            .run(&["get", "replicasets", "-l", &format!("app={name}"), "-o", "name"]);
+        let run = cluster.kubectl().run(&[
+            "get",
+            "replicasets",
+            "-l",
+            &format!("app={name}"),
+            "-o",
+            "name",
+        ]);
         run.ok && run.stdout.contains("replicaset.apps/")
     })
 }
@@ -75,9 +80,7 @@ fn components_recover_when_the_api_server_is_killed_and_restarted() {
     );
     assert!(controllers.is_running());
     // No duplicates: one ReplicaSet per Deployment.
-    let names = cluster
-        .kubectl()
-        .ok(&["get", "replicasets", "-o", "name"]);
+    let names = cluster.kubectl().ok(&["get", "replicasets", "-o", "name"]);
     assert_eq!(names.lines().count(), 2, "{names}");
 }
 
@@ -86,7 +89,11 @@ fn an_unreachable_server_fails_fast() {
     let dir = tempfile::tempdir().unwrap();
     let port = skiff_tests::free_port();
     let out = std::process::Command::new(skiff_tests::skiff_binary())
-        .args(["controllers", "--server", &format!("https://127.0.0.1:{port}")])
+        .args([
+            "controllers",
+            "--server",
+            &format!("https://127.0.0.1:{port}"),
+        ])
         .args(["--token", &format!("SKIFF1::{}::secret", "0".repeat(64))])
         .current_dir(dir.path())
         .output()
