@@ -89,7 +89,9 @@ fn without_age(table: &str) -> Vec<Vec<String>> {
 /// The newest revision of the log, as a list's resourceVersion says.
 fn current_revision(cluster: &TestCluster) -> u64 {
     // kubectl blanks a printed list's resourceVersion; the raw list keeps it.
-    let list = cluster.kubectl().ok(&["get", "--raw", "/api/v1/configmaps"]);
+    let list = cluster
+        .kubectl()
+        .ok(&["get", "--raw", "/api/v1/configmaps"]);
     json(&list)["metadata"]["resourceVersion"]
         .as_str()
         .unwrap()
