@@ -239,9 +239,10 @@ fn main() -> std::process::ExitCode {
                 let proxy = args.proxy;
                 run_component(&args.client, |client, shutdown| async move {
                     // The first to fail stops the other.
+                    let (kubelet_client, kubelet_stop) = (client.clone(), shutdown.clone());
                     tokio::try_join!(
                         async {
-                            skiff_kubelet::run(client.clone(), kubelet, shutdown.clone())
+                            skiff_kubelet::run(kubelet_client, kubelet, kubelet_stop)
                                 .await
                                 .map_err(anyhow::Error::from)
                         },
