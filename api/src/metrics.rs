@@ -1,8 +1,9 @@
 //! `/metrics` in the Prometheus text format: requests by verb, resource and code with their
 //! latencies, open watches, the log's revision and commit batch sizes (recorded by the store).
 //!
-//! The recorder is process-global (the `metrics` facade); [`install`] sets it up once and the
-//! route renders it, refreshing the gauges that are read rather than counted at scrape time.
+//! The recorder is process-global (the `metrics` facade); [`install`] sets it up once, and must
+//! run before the first request or commit (anything recorded before it is dropped), and the route
+//! renders it, refreshing the gauges that are read rather than counted at scrape time.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;

@@ -260,16 +260,20 @@ impl WatchCache {
     }
 
     /// A watch of `info` (in `namespace`) from `start` (inclusive) served from the cache, or
-    /// `None` when the cache cannot serve it (a start before the ring's window or beyond the
-    /// store's next revision): the caller then watches the store, which keeps its semantics (410
-    /// for compacted history, an error for a future revision).
+    /// `None` when the cache cannot serve it (a start before the ring's window or the store's
+    /// retained history, or beyond the store's next revision): the caller then watches the
+    /// store, which keeps its semantics (410 for compacted history, an error for a future
+    /// revision).
     pub async fn watch(
         &self,
         info: &ResourceInfo,
         namespace: Option<&str>,
         start: Revision,
     ) -> Option<CacheWatch> {
-        if start > self.store.status().revision.next() {
+        // History the store has compacted away is not served from the ring either, so that a
+        // watch from a compacted revision gets its 410 whether or not the ring still holds it.
+        let status = self.store.status();
+        if start > status.revision.next() || start < status.compacted {
             return None;
         }
         let cacher = self.cacher(info).await?;
@@ -571,6 +575,31 @@ mod tests {
         let mut probe = f.cache.watch(info, None, last).await.unwrap();
         take(&mut probe, None, 1).await;
         assert!(f.cache.watch(info, None, start).await.is_none());
+    }
+
+    #[tokio::test]
+    async fn history_the_store_compacted_is_not_served_even_inside_the_window() {
+        let f = fixture(64);
+        let info = configmaps();
+        let start = f.store.status().revision.next();
+        let _feed = f.cache.watch(info, None, start).await.unwrap();
+        let mut revisions = Vec::new();
+        for i in 0..4 {
+            revisions.push(put(&f.store, "a", &format!("o{i}"), "web").await);
+        }
+        let mut probe = f.cache.watch(info, None, revisions[3]).await.unwrap();
+        take(&mut probe, None, 1).await;
+        assert!(f.cache.watch(info, None, revisions[1]).await.is_some());
+        f.store.compact(revisions[2]).await.unwrap();
+        // The ring still holds revisions[1], but the store says it is gone: so must the cache.
+        assert!(f.cache.watch(info, None, revisions[1]).await.is_none());
+        let mut kept = f.cache.watch(info, None, revisions[2]).await.unwrap();
+        let names: Vec<_> = take(&mut kept, None, 2)
+            .await
+            .into_iter()
+            .map(|(_, n, _)| n)
+            .collect();
+        assert_eq!(names, ["o2", "o3"]);
     }
 
     #[tokio::test]

@@ -168,9 +168,28 @@ mod tests {
 
     #[test]
     fn flags_do_not_clash() {
-        // clap checks names, shorts and defaults of every subcommand (only debug builds do this on
-        // their own).
+        // clap's own check of names, shorts and defaults runs in debug builds only...
         Cli::command().debug_assert();
+        // ...so the clashes that bit us (two flattened option structs reusing an argument id or a
+        // long flag) are checked here in every build, the release test run included.
+        fn check(command: &clap::Command, path: &str) {
+            let path = format!("{path} {}", command.get_name());
+            let mut ids = std::collections::HashSet::new();
+            let mut longs = std::collections::HashSet::new();
+            for arg in command.get_arguments() {
+                let id = arg.get_id().as_str();
+                assert!(ids.insert(id), "{path}: argument id {id:?} is used twice");
+                if let Some(long) = arg.get_long() {
+                    assert!(longs.insert(long), "{path}: --{long} is used twice");
+                }
+            }
+            for sub in command.get_subcommands() {
+                check(sub, &path);
+            }
+        }
+        let mut command = Cli::command();
+        command.build();
+        check(&command, "");
     }
 }
 

@@ -159,6 +159,10 @@ pub async fn run(args: ApiArgs, plan: Plan) -> Result<()> {
             .collect(),
         ..skiff_store::Config::new(data_dir.join("db"))
     };
+    // The metrics recorder goes in before anything records: a count made without it is lost.
+    if skiff_api::metrics::install().is_none() {
+        tracing::warn!("another metrics recorder is installed: /metrics will be unavailable");
+    }
     let store = skiff_store::SledStore::open(store_config).map_err(|e| match e {
         skiff_store::Error::Locked { .. } => anyhow::anyhow!(
             "data dir {} is locked: another skiff server is already using it",

@@ -125,16 +125,21 @@ pub struct Options {
     #[arg(long, default_value = "127.0.0.1")]
     pub node_ip: IpAddr,
     /// Address the kubelet's HTTP server (logs, /pods, /healthz) listens on.
-    #[arg(long = "kubelet-address", default_value = "127.0.0.1")]
+    #[arg(
+        id = "kubelet_address",
+        long = "kubelet-address",
+        default_value = "127.0.0.1"
+    )]
     pub address: IpAddr,
     /// Port of the kubelet's HTTP server (Kubernetes uses 10250); 0, the default, picks a free
     /// one, reported in the Node's daemonEndpoints where the API server finds it, so that several
     /// skiff nodes share a host.
-    #[arg(long = "kubelet-port", default_value_t = 0)]
+    #[arg(id = "kubelet_port", long = "kubelet-port", default_value_t = 0)]
     pub port: u16,
     /// Bearer token the API server presents to the kubelet's HTTP server (`skiff server` and
     /// `skiff agent` use the join token's secret); unset serves anyone.
     #[arg(
+        id = "kubelet_token",
         long = "kubelet-token",
         env = "SKIFF_KUBELET_TOKEN",
         hide_env_values = true

@@ -2,8 +2,8 @@
 //! loopback port, and drives it with kubectl and client libraries.
 //!
 //! # Layout
-//! - [`skiff_binary`]: builds (once per test process) and finds the `skiff` binary of this
-//!   workspace, in the same profile as the tests.
+//! - [`skiff_binary`]: finds the `skiff` binary of this workspace in the same profile as the
+//!   tests, building it first only if it is missing or stale.
 //! - [`TestCluster`]: one running server; its log is printed when a test fails (on drop while
 //!   panicking).
 //! - [`Kubectl`]: runs the machine's kubectl against a cluster and captures what it prints.
@@ -13,7 +13,13 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-/// The `skiff` binary of this workspace, built on first use so the tests never run a stale one.
+/// The `skiff` binary of this workspace, in the same profile as the tests, never a stale one.
+///
+/// `cargo test --workspace` builds it before any test runs (the `skiff` package has integration
+/// tests, so cargo builds its binary), and then it is used as is. Only when it is missing or older
+/// than a source file of the workspace (`cargo test -p skiff-client` after an edit) is it built
+/// here, once per test process, and then only the binary: building the whole workspace's tests
+/// from inside a test would repeat minutes of work the outer cargo already did.
 pub fn skiff_binary() -> PathBuf {
     static BINARY: OnceLock<PathBuf> = OnceLock::new();
     BINARY
@@ -26,37 +32,67 @@ pub fn skiff_binary() -> PathBuf {
                 .expect("test executable is under <target>/<profile>/deps");
             let target_dir = profile_dir.parent().expect("profile dir has a parent");
             let release = profile_dir.file_name().is_some_and(|n| n == "release");
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            let manifest = Path::new(env!("CARGO_MANIFEST_DIR"))
+            let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
                 .parent()
-                .expect("tests/ sits in the workspace")
-                .join("Cargo.toml");
-            let mut build = Command::new(cargo);
-            // The same target selection as `cargo test --workspace`, so that feature unification
-            // matches and nothing but the binary itself is built again.
-            build
-                .args([
-                    "build",
-                    "-q",
-                    "--workspace",
-                    "--bins",
-                    "--tests",
-                    "--manifest-path",
-                ])
-                .arg(&manifest)
-                .env("CARGO_TARGET_DIR", target_dir);
-            if release {
-                build.arg("--release");
-            }
-            let status = build
-                .status()
-                .expect("running cargo build for the skiff binary");
-            assert!(status.success(), "building the skiff binary failed");
+                .expect("tests/ sits in the workspace");
             let binary = profile_dir.join("skiff");
+            let built = std::fs::metadata(&binary).and_then(|m| m.modified()).ok();
+            if built.is_none_or(|built| newest_source(workspace, target_dir) > Some(built)) {
+                let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+                let mut build = Command::new(cargo);
+                build
+                    .args([
+                        "build",
+                        "-q",
+                        "-p",
+                        "skiff",
+                        "--bin",
+                        "skiff",
+                        "--manifest-path",
+                    ])
+                    .arg(workspace.join("Cargo.toml"))
+                    .env("CARGO_TARGET_DIR", target_dir);
+                if release {
+                    build.arg("--release");
+                }
+                let status = build
+                    .status()
+                    .expect("running cargo build for the skiff binary");
+                assert!(status.success(), "building the skiff binary failed");
+            }
             assert!(binary.exists(), "no skiff binary at {}", binary.display());
             binary
         })
         .clone()
+}
+
+/// The newest modification time of a file cargo would build the binary from: `*.rs` and
+/// `Cargo.*` under the workspace, outside the target dir and hidden directories.
+fn newest_source(dir: &Path, target_dir: &Path) -> Option<std::time::SystemTime> {
+    let mut newest = None;
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return None;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        let time = if kind.is_dir() {
+            if name.starts_with('.') || name == "target" || path == target_dir {
+                continue;
+            }
+            newest_source(&path, target_dir)
+        } else if name.ends_with(".rs") || name.starts_with("Cargo.") {
+            entry.metadata().and_then(|m| m.modified()).ok()
+        } else {
+            continue;
+        };
+        newest = newest.max(time);
+    }
+    newest
 }
 
 /// A port on 127.0.0.1 that was free a moment ago.
