@@ -15,6 +15,9 @@ pub enum BenchCommand {
     /// skiff's Kubernetes API (HTTPS, ConfigMaps) against etcd 3.4's v3 JSON gateway, side by side:
     /// creates/s, gets/s, lists of 10k objects and watch fan-out at each concurrency level.
     Api(ApiArgs),
+    /// One `skiff server` node: cold start to a Ready node running a pod, resident memory idle
+    /// and with N pods, and pod startup latency (create to Running as a watch sees it).
+    Node(crate::bench_node::NodeArgs),
 }
 
 /// A `skiff apiserver` child on a temporary data dir, killed and cleaned up on drop.
@@ -95,6 +98,7 @@ async fn connect(kubeconfig: &Path) -> Result<skiff_client::Client> {
 /// Runs a benchmark and prints its report.
 pub async fn run(command: BenchCommand) -> Result<()> {
     match command {
+        BenchCommand::Node(args) => crate::bench_node::run(args).await,
         BenchCommand::Scheduler(mut opts) => {
             let (decisions, _) = skiff_scheduler::bench::decide_only(
                 opts.nodes,

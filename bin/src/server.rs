@@ -87,6 +87,9 @@ pub struct Plan {
     pub components: BTreeSet<Component>,
     /// Their flags.
     pub options: Option<components::Options>,
+    /// Leave the log as it is: no automatic compaction and no writes of the server's own (the
+    /// `kubernetes` Service), so that a replayed data dir reads back exactly as replayed.
+    pub paused: bool,
 }
 
 impl Plan {
@@ -95,23 +98,28 @@ impl Plan {
         Plan {
             components: BTreeSet::new(),
             options: None,
+            paused: false,
         }
     }
 
     /// What `skiff server`'s flags select.
     pub fn from_server_args(args: &ServerArgs) -> Plan {
         if args.paused {
-            return Plan::api_only();
+            return Plan {
+                paused: true,
+                ..Plan::api_only()
+            };
         }
         Plan {
             components: components::select(args.components.as_deref(), &args.disable),
             options: Some(args.options.clone()),
+            paused: false,
         }
     }
 }
 
 /// Parses `90s`, `5m`, `1h30m`, `2d`.
-fn parse_duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     let signed: jiff::SignedDuration = text
         .parse()
         .map_err(|e| format!("not a duration ({e}); use e.g. 90s, 5m, 1h30m"))?;
@@ -144,14 +152,18 @@ pub async fn run(args: ApiArgs, plan: Plan) -> Result<()> {
         tracing::info!("serving the API only: no controllers, scheduler, kubelet or proxy");
     }
 
+    if plan.paused {
+        tracing::info!("paused: the log is not compacted and the server writes nothing of its own");
+    }
     let store_config = skiff_store::Config {
         retention: skiff_store::Retention {
-            max_revisions: Some(args.history_revisions),
-            max_age: Some(args.history_age),
+            max_revisions: Some(args.history_revisions).filter(|_| !plan.paused),
+            max_age: Some(args.history_age).filter(|_| !plan.paused),
             interval: args.compact_interval,
         },
         prefix_retention: skiff_api::server::HIGH_CHURN_PREFIXES
             .iter()
+            .filter(|_| !plan.paused)
             .map(|(prefix, versions)| skiff_store::PrefixRetention {
                 prefix: prefix.as_bytes().to_vec(),
                 max_versions: *versions,
@@ -225,9 +237,11 @@ pub async fn run(args: ApiArgs, plan: Plan) -> Result<()> {
         ip if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
         ip => ip,
     };
-    skiff_api::kubernetes_service::reconcile(&api, advertise, bound.port())
-        .await
-        .context("cannot write the kubernetes Service")?;
+    if !plan.paused {
+        skiff_api::kubernetes_service::reconcile(&api, advertise, bound.port())
+            .await
+            .context("cannot write the kubernetes Service")?;
+    }
     let kubeconfig_path = data_dir.join(KUBECONFIG_FILE);
     kubeconfig::write(
         &kubeconfig_path,

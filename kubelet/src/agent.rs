@@ -190,8 +190,23 @@ fn hostname() -> String {
         .to_lowercase()
 }
 
+/// Reads the host's resources and pressure inputs (for the root dir's filesystem); the node
+/// status is computed from these readings on every sync.
+pub type HostReader = Arc<dyn Fn(&Path) -> host::Readings + Send + Sync>;
+
 /// Runs the kubelet until `shutdown`.
 pub async fn run(client: Client, options: Options, shutdown: CancellationToken) -> Result<()> {
+    run_with_host(client, options, Arc::new(host::read), shutdown).await
+}
+
+/// [`run`], with the node's host readings taken from `host` instead of `/proc` and the root
+/// dir's filesystem: lets a test drive memory, disk and PID pressure.
+pub async fn run_with_host(
+    client: Client,
+    options: Options,
+    host: HostReader,
+    shutdown: CancellationToken,
+) -> Result<()> {
     let node_name = options.node_name.clone().unwrap_or_else(hostname);
     let root = options
         .root_dir
@@ -272,6 +287,7 @@ pub async fn run(client: Client, options: Options, shutdown: CancellationToken) 
             max_pods: options.max_pods,
             update: options.node_status_update_frequency,
             report: options.node_status_report_frequency,
+            host,
         },
         manager.clone(),
         shutdown.clone(),
@@ -515,6 +531,7 @@ struct StatusSettings {
     max_pods: u64,
     update: Duration,
     report: Duration,
+    host: HostReader,
 }
 
 /// Computes the node status every update period (every second until Ready) and PATCHes it when
@@ -533,7 +550,7 @@ async fn status_loop(
     let mut range: Option<Range> = None;
     loop {
         let ctx = Context {
-            readings: host::read(&settings.root),
+            readings: (settings.host)(&settings.root),
             node_ip: settings.node_ip,
             hostname: settings.node_name.clone(),
             kubelet_port: settings.port,

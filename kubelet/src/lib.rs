@@ -25,4 +25,4 @@ pub mod server;
 pub mod spec;
 pub mod volumes;
 
-pub use agent::{Error, Options, Result, run};
+pub use agent::{Error, HostReader, Options, Result, run, run_with_host};

@@ -99,7 +99,6 @@ async fn client_for(cluster: &TestCluster) -> skiff_client::Client {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "not yet seen passing: the workspace build the harness starts did not finish in the session that wrote it; run with --ignored"]
 async fn service_through_the_api_server_round_robin_affinity_node_port_udp_and_delete() {
     let cluster = TestCluster::start(&[]);
     let kubectl = cluster.kubectl();

@@ -3,7 +3,7 @@
 //!
 //! # Layout
 //! - [`skiff_binary`]: finds the `skiff` binary of this workspace in the same profile as the
-//!   tests, building it first only if it is missing or stale.
+//!   tests, building it first only if it is missing or older than its sources.
 //! - [`TestCluster`]: one running server; its log is printed when a test fails (on drop while
 //!   panicking).
 //! - [`Kubectl`]: runs the machine's kubectl against a cluster and captures what it prints.
@@ -17,9 +17,11 @@ use std::time::{Duration, Instant};
 ///
 /// `cargo test --workspace` builds it before any test runs (the `skiff` package has integration
 /// tests, so cargo builds its binary), and then it is used as is. Only when it is missing or older
-/// than a source file of the workspace (`cargo test -p skiff-client` after an edit) is it built
-/// here, once per test process, and then only the binary: building the whole workspace's tests
-/// from inside a test would repeat minutes of work the outer cargo already did.
+/// than a source file it is built from (`cargo test -p skiff-client` after an edit of a crate's
+/// `src/`) is it built here, once per test process, with the same target selection as
+/// `cargo test --workspace` so that the features of its dependencies, and so their artifacts, are
+/// the ones that run already built (building the binary alone would resolve other features and
+/// rebuild half the dependency tree).
 pub fn skiff_binary() -> PathBuf {
     static BINARY: OnceLock<PathBuf> = OnceLock::new();
     BINARY
@@ -32,22 +34,23 @@ pub fn skiff_binary() -> PathBuf {
                 .expect("test executable is under <target>/<profile>/deps");
             let target_dir = profile_dir.parent().expect("profile dir has a parent");
             let release = profile_dir.file_name().is_some_and(|n| n == "release");
-            let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
-                .parent()
-                .expect("tests/ sits in the workspace");
+            let harness = Path::new(env!("CARGO_MANIFEST_DIR"));
+            let workspace = harness.parent().expect("tests/ sits in the workspace");
             let binary = profile_dir.join("skiff");
             let built = std::fs::metadata(&binary).and_then(|m| m.modified()).ok();
-            if built.is_none_or(|built| newest_source(workspace, target_dir) > Some(built)) {
+            let stale = built.is_none_or(|built| {
+                newest_source(workspace, &[target_dir, harness]).is_some_and(|s| s > built)
+            });
+            if stale {
                 let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
                 let mut build = Command::new(cargo);
                 build
                     .args([
                         "build",
                         "-q",
-                        "-p",
-                        "skiff",
-                        "--bin",
-                        "skiff",
+                        "--workspace",
+                        "--bins",
+                        "--tests",
                         "--manifest-path",
                     ])
                     .arg(workspace.join("Cargo.toml"))
@@ -66,9 +69,10 @@ pub fn skiff_binary() -> PathBuf {
         .clone()
 }
 
-/// The newest modification time of a file cargo would build the binary from: `*.rs` and
-/// `Cargo.*` under the workspace, outside the target dir and hidden directories.
-fn newest_source(dir: &Path, target_dir: &Path) -> Option<std::time::SystemTime> {
+/// The newest modification time of a Rust source the binary is built from: `*.rs` under the
+/// workspace, leaving out test, bench and example targets (which the binary does not contain),
+/// the `skip` directories, the target dir and hidden directories.
+fn newest_source(dir: &Path, skip: &[&Path]) -> Option<std::time::SystemTime> {
     let mut newest = None;
     let Ok(entries) = std::fs::read_dir(dir) else {
         return None;
@@ -81,11 +85,14 @@ fn newest_source(dir: &Path, target_dir: &Path) -> Option<std::time::SystemTime>
             continue;
         };
         let time = if kind.is_dir() {
-            if name.starts_with('.') || name == "target" || path == target_dir {
+            if name.starts_with('.')
+                || matches!(&*name, "target" | "tests" | "benches" | "examples")
+                || skip.contains(&path.as_path())
+            {
                 continue;
             }
-            newest_source(&path, target_dir)
-        } else if name.ends_with(".rs") || name.starts_with("Cargo.") {
+            newest_source(&path, skip)
+        } else if name.ends_with(".rs") {
             entry.metadata().and_then(|m| m.modified()).ok()
         } else {
             continue;

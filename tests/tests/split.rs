@@ -1,6 +1,7 @@
 //! Several `skiff` processes talking over HTTPS: `skiff apiserver` with components as processes
-//! of their own, the same scenario all-in-one under `skiff server`, and components that recover
-//! when the API server is killed and restarted under them.
+//! of their own, the same scenario all-in-one under `skiff server`, components that recover when
+//! the API server is killed and restarted under them, and a pod run by `skiff apiserver`,
+//! `skiff scheduler` and `skiff kubelet` as three processes.
 
 use std::time::Duration;
 
@@ -101,4 +102,77 @@ fn an_unreachable_server_fails_fast() {
     assert!(!out.status.success());
     let text = String::from_utf8_lossy(&out.stderr);
     assert!(text.contains("cannot reach the API server"), "{text}");
+}
+
+#[test]
+fn apiserver_scheduler_and_kubelet_as_three_processes_run_a_pod() {
+    let cluster = TestCluster::start(&[]);
+    let root = cluster.dir.path().join("kubelet-root");
+    let mut scheduler = cluster.spawn_component(&["scheduler"]);
+    let mut kubelet = cluster.spawn_component(&[
+        "kubelet",
+        "--node-name",
+        "split-node",
+        "--root-dir",
+        root.to_str().unwrap(),
+    ]);
+    let k = cluster.kubectl();
+    let ready = eventually(Duration::from_secs(60), || {
+        k.run(&[
+            "get",
+            "node",
+            "split-node",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+        ])
+        .stdout
+            == "True"
+    });
+    assert!(ready, "the node never got Ready:\n{}", kubelet.log_text());
+
+    // No nodeName: the scheduler process places it, the kubelet process runs it.
+    k.ok_with_input(
+        &["apply", "-f", "-"],
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: hello, namespace: default}
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: main
+    image: busybox
+    command: ["sh", "-c", "echo hello from three processes; exec sleep 3600"]
+"#,
+    );
+    let running = eventually(Duration::from_secs(60), || {
+        k.run(&[
+            "get",
+            "pod",
+            "hello",
+            "-o",
+            "jsonpath={.spec.nodeName}/{.status.phase}",
+        ])
+        .stdout
+            == "split-node/Running"
+    });
+    assert!(
+        running,
+        "the pod never ran:\nscheduler:\n{}\nkubelet:\n{}",
+        scheduler.log_text(),
+        kubelet.log_text()
+    );
+    // Its log comes from the kubelet process, proxied by the API server.
+    let logged = eventually(Duration::from_secs(30), || {
+        k.run(&["logs", "hello"])
+            .stdout
+            .contains("hello from three processes")
+    });
+    assert!(logged, "kubectl logs never showed the output");
+
+    k.ok(&["delete", "pod", "hello", "--timeout=60s"]);
+    for (name, component) in [("scheduler", &mut scheduler), ("kubelet", &mut kubelet)] {
+        let status = component.stop().expect("running");
+        assert!(status.success(), "{name} exited with {status}");
+    }
 }

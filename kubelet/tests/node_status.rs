@@ -1,0 +1,167 @@
+//! The node's heartbeats against a real API server: the Lease renews every interval, the Node's
+//! status is not PATCHed while nothing changes (PATCHes counted by the API server's own
+//! `/metrics`), and is PATCHed at the next sync when a condition changes. The host readings are
+//! the test's, through [`skiff_kubelet::run_with_host`], so that memory pressure can be turned on.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use clap::Parser;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Node;
+use skiff_client::Api;
+use skiff_kubelet::Options;
+use skiff_kubelet::host::{self, Readings};
+use skiff_tests::TestCluster;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Parser)]
+struct Cli {
+    #[command(flatten)]
+    options: Options,
+}
+
+/// PATCHes of `nodes/status` the API server has answered, from its `/metrics`.
+async fn status_patches(cluster: &TestCluster) -> u64 {
+    let text = cluster
+        .http()
+        .get(format!("{}/metrics", cluster.server))
+        .bearer_auth(&cluster.token)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .filter(|l| {
+            l.starts_with("apiserver_request_total{")
+                && l.contains("verb=\"PATCH\"")
+                && l.contains("resource=\"nodes\"")
+                && l.contains("subresource=\"status\"")
+        })
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+        .sum()
+}
+
+fn condition(node: &Node, type_: &str) -> Option<String> {
+    node.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| c.status.clone())
+}
+
+async fn until<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !check().await {
+        assert!(tokio::time::Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_renews_and_status_is_patched_only_on_change() {
+    skiff_tests::install_crypto();
+    let cluster = tokio::task::spawn_blocking(|| TestCluster::start(&[]))
+        .await
+        .unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let client = skiff_client::connect(&skiff_client::ClientConfig {
+        kubeconfig: Some(cluster.kubeconfig.clone()),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    // Plenty of memory to start with; the rest is the real host's.
+    let readings = Arc::new(Mutex::new(Readings {
+        memory_available: 1 << 40,
+        memory_total: 2 << 40,
+        ..host::read(root.path())
+    }));
+    let source = readings.clone();
+    let options = Cli::parse_from([
+        "kubelet",
+        "--node-name",
+        "hb",
+        "--root-dir",
+        root.path().to_str().unwrap(),
+        "--node-status-update-frequency",
+        "100ms",
+        "--node-status-report-frequency",
+        "1h",
+        "--node-lease-renew-interval",
+        "200ms",
+    ])
+    .options;
+    let shutdown = CancellationToken::new();
+    let kubelet = tokio::spawn(skiff_kubelet::run_with_host(
+        client.clone(),
+        options,
+        Arc::new(move |_: &std::path::Path| source.lock().unwrap().clone()),
+        shutdown.clone(),
+    ));
+
+    let nodes: Api<Node> = Api::all(client.clone());
+    until("the node is Ready", || async {
+        let node = nodes.get_opt("hb").await.unwrap();
+        node.is_some_and(|n| condition(&n, "Ready").as_deref() == Some("True"))
+    })
+    .await;
+
+    // The Lease: renewed again and again, its renewTime moving forward each time.
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+    let mut renewals = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while renewals.len() < 5 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "five renewals of the Lease never came: {renewals:?}"
+        );
+        if let Some(lease) = leases.get_opt("hb").await.unwrap() {
+            let spec = lease.spec.unwrap();
+            assert_eq!(spec.holder_identity.as_deref(), Some("hb"));
+            let renewed = spec.renew_time.unwrap().0;
+            if renewals.last() != Some(&renewed) {
+                renewals.push(renewed);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        renewals.windows(2).all(|w| w[0] < w[1]),
+        "renewTime went backwards: {renewals:?}"
+    );
+
+    // Nothing changes for twenty status periods: not one PATCH.
+    let before = status_patches(&cluster).await;
+    assert!(before >= 1, "the first status was never PATCHed");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        status_patches(&cluster).await,
+        before,
+        "the status was PATCHed although nothing changed"
+    );
+
+    // Memory runs out: the condition flips at the next sync, not at the 1 h report interval.
+    readings.lock().unwrap().memory_available = 0;
+    until("MemoryPressure turns True", || async {
+        let node = nodes.get("hb").await.unwrap();
+        condition(&node, "MemoryPressure").as_deref() == Some("True")
+    })
+    .await;
+    let after = status_patches(&cluster).await;
+    assert!(after > before, "no PATCH for the changed condition");
+    // ...and then it is quiet again.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(status_patches(&cluster).await, after);
+
+    shutdown.cancel();
+    kubelet.await.unwrap().unwrap();
+}
