@@ -97,6 +97,12 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 /// A config for benchmarks: the defaults, automatic retention off unless asked.
 pub fn bench_config(path: &Path) -> Config {
     let mut config = Config::new(path);
+    if let Some(mib) = std::env::var("SKIFF_BENCH_CACHE_MIB")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        config.cache_capacity = mib << 20;
+    }
     config.retention.max_revisions = None;
     config.retention.max_age = None;
     config
