@@ -191,6 +191,18 @@ async fn reopen(dir: &Path) {
         start.elapsed().as_secs_f64(),
         skiff_store::bench::dir_size(&path) as f64 / (1 << 20) as f64
     );
+    // The first open after the writer closed replays sled's log since its previous open; once
+    // with the data dir out of the kernel's page cache (as after a reboot), once from memory.
+    let cold = dir.join("reopen-cold");
+    copy_cold(&path, &cold).expect("copy the data dir");
+    let (took, rev) = tokio::task::spawn_blocking(move || bench::reopen(&cold))
+        .await
+        .expect("join")
+        .expect("reopen");
+    println!(
+        "reopen at revision {rev}, first open, data dir not in the page cache: {}",
+        ms(took)
+    );
     for _ in 0..3 {
         let (took, rev) = tokio::task::spawn_blocking({
             let path = path.clone();
@@ -201,6 +213,25 @@ async fn reopen(dir: &Path) {
         .expect("reopen");
         println!("reopen at revision {rev}: {}", ms(took));
     }
+}
+
+/// Copies the data dir `from` to a new dir `to`, syncs the copy and drops it from the kernel's
+/// page cache, so that opening it reads from the disk.
+fn copy_cold(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_cold(&entry.path(), &target)?;
+            continue;
+        }
+        std::fs::copy(entry.path(), &target)?;
+        let file = std::fs::File::open(&target)?;
+        file.sync_all()?;
+        rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::DontNeed)?;
+    }
+    Ok(())
 }
 
 async fn churn(dir: &Path) {
