@@ -94,7 +94,8 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[idx.min(sorted.len() - 1)]
 }
 
-/// A config for benchmarks: the defaults, automatic retention off unless asked.
+/// A config for benchmarks: the defaults, automatic retention off unless asked
+/// (`SKIFF_BENCH_CACHE_MIB`: sled's cache size; `SKIFF_BENCH_FSYNC=0`: [`Config::fsync`] off).
 pub fn bench_config(path: &Path) -> Config {
     let mut config = Config::new(path);
     if let Some(mib) = std::env::var("SKIFF_BENCH_CACHE_MIB")
@@ -102,6 +103,9 @@ pub fn bench_config(path: &Path) -> Config {
         .and_then(|v| v.parse::<u64>().ok())
     {
         config.cache_capacity = mib << 20;
+    }
+    if std::env::var("SKIFF_BENCH_FSYNC").is_ok_and(|v| v == "0") {
+        config.fsync = false;
     }
     config.retention.max_revisions = None;
     config.retention.max_age = None;
