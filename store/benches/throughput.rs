@@ -4,7 +4,8 @@
 //!
 //! `cargo bench -p skiff-store --bench throughput` (env `SKIFF_BENCH_DIR` picks the file system,
 //! default the system temp dir; `SKIFF_BENCH_REVISIONS` the size of the reopen case, default 1M;
-//! `SKIFF_BENCH_ONLY` a comma list of sections: writes,range,watch,reopen,churn).
+//! `SKIFF_BENCH_ONLY` a comma list of sections: writes,range,watch,reopen,churn, and `layout`,
+//! run only when named: raw sled under three key layouts).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -45,6 +46,9 @@ fn main() {
         }
         if want("churn") {
             churn(dir.path()).await;
+        }
+        if only.split(',').any(|o| o == "layout") {
+            layout(dir.path()).await;
         }
     });
 }
@@ -212,6 +216,42 @@ async fn reopen(dir: &Path) {
         .expect("join")
         .expect("reopen");
         println!("reopen at revision {rev}: {}", ms(took));
+    }
+}
+
+/// Raw sled (no store) under the store's group commit, 256 writers, 1 KiB puts, for each key
+/// layout: what sled itself costs for the store's layout and for etcd's. Only with
+/// `SKIFF_BENCH_ONLY=layout`.
+async fn layout(dir: &Path) {
+    use skiff_store::bench::RawLayout;
+    println!(
+        "\n| raw sled layout, 256 writers, 1 KiB | puts/s | bytes written per put | CPU per put | p99 |"
+    );
+    println!("|---|---|---|---|---|");
+    for round in 0..2 {
+        for layout in [
+            RawLayout::Overwrite,
+            RawLayout::VersionPerKey,
+            RawLayout::RevisionKeyed,
+        ] {
+            let r = bench::raw_sled_layout_writes(
+                &dir.join(format!("layout-{layout:?}-{round}")),
+                256,
+                100_000,
+                1024,
+                10_000,
+                layout,
+            )
+            .await
+            .expect("raw sled");
+            println!(
+                "| {layout:?} | {:.0} | {:.0} | {:.0} µs | {} |",
+                r.per_sec,
+                r.written_per_op,
+                r.cpu_per_op.as_secs_f64() * 1e6,
+                ms(r.p99)
+            );
+        }
     }
 }
 
