@@ -4,7 +4,8 @@
 //!
 //! `cargo bench -p skiff-store --bench throughput` (env `SKIFF_BENCH_DIR` picks the file system,
 //! default the system temp dir; `SKIFF_BENCH_REVISIONS` the size of the reopen case, default 1M;
-//! `SKIFF_BENCH_ONLY` a comma list of sections: writes,range,watch,reopen,churn).
+//! `SKIFF_BENCH_ONLY` a comma list of sections: writes,range,watch,reopen,churn, and `layout`,
+//! run only when named: raw sled under three key layouts).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -45,6 +46,9 @@ fn main() {
         }
         if want("churn") {
             churn(dir.path()).await;
+        }
+        if only.split(',').any(|o| o == "layout") {
+            layout(dir.path()).await;
         }
     });
 }
@@ -191,6 +195,18 @@ async fn reopen(dir: &Path) {
         start.elapsed().as_secs_f64(),
         skiff_store::bench::dir_size(&path) as f64 / (1 << 20) as f64
     );
+    // The first open after the writer closed replays sled's log since its previous open; once
+    // with the data dir out of the kernel's page cache (as after a reboot), once from memory.
+    let cold = dir.join("reopen-cold");
+    copy_cold(&path, &cold).expect("copy the data dir");
+    let (took, rev) = tokio::task::spawn_blocking(move || bench::reopen(&cold))
+        .await
+        .expect("join")
+        .expect("reopen");
+    println!(
+        "reopen at revision {rev}, first open, data dir not in the page cache: {}",
+        ms(took)
+    );
     for _ in 0..3 {
         let (took, rev) = tokio::task::spawn_blocking({
             let path = path.clone();
@@ -201,6 +217,61 @@ async fn reopen(dir: &Path) {
         .expect("reopen");
         println!("reopen at revision {rev}: {}", ms(took));
     }
+}
+
+/// Raw sled (no store) under the store's group commit, 256 writers, 1 KiB puts, for each key
+/// layout: what sled itself costs for the store's layout and for etcd's. Only with
+/// `SKIFF_BENCH_ONLY=layout`.
+async fn layout(dir: &Path) {
+    use skiff_store::bench::RawLayout;
+    println!(
+        "\n| raw sled layout, 256 writers, 1 KiB | puts/s | bytes written per put | CPU per put | p99 |"
+    );
+    println!("|---|---|---|---|---|");
+    for round in 0..2 {
+        for layout in [
+            RawLayout::Overwrite,
+            RawLayout::VersionPerKey,
+            RawLayout::RevisionKeyed,
+        ] {
+            let r = bench::raw_sled_layout_writes(
+                &dir.join(format!("layout-{layout:?}-{round}")),
+                256,
+                100_000,
+                1024,
+                10_000,
+                layout,
+            )
+            .await
+            .expect("raw sled");
+            println!(
+                "| {layout:?} | {:.0} | {:.0} | {:.0} µs | {} |",
+                r.per_sec,
+                r.written_per_op,
+                r.cpu_per_op.as_secs_f64() * 1e6,
+                ms(r.p99)
+            );
+        }
+    }
+}
+
+/// Copies the data dir `from` to a new dir `to`, syncs the copy and drops it from the kernel's
+/// page cache, so that opening it reads from the disk.
+fn copy_cold(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_cold(&entry.path(), &target)?;
+            continue;
+        }
+        std::fs::copy(entry.path(), &target)?;
+        let file = std::fs::File::open(&target)?;
+        file.sync_all()?;
+        rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::DontNeed)?;
+    }
+    Ok(())
 }
 
 async fn churn(dir: &Path) {

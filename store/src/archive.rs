@@ -327,7 +327,7 @@ fn import_into(
                     events,
                 })?;
                 summary.entries += 1;
-                if summary.entries % PAGE as u64 == 0 {
+                if summary.entries.is_multiple_of(PAGE as u64) {
                     progress(Progress {
                         done: summary.entries,
                         total,

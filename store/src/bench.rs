@@ -94,9 +94,19 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[idx.min(sorted.len() - 1)]
 }
 
-/// A config for benchmarks: the defaults, automatic retention off unless asked.
+/// A config for benchmarks: the defaults, automatic retention off unless asked
+/// (`SKIFF_BENCH_CACHE_MIB`: sled's cache size; `SKIFF_BENCH_FSYNC=0`: [`Config::fsync`] off).
 pub fn bench_config(path: &Path) -> Config {
     let mut config = Config::new(path);
+    if let Some(mib) = std::env::var("SKIFF_BENCH_CACHE_MIB")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        config.cache_capacity = mib << 20;
+    }
+    if std::env::var("SKIFF_BENCH_FSYNC").is_ok_and(|v| v == "0") {
+        config.fsync = false;
+    }
     config.retention.max_revisions = None;
     config.retention.max_age = None;
     config
@@ -171,6 +181,19 @@ pub async fn durable_writes(
     })
 }
 
+/// What [`raw_sled_layout_writes`] inserts for each put, to compare key layouts on raw sled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RawLayout {
+    /// Overwrite the key in place (the yardstick, [`raw_sled_writes`]).
+    Overwrite,
+    /// Insert a new key `<key> <seq>` holding the value: every version of a key next to the
+    /// others, as the store's history records are.
+    VersionPerKey,
+    /// Insert `<seq>` holding the key and value (appended at the right edge) and an empty index
+    /// entry `<key> <seq>`: etcd's layout (revision-keyed records plus a key index).
+    RevisionKeyed,
+}
+
 /// Raw sled under the same group commit and workload as [`durable_writes`] with
 /// [`WriteKind::Put`]: one thread inserts, one thread flushes once per group and acknowledges;
 /// no revisions, no history, no index. The yardstick for the store's overhead.
@@ -180,6 +203,19 @@ pub async fn raw_sled_writes(
     total: usize,
     value_size: usize,
     keys: usize,
+) -> Result<WriteResult> {
+    raw_sled_layout_writes(dir, writers, total, value_size, keys, RawLayout::Overwrite).await
+}
+
+/// [`raw_sled_writes`] with what each put inserts chosen by `layout` (no store logic: a probe
+/// of what sled itself costs for each layout).
+pub async fn raw_sled_layout_writes(
+    dir: &Path,
+    writers: usize,
+    total: usize,
+    value_size: usize,
+    keys: usize,
+    layout: RawLayout,
 ) -> Result<WriteResult> {
     type Job = (Vec<u8>, Vec<u8>, tokio::sync::oneshot::Sender<()>);
     let db = sled::Config::new()
@@ -193,8 +229,32 @@ pub async fn raw_sled_writes(
     let inserter = {
         let db = db.clone();
         std::thread::spawn(move || {
+            let mut seq = 0u64;
             while let Some((k, v, ack)) = job_rx.blocking_recv() {
-                db.insert(k, v).expect("insert");
+                seq += 1;
+                match layout {
+                    RawLayout::Overwrite => {
+                        db.insert(k, v).expect("insert");
+                    }
+                    RawLayout::VersionPerKey => {
+                        let mut key = vec![b'h'];
+                        key.extend_from_slice(&k);
+                        key.extend_from_slice(&seq.to_be_bytes());
+                        db.insert(key, v).expect("insert");
+                    }
+                    RawLayout::RevisionKeyed => {
+                        // Two plain inserts (not atomic: a probe of sled's cost, not a store).
+                        let mut rec = vec![b'r'];
+                        rec.extend_from_slice(&seq.to_be_bytes());
+                        let mut body = k.clone();
+                        body.extend_from_slice(&v);
+                        db.insert(rec, body).expect("insert");
+                        let mut index = vec![b'i'];
+                        index.extend_from_slice(&k);
+                        index.extend_from_slice(&seq.to_be_bytes());
+                        db.insert(index, &[][..]).expect("insert");
+                    }
+                }
                 if done_tx.send(ack).is_err() {
                     return;
                 }

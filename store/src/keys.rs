@@ -5,7 +5,8 @@
 //!
 //! ```text
 //! h <esc(key)> 00 00 <rev be:8>   -> HistRecord   one per version (put or tombstone) of a key
-//! l <rev be:8>                    -> LogRecord    one per revision: commit time + keys touched
+//! l <rev be:8>                    -> LogGroup     one per group commit: for each of its revisions
+//!                                                 (contiguous, ending at <rev>) commit time + keys
 //! m <name>                        -> meta         format, compacted revision, watermarks, leases
 //! x <lease be:8> <key>            -> ()           which live keys are attached to which lease
 //! ```
@@ -30,7 +31,11 @@ pub(crate) const ATTACH: u8 = b'x';
 
 /// The format record: identifies a skiff log and its on-disk version.
 pub(crate) const META_FORMAT: &[u8] = b"mformat";
-/// The value of [`META_FORMAT`] this code writes and reads.
+/// The value of [`META_FORMAT`] this code writes and reads. Version 2 keeps one log record per
+/// group commit (keyed by the group's last revision) instead of one per revision.
+pub(crate) const FORMAT: &[u8] = b"skiff-log/2";
+/// The format of data dirs written before the log was grouped (one log record per revision);
+/// refused with a clear error.
 pub(crate) const FORMAT_V1: &[u8] = b"skiff-log/1";
 /// The global compacted revision (oldest readable), u64 big-endian.
 pub(crate) const META_COMPACTED: &[u8] = b"mcompacted";
@@ -118,7 +123,7 @@ pub(crate) fn hist_key_rev(raw: &[u8]) -> u64 {
     u64::from_be_bytes(tail)
 }
 
-/// The log record key of `rev`.
+/// The key of the log record whose last revision is `rev`.
 pub(crate) fn log_key(rev: u64) -> [u8; 9] {
     let mut out = [LOG; 9];
     out[1..].copy_from_slice(&rev.to_be_bytes());

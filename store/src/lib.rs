@@ -21,21 +21,24 @@
 //!
 //! # On disk
 //! One sled tree, four key spaces (see `keys`): `h` history records (one per version of a key, the
-//! value stored there once), `l` log records (one per revision: commit time and the keys written),
-//! `m` meta (format, compacted revision, per-prefix watermarks, leases), `x` lease attachments.
+//! value stored there once), `l` log records (one per group commit, keyed by its last revision:
+//! for each of its revisions the commit time and the keys written), `m` meta (format `skiff-log/2`,
+//! compacted revision, per-prefix watermarks, leases), `x` lease attachments.
 //! The transactions waiting for the writer are applied as one `apply_batch`, which sled recovers
 //! all or nothing, so no transaction is ever partly on disk.
 //!
 //! ```text
 //!  revision:      1     2     3     4     5     6            compacted = 2, durable = 6
-//!  l/<rev>:      (gone)[a]   [b]   [a,b] [a]   [c]   applied: 7 (not yet flushed)
+//!  log entry:    (old) [a]   [b]   [a,b] [a]   [c]   applied: 7 (not yet flushed)
+//!  log record:   `-- l/2 --' `------ l/5 ----' l/6          (one per group commit)
 //!  h/a/<rev>:          put2        put4  del5
 //!  h/b/<rev>:                put3  put4
 //!  h/c/<rev>:                                  put6
 //!
 //!  Invariants
-//!  - revisions 1..=durable are contiguous; every l/r for compacted <= r <= durable exists, and each
-//!    key it names has h/key/r;
+//!  - revisions 1..=durable are contiguous; every r with compacted <= r <= durable has its entry
+//!    in the log record of its group, and each key it names has h/key/r; a group straddling the
+//!    compacted revision stays whole (its entries below it are no longer readable);
 //!  - a key's state at R (compacted <= R <= durable) is its newest h/key/r with r <= R (absent if
 //!    none or a delete); compaction keeps each key's newest version below `compacted` if it is a
 //!    put (the state at compacted - 1, so changes at `compacted` keep their previous values);

@@ -97,7 +97,7 @@ struct HistHeader {
     tombstone: bool,
 }
 
-/// One revision: the value of `l <rev>`. It lists the keys written, in the order the transaction
+/// One revision of a [`LogGroup`]. It lists the keys written, in the order the transaction
 /// wrote them; their versions are the history records at this revision.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct LogRecord {
@@ -105,6 +105,36 @@ pub(crate) struct LogRecord {
     pub time: u64,
     /// The keys written at this revision.
     pub keys: Vec<Vec<u8>>,
+}
+
+/// The value of `l <last>`: the revisions `first..=last` that one group commit wrote, in order
+/// (`entries[i]` is revision `first + i`). One record per group rather than per revision halves
+/// the sled inserts of a put. Compaction removes a group once all of it is below the compacted
+/// revision; a group straddling it stays whole (its entries below it are no longer readable).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct LogGroup {
+    /// The first revision of the group.
+    pub first: u64,
+    /// One record per revision, at least one.
+    pub entries: Vec<LogRecord>,
+}
+
+impl LogGroup {
+    /// The last revision of the group (the record's key).
+    pub fn last(&self) -> u64 {
+        self.first + self.entries.len() as u64 - 1
+    }
+
+    /// The record of `rev`, if the group holds it.
+    pub fn get(&self, rev: u64) -> Option<&LogRecord> {
+        rev.checked_sub(self.first)
+            .and_then(|i| self.entries.get(usize::try_from(i).ok()?))
+    }
+
+    /// The revisions with their records, oldest first.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, &LogRecord)> {
+        (self.first..).zip(self.entries.iter())
+    }
 }
 
 fn config() -> bincode::config::Configuration {
@@ -186,6 +216,22 @@ mod tests {
         assert_eq!(decode::<LogRecord>(&bytes, "log").unwrap(), log);
         bytes.push(0);
         assert!(decode::<LogRecord>(&bytes, "log").is_err());
+        let group = LogGroup {
+            first: 7,
+            entries: vec![
+                log.clone(),
+                LogRecord {
+                    time: 2,
+                    keys: vec![],
+                },
+            ],
+        };
+        assert_eq!(decode::<LogGroup>(&encode(&group), "log").unwrap(), group);
+        assert_eq!(group.last(), 8);
+        assert_eq!(group.get(6), None);
+        assert_eq!(group.get(7), Some(&log));
+        assert_eq!(group.get(9), None);
+        assert_eq!(group.iter().map(|(r, _)| r).collect::<Vec<_>>(), vec![7, 8]);
         assert!(decode_u64(b"short", "u64").is_err());
     }
 }

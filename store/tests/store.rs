@@ -907,6 +907,21 @@ async fn foreign_or_damaged_data_dirs_are_refused_clearly() {
         matches!(&err, Error::Corrupt { reason, .. } if reason.contains("format record")),
         "{err}"
     );
+    // A data dir of the older format (one log record per revision) is refused, saying so.
+    let older = dir.path().join("older-format");
+    {
+        let db = sled::open(&older).unwrap();
+        db.insert("mformat", "skiff-log/1").unwrap();
+        db.insert(b"l\0\0\0\0\0\0\0\x01", &b"old record"[..])
+            .unwrap();
+        db.flush().unwrap();
+    }
+    let err = SledStore::open(Config::new(&older)).unwrap_err();
+    assert!(
+        matches!(&err, Error::Corrupt { reason, .. }
+            if reason.contains("skiff-log/1") && reason.contains("older build")),
+        "{err}"
+    );
     // A damaged log file.
     let damaged = dir.path().join("damaged");
     {
@@ -1070,4 +1085,100 @@ async fn with_fsync_writes_are_acknowledged_and_recovered() {
     let store = SledStore::open(config).unwrap();
     assert_eq!(store.status().revision, Revision(20));
     assert_eq!(get(&store, "k19", None).await.unwrap().unwrap().value, b"v");
+}
+
+/// Concurrent writers make the writer commit many revisions per group, and one log record per
+/// group; compacting to revisions inside a group must still leave exactly the log from there
+/// on (log, watch, range, revision_at, status), also after a reopen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_inside_a_group_of_revisions_keeps_the_log_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(open(&dir));
+    let mut tasks = Vec::new();
+    for w in 0..32 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..20 {
+                let key = format!("g/{}", (w + i) % 5);
+                store
+                    .put(key.into_bytes(), format!("{w}-{i}").into_bytes(), None)
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let (flushes, commits) = store.commit_stats();
+    assert!(
+        commits > flushes,
+        "the writes were not grouped: {commits} commits, {flushes} flushes"
+    );
+    let current = store.status().revision.0;
+    assert_eq!(current, 640);
+    let full = store.log(Revision(1), None, usize::MAX).await.unwrap();
+    assert_eq!(full.len(), 640);
+    // The state at each revision, from the full log.
+    let state_at = |rev: u64| {
+        let mut state = std::collections::BTreeMap::new();
+        for e in full.iter().take_while(|e| e.revision.0 <= rev) {
+            for ev in &e.events {
+                state.insert(ev.kv.key.clone(), (ev.kv.value.clone(), ev.kv.mod_revision));
+            }
+        }
+        state
+    };
+    let check = |store: Arc<SledStore>, c: u64| {
+        let full = full.clone();
+        let expected = state_at(c);
+        async move {
+            let log = store.log(Revision(c), None, usize::MAX).await.unwrap();
+            let revs: Vec<u64> = log.iter().map(|e| e.revision.0).collect();
+            assert_eq!(revs, (c..=640).collect::<Vec<_>>(), "log from {c}");
+            for e in &log {
+                let want = &full[e.revision.0 as usize - 1];
+                assert_eq!(e.time, want.time);
+                assert_eq!(e.events[0].kv, want.events[0].kv);
+            }
+            let err = store.log(Revision(c - 1), None, 10).await.unwrap_err();
+            assert!(matches!(err, Error::Compacted { .. }), "{err}");
+            let mut watch = store
+                .watch(WatchRequest::new(KeyRange::prefix("g/"), Some(Revision(c))))
+                .await
+                .unwrap();
+            let got: Vec<u64> = collect_until(&mut watch, 640)
+                .await
+                .iter()
+                .map(|r| r.revision.0)
+                .collect();
+            assert_eq!(got, (c..=640).collect::<Vec<_>>(), "watch from {c}");
+            let at = store
+                .range(RangeRequest::new(KeyRange::prefix("g/")).at(Revision(c)))
+                .await
+                .unwrap();
+            let got: std::collections::BTreeMap<_, _> = at
+                .kvs
+                .into_iter()
+                .map(|kv| (kv.key, (kv.value, kv.mod_revision)))
+                .collect();
+            assert_eq!(got, expected, "state at {c}");
+            let t = full[c as usize - 1].time;
+            let r = store.revision_at(t).await.unwrap();
+            assert!(
+                r.0 >= c && full[r.0 as usize - 1].time == t,
+                "revision_at {r} for {c}"
+            );
+            assert_eq!(store.status().oldest_time, Some(t));
+        }
+    };
+    for c in [2, 3, 101, 102, 250, 333, 639, 640] {
+        store.compact(Revision(c)).await.unwrap();
+        check(store.clone(), c).await;
+    }
+    store.close().await.unwrap();
+    drop(store);
+    let store = Arc::new(open(&dir));
+    assert_eq!(store.status().revision, Revision(640));
+    check(store.clone(), 640).await;
 }

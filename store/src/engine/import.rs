@@ -17,7 +17,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use super::read;
 use crate::error::{Error, Result};
 use crate::keys;
-use crate::record::{self, HistRecord, LogRecord};
+use crate::record::{self, HistRecord, LogGroup, LogRecord};
 use crate::types::{EventKind, KeyValue, LogEntry, Revision};
 
 /// Records per sled batch.
@@ -148,9 +148,12 @@ impl Importer {
             self.insert(keys::hist_key(&kv.key, rev), rec)?;
             log_keys.push(kv.key.clone());
         }
-        let log = LogRecord {
-            time,
-            keys: log_keys,
+        let log = LogGroup {
+            first: rev,
+            entries: vec![LogRecord {
+                time,
+                keys: log_keys,
+            }],
         };
         self.insert(keys::log_key(rev).to_vec(), record::encode(&log))?;
         self.last = rev;
@@ -173,7 +176,7 @@ impl Importer {
             .insert(keys::META_COMPACTED, &compacted.to_be_bytes()[..])
             .map_err(read::sled_err)?;
         self.db
-            .insert(keys::META_FORMAT, keys::FORMAT_V1)
+            .insert(keys::META_FORMAT, keys::FORMAT)
             .map_err(read::sled_err)?;
         self.db.flush().map_err(read::sled_err)?;
         Ok(Revision(self.last))

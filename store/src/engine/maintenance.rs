@@ -141,16 +141,33 @@ pub(crate) fn compact(shared: &Shared, to: u64) -> Result<()> {
         let mut batch = sled::Batch::default();
         let mut touched = BTreeSet::new();
         let mut n = 0;
+        // Whole groups below `to` go (a group's key is its last revision).
         for item in shared.db.range(log_key(0)..log_key(to)).take(CHUNK) {
             let (raw, value) = item.map_err(read::sled_err)?;
+            for (_, log) in read::decode_log(&raw, &value)?.iter() {
+                touched.extend(log.keys.iter().cloned());
+            }
             batch.remove(raw);
-            touched.extend(read::decode_log(&value)?.keys);
             n += 1;
         }
         if n == 0 {
             break;
         }
         for key in &touched {
+            prune_key_below(shared, key, to, &mut batch)?;
+        }
+        shared.db.apply_batch(batch).map_err(read::sled_err)?;
+    }
+    // The group holding `to` stays, but the keys its revisions below `to` wrote lose their
+    // versions below `to` like any other.
+    if let Some(group) = read::log_group_of(&shared.db, to)? {
+        let mut batch = sled::Batch::default();
+        let touched: BTreeSet<&Vec<u8>> = group
+            .iter()
+            .filter(|(rev, _)| *rev < to)
+            .flat_map(|(_, log)| log.keys.iter())
+            .collect();
+        for key in touched {
             prune_key_below(shared, key, to, &mut batch)?;
         }
         shared.db.apply_batch(batch).map_err(read::sled_err)?;

@@ -321,13 +321,11 @@ impl Shared {
 
     /// The commit time of `rev`, if its log entry is still there.
     fn time_of(&self, rev: u64) -> Result<Option<u64>> {
-        match self.db.get(keys::log_key(rev)).map_err(read::sled_err)? {
-            Some(raw) => Ok(Some(read::decode_log(&raw)?.time)),
-            None => Ok(None),
-        }
+        Ok(read::log_group_of(&self.db, rev)?.and_then(|g| g.get(rev).map(|r| r.time)))
     }
 
-    /// The oldest revision still in the log.
+    /// The oldest revision still in the log (a group straddling the compacted revision keeps
+    /// entries below it, which are no longer part of the log).
     fn oldest_logged(&self) -> Result<Option<u64>> {
         let first = self
             .db
@@ -336,8 +334,9 @@ impl Shared {
         match first {
             None => Ok(None),
             Some(item) => {
-                let (raw, _) = item.map_err(read::sled_err)?;
-                Ok(keys::parse_log_key(&raw).map(|r| r.0))
+                let (raw, value) = item.map_err(read::sled_err)?;
+                let group = read::decode_log(&raw, &value)?;
+                Ok(Some(group.first.max(self.compacted())))
             }
         }
     }
@@ -482,16 +481,25 @@ fn load(db: &sled::Db, path: &Path) -> Result<Loaded> {
     };
     let bad = |e: Error| corrupt(e.to_string());
     match db.get(keys::META_FORMAT).map_err(read::sled_err)? {
-        Some(format) if format.as_ref() == keys::FORMAT_V1 => {}
+        Some(format) if format.as_ref() == keys::FORMAT => {}
+        Some(format) if format.as_ref() == keys::FORMAT_V1 => {
+            return Err(corrupt(format!(
+                "it was written in format {:?}, by an older build (one log record per revision); \
+                 this build reads only {:?}: export its log with the older build (`Store::log`, \
+                 the archive) and import it, or start from an empty data dir",
+                String::from_utf8_lossy(keys::FORMAT_V1),
+                String::from_utf8_lossy(keys::FORMAT)
+            )));
+        }
         Some(format) => {
             return Err(corrupt(format!(
                 "unknown format {:?} (this build reads {:?})",
                 String::from_utf8_lossy(&format),
-                String::from_utf8_lossy(keys::FORMAT_V1)
+                String::from_utf8_lossy(keys::FORMAT)
             )));
         }
         None if db.is_empty() && db.tree_names().len() <= 1 => {
-            db.insert(keys::META_FORMAT, keys::FORMAT_V1)
+            db.insert(keys::META_FORMAT, keys::FORMAT)
                 .map_err(read::sled_err)?;
             db.flush().map_err(read::sled_err)?;
         }
@@ -515,10 +523,9 @@ fn load(db: &sled::Db, path: &Path) -> Result<Loaded> {
     {
         Some(item) => {
             let (raw, value) = item.map_err(read::sled_err)?;
-            let rev = keys::parse_log_key(&raw)
-                .ok_or_else(|| corrupt("malformed log key".into()))?
-                .0;
-            (rev, read::decode_log(&value).map_err(bad)?.time)
+            let group = read::decode_log(&raw, &value).map_err(bad)?;
+            let newest = group.entries.last().expect("a log group is never empty");
+            (group.last(), newest.time)
         }
         None => (compacted.saturating_sub(1), 0),
     };

@@ -5,7 +5,7 @@ use std::ops::Bound;
 
 use crate::error::{Error, Result};
 use crate::keys::{self, hist_bounds, hist_key, hist_key_end, hist_key_start, parse_hist_key};
-use crate::record::{HistRecord, LogRecord, decode};
+use crate::record::{HistRecord, LogGroup, LogRecord, decode};
 use crate::types::{Event, EventKind, KeyRange, KeyValue, LeaseId, RangeRequest, Revision};
 
 /// Maps a sled error to the store's error.
@@ -224,9 +224,40 @@ pub(crate) fn entry_events(
     Ok(Ok(events))
 }
 
-/// Decodes a log record.
-pub(crate) fn decode_log(bytes: &[u8]) -> Result<LogRecord> {
-    decode(bytes, "log record")
+/// Decodes the log record stored under the sled key `raw_key`, checking that it ends at the
+/// key's revision.
+pub(crate) fn decode_log(raw_key: &[u8], bytes: &[u8]) -> Result<LogGroup> {
+    let malformed = |why: &'static str| Error::Decode {
+        what: "log record",
+        source: bincode::error::DecodeError::Other(why),
+    };
+    let last = keys::parse_log_key(raw_key)
+        .ok_or_else(|| malformed("malformed log key"))?
+        .0;
+    let group: LogGroup = decode(bytes, "log record")?;
+    if group.entries.is_empty()
+        || group.first.checked_add(group.entries.len() as u64 - 1) != Some(last)
+    {
+        return Err(malformed(
+            "a log record that does not end at its key's revision",
+        ));
+    }
+    Ok(group)
+}
+
+/// The log record holding revision `rev`, if it is still there.
+pub(crate) fn log_group_of(tree: &sled::Tree, rev: u64) -> Result<Option<LogGroup>> {
+    match tree
+        .range(keys::log_key(rev)..=keys::log_key(u64::MAX))
+        .next()
+    {
+        None => Ok(None),
+        Some(item) => {
+            let (raw, value) = item.map_err(sled_err)?;
+            let group = decode_log(&raw, &value)?;
+            Ok((group.first <= rev).then_some(group))
+        }
+    }
 }
 
 /// Every record of `key`, oldest first.

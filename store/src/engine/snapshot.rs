@@ -26,7 +26,8 @@ use crate::keys::{self, HIST, LOG};
 use crate::types::{KeyRange, Revision};
 
 const MAGIC: &[u8; 8] = b"SKIFFSNP";
-const VERSION: u32 = 1;
+/// 2: the records are those of data dir format `skiff-log/2` (grouped log records).
+const VERSION: u32 = 2;
 
 /// Releases the writer's pruning pause when the snapshot ends, however it ends.
 struct PauseGuard<'a>(&'a Shared);
@@ -91,6 +92,8 @@ pub(crate) fn write(shared: &Shared, capture: &Capture, path: &Path) -> Result<R
             count += 1;
         }
     }
+    // Groups end at a captured revision (the writer captures between groups), so this copies
+    // exactly the log up to `rev`.
     for item in shared.db.range(keys::log_key(0)..=keys::log_key(rev)) {
         let (k, v) = item.map_err(read::sled_err)?;
         out.record(&k, &v).map_err(io)?;
@@ -187,7 +190,9 @@ fn restore_into(snapshot: &Path, data_dir: &Path) -> Result<Revision> {
     }
     let version = input.u32().map_err(truncated)?;
     if version != VERSION {
-        return Err(bad(format!("snapshot format {version} is not supported")));
+        return Err(bad(format!(
+            "snapshot format {version} is not supported (this build reads format {VERSION})"
+        )));
     }
     let rev = input.u64().map_err(truncated)?;
     let compacted = input.u64().map_err(truncated)?;
@@ -253,7 +258,7 @@ fn restore_into(snapshot: &Path, data_dir: &Path) -> Result<Revision> {
             "the snapshot claims revision {rev} but its log ends at {newest:?}"
         )));
     }
-    db.insert(keys::META_FORMAT, keys::FORMAT_V1)
+    db.insert(keys::META_FORMAT, keys::FORMAT)
         .map_err(read::sled_err)?;
     db.flush().map_err(read::sled_err)?;
     // Check a history record decodes, so that a foreign file with valid framing is caught here.

@@ -111,28 +111,37 @@ pub(crate) fn read_log(
     shared.check_compacted(Revision(from))?;
     let mut out = Vec::new();
     let mut expected = from;
-    for item in shared.db.range(log_key(from)..=log_key(to)) {
-        if out.len() >= limit {
+    // Log records are keyed by the last revision of their group: the first one ending at or
+    // after `from` holds `from`.
+    'groups: for item in shared.db.range(log_key(from)..=log_key(u64::MAX)) {
+        let (raw, value) = item.map_err(read::sled_err)?;
+        let group = read::decode_log(&raw, &value)?;
+        for (rev, log) in group.iter() {
+            if rev < expected {
+                continue;
+            }
+            if rev > to || out.len() >= limit {
+                break 'groups;
+            }
+            if rev != expected {
+                // A log entry vanished under us: compaction moved past it.
+                shared.check_compacted(Revision(expected))?;
+                return Err(shared.corrupt(format!("log entry {expected} is missing")));
+            }
+            expected += 1;
+            let events = match read::entry_events(&shared.db, rev, log, range, with_prev)? {
+                Ok(events) => events,
+                Err(missing) => return Err(shared.explain_missing(&missing.key, missing.rev)),
+            };
+            out.push(Entry {
+                revision: rev,
+                time: std::time::UNIX_EPOCH + Duration::from_nanos(log.time),
+                events,
+            });
+        }
+        if group.last() >= to {
             break;
         }
-        let (raw, value) = item.map_err(read::sled_err)?;
-        let rev = crate::keys::parse_log_key(&raw).map(|r| r.0).unwrap_or(0);
-        if rev != expected {
-            // A log entry vanished under us: compaction moved past it.
-            shared.check_compacted(Revision(expected))?;
-            return Err(shared.corrupt(format!("log entry {expected} is missing")));
-        }
-        expected += 1;
-        let log = read::decode_log(&value)?;
-        let events = match read::entry_events(&shared.db, rev, &log, range, with_prev)? {
-            Ok(events) => events,
-            Err(missing) => return Err(shared.explain_missing(&missing.key, missing.rev)),
-        };
-        out.push(Entry {
-            revision: rev,
-            time: std::time::UNIX_EPOCH + Duration::from_nanos(log.time),
-            events,
-        });
     }
     if out.len() < limit && expected <= to {
         shared.check_compacted(Revision(expected))?;

@@ -28,7 +28,7 @@ use tokio::sync::oneshot;
 use super::{Entry, Shared, read};
 use crate::error::{Error, Result};
 use crate::keys::{self, attach_key, hist_key, hist_key_end, hist_key_start, lease_key, log_key};
-use crate::record::{HistRecord, LogRecord, encode};
+use crate::record::{HistRecord, LogGroup, LogRecord, encode};
 use crate::types::RangeEnd;
 use crate::types::*;
 
@@ -181,6 +181,11 @@ struct Group {
     raised: BTreeMap<Vec<u8>, u64>,
     /// Whether anything was put into the batch.
     dirty: bool,
+    /// The log entries of this group's revisions (contiguous, oldest first), written as one
+    /// log record.
+    log: Vec<LogRecord>,
+    /// The revision of `log[0]`.
+    log_first: u64,
 }
 
 /// What one transaction produced.
@@ -303,6 +308,16 @@ impl Writer {
     /// that follow (newest versions, lease attachments): from here on the writer treats the
     /// group as written.
     fn finish(&mut self, mut group: Group) -> Result<()> {
+        if !group.log.is_empty() {
+            let record = LogGroup {
+                first: group.log_first,
+                entries: std::mem::take(&mut group.log),
+            };
+            group
+                .batch
+                .insert(&log_key(record.last())[..], encode(&record));
+            group.dirty = true;
+        }
         // Lease attachments, in order (a key re-leased twice in a group ends on the last lease).
         for (key, before, after) in &group.lease_changes {
             if before != after {
@@ -626,11 +641,18 @@ impl Writer {
         for key in &built.log_keys {
             self.prune_versions(key, group)?;
         }
-        let log = LogRecord {
+        if group.log.is_empty() {
+            group.log_first = rev;
+        }
+        assert_eq!(
+            group.log_first + group.log.len() as u64,
+            rev,
+            "the revisions of a group must be contiguous"
+        );
+        group.log.push(LogRecord {
             time,
             keys: built.log_keys,
-        };
-        group.batch.insert(&log_key(rev)[..], encode(&log));
+        });
         group.dirty = true;
         self.next_rev = rev + 1;
         self.last_time = time;
