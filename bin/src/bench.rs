@@ -20,23 +20,27 @@ pub enum BenchCommand {
     Node(crate::bench_node::NodeArgs),
 }
 
-/// A `skiff apiserver` child on a temporary data dir, killed and cleaned up on drop.
-struct SpawnedServer {
-    child: Child,
+/// A `skiff` child (`apiserver`, or `server` with every component) on a temporary data dir and
+/// a loopback port, stopped and cleaned up on drop.
+pub(crate) struct SpawnedServer {
+    pub(crate) child: Child,
     dir: PathBuf,
 }
 
 impl SpawnedServer {
-    fn start() -> Result<SpawnedServer> {
-        let dir = std::env::temp_dir().join(format!(
-            "skiff-bench-{}-{}",
-            std::process::id(),
-            jiff::Timestamp::now().as_millisecond()
-        ));
+    /// Starts `skiff <subcommand>` on a new data dir under `base` (default: the temp dir).
+    pub(crate) fn start(subcommand: &str, base: Option<&Path>) -> Result<SpawnedServer> {
+        let dir = base
+            .map_or_else(std::env::temp_dir, Path::to_path_buf)
+            .join(format!(
+                "skiff-bench-{subcommand}-{}-{}",
+                std::process::id(),
+                jiff::Timestamp::now().as_millisecond()
+            ));
         std::fs::create_dir_all(&dir)?;
         let log = std::fs::File::create(dir.join("server.log"))?;
         let child = Command::new(std::env::current_exe()?)
-            .arg("apiserver")
+            .arg(subcommand)
             .arg("--data-dir")
             .arg(dir.join("data"))
             .args(["--bind-address", "127.0.0.1", "--port", "0"])
@@ -48,7 +52,7 @@ impl SpawnedServer {
             .stdout(log.try_clone()?)
             .stderr(log)
             .spawn()
-            .context("starting skiff apiserver")?;
+            .with_context(|| format!("starting skiff {subcommand}"))?;
         Ok(SpawnedServer { child, dir })
     }
 
@@ -56,12 +60,13 @@ impl SpawnedServer {
         self.dir.join("data").join(crate::server::KUBECONFIG_FILE)
     }
 
-    async fn wait_ready(&mut self) -> Result<skiff_client::Client> {
+    /// A client once the server answers `/version`.
+    pub(crate) async fn wait_ready(&mut self) -> Result<skiff_client::Client> {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             if let Some(status) = self.child.try_wait()? {
                 bail!(
-                    "skiff apiserver exited with {status}; see {}",
+                    "skiff exited with {status}; see {}",
                     self.dir.join("server.log").display()
                 );
             }
@@ -72,15 +77,23 @@ impl SpawnedServer {
                 return Ok(client);
             }
             if Instant::now() > deadline {
-                bail!("skiff apiserver not ready within 60 s");
+                bail!("skiff not ready within 60 s");
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
 }
 
 impl Drop for SpawnedServer {
     fn drop(&mut self) {
+        // SIGTERM first, so that a kubelet's pods are not left behind by a SIGKILL.
+        let _ = Command::new("kill")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline && matches!(self.child.try_wait(), Ok(None)) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
@@ -109,7 +122,7 @@ pub async fn run(command: BenchCommand) -> Result<()> {
             println!(
                 "scheduler alone (in process, binds that do nothing): {decisions:.0} decisions/s"
             );
-            let mut server = SpawnedServer::start()?;
+            let mut server = SpawnedServer::start("apiserver", None)?;
             let client = server.wait_ready().await?;
             opts.server_pid = Some(server.child.id());
             let report = skiff_scheduler::bench::run(client, opts).await?;

@@ -8,7 +8,6 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -16,6 +15,8 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use skiff_client::Api;
 use skiff_client::api::{DeleteParams, ListParams, PostParams, WatchEvent, WatchParams};
+
+use crate::bench::SpawnedServer;
 
 /// Flags of `skiff bench node`.
 #[derive(Debug, clap::Args)]
@@ -32,91 +33,6 @@ pub struct NodeArgs {
     /// Directory for the temporary data dir (default: the system temp dir).
     #[arg(long)]
     dir: Option<PathBuf>,
-}
-
-/// A `skiff server` child on a temporary data dir, stopped and cleaned up on drop.
-struct Server {
-    child: Child,
-    dir: PathBuf,
-}
-
-impl Server {
-    fn spawn(base: Option<&PathBuf>) -> Result<(Server, Instant)> {
-        let dir = base
-            .cloned()
-            .unwrap_or_else(std::env::temp_dir)
-            .join(format!(
-                "skiff-bench-node-{}-{}",
-                std::process::id(),
-                jiff::Timestamp::now().as_millisecond()
-            ));
-        std::fs::create_dir_all(&dir)?;
-        let log = std::fs::File::create(dir.join("server.log"))?;
-        let started = Instant::now();
-        let child = Command::new(std::env::current_exe()?)
-            .arg("server")
-            .arg("--data-dir")
-            .arg(dir.join("data"))
-            .args(["--bind-address", "127.0.0.1", "--port", "0"])
-            // Until the node is Ready the kubelet reports every second; the default 10 s
-            // afterwards, as a user gets it.
-            .env(
-                "RUST_LOG",
-                std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
-            )
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .context("starting skiff server")?;
-        Ok((Server { child, dir }, started))
-    }
-
-    async fn client(&mut self) -> Result<skiff_client::Client> {
-        let kubeconfig = self.dir.join("data").join(crate::server::KUBECONFIG_FILE);
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Some(status) = self.child.try_wait()? {
-                bail!(
-                    "skiff server exited with {status}; see {}",
-                    self.dir.join("server.log").display()
-                );
-            }
-            if kubeconfig.exists()
-                && let Ok(client) = skiff_client::connect(&skiff_client::ClientConfig {
-                    kubeconfig: Some(kubeconfig.clone()),
-                    ..Default::default()
-                })
-                .await
-            {
-                return Ok(client);
-            }
-            if Instant::now() > deadline {
-                bail!("skiff server not serving within 60 s");
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    }
-
-    /// Resident and peak resident memory of the server process, in bytes.
-    fn memory(&self) -> Result<(u64, u64)> {
-        status_memory(self.child.id())
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        // SIGTERM first, so that the kubelet's pods are not left behind by a SIGKILL.
-        let pid = self.child.id();
-        let _ = Command::new("kill").arg(pid.to_string()).status();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline && matches!(self.child.try_wait(), Ok(None)) {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
 }
 
 /// `VmRSS` and `VmHWM` of a process, in bytes.
@@ -295,8 +211,9 @@ fn ms(d: Duration) -> String {
 /// Runs `skiff bench node` and prints its report.
 pub async fn run(args: NodeArgs) -> Result<()> {
     // Cold start: an empty data dir to a Ready node that has run a pod.
-    let (mut server, started) = Server::spawn(args.dir.as_ref())?;
-    let client = server.client().await?;
+    let started = Instant::now();
+    let mut server = SpawnedServer::start("server", args.dir.as_deref())?;
+    let client = server.wait_ready().await?;
     let serving = started.elapsed();
     let nodes: Api<Node> = Api::all(client.clone());
     let ready = loop {
@@ -331,7 +248,7 @@ pub async fn run(args: NodeArgs) -> Result<()> {
 
     // Idle: nothing but the node's own heartbeats.
     tokio::time::sleep(args.settle).await;
-    let (idle, idle_peak) = server.memory()?;
+    let (idle, idle_peak) = status_memory(server.child.id())?;
     println!(
         "resident memory of the skiff process, idle after {:?}:",
         args.settle
@@ -356,7 +273,7 @@ pub async fn run(args: NodeArgs) -> Result<()> {
         ms(all)
     );
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let (busy, busy_peak) = server.memory()?;
+    let (busy, busy_peak) = status_memory(server.child.id())?;
     let workload = descendants_memory(server.child.id());
     println!("resident memory with {} pods running:", args.pods);
     println!(
