@@ -15,6 +15,9 @@ mod server;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// A Kubernetes control plane in one binary.
 #[derive(Debug, Parser)]
 #[command(name = "skiff", version, about, long_about = None)]

@@ -1,45 +1,68 @@
 //! A portable archive of log entries (`skiff export` / `skiff import`), and copying a window of
 //! one log into a new data dir (`skiff replay`): revisions, commit times and values kept exactly.
 //!
-//! An archive of the window `first ..= last` holds the base (every key's version as it was at
-//! `first - 1`, each with its commit time), then every entry `first ..= last`. Imported into an
-//! empty data dir, every read at a revision in the window answers byte for byte as the source did;
-//! reads before `first` say the history is compacted.
+//! An archive of the window `first ..= last` holds the source's per-prefix retention watermarks
+//! and leases, the base (every key's version as it was at `first - 1`, each with its commit
+//! time), then every entry `first ..= last`. Imported into an empty data dir, every read at a
+//! revision in the window answers byte for byte as the source did; reads before `first` say the
+//! history is compacted.
 //!
-//! File format, version 1 (integers little-endian):
+//! Per-prefix retention ([`Config::prefix_retention`](crate::Config::prefix_retention)) prunes a
+//! key's oldest versions inside the window too. Those versions are not in the source, so they
+//! cannot be carried; the archive carries what is retained, each pruned version as its key only
+//! (in its entry, in place), and the watermarks. The copy answers as the source: a read that
+//! needs a pruned version is [`Error::Compacted`] for the same prefix and revision in both, every
+//! other read is the same. (A key whose version at `first - 1` was pruned has no base version.)
+//!
+//! Leases: every lease live in the source is carried with its TTL, and the keys live at `last`
+//! stay attached to theirs. As in any reopened data dir (and as etcd does after a restore), a
+//! lease's expiry is counted again from the open of the new dir. A key attached to a lease that
+//! no longer exists in the source (it ended after `last`) is attached to it with a TTL of zero:
+//! it is deleted, in a new revision after `last`, as soon as the new dir is opened, as it was in
+//! the source. Revisions `..= last` are kept as they were either way.
+//!
+//! File format, version 2 (integers little-endian):
 //!
 //! ```text
-//! "SKIFFLOG" | u32 version=1 | u64 first | u64 last
+//! "SKIFFLOG" | u32 version=2 | u64 first | u64 last
+//! { u8 3 | u32 len | prefix | u64 mark }*                    the watermarks
+//! { u8 4 | u64 lease | u64 ttl in ms }*                      the leases
 //! { u8 1 | u64 time | kv }*                                  the base
 //! { u8 2 | u64 revision | u64 time | u32 n | { u8 kind | kv }ⁿ }*   the entries, in order
 //! u8 0 | u64 item count | u32 crc32 of every byte before it
 //! kv = u32 len | key | u64 create | u64 mod | u64 version | u64 lease+1 (0: none) | u32 len | value
 //! ```
-//! Times are nanoseconds since the Unix epoch; kind is 0 for a put, 1 for a delete.
+//! Times are nanoseconds since the Unix epoch; kind is 0 for a put, 1 for a delete, 2 for a
+//! version that retention pruned (its kv has the key and the revision only). Version 1 (no
+//! watermarks, no leases, no pruned versions) is refused: export again with this build.
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::error::{Error, Result};
-use crate::types::{
-    Event, EventKind, KeyRange, KeyValue, LeaseId, LogEntry, RangeRequest, Revision,
-};
+use crate::types::{Event, EventKind, KeyValue, LeaseId, LogEntry, Revision};
 use crate::{Importer, SledStore, Store};
 
 const MAGIC: &[u8; 8] = b"SKIFFLOG";
 /// The archive format this build writes and reads.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// Entries read from the log per call.
 const PAGE: usize = 1024;
 
 /// What goes into an archive or a new data dir, in order: every base version, then the entries.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Item {
+    /// A per-prefix retention watermark of the source: reads under the prefix before the
+    /// revision are compacted.
+    Watermark(Vec<u8>, Revision),
+    /// A lease of the source, with its TTL.
+    Lease(LeaseId, Duration),
     /// One key as it was before the window, with its commit time.
     Base(KeyValue, SystemTime),
-    /// One entry of the window.
-    Entry(LogEntry),
+    /// One entry of the window, and the indexes of its events whose versions retention pruned
+    /// (those carry their key only).
+    Entry(LogEntry, Vec<usize>),
 }
 
 /// How far a long step is, for a progress bar: `done` of `total` entries.
@@ -118,32 +141,28 @@ pub async fn read_window(
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Summary> {
     let total = last.0 - first.0 + 1;
-    // The state at first - 1: the state at `first` with the changes of `first` undone (the
-    // revision before `first` may itself be compacted, while `first`'s previous values are kept).
-    let mut base: std::collections::BTreeMap<Vec<u8>, KeyValue> = store
-        .range(RangeRequest::new(KeyRange::from(Vec::new())).at(first))
-        .await?
-        .kvs
-        .into_iter()
-        .map(|kv| (kv.key.clone(), kv))
-        .collect();
-    for entry in store.log(first, Some(first), 1).await? {
-        for event in entry.events {
-            match event.prev_kv {
-                Some(prev) => base.insert(event.kv.key.clone(), prev),
-                None => base.remove(&event.kv.key),
-            };
-        }
+    for (prefix, mark) in store.watermarks() {
+        sink(Item::Watermark(prefix, mark))?;
     }
+    for (id, ttl) in store.leases() {
+        sink(Item::Lease(id, ttl))?;
+    }
+    // The state at first - 1, as far as it is retained (compaction keeps each key's newest
+    // version below the compacted revision; per-prefix retention may have pruned it).
+    let base = if first.0 > 1 {
+        store.retained_at(Revision(first.0 - 1)).await?
+    } else {
+        Vec::new()
+    };
     let mut summary = Summary {
         first,
         last,
         base: 0,
         entries: 0,
     };
-    for (key, kv) in base {
+    for kv in base {
         let time = store
-            .history(&key)
+            .history(&kv.key)
             .await?
             .into_iter()
             .find(|(_, e)| e.kv.mod_revision == kv.mod_revision)
@@ -155,12 +174,12 @@ pub async fn read_window(
     let mut next = first;
     progress(Progress { done: 0, total });
     while next <= last {
-        let entries = store.log(next, Some(last), PAGE).await?;
-        let Some(end) = entries.last().map(|e| e.revision) else {
+        let entries = store.log_retained(next, Some(last), PAGE).await?;
+        let Some(end) = entries.last().map(|(e, _)| e.revision) else {
             break;
         };
-        for entry in entries {
-            sink(Item::Entry(entry))?;
+        for (entry, pruned) in entries {
+            sink(Item::Entry(entry, pruned))?;
             summary.entries += 1;
         }
         next = end.next();
@@ -237,8 +256,16 @@ pub async fn copy(
 
 fn feed(importer: &mut Importer, item: &Item) -> Result<()> {
     match item {
+        Item::Watermark(prefix, mark) => {
+            importer.watermark(prefix, *mark);
+            Ok(())
+        }
+        Item::Lease(id, ttl) => {
+            importer.lease(*id, *ttl);
+            Ok(())
+        }
         Item::Base(kv, time) => importer.base(kv, *time),
-        Item::Entry(entry) => importer.entry(entry),
+        Item::Entry(entry, pruned) => importer.entry_pruned(entry, pruned),
     }
 }
 
@@ -273,7 +300,8 @@ fn import_into(
     let version = reader.u32()?;
     if version != VERSION {
         return Err(corrupt(&format!(
-            "archive format {version} is not supported (this build reads {VERSION})"
+            "archive format {version} is not supported (this build reads {VERSION}; export the \
+             source again with this build)"
         )));
     }
     let first = Revision(reader.u64()?);
@@ -304,10 +332,15 @@ fn import_into(
                 let time = reader.time()?;
                 let n = reader.u32()?;
                 let mut events = Vec::with_capacity(n.min(1 << 16) as usize);
-                for _ in 0..n {
+                let mut pruned = Vec::new();
+                for i in 0..n {
                     let kind = match reader.take(1)?[0] {
                         0 => EventKind::Put,
                         1 => EventKind::Delete,
+                        2 => {
+                            pruned.push(i as usize);
+                            EventKind::Put
+                        }
                         other => return Err(corrupt(&format!("unknown event kind {other}"))),
                     };
                     events.push(Event {
@@ -321,11 +354,14 @@ fn import_into(
                         "entry {revision} outside the archive's window {first}..={last}"
                     )));
                 }
-                importer.entry(&LogEntry {
-                    revision,
-                    time,
-                    events,
-                })?;
+                importer.entry_pruned(
+                    &LogEntry {
+                        revision,
+                        time,
+                        events,
+                    },
+                    &pruned,
+                )?;
                 summary.entries += 1;
                 if summary.entries.is_multiple_of(PAGE as u64) {
                     progress(Progress {
@@ -333,6 +369,16 @@ fn import_into(
                         total,
                     });
                 }
+            }
+            3 => {
+                let prefix = reader.bytes()?;
+                let mark = Revision(reader.u64()?);
+                importer.watermark(&prefix, mark);
+            }
+            4 => {
+                let id = LeaseId(reader.u64()?);
+                let ttl = Duration::from_millis(reader.u64()?);
+                importer.lease(id, ttl);
             }
             other => return Err(corrupt(&format!("unknown record tag {other}"))),
         }
@@ -409,13 +455,25 @@ impl ArchiveWriter<'_> {
                 self.put(&nanos(*time).to_le_bytes())?;
                 self.kv(kv)?;
             }
-            Item::Entry(entry) => {
+            Item::Watermark(prefix, mark) => {
+                self.put(&[3])?;
+                self.put(&(prefix.len() as u32).to_le_bytes())?;
+                self.put(prefix)?;
+                self.put(&mark.0.to_le_bytes())?;
+            }
+            Item::Lease(id, ttl) => {
+                self.put(&[4])?;
+                self.put(&id.0.to_le_bytes())?;
+                self.put(&(ttl.as_millis() as u64).to_le_bytes())?;
+            }
+            Item::Entry(entry, pruned) => {
                 self.put(&[2])?;
                 self.put(&entry.revision.0.to_le_bytes())?;
                 self.put(&nanos(entry.time).to_le_bytes())?;
                 self.put(&(entry.events.len() as u32).to_le_bytes())?;
-                for event in &entry.events {
+                for (i, event) in entry.events.iter().enumerate() {
                     self.put(&[match event.kind {
+                        _ if pruned.contains(&i) => 2,
                         EventKind::Put => 0,
                         EventKind::Delete => 1,
                     }])?;

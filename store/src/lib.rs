@@ -156,6 +156,50 @@ pub trait Store: Send + Sync + 'static {
         limit: usize,
     ) -> Result<Vec<LogEntry>>;
 
+    /// For archives: the entries of `[from, to]` as [`Store::log`] gives them but without
+    /// previous values, where an event whose version per-prefix retention pruned is not an error
+    /// but carries its key only (the rest of its `kv` is empty) and its index in the entry is
+    /// listed in the second member. Any other missing version is an error as in [`Store::log`].
+    async fn log_retained(
+        &self,
+        from: Revision,
+        to: Option<Revision>,
+        limit: usize,
+    ) -> Result<Vec<(LogEntry, Vec<usize>)>> {
+        Ok(self
+            .log(from, to, limit)
+            .await?
+            .into_iter()
+            .map(|mut e| {
+                for event in &mut e.events {
+                    event.prev_kv = None;
+                }
+                (e, Vec::new())
+            })
+            .collect())
+    }
+
+    /// For archives: every key's newest version at or below `revision` still in history (puts
+    /// only), without the compaction and retention checks of [`Store::range`]: a key whose
+    /// version there was compacted or pruned away is simply absent.
+    async fn retained_at(&self, revision: Revision) -> Result<Vec<KeyValue>> {
+        Ok(self
+            .range(RangeRequest::new(KeyRange::from(Vec::new())).at(revision))
+            .await?
+            .kvs)
+    }
+
+    /// The per-prefix retention watermarks: for each prefix, the oldest revision whose reads
+    /// under it are still complete (reads before it are [`Error::Compacted`] for the prefix).
+    fn watermarks(&self) -> Vec<(Vec<u8>, Revision)> {
+        Vec::new()
+    }
+
+    /// The live leases, each with its TTL as granted.
+    fn leases(&self) -> Vec<(LeaseId, Duration)> {
+        Vec::new()
+    }
+
     /// The newest revision committed at or before `time`.
     async fn revision_at(&self, time: SystemTime) -> Result<Revision>;
 

@@ -231,3 +231,225 @@ async fn a_damaged_archive_is_refused_and_leaves_no_data_dir() {
     assert!(archive::import(&mut file.as_slice(), &busy, &mut |_| {}).is_err());
     assert!(busy.join("x").exists());
 }
+
+/// Every read of the whole key space and of each key at every revision of `1..=last`, and the
+/// log, answer alike in both stores, errors included; returns how many whole-space reads were
+/// compacted for a prefix.
+async fn assert_same_answers(a: &dyn Store, b: &dyn Store, last: u64, keys: &[String]) -> usize {
+    let mut pruned = 0;
+    for rev in 1..=last {
+        let (x, y) = (
+            everything_at(a, Revision(rev)).await,
+            everything_at(b, Revision(rev)).await,
+        );
+        assert_eq!(format!("{x:?}"), format!("{y:?}"), "range at {rev}");
+        if matches!(
+            x,
+            Err(Error::Compacted {
+                prefix: Some(_),
+                ..
+            })
+        ) {
+            pruned += 1;
+        }
+        for key in keys {
+            let x = a
+                .range(RangeRequest::new(KeyRange::key(key.clone())).at(Revision(rev)))
+                .await
+                .map(|r| r.kvs);
+            let y = b
+                .range(RangeRequest::new(KeyRange::key(key.clone())).at(Revision(rev)))
+                .await
+                .map(|r| r.kvs);
+            assert_eq!(format!("{x:?}"), format!("{y:?}"), "{key} at {rev}");
+        }
+    }
+    let x = a.log(Revision(1), Some(Revision(last)), usize::MAX).await;
+    let y = b.log(Revision(1), Some(Revision(last)), usize::MAX).await;
+    assert_eq!(format!("{x:?}"), format!("{y:?}"), "log");
+    pruned
+}
+
+fn retaining(path: std::path::PathBuf) -> Config {
+    let mut config = config(path);
+    config.prefix_retention = vec![PrefixRetention {
+        prefix: b"/ev/".to_vec(),
+        max_versions: 2,
+    }];
+    config
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn versions_pruned_by_prefix_retention_are_carried_as_compacted() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = SledStore::open(retaining(dir.path().join("src"))).unwrap();
+    let mut keys = Vec::new();
+    let mut last = Revision::ZERO;
+    for i in 0..40u32 {
+        let key = format!("/ev/{}", i % 3);
+        if i % 13 == 12 {
+            source.delete(KeyRange::key(key.clone())).await.unwrap();
+        } else {
+            source
+                .put(key.clone().into_bytes(), format!("e{i}").into_bytes(), None)
+                .await
+                .unwrap();
+        }
+        let other = format!("/k/{}", i % 4);
+        last = source
+            .put(
+                other.clone().into_bytes(),
+                format!("k{i}").into_bytes(),
+                None,
+            )
+            .await
+            .unwrap()
+            .0;
+        for k in [key, other] {
+            if !keys.contains(&k) {
+                keys.push(k);
+            }
+        }
+    }
+    // Retention pruned versions inside the default window: the source itself says so.
+    assert!(matches!(
+        everything_at(&source, Revision(1)).await,
+        Err(Error::Compacted { prefix: Some(ref p), .. }) if p == b"/ev/"
+    ));
+
+    let mut file = Vec::new();
+    let summary = archive::export(&source, None, None, &mut file, &mut |_| {})
+        .await
+        .unwrap();
+    assert_eq!((summary.first, summary.last), (Revision(1), last));
+    let imported = dir.path().join("imported");
+    archive::import(&mut file.as_slice(), &imported, &mut |_| {}).unwrap();
+    let copied = dir.path().join("copied");
+    archive::copy(&source, None, None, &copied, &mut |_| {})
+        .await
+        .unwrap();
+    for target in [imported, copied] {
+        let copy = SledStore::open(retaining(target)).unwrap();
+        assert_eq!(copy.status().revision, last);
+        assert_eq!(copy.watermarks(), source.watermarks());
+        let pruned = assert_same_answers(&source, &copy, last.0, &keys).await;
+        assert!(pruned > 0, "no read was compacted for the prefix");
+        // Keys outside the prefix keep all their history.
+        for store in [&source as &dyn Store, &copy] {
+            assert!(
+                store
+                    .range(RangeRequest::new(KeyRange::prefix("/k/")).at(Revision(2)))
+                    .await
+                    .is_ok()
+            );
+        }
+        copy.close().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_come_along_and_keys_stay_attached() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = SledStore::open(config(dir.path().join("src"))).unwrap();
+    fill(&source).await;
+    let lease = source.lease_grant(Duration::from_secs(600)).await.unwrap();
+    source
+        .put(b"/leased/a".to_vec(), b"a".to_vec(), Some(lease.id))
+        .await
+        .unwrap();
+    source
+        .put(b"/leased/b".to_vec(), b"b".to_vec(), Some(lease.id))
+        .await
+        .unwrap();
+    // Re-put without the lease: detached, so it outlives the lease.
+    source
+        .put(b"/leased/b".to_vec(), b"b2".to_vec(), None)
+        .await
+        .unwrap();
+    let last = source.status().revision;
+    let mut file = Vec::new();
+    archive::export(&source, None, None, &mut file, &mut |_| {})
+        .await
+        .unwrap();
+    let imported = dir.path().join("imported");
+    archive::import(&mut file.as_slice(), &imported, &mut |_| {}).unwrap();
+    let copied = dir.path().join("copied");
+    archive::copy(&source, None, None, &copied, &mut |_| {})
+        .await
+        .unwrap();
+    for target in [imported, copied] {
+        let copy = SledStore::open(config(target)).unwrap();
+        assert_eq!(copy.leases(), vec![(lease.id, Duration::from_secs(600))]);
+        copy.lease_keep_alive(lease.id).await.unwrap();
+        // A new grant does not reuse the carried id.
+        let fresh = copy.lease_grant(Duration::from_secs(5)).await.unwrap();
+        assert_ne!(fresh.id, lease.id);
+        let rev = copy.lease_revoke(lease.id).await.unwrap();
+        assert!(rev > last);
+        let left = copy
+            .range(RangeRequest::new(KeyRange::prefix("/leased/")))
+            .await
+            .unwrap()
+            .kvs;
+        assert_eq!(
+            left.iter().map(|kv| kv.key.clone()).collect::<Vec<_>>(),
+            vec![b"/leased/b".to_vec()]
+        );
+        copy.close().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_of_a_lease_that_ended_after_the_window_end_when_the_copy_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = SledStore::open(config(dir.path().join("src"))).unwrap();
+    let lease = source.lease_grant(Duration::from_secs(600)).await.unwrap();
+    let (until, _) = source
+        .put(b"/leased/a".to_vec(), b"a".to_vec(), Some(lease.id))
+        .await
+        .unwrap();
+    source.lease_revoke(lease.id).await.unwrap();
+    let target = dir.path().join("copied");
+    archive::copy(&source, None, Some(until), &target, &mut |_| {})
+        .await
+        .unwrap();
+    let copy = SledStore::open(config(target)).unwrap();
+    let mut events = copy
+        .watch(WatchRequest::new(
+            KeyRange::prefix("/leased/"),
+            Some(until.next()),
+        ))
+        .await
+        .unwrap();
+    use futures::StreamExt;
+    // A guard against a hang, not a timing assertion.
+    let response = tokio::time::timeout(Duration::from_secs(60), events.next())
+        .await
+        .expect("the key was not deleted")
+        .unwrap()
+        .unwrap();
+    assert_eq!(response.revision, until.next());
+    assert_eq!(response.events[0].kind, EventKind::Delete);
+    // History up to the window's end is as it was.
+    assert_eq!(
+        everything_at(&copy, until).await.unwrap(),
+        everything_at(&source, until).await.unwrap()
+    );
+}
+
+#[tokio::test]
+async fn an_archive_of_format_1_is_refused_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut file = b"SKIFFLOG".to_vec();
+    file.extend_from_slice(&1u32.to_le_bytes());
+    file.extend_from_slice(&1u64.to_le_bytes());
+    file.extend_from_slice(&1u64.to_le_bytes());
+    let target = dir.path().join("dst");
+    match archive::import(&mut file.as_slice(), &target, &mut |_| {}) {
+        Err(Error::Corrupt { reason, .. }) => {
+            assert!(reason.contains("format 1"), "{reason}")
+        }
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+    assert!(!target.exists());
+}

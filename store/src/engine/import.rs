@@ -11,14 +11,15 @@
 //! batches; the format record goes in last, so an import that stops half-way leaves a dir that
 //! `open` refuses rather than a log with a hole in it.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::read;
 use crate::error::{Error, Result};
 use crate::keys;
 use crate::record::{self, HistRecord, LogGroup, LogRecord};
-use crate::types::{EventKind, KeyValue, LogEntry, Revision};
+use crate::types::{EventKind, KeyValue, LeaseId, LogEntry, Revision};
 
 /// Records per sled batch.
 const BATCH: usize = 8192;
@@ -37,6 +38,12 @@ pub struct Importer {
     last_time: u64,
     /// The newest revision of a base version.
     base_max: u64,
+    /// Per-prefix watermarks to write.
+    watermarks: Vec<(Vec<u8>, u64)>,
+    /// Leases to create: id -> TTL in milliseconds.
+    leases: BTreeMap<u64, u64>,
+    /// The live keys attached to a lease, as of the last entry written.
+    attached: BTreeMap<Vec<u8>, u64>,
 }
 
 fn nanos(time: SystemTime) -> u64 {
@@ -67,6 +74,9 @@ impl Importer {
             last: 0,
             last_time: 0,
             base_max: 0,
+            watermarks: Vec::new(),
+            leases: BTreeMap::new(),
+            attached: BTreeMap::new(),
         })
     }
 
@@ -100,6 +110,9 @@ impl Importer {
             return Err(self.invalid("a base version at revision 0".into()));
         }
         self.base_max = self.base_max.max(rev);
+        if let Some(lease) = kv.lease {
+            self.attached.insert(kv.key.clone(), lease.0);
+        }
         let rec = HistRecord::encode_parts(
             nanos(time),
             kv.create_revision.0,
@@ -110,9 +123,29 @@ impl Importer {
         self.insert(keys::hist_key(&kv.key, rev), rec)
     }
 
+    /// Records a per-prefix retention watermark: reads before `mark` of keys under `prefix` are
+    /// [`Error::Compacted`] for the prefix, as they were in the source.
+    pub fn watermark(&mut self, prefix: &[u8], mark: Revision) {
+        self.watermarks.push((prefix.to_vec(), mark.0));
+    }
+
+    /// Creates lease `id` with `ttl` in the new dir. The live keys attached to it at the last
+    /// entry are attached to it there; like every lease at open, it expires `ttl` after the new
+    /// dir is opened unless kept alive (a TTL of zero: at the first open).
+    pub fn lease(&mut self, id: LeaseId, ttl: Duration) {
+        self.leases.insert(id.0, ttl.as_millis() as u64);
+    }
+
     /// Adds the next log entry, with its revision and commit time as they are. Entries must be
     /// contiguous and after every base version.
     pub fn entry(&mut self, entry: &LogEntry) -> Result<()> {
+        self.entry_pruned(entry, &[])
+    }
+
+    /// As [`Importer::entry`], where the events at the indexes `pruned` are versions that
+    /// per-prefix retention pruned in the source: only their keys are kept (in the log, so that
+    /// a read of them is [`Error::Compacted`] for the prefix, given its [`Importer::watermark`]).
+    pub fn entry_pruned(&mut self, entry: &LogEntry, pruned: &[usize]) -> Result<()> {
         let rev = entry.revision.0;
         match self.first {
             None if rev <= self.base_max => {
@@ -133,8 +166,16 @@ impl Importer {
         }
         let time = nanos(entry.time).max(self.last_time);
         let mut log_keys = Vec::with_capacity(entry.events.len());
-        for event in &entry.events {
+        for (i, event) in entry.events.iter().enumerate() {
             let kv = &event.kv;
+            match (event.kind, kv.lease) {
+                (EventKind::Put, Some(lease)) => self.attached.insert(kv.key.clone(), lease.0),
+                _ => self.attached.remove(&kv.key),
+            };
+            if pruned.contains(&i) {
+                log_keys.push(kv.key.clone());
+                continue;
+            }
             let rec = match event.kind {
                 EventKind::Put => HistRecord::encode_parts(
                     time,
@@ -161,13 +202,35 @@ impl Importer {
         Ok(())
     }
 
-    /// Writes the compaction mark and the format record and flushes; returns the newest revision.
-    /// Keys attached to leases keep their lease id but no lease exists in the new dir, so they do
-    /// not expire there.
+    /// Writes the compaction mark, the watermarks, the leases and their live keys, and the format
+    /// record, and flushes; returns the newest revision. A live key attached to a lease that was
+    /// not given with [`Importer::lease`] (it ended in the source after the entries) is attached
+    /// to it with a TTL of zero, so that it ends at the first open as it did in the source.
     pub fn finish(mut self) -> Result<Revision> {
         let Some(first) = self.first else {
             return Err(self.invalid("no log entries to import".into()));
         };
+        self.db
+            .apply_batch(std::mem::take(&mut self.batch))
+            .map_err(read::sled_err)?;
+        let attached = std::mem::take(&mut self.attached);
+        for (key, lease) in attached {
+            self.leases.entry(lease).or_insert(0);
+            self.insert(keys::attach_key(lease, &key), Vec::new())?;
+        }
+        // New grants in the new dir must not reuse a carried lease's id.
+        if let Some(&max) = self.leases.keys().next_back() {
+            self.insert(
+                keys::META_LEASE_NEXT.to_vec(),
+                (max + 1).to_be_bytes().to_vec(),
+            )?;
+        }
+        for (id, ttl) in std::mem::take(&mut self.leases) {
+            self.insert(keys::lease_key(id), ttl.to_be_bytes().to_vec())?;
+        }
+        for (prefix, mark) in std::mem::take(&mut self.watermarks) {
+            self.insert(keys::watermark_key(&prefix), mark.to_be_bytes().to_vec())?;
+        }
         self.db
             .apply_batch(std::mem::take(&mut self.batch))
             .map_err(read::sled_err)?;

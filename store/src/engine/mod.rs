@@ -899,6 +899,70 @@ impl Store for SledStore {
             .collect())
     }
 
+    async fn log_retained(
+        &self,
+        from: Revision,
+        to: Option<Revision>,
+        limit: usize,
+    ) -> Result<Vec<(LogEntry, Vec<usize>)>> {
+        let durable = self.shared.durable();
+        let to = to.map_or(durable, |t| t.0.min(durable));
+        let from = from.0.max(1);
+        if from > to || limit == 0 {
+            self.shared.check_compacted(Revision(from))?;
+            return Ok(Vec::new());
+        }
+        let entries = self
+            .blocking(move |shared| watch::read_log_retained(shared, from, to, limit))
+            .await?;
+        Ok(entries
+            .into_iter()
+            .map(|(e, pruned)| {
+                (
+                    LogEntry {
+                        revision: Revision(e.revision),
+                        time: e.time,
+                        events: e.events,
+                    },
+                    pruned,
+                )
+            })
+            .collect())
+    }
+
+    async fn retained_at(&self, revision: Revision) -> Result<Vec<KeyValue>> {
+        if revision.0 > self.shared.durable() {
+            return Err(Error::FutureRevision {
+                requested: revision,
+                current: Revision(self.shared.durable()),
+            });
+        }
+        self.blocking(move |shared| {
+            let request = RangeRequest::new(KeyRange::from(Vec::new()));
+            Ok(read::range_at(&shared.db, &request, revision.0)?.kvs)
+        })
+        .await
+    }
+
+    fn watermarks(&self) -> Vec<(Vec<u8>, Revision)> {
+        let marks = self.shared.watermarks.read().expect("watermarks poisoned");
+        marks
+            .iter()
+            .map(|(p, &m)| (p.clone(), Revision(m)))
+            .collect()
+    }
+
+    fn leases(&self) -> Vec<(LeaseId, Duration)> {
+        let table = self.shared.leases.lock().expect("lease table poisoned");
+        let mut out: Vec<_> = table
+            .leases
+            .iter()
+            .map(|(&id, state)| (LeaseId(id), state.ttl))
+            .collect();
+        out.sort();
+        out
+    }
+
     async fn revision_at(&self, time: SystemTime) -> Result<Revision> {
         self.blocking(move |shared| shared.revision_at(time)).await
     }

@@ -224,6 +224,39 @@ pub(crate) fn entry_events(
     Ok(Ok(events))
 }
 
+/// The events of revision `rev` without previous values, for archives: a version that is not in
+/// history is not an error here but an event carrying its key only, whose index is returned in
+/// the second member (the caller checks that retention explains it).
+pub(crate) fn entry_events_retained(
+    tree: &sled::Tree,
+    rev: u64,
+    log: &LogRecord,
+) -> Result<(Vec<Event>, Vec<usize>)> {
+    let mut events = Vec::with_capacity(log.keys.len());
+    let mut pruned = Vec::new();
+    for key in &log.keys {
+        match tree.get(hist_key(key, rev)).map_err(sled_err)? {
+            Some(raw) => events.push(record_event(key, rev, &HistRecord::decode(&raw)?, None)),
+            None => {
+                pruned.push(events.len());
+                events.push(Event {
+                    kind: EventKind::Put,
+                    kv: KeyValue {
+                        key: key.clone(),
+                        value: Vec::new(),
+                        create_revision: Revision::ZERO,
+                        mod_revision: Revision(rev),
+                        version: 0,
+                        lease: None,
+                    },
+                    prev_kv: None,
+                });
+            }
+        }
+    }
+    Ok((events, pruned))
+}
+
 /// Decodes the log record stored under the sled key `raw_key`, checking that it ends at the
 /// key's revision.
 pub(crate) fn decode_log(raw_key: &[u8], bytes: &[u8]) -> Result<LogGroup> {

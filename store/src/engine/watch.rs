@@ -152,6 +152,63 @@ pub(crate) fn read_log(
     Ok(out)
 }
 
+/// Reads revisions `from..=to` of the whole log for an archive (see
+/// [`Store::log_retained`](crate::Store::log_retained)): versions that per-prefix retention
+/// pruned are listed, not errors; anything else missing is.
+pub(crate) fn read_log_retained(
+    shared: &Shared,
+    from: u64,
+    to: u64,
+    limit: usize,
+) -> Result<Vec<(Entry, Vec<usize>)>> {
+    shared.check_compacted(Revision(from))?;
+    let mut out = Vec::new();
+    let mut expected = from;
+    'groups: for item in shared.db.range(log_key(from)..=log_key(u64::MAX)) {
+        let (raw, value) = item.map_err(read::sled_err)?;
+        let group = read::decode_log(&raw, &value)?;
+        for (rev, log) in group.iter() {
+            if rev < expected {
+                continue;
+            }
+            if rev > to || out.len() >= limit {
+                break 'groups;
+            }
+            if rev != expected {
+                shared.check_compacted(Revision(expected))?;
+                return Err(shared.corrupt(format!("log entry {expected} is missing")));
+            }
+            expected += 1;
+            let (events, pruned) = read::entry_events_retained(&shared.db, rev, log)?;
+            for &i in &pruned {
+                match shared.explain_missing(&events[i].kv.key, rev) {
+                    Error::Compacted {
+                        prefix: Some(_), ..
+                    } => {}
+                    other => return Err(other),
+                }
+            }
+            out.push((
+                Entry {
+                    revision: rev,
+                    time: std::time::UNIX_EPOCH + Duration::from_nanos(log.time),
+                    events,
+                },
+                pruned,
+            ));
+        }
+        if group.last() >= to {
+            break;
+        }
+    }
+    if out.len() < limit && expected <= to {
+        shared.check_compacted(Revision(expected))?;
+        return Err(shared.corrupt(format!("log entry {expected} is missing")));
+    }
+    shared.check_compacted(Revision(from))?;
+    Ok(out)
+}
+
 /// The live watchers, grouped by range: a durable entry wakes each group whose range it touches
 /// once, however many watchers share the range.
 #[derive(Default)]
