@@ -73,7 +73,7 @@ pub struct Options {
     pub duration: Duration,
     /// Objects in the listed collection.
     pub list_objects: usize,
-    /// Lists per list run (per level); more concurrent clients than this are capped to it.
+    /// Lists per list run (per level); at least one per list in flight.
     pub lists: usize,
     /// Watchers in the fan-out runs.
     pub watchers: usize,
