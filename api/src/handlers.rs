@@ -1721,8 +1721,16 @@ mod create_steps {
             const N: usize = 3000;
             let mut totals = [Duration::ZERO; 10];
             let names = [
-                "parse body", "check kind/ns", "typed decode", "defaulting", "managedFields",
-                "admission", "validation", "store txn", "response", "total",
+                "parse body",
+                "check kind/ns",
+                "typed decode",
+                "defaulting",
+                "managedFields",
+                "admission",
+                "validation",
+                "store txn",
+                "response",
+                "total",
             ];
             for i in 0..N {
                 let body = serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "ConfigMap",
@@ -1748,8 +1756,7 @@ mod create_steps {
                 check_kind(&mut object, info).unwrap();
                 check_namespace(&mut object, info, Some("default")).unwrap();
                 lap(1, &mut totals);
-                let (mut object, _) =
-                    decode_typed(info, &object, FieldValidation::Warn).unwrap();
+                let (mut object, _) = decode_typed(info, &object, FieldValidation::Warn).unwrap();
                 lap(2, &mut totals);
                 server.prepare_create(info, &mut object);
                 lap(3, &mut totals);
@@ -1779,7 +1786,9 @@ mod create_steps {
                     .await
                     .unwrap();
                 lap(5, &mut totals);
-                server.validate(info, &object, None, Some("default")).unwrap();
+                server
+                    .validate(info, &object, None, Some("default"))
+                    .unwrap();
                 lap(6, &mut totals);
                 let revision = server.registry.insert(info, &object, None).await.unwrap();
                 crate::registry::set_resource_version(&mut object, revision);
@@ -1790,7 +1799,10 @@ mod create_steps {
                 totals[9] += start.elapsed();
             }
             for (name, total) in names.iter().zip(totals) {
-                println!("{name:>14}: {:>7.1} µs", total.as_secs_f64() * 1e6 / N as f64);
+                println!(
+                    "{name:>14}: {:>7.1} µs",
+                    total.as_secs_f64() * 1e6 / N as f64
+                );
             }
             token.cancel();
             let _ = store.close().await;

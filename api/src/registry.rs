@@ -117,9 +117,7 @@ pub(crate) fn decode(kv: &KeyValue, revision: Revision) -> Result<Value> {
 }
 
 fn encode(object: &Value) -> Result<Vec<u8>> {
-    let has_version = object
-        .pointer("/metadata/resourceVersion")
-        .is_some();
+    let has_version = object.pointer("/metadata/resourceVersion").is_some();
     let result = if has_version {
         let mut object = object.clone();
         if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
