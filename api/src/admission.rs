@@ -136,9 +136,9 @@ impl Plugin for NamespaceLifecycle {
         };
         let namespaces =
             skiff_meta::resources::lookup("", "v1", "namespaces").expect("namespaces are served");
-        let ns = registry.get(namespaces, None, namespace, None).await?;
-        if ns.pointer("/metadata/deletionTimestamp").is_some()
-            || ns.pointer("/status/phase").and_then(Value::as_str) == Some("Terminating")
+        let ns: NamespaceView = registry.get_view(namespaces, None, namespace).await?;
+        if ns.metadata.is_some_and(|m| m.deletion_timestamp.is_some())
+            || ns.status.and_then(|s| s.phase).as_deref() == Some("Terminating")
         {
             return Err(Error::Forbidden(format!(
                 "{} \"{}\" is forbidden: unable to create new content in namespace {} because it is being terminated",
@@ -147,6 +147,26 @@ impl Plugin for NamespaceLifecycle {
         }
         Ok(())
     }
+}
+
+/// The fields of a stored Namespace that [`NamespaceLifecycle`] reads.
+#[derive(serde::Deserialize, Default)]
+#[serde(default)]
+struct NamespaceView {
+    metadata: Option<NamespaceViewMeta>,
+    status: Option<NamespaceViewStatus>,
+}
+
+#[derive(serde::Deserialize, Default)]
+#[serde(default, rename_all = "camelCase")]
+struct NamespaceViewMeta {
+    deletion_timestamp: Option<serde::de::IgnoredAny>,
+}
+
+#[derive(serde::Deserialize, Default)]
+#[serde(default)]
+struct NamespaceViewStatus {
+    phase: Option<String>,
 }
 
 /// Pods tolerate `not-ready` and `unreachable` nodes for 300 s unless they say otherwise.

@@ -73,7 +73,7 @@ pub struct Options {
     pub duration: Duration,
     /// Objects in the listed collection.
     pub list_objects: usize,
-    /// Lists per list run (per level); more concurrent clients than this are capped to it.
+    /// Lists per list run (per level); at least one per list in flight.
     pub lists: usize,
     /// Watchers in the fan-out runs.
     pub watchers: usize,
@@ -83,6 +83,50 @@ pub struct Options {
     pub value_size: usize,
     /// Worker threads of the in-process skiff server's runtime.
     pub server_threads: usize,
+    /// Which workloads run, in the order create, get, list, watch.
+    pub workloads: Vec<Workload>,
+    /// Lists in flight at once per system, whatever the level: each 10,000-object list holds
+    /// megabytes on both the server and the client side, and both run in this process.
+    pub max_concurrent_lists: usize,
+}
+
+/// One kind of measurement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workload {
+    /// New objects / keys.
+    Create,
+    /// One object by name / one key.
+    Get,
+    /// The whole collection.
+    List,
+    /// Watch fan-out.
+    Watch,
+}
+
+impl Workload {
+    /// Every workload, in the order they run.
+    pub const ALL: [Workload; 4] = [
+        Workload::Create,
+        Workload::Get,
+        Workload::List,
+        Workload::Watch,
+    ];
+}
+
+impl std::str::FromStr for Workload {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
+        match s {
+            "create" => Ok(Workload::Create),
+            "get" => Ok(Workload::Get),
+            "list" => Ok(Workload::List),
+            "watch" => Ok(Workload::Watch),
+            other => Err(format!(
+                "unknown workload {other:?} (create, get, list or watch)"
+            )),
+        }
+    }
 }
 
 impl Default for Options {
@@ -100,6 +144,8 @@ impl Default for Options {
             server_threads: std::thread::available_parallelism()
                 .map(|n| n.get())
                 .unwrap_or(2),
+            workloads: Workload::ALL.to_vec(),
+            max_concurrent_lists: 16,
         }
     }
 }
@@ -305,8 +351,7 @@ impl Target {
                 (bytes, "kvs")
             }
         };
-        let list: Value = serde_json::from_slice(&bytes).map_err(|e| self.fail("list", e))?;
-        Ok(list[items].as_array().map_or(0, Vec::len))
+        count_items(&bytes, items).map_err(|e| self.fail("list", e))
     }
 
     /// Opens a watch of namespace `ns` from now on; resolves once the watch is established, to a
@@ -367,6 +412,63 @@ impl Target {
             }
         }
     }
+}
+
+/// How many elements the array under the top-level field `field` of a JSON document has. The
+/// whole document is parsed (as a client decoding it would), but nothing is kept.
+fn count_items(document: &[u8], field: &str) -> Result<usize, serde_json::Error> {
+    use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+    use std::fmt;
+
+    struct Top<'a>(&'a str);
+    struct Elements;
+
+    impl<'de> Visitor<'de> for Elements {
+        type Value = usize;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("an array")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<usize, A::Error> {
+            let mut n = 0;
+            while seq.next_element::<IgnoredAny>()?.is_some() {
+                n += 1;
+            }
+            Ok(n)
+        }
+        fn visit_unit<E>(self) -> Result<usize, E> {
+            Ok(0)
+        }
+    }
+
+    impl<'de> DeserializeSeed<'de> for Elements {
+        type Value = usize;
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<usize, D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for Top<'_> {
+        type Value = usize;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("an object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<usize, A::Error> {
+            let mut n = 0;
+            while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                if key == self.0 {
+                    n = map.next_value_seed(Elements)?;
+                } else {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+            Ok(n)
+        }
+    }
+
+    let mut de = serde_json::Deserializer::from_slice(document);
+    let n = (&mut de).deserialize_map(Top(field))?;
+    de.end()?;
+    Ok(n)
 }
 
 /// Occurrences of `needle` in `haystack`.
@@ -787,84 +889,88 @@ async fn run_in(
         rows.push(row);
     };
 
-    // Creates (each level in a namespace of its own), then gets of what was created.
-    for &clients in &options.clients {
-        let mut stats = Vec::new();
-        for target in &targets {
-            let ns = format!("create-{clients}");
-            target.namespace(&ns).await?;
-            let (t, v, ns) = (target.clone(), value.clone(), Arc::new(ns));
-            stats.push(
-                closed_loop(clients, options.duration, u64::MAX, move |i| {
-                    let (t, v, ns) = (t.clone(), v.clone(), ns.clone());
-                    async move { t.create(&ns, &format!("o-{i}"), &v).await }
-                })
-                .await,
+    let wants = |w: Workload| options.workloads.contains(&w);
+    // Creates (each level in a namespace of its own).
+    if wants(Workload::Create) {
+        for &clients in &options.clients {
+            let mut stats = Vec::new();
+            for target in &targets {
+                let ns = format!("create-{clients}");
+                target.namespace(&ns).await?;
+                let (t, v, ns) = (target.clone(), value.clone(), Arc::new(ns));
+                stats.push(
+                    closed_loop(clients, options.duration, u64::MAX, move |i| {
+                        let (t, v, ns) = (t.clone(), v.clone(), ns.clone());
+                        async move { t.create(&ns, &format!("o-{i}"), &v).await }
+                    })
+                    .await,
+                );
+            }
+            let etcd_stats = stats.pop().expect("two systems");
+            let skiff_stats = stats.pop().expect("two systems");
+            push(
+                Row {
+                    workload: "create",
+                    clients,
+                    skiff: skiff_stats,
+                    etcd: etcd_stats,
+                },
+                &mut rows,
             );
         }
-        let etcd_stats = stats.pop().expect("two systems");
-        let skiff_stats = stats.pop().expect("two systems");
-        push(
-            Row {
-                workload: "create",
-                clients,
-                skiff: skiff_stats,
-                etcd: etcd_stats,
-            },
-            &mut rows,
-        );
     }
-    let objects = 1000u64;
-    for target in &targets {
-        populate(target, "get", objects as usize, &value).await?;
-    }
-    for &clients in &options.clients {
-        let mut stats = Vec::new();
+    // Gets of objects made for them.
+    if wants(Workload::Get) {
+        let objects = 1000u64;
         for target in &targets {
-            let t = target.clone();
-            stats.push(
-                closed_loop(clients, options.duration, u64::MAX, move |i| {
-                    let t = t.clone();
-                    async move { t.get("get", &format!("o-{}", i % objects)).await }
-                })
-                .await,
+            populate(target, "get", objects as usize, &value).await?;
+        }
+        for &clients in &options.clients {
+            let mut stats = Vec::new();
+            for target in &targets {
+                let t = target.clone();
+                stats.push(
+                    closed_loop(clients, options.duration, u64::MAX, move |i| {
+                        let t = t.clone();
+                        async move { t.get("get", &format!("o-{}", i % objects)).await }
+                    })
+                    .await,
+                );
+            }
+            let etcd_stats = stats.pop().expect("two systems");
+            let skiff_stats = stats.pop().expect("two systems");
+            push(
+                Row {
+                    workload: "get",
+                    clients,
+                    skiff: skiff_stats,
+                    etcd: etcd_stats,
+                },
+                &mut rows,
             );
         }
-        let etcd_stats = stats.pop().expect("two systems");
-        let skiff_stats = stats.pop().expect("two systems");
-        push(
-            Row {
-                workload: "get",
-                clients,
-                skiff: skiff_stats,
-                etcd: etcd_stats,
-            },
-            &mut rows,
-        );
     }
-
     // Lists of the whole collection.
-    for target in &targets {
-        populate(target, "list", options.list_objects, &value).await?;
-        let n = target.list("list").await?;
-        if n != options.list_objects {
-            return Err(target.fail(
-                "list",
-                format!("{n} objects, expected {}", options.list_objects),
-            ));
-        }
-    }
-    for &clients in &options.clients {
-        let mut stats = Vec::new();
-        let lists = options.lists.max(clients) as u64;
+    if wants(Workload::List) {
         for target in &targets {
-            let (t, expected) = (target.clone(), options.list_objects);
-            stats.push(
-                closed_loop(
-                    clients.min(lists as usize),
-                    Duration::from_secs(3600),
-                    lists,
-                    move |_| {
+            populate(target, "list", options.list_objects, &value).await?;
+            let n = target.list("list").await?;
+            if n != options.list_objects {
+                return Err(target.fail(
+                    "list",
+                    format!("{n} objects, expected {}", options.list_objects),
+                ));
+            }
+        }
+        for &clients in &options.clients {
+            let mut stats = Vec::new();
+            // Capped: 256 lists of 10,000 objects at once took this process past 6 GB.
+            let concurrency = clients.min(options.max_concurrent_lists.max(1));
+            let lists = options.lists.max(concurrency) as u64;
+            for target in &targets {
+                let (t, expected) = (target.clone(), options.list_objects);
+                stats.push(
+                    closed_loop(concurrency, Duration::from_secs(3600), lists, move |_| {
                         let t = t.clone();
                         async move {
                             let n = t.list("list").await?;
@@ -874,51 +980,52 @@ async fn run_in(
                                 Err(t.fail("list", format!("{n} objects")))
                             }
                         }
-                    },
-                )
-                .await,
+                    })
+                    .await,
+                );
+            }
+            let etcd_stats = stats.pop().expect("two systems");
+            let skiff_stats = stats.pop().expect("two systems");
+            push(
+                Row {
+                    workload: "list",
+                    clients: concurrency,
+                    skiff: skiff_stats,
+                    etcd: etcd_stats,
+                },
+                &mut rows,
             );
         }
-        let etcd_stats = stats.pop().expect("two systems");
-        let skiff_stats = stats.pop().expect("two systems");
-        push(
-            Row {
-                workload: "list",
-                clients,
-                skiff: skiff_stats,
-                etcd: etcd_stats,
-            },
-            &mut rows,
-        );
     }
-
     // Watch fan-out.
-    for &clients in &options.clients {
-        let mut stats = Vec::new();
-        for target in &targets {
-            stats.push(
-                fan_out(
-                    target,
-                    &format!("fan-{clients}"),
-                    options.watchers,
-                    options.watch_events,
+    if wants(Workload::Watch) {
+        for &clients in &options.clients {
+            let mut stats = Vec::new();
+            for target in &targets {
+                stats.push(
+                    fan_out(
+                        target,
+                        &format!("fan-{clients}"),
+                        options.watchers,
+                        options.watch_events,
+                        clients,
+                        &value,
+                    )
+                    .await?,
+                );
+            }
+            let etcd_stats = stats.pop().expect("two systems");
+            let skiff_stats = stats.pop().expect("two systems");
+            push(
+                Row {
+                    workload: "watch",
                     clients,
-                    &value,
-                )
-                .await?,
+                    skiff: skiff_stats,
+                    etcd: etcd_stats,
+                },
+                &mut rows,
             );
         }
-        let etcd_stats = stats.pop().expect("two systems");
-        let skiff_stats = stats.pop().expect("two systems");
-        push(
-            Row {
-                workload: "watch",
-                clients,
-                skiff: skiff_stats,
-                etcd: etcd_stats,
-            },
-            &mut rows,
-        );
     }
     drop(etcd);
     drop(skiff);
@@ -961,6 +1068,10 @@ mod tests {
     fn markers_percentiles_and_the_table() {
         assert_eq!(memmem_count(b"{\"kv\":1}{\"kv\":2}", b"\"kv\":"), 2);
         assert_eq!(memmem_count(b"", b"\"kv\":"), 0);
+        let list = br#"{"kind":"ConfigMapList","metadata":{"items":[1]},"items":[{"a":[1,2]},{}]}"#;
+        assert_eq!(count_items(list, "items").unwrap(), 2);
+        assert_eq!(count_items(br#"{"header":{}}"#, "kvs").unwrap(), 0);
+        assert!(count_items(br#"{"items":[1,"#, "items").is_err());
         let (p50, p99) = percentiles((1..=100).map(Duration::from_millis).collect());
         assert_eq!(
             (p50, p99),

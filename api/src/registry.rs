@@ -117,11 +117,18 @@ pub(crate) fn decode(kv: &KeyValue, revision: Revision) -> Result<Value> {
 }
 
 fn encode(object: &Value) -> Result<Vec<u8>> {
-    let mut object = object.clone();
-    if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
-        meta.remove("resourceVersion");
-    }
-    serde_json::to_vec(&object).map_err(|e| Error::Internal(format!("encoding object: {e}")))
+    let has_version = object.pointer("/metadata/resourceVersion").is_some();
+    let result = if has_version {
+        let mut object = object.clone();
+        if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+            meta.remove("resourceVersion");
+        }
+        serde_json::to_vec(&object)
+    } else {
+        // Most writes (every create) carry no resourceVersion: no copy to strip it from.
+        serde_json::to_vec(object)
+    };
+    result.map_err(|e| Error::Internal(format!("encoding object: {e}")))
 }
 
 /// Whether two objects are the same apart from their resourceVersion (a no-op write).
@@ -174,6 +181,22 @@ impl Registry {
         let response = self.store.range(request).await?;
         match response.kvs.first() {
             Some(kv) => decode(kv, kv.mod_revision),
+            None => Err(Error::not_found(info, name)),
+        }
+    }
+
+    /// Reads one object straight into `T`, a view of the few fields a caller needs, without
+    /// building the whole object (admission's per-create namespace check).
+    pub async fn get_view<T: serde::de::DeserializeOwned>(
+        &self,
+        info: &ResourceInfo,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<T> {
+        let key = info.storage_key(namespace, name).into_bytes();
+        match self.read_kv(&key).await? {
+            Some(kv) => serde_json::from_slice(&kv.value)
+                .map_err(|e| Error::Internal(format!("decoding stored {}: {e}", info.kind))),
             None => Err(Error::not_found(info, name)),
         }
     }
@@ -262,10 +285,23 @@ impl Registry {
         object: Value,
         lease: Option<skiff_store::LeaseId>,
     ) -> Result<Value> {
-        let (namespace, name) = namespace_and_name(&object);
-        let name = name.to_string();
-        let key = info.storage_key(namespace, &name).into_bytes();
-        let value = encode(&object)?;
+        let revision = self.insert(info, &object, lease).await?;
+        let mut object = object;
+        set_resource_version(&mut object, revision);
+        Ok(object)
+    }
+
+    /// Writes a new object as [`Registry::create`] does, without taking it: the revision it was
+    /// written at, for the caller to set on its own copy.
+    pub async fn insert(
+        &self,
+        info: &ResourceInfo,
+        object: &Value,
+        lease: Option<skiff_store::LeaseId>,
+    ) -> Result<Revision> {
+        let (namespace, name) = namespace_and_name(object);
+        let key = info.storage_key(namespace, name).into_bytes();
+        let value = encode(object)?;
         let response = self
             .store
             .txn(Txn {
@@ -280,11 +316,9 @@ impl Registry {
             })
             .await?;
         if !response.succeeded {
-            return Err(Error::already_exists(info, &name));
+            return Err(Error::already_exists(info, name));
         }
-        let mut object = object;
-        set_resource_version(&mut object, response.revision);
-        Ok(object)
+        Ok(response.revision)
     }
 
     /// Reads, changes and writes back one object, retrying when another writer got there first.

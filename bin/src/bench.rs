@@ -138,6 +138,8 @@ pub async fn run(command: BenchCommand) -> Result<()> {
                 list_objects: args.list_objects,
                 watchers: args.watchers,
                 watch_events: args.watch_events,
+                workloads: args.workloads,
+                max_concurrent_lists: args.max_concurrent_lists,
                 ..Default::default()
             };
             let rows = skiff_api::bench::run(&options, |row| {
@@ -181,4 +183,10 @@ pub struct ApiArgs {
     /// Events written in each fan-out run.
     #[arg(long, default_value_t = 200)]
     watch_events: usize,
+    /// Which workloads run (create, get, list, watch).
+    #[arg(long, value_delimiter = ',', default_value = "create,get,list,watch")]
+    workloads: Vec<skiff_api::bench::Workload>,
+    /// Lists in flight at once per system, whatever the level (each holds megabytes).
+    #[arg(long, default_value_t = 16)]
+    max_concurrent_lists: usize,
 }

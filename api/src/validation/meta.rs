@@ -79,7 +79,8 @@ pub fn generate_name(prefix: &str) -> String {
 
 pub(super) fn decode_meta(obj: &Value) -> Result<ObjectMeta, FieldError> {
     // Check apiVersion/kind and catch type errors anywhere in metadata with their paths.
-    let meta = obj.get("metadata").cloned().unwrap_or_else(|| json!({}));
+    let empty = json!({});
+    let meta = obj.get("metadata").unwrap_or(&empty);
     for key in ["apiVersion", "kind"] {
         if let Some(v) = obj.get(key)
             && !v.is_string()
@@ -87,7 +88,7 @@ pub(super) fn decode_meta(obj: &Value) -> Result<ObjectMeta, FieldError> {
             return Err(FieldError::invalid(key, v.clone(), "must be a string"));
         }
     }
-    let decoded: ObjectMeta = super::decode(&meta, "metadata")?;
+    let decoded: ObjectMeta = super::decode(meta, "metadata")?;
     Ok(decoded)
 }
 

@@ -207,7 +207,14 @@ fn check_type_meta(info: &ResourceInfo, obj: &Value) -> Option<FieldError> {
 
 /// `obj` with `apiVersion` and `kind` filled in when missing, so typed decoding (which checks
 /// them) accepts objects whose type the URL implied.
-fn with_type_meta(info: &ResourceInfo, obj: &Value) -> Value {
+fn with_type_meta<'a>(info: &ResourceInfo, obj: &'a Value) -> std::borrow::Cow<'a, Value> {
+    let complete = obj
+        .as_object()
+        .is_none_or(|map| map.contains_key("apiVersion") && map.contains_key("kind"));
+    if complete {
+        // The usual case: nothing to add, so no copy of the object.
+        return std::borrow::Cow::Borrowed(obj);
+    }
     let mut obj = obj.clone();
     if let Some(map) = obj.as_object_mut() {
         if !map.contains_key("apiVersion") {
@@ -217,13 +224,13 @@ fn with_type_meta(info: &ResourceInfo, obj: &Value) -> Value {
             map.insert("kind".into(), Value::String(info.kind.to_string()));
         }
     }
-    obj
+    std::borrow::Cow::Owned(obj)
 }
 
 /// Decodes `value` into `T`; a failure becomes an `Invalid` error at the offending field's path
 /// carrying the offending value, or at `root` when the whole value is wrong.
 pub(crate) fn decode<T: DeserializeOwned>(value: &Value, root: &str) -> Result<T, FieldError> {
-    serde_path_to_error::deserialize::<_, T>(value.clone()).map_err(|e| {
+    serde_path_to_error::deserialize::<_, T>(value).map_err(|e| {
         let segments: Vec<String> = e
             .path()
             .iter()
