@@ -777,6 +777,9 @@ fn change_line(c: &Change) -> String {
     )
 }
 
+/// How long one `skiff log --follow` request may wait for the next change.
+const FOLLOW_WAIT: Duration = Duration::from_secs(30);
+
 /// `skiff log`.
 pub async fn log(args: LogArgs) -> Result<()> {
     let info = args.kind.as_deref().map(kind).transpose()?;
@@ -789,7 +792,11 @@ pub async fn log(args: LogArgs) -> Result<()> {
 async fn log_with(backend: &Backend, args: &LogArgs, info: Option<&ResourceInfo>) -> Result<()> {
     let mut since = args.since.as_ref().map(point_param);
     let until = args.until.as_ref().map(point_param);
+    // Following, each request is a long poll: the server holds an empty answer until the next
+    // change in scope commits, so live changes print as they happen.
+    let wait = (args.follow && until.is_none()).then(|| FOLLOW_WAIT.as_secs().to_string());
     loop {
+        let asked = std::time::Instant::now();
         let answer: Log = backend
             .ask(
                 "log",
@@ -798,6 +805,7 @@ async fn log_with(backend: &Backend, args: &LogArgs, info: Option<&ResourceInfo>
                     ("namespace", args.namespace.clone()),
                     ("since", since.clone()),
                     ("until", until.clone()),
+                    ("wait", wait.clone()),
                 ]),
             )
             .await?;
@@ -818,10 +826,13 @@ async fn log_with(backend: &Backend, args: &LogArgs, info: Option<&ResourceInfo>
         if answer.more {
             continue;
         }
-        if !args.follow || until.is_some() {
+        if wait.is_none() {
             return Ok(());
         }
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        if answer.changes.is_empty() && asked.elapsed() < Duration::from_secs(1) {
+            // An empty answer that did not wait (a server without long polls): do not spin.
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
     }
 }
 

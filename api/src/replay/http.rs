@@ -6,15 +6,24 @@
 //! /debug/skiff/resolve?at=P                                   -> Resolved
 //! /debug/skiff/get?resource=R[&namespace=N][&name=X]&at=P     -> Objects
 //! /debug/skiff/history?resource=R[&namespace=N]&name=X        -> History
-//! /debug/skiff/log?[since=P][&until=P][&resource=R][&namespace=N][&limit=L]  -> Log
+//! /debug/skiff/log?[since=P][&until=P][&resource=R][&namespace=N][&limit=L][&wait=S]  -> Log
 //! /debug/skiff/diff?from=P&to=P[&resource=R][&namespace=N]    -> Diff
 //! ```
+//!
+//! `log` with `wait=S` (seconds, at most [`MAX_LOG_WAIT`]) and no `until` is a long poll: when
+//! nothing in scope was committed after `since`, the answer waits for the next change in scope
+//! (or the end of the wait) instead of coming back empty at once, so `skiff log --follow` streams
+//! live changes as they commit without polling.
 //!
 //! A point before the retained history answers 410 Gone with the compacted revision and oldest
 //! time in the message; an unknown resource 404; a malformed point 400.
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use skiff_store::{KeyRange, WatchRequest};
 
 use warp::Filter;
 use warp::filters::BoxedFilter;
@@ -80,6 +89,9 @@ pub struct Diff {
 
 /// The most log entries one `log` request reads.
 const MAX_LOG_ENTRIES: usize = 10_000;
+
+/// The longest a `log` request with `wait` is held open.
+pub const MAX_LOG_WAIT: Duration = Duration::from_secs(60);
 
 impl From<ReplayError> for Error {
     fn from(e: ReplayError) -> Error {
@@ -207,7 +219,22 @@ pub async fn answer(
                 .and_then(|l| l.parse().ok())
                 .unwrap_or(MAX_LOG_ENTRIES)
                 .clamp(1, MAX_LOG_ENTRIES);
-            let page = replay.log(since, until, &scope, limit).await?;
+            let wait = match params.get("wait").filter(|s| !s.is_empty()) {
+                Some(s) => Some(
+                    s.parse::<f64>()
+                        .ok()
+                        .filter(|w| w.is_finite() && *w >= 0.0)
+                        .map(|w| Duration::from_secs_f64(w).min(MAX_LOG_WAIT))
+                        .ok_or_else(|| {
+                            Error::BadRequest(format!("wait={s} is not a number of seconds"))
+                        })?,
+                ),
+                None => None,
+            };
+            let mut page = replay.log(since, until, &scope, limit).await?;
+            if let (Some(wait), None) = (wait, until) {
+                page = wait_for_changes(replay, since, page, &scope, limit, wait).await?;
+            }
             ok(&Log {
                 changes: page.changes,
                 revision: page.last.0,
@@ -229,6 +256,48 @@ pub async fn answer(
         }
         _ => Err(Error::NoRoute),
     }
+}
+
+/// Holds an empty `log` page until a change in `scope` commits after it or `wait` passes: a
+/// watch of every key from the revision after the page, each delivery followed by a read of the
+/// log from there (which also moves past changes out of scope).
+async fn wait_for_changes(
+    replay: &Replay,
+    since: skiff_store::Revision,
+    mut page: super::LogPage,
+    scope: &Scope<'_>,
+    limit: usize,
+    wait: Duration,
+) -> Result<super::LogPage, Error> {
+    if !page.changes.is_empty() || page.more || wait.is_zero() {
+        return Ok(page);
+    }
+    let start = since.max(page.last.next());
+    if start > replay.store().status().revision.next() {
+        // A start beyond the next revision: nothing to wait for that the caller asked about yet.
+        return Ok(page);
+    }
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut watch = replay
+        .store()
+        .watch(WatchRequest::new(KeyRange::from(Vec::new()), Some(start)))
+        .await
+        .map_err(|e| Error::Internal(e.to_string()))?;
+    while page.changes.is_empty() && !page.more {
+        match tokio::time::timeout_at(deadline, watch.next()).await {
+            Ok(Some(Ok(_))) => {}
+            Ok(Some(Err(e))) => return Err(Error::Internal(e.to_string())),
+            Ok(None) | Err(_) => break,
+        }
+        let from = since.max(page.last.next());
+        let next = replay.log(from, None, scope, limit).await?;
+        // An empty read leaves `last` where it was when the delivery ran ahead of the log.
+        page = super::LogPage {
+            last: next.last.max(page.last),
+            ..next
+        };
+    }
+    Ok(page)
 }
 
 /// The debug routes (without authentication: [`crate::routes`] puts them behind it).

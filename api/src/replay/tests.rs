@@ -371,3 +371,63 @@ async fn points_resolve_and_compacted_points_say_so() {
         .unwrap_err();
     assert!(matches!(e, Error::Compacted { .. }), "{e:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_long_poll_waits_for_the_next_change_in_scope() {
+    let dir = TempDir::new();
+    let store = open(&dir);
+    scenario(store.as_ref()).await;
+    let replay = Replay::new(store.clone());
+    let ask = |since: &str, wait: &str| {
+        let params: http::Params = [("resource", "configmaps"), ("since", since), ("wait", wait)]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let replay = replay.clone();
+        async move { http::answer(&replay, "log", &params).await }
+    };
+
+    // History in scope answers at once, without waiting.
+    let now: http::Log = serde_json::from_value(ask("3", "30").await.unwrap()).unwrap();
+    assert_eq!(now.changes.len(), 2, "a updated (r3) and b deleted (r6)");
+
+    // Nothing after r6: the request is held until a change in scope commits. A Deployment
+    // written meanwhile is out of scope and does not end the wait; the ConfigMap after it does.
+    let waiting = tokio::spawn(ask("7", "30"));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !waiting.is_finished(),
+        "answered before anything was committed"
+    );
+    let web = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "default"}, "spec": {"replicas": 2}});
+    put(store.as_ref(), D, &web).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !waiting.is_finished(),
+        "a change out of scope ended the wait"
+    );
+    let c = put(
+        store.as_ref(),
+        "/registry/core/configmaps/default/c",
+        &cm("c", "1", "kubectl-create", "2026-01-01T00:10:00Z"),
+    )
+    .await;
+    let live: http::Log = serde_json::from_value(waiting.await.unwrap().unwrap()).unwrap();
+    let names: Vec<_> = live
+        .changes
+        .iter()
+        .map(|c| (c.revision, c.name.as_str()))
+        .collect();
+    assert_eq!(names, vec![(c.0, "c")]);
+    assert_eq!(live.revision, c.0);
+
+    // A wait that ends with nothing in scope answers empty, from where the caller continues.
+    let quiet: http::Log =
+        serde_json::from_value(ask(&(c.0 + 1).to_string(), "0.1").await.unwrap()).unwrap();
+    assert!(quiet.changes.is_empty());
+    assert_eq!(quiet.revision, c.0);
+
+    let bad = ask("1", "soon").await.unwrap_err();
+    assert!(bad.to_string().contains("wait=soon"), "{bad}");
+}
