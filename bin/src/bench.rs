@@ -18,6 +18,9 @@ pub enum BenchCommand {
     /// One `skiff server` node: cold start to a Ready node running a pod, resident memory idle
     /// and with N pods, and pod startup latency (create to Running as a watch sees it).
     Node(crate::bench_node::NodeArgs),
+    /// The controllers: a 1,000-replica Deployment on 50 hollow nodes (a kubemark-style hollow
+    /// kubelet in this process) to Available, then a rolling update of it to finished.
+    Deployment(crate::bench_deployment::DeploymentArgs),
 }
 
 /// A `skiff` child (`apiserver`, or `server` with every component) on a temporary data dir and
@@ -30,6 +33,15 @@ pub(crate) struct SpawnedServer {
 impl SpawnedServer {
     /// Starts `skiff <subcommand>` on a new data dir under `base` (default: the temp dir).
     pub(crate) fn start(subcommand: &str, base: Option<&Path>) -> Result<SpawnedServer> {
+        Self::start_with(subcommand, &[], base)
+    }
+
+    /// Starts `skiff <subcommand> <args>...` on a new data dir under `base`.
+    pub(crate) fn start_with(
+        subcommand: &str,
+        args: &[String],
+        base: Option<&Path>,
+    ) -> Result<SpawnedServer> {
         let dir = base
             .map_or_else(std::env::temp_dir, Path::to_path_buf)
             .join(format!(
@@ -44,6 +56,7 @@ impl SpawnedServer {
             .arg("--data-dir")
             .arg(dir.join("data"))
             .args(["--bind-address", "127.0.0.1", "--port", "0"])
+            .args(args)
             .env(
                 "RUST_LOG",
                 std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
@@ -112,6 +125,7 @@ async fn connect(kubeconfig: &Path) -> Result<skiff_client::Client> {
 pub async fn run(command: BenchCommand) -> Result<()> {
     match command {
         BenchCommand::Node(args) => crate::bench_node::run(args).await,
+        BenchCommand::Deployment(args) => crate::bench_deployment::run(args).await,
         BenchCommand::Scheduler(mut opts) => {
             let (decisions, _) = skiff_scheduler::bench::decide_only(
                 opts.nodes,

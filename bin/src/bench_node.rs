@@ -36,7 +36,7 @@ pub struct NodeArgs {
 }
 
 /// `VmRSS` and `VmHWM` of a process, in bytes.
-fn status_memory(pid: u32) -> Result<(u64, u64)> {
+pub(crate) fn status_memory(pid: u32) -> Result<(u64, u64)> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .with_context(|| format!("reading /proc/{pid}/status"))?;
     let field = |name: &str| -> Option<u64> {

@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
-use kube::api::{ListParams, WatchEvent, WatchParams};
+use kube::api::{ApiResource, DynamicObject, ListParams, WatchEvent, WatchParams};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
@@ -170,18 +170,22 @@ struct Counters {
     revision: AtomicU64,
 }
 
-/// The bounds a kind needs to be informed on.
-pub trait Informable:
-    Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static
-{
-}
-impl<K> Informable for K where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static
+/// The bounds an object type needs to be mirrored into a cache, whatever its dynamic type
+/// (a typed kind, or [`DynamicObject`] for a kind known only from discovery).
+pub trait Reflectable: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static {}
+impl<K> Reflectable for K where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static
 {
 }
 
+/// The bounds a kind needs to be informed on by type alone.
+pub trait Informable: Reflectable + Resource<DynamicType = ()> {}
+impl<K> Informable for K where K: Reflectable + Resource<DynamicType = ()> {}
+
 struct Shared<K> {
     api: Api<K>,
+    /// The kind's name, for logs.
+    kind: String,
     options: ListOptions,
     cache: Cache<K>,
     /// Handlers, locked while events are applied and dispatched so that a handler added late
@@ -209,10 +213,19 @@ impl<K: Informable> Informer<K> {
     /// An informer on `client` that is not running yet (see [`Informer::run`]); most code gets
     /// informers from a [`SharedInformerFactory`] instead.
     pub fn new(client: Client, options: ListOptions) -> Informer<K> {
+        Informer::with_api(Api::all(client), K::kind(&()).to_string(), options)
+    }
+}
+
+impl<K: Reflectable> Informer<K> {
+    /// An informer reading `api` (which must address all namespaces: `options` narrows it),
+    /// for kinds whose type alone does not say where they are served (`DynamicObject`).
+    pub fn with_api(api: Api<K>, kind: String, options: ListOptions) -> Informer<K> {
         let (synced, _) = watch::channel(false);
         Informer {
             shared: Arc::new(Shared {
-                api: Api::all(client),
+                api,
+                kind,
                 options,
                 cache: Cache::new(),
                 handlers: Mutex::new(Vec::new()),
@@ -316,7 +329,7 @@ impl<K: Informable> Informer<K> {
                             rv
                         }
                         Err(e) => {
-                            tracing::warn!(kind = %K::kind(&()), error = %e, "list failed; retrying");
+                            tracing::warn!(kind = %self.shared.kind, error = %e, "list failed; retrying");
                             if backoff.wait(&shutdown).await {
                                 return;
                             }
@@ -332,7 +345,7 @@ impl<K: Informable> Informer<K> {
                 WatchEnd::Shutdown => return,
                 WatchEnd::Gone => {
                     self.shared.counters.gone.fetch_add(1, Ordering::Relaxed);
-                    tracing::info!(kind = %K::kind(&()), revision = %rv, "watch revision compacted; relisting");
+                    tracing::info!(kind = %self.shared.kind, revision = %rv, "watch revision compacted; relisting");
                     revision = None;
                 }
                 WatchEnd::Closed => {}
@@ -368,7 +381,7 @@ impl<K: Informable> Informer<K> {
             Ok(stream) => stream,
             Err(e) if crate::status_code(&e) == Some(410) => return WatchEnd::Gone,
             Err(e) => {
-                tracing::warn!(kind = %K::kind(&()), error = %e, "watch failed; retrying");
+                tracing::warn!(kind = %self.shared.kind, error = %e, "watch failed; retrying");
                 return WatchEnd::Failed;
             }
         };
@@ -408,11 +421,11 @@ impl<K: Informable> Informer<K> {
                     return WatchEnd::Gone;
                 }
                 Some(Ok(WatchEvent::Error(status))) => {
-                    tracing::warn!(kind = %K::kind(&()), code = status.code, message = %status.message, "watch error event");
+                    tracing::warn!(kind = %self.shared.kind, code = status.code, message = %status.message, "watch error event");
                     return WatchEnd::Failed;
                 }
                 Some(Err(e)) => {
-                    tracing::warn!(kind = %K::kind(&()), error = %e, "watch stream broke; rewatching");
+                    tracing::warn!(kind = %self.shared.kind, error = %e, "watch stream broke; rewatching");
                     return WatchEnd::Failed;
                 }
             }
@@ -494,7 +507,7 @@ impl<K: Informable> Informer<K> {
                 }
             }
         }
-        tracing::debug!(kind = %K::kind(&()), revision = rv, objects = cache.len(), "listed");
+        tracing::debug!(kind = %self.shared.kind, revision = rv, objects = cache.len(), "listed");
     }
 
     fn apply_upsert(&self, obj: K) {
@@ -597,7 +610,7 @@ trait Startable: Send + Sync {
     fn synced(&self) -> watch::Receiver<bool>;
 }
 
-impl<K: Informable> Startable for Informer<K> {
+impl<K: Reflectable> Startable for Informer<K> {
     fn start(&self, shutdown: CancellationToken) {
         Informer::start(self, shutdown)
     }
@@ -616,7 +629,8 @@ struct Entry {
 #[derive(Clone)]
 pub struct SharedInformerFactory {
     client: Client,
-    entries: Arc<Mutex<HashMap<(TypeId, ListOptions), Entry>>>,
+    /// Keyed by type, the resource of a dynamic kind (empty for typed ones) and the options.
+    entries: Arc<Mutex<HashMap<(TypeId, String, ListOptions), Entry>>>,
     shutdown: Arc<Mutex<Option<CancellationToken>>>,
 }
 
@@ -643,8 +657,32 @@ impl SharedInformerFactory {
     /// The shared informer for kind `K` narrowed by `options`. If the factory was started
     /// already, the informer starts at once.
     pub fn informer_with<K: Informable>(&self, options: ListOptions) -> Informer<K> {
+        self.shared(String::new(), options, |client, options| {
+            Informer::<K>::new(client, options)
+        })
+    }
+
+    /// The shared informer for every object of a kind known from discovery, as
+    /// [`DynamicObject`]s.
+    pub fn dynamic_informer(&self, resource: &ApiResource) -> Informer<DynamicObject> {
+        let id = format!("{}/{}", resource.api_version, resource.plural);
+        self.shared(id, ListOptions::default(), |client, options| {
+            Informer::with_api(
+                Api::all_with(client, resource),
+                resource.kind.clone(),
+                options,
+            )
+        })
+    }
+
+    fn shared<K: Reflectable>(
+        &self,
+        id: String,
+        options: ListOptions,
+        make: impl FnOnce(Client, ListOptions) -> Informer<K>,
+    ) -> Informer<K> {
         let mut entries = self.entries.lock().expect("factory lock");
-        let key = (TypeId::of::<K>(), options.clone());
+        let key = (TypeId::of::<K>(), id, options.clone());
         if let Some(entry) = entries.get(&key) {
             return entry
                 .informer
@@ -652,7 +690,7 @@ impl SharedInformerFactory {
                 .expect("entry type matches its TypeId")
                 .clone();
         }
-        let informer = Informer::<K>::new(self.client.clone(), options);
+        let informer = make(self.client.clone(), options);
         if let Some(shutdown) = self.shutdown.lock().expect("factory lock").clone() {
             informer.start(shutdown);
         }

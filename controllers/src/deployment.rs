@@ -785,7 +785,13 @@ fn reconcile_old(d: &Deployment, work: &mut Sets) -> bool {
         cleaned += down;
         scaled |= work.scale(d, name, cur - down);
     }
-    let available: i32 = work.by_name.values().map(|rs| rs_status(rs).2).sum();
+    // A set's status may still count pods above a spec just cut (the ReplicaSet controller has
+    // not deleted them yet): those are going, so no set counts above its spec.
+    let available: i32 = work
+        .by_name
+        .values()
+        .map(|rs| rs_status(rs).2.min(rs_replicas(rs)))
+        .sum();
     if available > min_available {
         let total = available - min_available;
         let mut done = 0;

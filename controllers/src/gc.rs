@@ -11,6 +11,8 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
+use crate::namespace::Resource;
+
 /// The finalizer the API server adds for foreground deletion.
 pub const FOREGROUND: &str = "foregroundDeletion";
 /// The finalizer the API server adds for orphaning deletion.
@@ -47,6 +49,32 @@ impl Propagation {
             Propagation::Orphan => "Orphan",
         }
     }
+}
+
+/// Resources the collector never watches, as kube-controller-manager's defaults: Events are
+/// many, short-lived and never owners or owned in practice.
+pub const IGNORED: &[(&str, &str)] = &[("", "events"), ("events.k8s.io", "events")];
+
+/// The discovered resources whose objects take part in the graph: those served with `list`,
+/// `watch` and `delete` (the collector must see them and be able to delete them), not
+/// subresources, not [`IGNORED`], one version per group and resource (the first discovered, which
+/// discovery orders preferred-first).
+pub fn monitored(discovered: &[Resource]) -> Vec<Resource> {
+    let mut out: Vec<Resource> = Vec::new();
+    for r in discovered {
+        let can = |verb: &str| r.verbs.iter().any(|v| v == verb);
+        if r.plural.contains('/')
+            || !(can("list") && can("watch") && can("delete"))
+            || IGNORED.contains(&(r.group.as_str(), r.plural.as_str()))
+            || out
+                .iter()
+                .any(|o| o.group == r.group && o.plural == r.plural)
+        {
+            continue;
+        }
+        out.push(r.clone());
+    }
+    out
 }
 
 /// What to do with a dependent.
@@ -266,6 +294,49 @@ mod tests {
         assert_eq!(
             without_owners(&d, &["a".into(), "b".into(), "c".into()]),
             None
+        );
+    }
+
+    fn resource(group: &str, version: &str, plural: &str, verbs: &[&str]) -> Resource {
+        Resource {
+            group: group.into(),
+            version: version.into(),
+            plural: plural.into(),
+            kind: plural.into(),
+            namespaced: true,
+            verbs: verbs.iter().map(|v| v.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn monitors_every_listable_watchable_deletable_resource_once() {
+        let all = [
+            "create", "delete", "get", "list", "patch", "update", "watch",
+        ];
+        let discovered = vec![
+            resource("", "v1", "pods", &all),
+            resource("", "v1", "pods/status", &["get", "patch", "update"]),
+            resource("", "v1", "namespaces", &all),
+            resource("", "v1", "events", &all),
+            resource("events.k8s.io", "v1", "events", &all),
+            resource("", "v1", "bindings", &["create"]),
+            resource("", "v1", "componentstatuses", &["get", "list"]),
+            resource("batch", "v1", "jobs", &all),
+            resource("batch", "v1beta1", "jobs", &all),
+            resource("example.com", "v1", "widgets", &["get", "list", "watch"]),
+        ];
+        let picked: Vec<(String, String, String)> = monitored(&discovered)
+            .into_iter()
+            .map(|r| (r.group, r.version, r.plural))
+            .collect();
+        let want = [
+            ("", "v1", "pods"),
+            ("", "v1", "namespaces"),
+            ("batch", "v1", "jobs"),
+        ];
+        assert_eq!(
+            picked,
+            want.map(|(g, v, p)| (g.to_string(), v.to_string(), p.to_string()))
         );
     }
 

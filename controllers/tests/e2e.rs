@@ -733,3 +733,56 @@ async fn silent_nodes_are_tainted_and_their_pods_evicted() {
     stop.cancel();
     let _ = labels(&[]);
 }
+
+/// The collector watches what discovery says is served, not a fixed list: a Namespace (a kind it
+/// used to ignore) owned by a Node goes when the Node does, and one whose owner stays, stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_collection_covers_every_discovered_kind() {
+    let cluster = TestCluster::start(&[]);
+    let (c, stop) = controllers(&cluster, Options::default()).await;
+    let nodes: Api<Node> = Api::all(c.clone());
+    let namespaces: Api<Namespace> = Api::all(c.clone());
+    for (owner, dependent) in [("gc-gone", "owned-by-gone"), ("gc-kept", "owned-by-kept")] {
+        let n = nodes
+            .create(&PostParams::default(), &node(owner))
+            .await
+            .unwrap();
+        let ns: Namespace = serde_json::from_value(json!({
+            "metadata": {
+                "name": dependent,
+                "ownerReferences": [{
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "name": owner,
+                    "uid": n.metadata.uid,
+                }]
+            }
+        }))
+        .unwrap();
+        namespaces
+            .create(&PostParams::default(), &ns)
+            .await
+            .unwrap();
+    }
+    nodes
+        .delete("gc-gone", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for(
+        "the namespace owned by the deleted node to be deleted",
+        || async {
+            match namespaces.get_opt("owned-by-gone").await.unwrap() {
+                None => Some(()),
+                Some(ns) if ns.metadata.deletion_timestamp.is_some() => Some(()),
+                Some(_) => None,
+            }
+        },
+    )
+    .await;
+    let kept = namespaces.get("owned-by-kept").await.unwrap();
+    assert!(
+        kept.metadata.deletion_timestamp.is_none(),
+        "a namespace whose owner exists was deleted"
+    );
+    stop.cancel();
+}

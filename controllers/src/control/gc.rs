@@ -1,29 +1,29 @@
 //! The garbage collector: a graph of every watched object by UID with its owner references (and
-//! the reverse edges), fed by informers of the served kinds; work items are UIDs whose owners or
-//! dependents changed. An owner missing from the graph is confirmed missing by a live read before
+//! the reverse edges), fed by informers of every resource discovery says is served with list,
+//! watch and delete; work items are UIDs whose owners or dependents changed. An owner missing from the graph is confirmed missing by a live read before
 //! anything is deleted, so a lagging cache never costs an object.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet};
-use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{
-    ConfigMap, Endpoints, Node, Pod, Secret, Service, ServiceAccount,
-};
+use k8s_openapi::api::core::v1::{Endpoints, Namespace, Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{
     ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions, PropagationPolicy,
 };
 use serde_json::json;
-use skiff_client::informer::Informable;
-use skiff_client::{Api, SharedInformerFactory, WorkQueue, handler_fn};
+use skiff_client::informer::{Informable, Reflectable};
+use skiff_client::{Api, Informer, SharedInformerFactory, WorkQueue, handler_fn};
+use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::{Started, conflict, not_found, queue, spawn_workers};
+use super::{Started, conflict, discover, not_found, queue, spawn_workers};
 use crate::gc::{self as logic, Decision, OwnerState, OwnerWork, Propagation};
+use crate::namespace::Resource;
 use crate::{Error, Result};
 
 /// One object of the graph.
@@ -53,9 +53,19 @@ struct Graph {
     dependents: HashMap<String, HashSet<String>>,
 }
 
+/// The resources the collector knows from discovery.
+#[derive(Default)]
+struct Kinds {
+    /// (group, plural) of every resource watched.
+    monitored: HashSet<(String, String)>,
+    /// (group, kind) → where it is served, for live reads of owners.
+    by_kind: HashMap<(String, String), (ApiResource, bool)>,
+}
+
 struct Collector {
-    // Short critical sections only; never held across an await.
+    // Short critical sections only; never held across an await; never both at once.
     graph: Mutex<Graph>,
+    kinds: Mutex<Kinds>,
     queue: WorkQueue<String>,
     client: skiff_client::Client,
 }
@@ -177,18 +187,17 @@ impl Collector {
         if let Some(v) = self.graph.lock().expect("graph lock").objects.get(&r.uid) {
             return Ok(logic::state_of(&v.meta));
         }
-        let Some(info) = skiff_meta::resources::lookup_kind(group_of(&r.api_version), &r.kind)
-        else {
+        let served = self
+            .kinds
+            .lock()
+            .expect("kinds lock")
+            .by_kind
+            .get(&(group_of(&r.api_version).to_string(), r.kind.clone()))
+            .cloned();
+        let Some((resource, namespaced)) = served else {
             return Ok(OwnerState::Present);
         };
-        let resource = ApiResource {
-            group: info.group.to_string(),
-            version: info.version.to_string(),
-            api_version: info.api_version(),
-            kind: info.kind.to_string(),
-            plural: info.plural.to_string(),
-        };
-        let api = self.dynamic(&resource, info.namespaced, ns);
+        let api = self.dynamic(&resource, namespaced, ns);
         match api.get_opt(&r.name).await {
             Ok(Some(o)) if o.metadata.uid.as_deref() == Some(r.uid.as_str()) => {
                 Ok(logic::state_of(&o.metadata))
@@ -337,54 +346,167 @@ impl Collector {
     }
 }
 
-fn watch<K: Informable>(c: &Arc<Collector>, factory: &SharedInformerFactory) {
-    let ar = ApiResource::erase::<K>(&());
-    let namespaced =
-        skiff_meta::resources::lookup_kind(&ar.group, &ar.kind).is_some_and(|i| i.namespaced);
-    let informer = factory.informer::<K>();
+/// How often the served resources are discovered again, so that resources served later join
+/// the graph (kube-controller-manager resyncs its monitors every 30 s too).
+const REDISCOVER: Duration = Duration::from_secs(30);
+
+/// Waits until one monitor's informer has listed once.
+type Synced = BoxFuture<'static, ()>;
+
+fn api_resource(r: &Resource) -> ApiResource {
+    ApiResource {
+        group: r.group.clone(),
+        version: r.version.clone(),
+        api_version: if r.group.is_empty() {
+            r.version.clone()
+        } else {
+            format!("{}/{}", r.group, r.version)
+        },
+        kind: r.kind.clone(),
+        plural: r.plural.clone(),
+    }
+}
+
+fn register<K: Reflectable>(
+    c: &Arc<Collector>,
+    informer: &Informer<K>,
+    resource: ApiResource,
+    namespaced: bool,
+) -> Synced {
     let (a, u, d) = (c.clone(), c.clone(), c.clone());
-    let (ra, ru, rd) = (ar.clone(), ar.clone(), ar);
+    let (ra, ru, rd) = (resource.clone(), resource.clone(), resource);
     informer.add_handler(handler_fn(
         move |o: &Arc<K>| a.observe(&ra, namespaced, o.meta(), false),
         move |_: &Arc<K>, o: &Arc<K>| u.observe(&ru, namespaced, o.meta(), false),
         move |o: &Arc<K>| d.observe(&rd, namespaced, o.meta(), true),
     ));
+    let informer = informer.clone();
+    Box::pin(async move { informer.wait_for_sync().await })
 }
 
-/// Registers the collector on informers of the served kinds that carry owner references (or are
-/// common owners).
-pub(crate) fn start(factory: &SharedInformerFactory, workers: usize) -> Started {
+/// A typed shared informer when `K` is what `r` serves (so the collector shares the watch other
+/// controllers of this process already hold), else `None`.
+fn typed<K: Informable>(
+    c: &Arc<Collector>,
+    factory: &SharedInformerFactory,
+    r: &Resource,
+) -> Option<Synced> {
+    let ar = ApiResource::erase::<K>(&());
+    (ar.group == r.group && ar.version == r.version && ar.plural == r.plural)
+        .then(|| register(c, &factory.informer::<K>(), ar, r.namespaced))
+}
+
+/// Starts watching one discovered resource.
+fn monitor(c: &Arc<Collector>, factory: &SharedInformerFactory, r: &Resource) -> Synced {
+    typed::<Pod>(c, factory, r)
+        .or_else(|| typed::<ReplicaSet>(c, factory, r))
+        .or_else(|| typed::<Deployment>(c, factory, r))
+        .or_else(|| typed::<DaemonSet>(c, factory, r))
+        .or_else(|| typed::<Service>(c, factory, r))
+        .or_else(|| typed::<Endpoints>(c, factory, r))
+        .or_else(|| typed::<EndpointSlice>(c, factory, r))
+        .or_else(|| typed::<Namespace>(c, factory, r))
+        .or_else(|| typed::<Node>(c, factory, r))
+        .unwrap_or_else(|| {
+            // Everything else (ConfigMaps, Secrets, Leases, kinds served later) as metadata
+            // carried by dynamic objects, on an informer of its own.
+            let ar = api_resource(r);
+            register(c, &factory.dynamic_informer(&ar), ar, r.namespaced)
+        })
+}
+
+impl Collector {
+    /// Discovers the served resources and starts monitors for those not watched yet; returns
+    /// how to wait for the new ones to sync.
+    async fn sync_monitors(
+        self: &Arc<Self>,
+        factory: &SharedInformerFactory,
+    ) -> Result<Vec<Synced>> {
+        let discovered = logic::monitored(&discover(&self.client).await?);
+        let mut fresh = Vec::new();
+        for r in discovered {
+            let known = {
+                let mut kinds = self.kinds.lock().expect("kinds lock");
+                let id = (r.group.clone(), r.plural.clone());
+                let known = kinds.monitored.contains(&id);
+                kinds.monitored.insert(id);
+                kinds
+                    .by_kind
+                    .entry((r.group.clone(), r.kind.clone()))
+                    .or_insert_with(|| (api_resource(&r), r.namespaced));
+                known
+            };
+            if !known {
+                tracing::debug!(group = %r.group, resource = %r.plural, "garbage collector watching");
+                fresh.push(monitor(self, factory, &r));
+            }
+        }
+        Ok(fresh)
+    }
+}
+
+/// Registers the collector. Once the controllers' caches are synced it discovers the served
+/// resources, watches every one served with list, watch and delete, waits for those monitors to
+/// sync (an owner deleted in the foreground must see all its dependents), starts its workers,
+/// and discovers again every [`REDISCOVER`].
+pub(crate) fn start(
+    factory: &SharedInformerFactory,
+    workers: usize,
+    shutdown: CancellationToken,
+) -> Started {
     let c = Arc::new(Collector {
         graph: Mutex::new(Graph::default()),
+        kinds: Mutex::new(Kinds::default()),
         queue: queue(),
         client: factory.client().clone(),
     });
-    watch::<Pod>(&c, factory);
-    watch::<ReplicaSet>(&c, factory);
-    watch::<Deployment>(&c, factory);
-    watch::<DaemonSet>(&c, factory);
-    watch::<Service>(&c, factory);
-    watch::<Endpoints>(&c, factory);
-    watch::<EndpointSlice>(&c, factory);
-    watch::<ConfigMap>(&c, factory);
-    watch::<Secret>(&c, factory);
-    watch::<ServiceAccount>(&c, factory);
-    watch::<Lease>(&c, factory);
-    watch::<Node>(&c, factory);
+    let factory = factory.clone();
     Started {
         queue: c.queue.clone(),
         start: Box::new(move |tracker: &TaskTracker| {
-            let q = c.queue.clone();
-            spawn_workers(
-                tracker,
-                "garbagecollector",
-                &q,
-                workers,
-                move |key: String| {
-                    let c = c.clone();
-                    async move { c.sync(&key).await }
-                },
-            );
+            let tracker_for_workers = tracker.clone();
+            tracker.spawn(async move {
+                let mut backoff = Duration::from_millis(200);
+                loop {
+                    match c.sync_monitors(&factory).await {
+                        Ok(waits) => {
+                            tokio::select! {
+                                _ = futures::future::join_all(waits) => break,
+                                _ = shutdown.cancelled() => return,
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "garbage collector: discovery failed; retrying");
+                            tokio::select! {
+                                _ = tokio::time::sleep(backoff) => {}
+                                _ = shutdown.cancelled() => return,
+                            }
+                            backoff = (backoff * 2).min(Duration::from_secs(30));
+                        }
+                    }
+                }
+                let q = c.queue.clone();
+                let worker_c = c.clone();
+                spawn_workers(
+                    &tracker_for_workers,
+                    "garbagecollector",
+                    &q,
+                    workers,
+                    move |key: String| {
+                        let c = worker_c.clone();
+                        async move { c.sync(&key).await }
+                    },
+                );
+                loop {
+                    tokio::select! {
+                        _ = tokio::time::sleep(REDISCOVER) => {}
+                        _ = shutdown.cancelled() => return,
+                    }
+                    if let Err(e) = c.sync_monitors(&factory).await {
+                        tracing::debug!(error = %e, "garbage collector: rediscovery failed");
+                    }
+                }
+            });
         }),
     }
 }

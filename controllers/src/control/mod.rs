@@ -5,6 +5,7 @@
 use std::future::Future;
 use std::time::Duration;
 
+use kube::discovery::{Discovery, Scope};
 use skiff_client::{Client, SharedInformerFactory, WorkQueue};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -22,6 +23,29 @@ mod serviceaccount;
 
 /// A key is retried with backoff this many times before it waits for its next event.
 const MAX_RETRIES: u32 = 15;
+
+/// Every resource the API server serves, from its discovery documents (preferred versions
+/// first, subresources left out).
+pub(crate) async fn discover(client: &Client) -> Result<Vec<crate::namespace::Resource>> {
+    let discovery = Discovery::new(client.clone())
+        .run()
+        .await
+        .map_err(crate::Error::Discovery)?;
+    let mut out = Vec::new();
+    for group in discovery.groups() {
+        for (ar, caps) in group.recommended_resources() {
+            out.push(crate::namespace::Resource {
+                group: ar.group.clone(),
+                version: ar.version.clone(),
+                plural: ar.plural.clone(),
+                kind: ar.kind.clone(),
+                namespaced: caps.scope == Scope::Namespaced,
+                verbs: caps.operations.clone(),
+            });
+        }
+    }
+    Ok(out)
+}
 
 /// Whether a kube error is a 404.
 pub(crate) fn not_found(e: &kube::Error) -> bool {
@@ -107,7 +131,7 @@ pub async fn run(client: Client, options: Options, shutdown: CancellationToken) 
         started.push(namespace::start(&factory, workers));
     }
     if options.enabled("garbagecollector")? {
-        started.push(gc::start(&factory, workers.max(4)));
+        started.push(gc::start(&factory, workers.max(4), shutdown.clone()));
     }
     if options.enabled("serviceaccount")? {
         started.push(serviceaccount::start(&factory, workers));

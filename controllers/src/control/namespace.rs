@@ -6,12 +6,11 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams, PostParams};
-use kube::discovery::{Discovery, Scope};
 use skiff_client::{Api, Informer, SharedInformerFactory, WorkQueue, handler_fn, key_of};
 use tokio_util::task::TaskTracker;
 
-use super::{Started, not_found, queue, spawn_workers};
-use crate::namespace::{self as logic, Resource};
+use super::{Started, discover, not_found, queue, spawn_workers};
+use crate::namespace as logic;
 use crate::{Error, Result};
 
 /// How soon a namespace whose objects are still going away is looked at again.
@@ -24,27 +23,6 @@ struct Controller {
 }
 
 impl Controller {
-    async fn discover(&self) -> Result<Vec<Resource>> {
-        let discovery = Discovery::new(self.client.clone())
-            .run()
-            .await
-            .map_err(Error::Discovery)?;
-        let mut out = Vec::new();
-        for group in discovery.groups() {
-            for (ar, caps) in group.recommended_resources() {
-                out.push(Resource {
-                    group: ar.group.clone(),
-                    version: ar.version.clone(),
-                    plural: ar.plural.clone(),
-                    kind: ar.kind.clone(),
-                    namespaced: caps.scope == Scope::Namespaced,
-                    verbs: caps.operations.clone(),
-                });
-            }
-        }
-        Ok(out)
-    }
-
     async fn sync(&self, name: &str) -> Result<Option<Duration>> {
         let Some(ns) = self.namespaces.cache().get(None, name) else {
             return Ok(None);
@@ -53,7 +31,7 @@ impl Controller {
             return Ok(None);
         }
         let mut remaining = 0usize;
-        for r in logic::purgeable(&self.discover().await?) {
+        for r in logic::purgeable(&discover(&self.client).await?) {
             let api_version = if r.group.is_empty() {
                 r.version.clone()
             } else {

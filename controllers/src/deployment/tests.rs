@@ -326,6 +326,43 @@ fn rolling_update_waits_for_availability() {
     );
 }
 
+/// Regression (`skiff bench deployment`, 1,000 replicas): the old set's status still counted 709
+/// available pods under a spec already cut to 597, so the scale-down took it to 263 and left 586
+/// available against a floor of 750.
+#[test]
+fn scale_down_counts_no_set_above_its_spec() {
+    let mut w = World::new(deployment(1000, "a"));
+    w.settle(true, |_| {});
+    w.set_image("b");
+    w.step(false);
+    let new_name = w.new_set().metadata.name.clone().unwrap();
+    for (name, rs) in w.sets.iter_mut() {
+        let (spec, replicas, available) = if *name == new_name {
+            (653, 653, 317)
+        } else {
+            (597, 709, 709)
+        };
+        set_rs_replicas(rs, spec);
+        rs.status = Some(ReplicaSetStatus {
+            replicas,
+            ready_replicas: Some(available),
+            available_replicas: Some(available),
+            observed_generation: rs.metadata.generation,
+            ..ReplicaSetStatus::default()
+        });
+    }
+    let sets: Vec<&ReplicaSet> = w.sets.values().collect();
+    let p = plan(&w.d, &sets, &[], at(w.clock + 1));
+    let old_spec = p.changes.iter().find_map(|c| match c {
+        RsChange::Update(rs) if rs.metadata.name.as_deref() != Some(new_name.as_str()) => {
+            Some(rs_replicas(rs))
+        }
+        _ => None,
+    });
+    // The new set's 317 available pods plus what the old one keeps must stay at 750.
+    assert_eq!(old_spec, Some(750 - 317));
+}
+
 #[test]
 fn undo_reuses_the_old_set_under_a_new_revision() {
     let mut w = World::new(deployment(2, "a"));
