@@ -181,6 +181,12 @@ pub struct Options {
     /// Longest CrashLoopBackOff delay.
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     pub crash_loop_backoff_max: Duration,
+    /// On SIGTERM/SIGINT the kubelet stops its pods before it exits (SIGTERM to each
+    /// container, then SIGKILL): the longest it waits for a pod, whose own
+    /// terminationGracePeriodSeconds applies when shorter. Processes cannot outlive the kubelet
+    /// usefully: the next one would kill them as orphans.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub shutdown_grace_period: Duration,
 }
 
 fn hostname() -> String {
@@ -311,45 +317,50 @@ pub async fn run_with_host(
     factory.start(shutdown.clone());
     tokio::select! {
         _ = factory.wait_for_sync() => {}
-        _ = shutdown.cancelled() => return Ok(()),
+        _ = shutdown.cancelled() => {}
     }
-    let mut known: HashSet<String> = pods
-        .cache()
-        .list()
-        .iter()
-        .filter_map(|p| p.metadata.uid.clone())
-        .collect();
-    let mut static_state = StaticPods::default();
-    if let Some(dir) = &options.pod_manifest_path {
-        static_state
-            .sync(dir, &node_name, &node_uid, &client, &manager, &statics)
-            .await;
-        known.extend(static_state.pods.keys().cloned());
-    }
-    manager.cleanup_unknown(&known).await;
-    if let Some(dir) = options.pod_manifest_path.clone() {
-        let (client, manager, node_name, shutdown) = (
-            client.clone(),
-            manager.clone(),
-            node_name.clone(),
-            shutdown.clone(),
-        );
-        let every = options.file_check_frequency;
-        tasks.spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = tokio::time::sleep(every) => {}
-                    _ = shutdown.cancelled() => return,
+    if !shutdown.is_cancelled() {
+        let mut known: HashSet<String> = pods
+            .cache()
+            .list()
+            .iter()
+            .filter_map(|p| p.metadata.uid.clone())
+            .collect();
+        let mut static_state = StaticPods::default();
+        if let Some(dir) = &options.pod_manifest_path {
+            static_state
+                .sync(dir, &node_name, &node_uid, &client, &manager, &statics)
+                .await;
+            known.extend(static_state.pods.keys().cloned());
+        }
+        manager.cleanup_unknown(&known).await;
+        if let Some(dir) = options.pod_manifest_path.clone() {
+            let (client, manager, node_name, shutdown) = (
+                client.clone(),
+                manager.clone(),
+                node_name.clone(),
+                shutdown.clone(),
+            );
+            let every = options.file_check_frequency;
+            tasks.spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = tokio::time::sleep(every) => {}
+                        _ = shutdown.cancelled() => return,
+                    }
+                    static_state
+                        .sync(&dir, &node_name, &node_uid, &client, &manager, &statics)
+                        .await;
                 }
-                static_state
-                    .sync(&dir, &node_name, &node_uid, &client, &manager, &statics)
-                    .await;
-            }
-        });
+            });
+        }
     }
     shutdown.cancelled().await;
+    tracing::info!(grace = ?options.shutdown_grace_period, "kubelet shutting down: stopping pods");
+    manager.shutdown(options.shutdown_grace_period).await;
     tasks.close();
     let _ = tokio::time::timeout(Duration::from_secs(5), tasks.wait()).await;
+    tracing::info!("kubelet stopped");
     Ok(())
 }
 

@@ -218,4 +218,5 @@ async fn health_pods_and_logs() {
     let (status, _) = get(port, &format!("{logs}?tailLines=x"), Some(TOKEN)).await;
     assert_eq!(status, 400);
     shutdown.cancel();
+    manager.shutdown(Duration::from_secs(5)).await;
 }

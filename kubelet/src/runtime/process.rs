@@ -23,6 +23,15 @@
 //! marked running: their output pipes died with the old kubelet, so the processes cannot be adopted
 //! with their logs; they are killed (when the pid still belongs to them) and recorded as exited
 //! with reason `Orphaned`, and the pod sync loop starts them again by their restart policy.
+//!
+//! Since processes cannot outlive the kubelet usefully, a kubelet that shuts down gracefully
+//! stops them all ([`Runtime::shutdown`]: SIGTERM to each group, the pod's grace period capped by
+//! `--shutdown-grace-period`, then SIGKILL), as the Kubernetes kubelet's graceful node shutdown
+//! does; those runs are recorded with reason `Shutdown`. Only a kubelet killed outright leaves
+//! orphans. `PR_SET_PDEATHSIG` would not make that case safe: it fires when the *thread* that
+//! forked exits (a tokio worker or blocking-pool thread, which come and go), reaches only the
+//! main process and not the rest of its group, and needs `unsafe` `pre_exec`; the records do it
+//! reliably instead.
 
 use std::collections::HashMap;
 use std::os::unix::process::ExitStatusExt;
@@ -82,6 +91,8 @@ struct Record {
 struct Entry {
     record: Record,
     exited: watch::Receiver<bool>,
+    /// Stopped by [`Runtime::shutdown`]: its exit is recorded with reason `Shutdown`.
+    shutdown: bool,
 }
 
 /// Runs containers as host processes. Cheap to clone; clones share state.
@@ -91,6 +102,9 @@ pub struct ProcessRuntime {
     /// Containers by id. Held only for short map operations, never across `.await`.
     entries: Arc<Mutex<HashMap<String, Entry>>>,
     events: broadcast::Sender<String>,
+    /// Set by [`Runtime::shutdown`]; read by `start` under the `entries` lock, so that no
+    /// container starts after shutdown has listed the running ones.
+    closed: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl ProcessRuntime {
@@ -135,13 +149,21 @@ impl ProcessRuntime {
                 write_record(dir, &record)?;
             }
             let (_tx, exited) = watch::channel(true);
-            entries.insert(record.container.id.clone(), Entry { record, exited });
+            entries.insert(
+                record.container.id.clone(),
+                Entry {
+                    record,
+                    exited,
+                    shutdown: false,
+                },
+            );
         }
         let (events, _) = broadcast::channel(256);
         Ok(Self {
             config: Arc::new(config),
             entries: Arc::new(Mutex::new(entries)),
             events,
+            closed: Arc::default(),
         })
     }
 
@@ -302,6 +324,12 @@ impl Runtime for ProcessRuntime {
             source,
         })?;
         let writer = Arc::new(Mutex::new(writer));
+        // Spawned under the lock that `shutdown` takes to list the containers to stop: a
+        // container either is refused or is in that list.
+        let mut entries = self.entries();
+        if self.closed.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(Error::ShuttingDown(config.name));
+        }
         let mut child =
             command_for(&config, &argv)
                 .spawn()
@@ -322,10 +350,23 @@ impl Runtime for ProcessRuntime {
             pid: Some(pid as i32),
             start_ticks: start_ticks(pid as i32),
         };
-        write_record(&self.config.state_dir, &record)?;
         let (exit_tx, exited) = watch::channel(false);
         let container = record.container.clone();
-        self.entries().insert(id.clone(), Entry { record, exited });
+        let written = write_record(&self.config.state_dir, &record);
+        entries.insert(
+            id.clone(),
+            Entry {
+                record,
+                exited,
+                shutdown: false,
+            },
+        );
+        drop(entries);
+        if let Err(err) = written {
+            // Running but unrecorded: a kubelet restart could not find it. Do not keep it.
+            kill_group(pid as i32, Signal::KILL);
+            tracing::warn!(%err, %id, "recording a started container; killed it");
+        }
 
         let stdout = child.stdout.take().expect("stdout piped");
         let stderr = child.stderr.take().expect("stderr piped");
@@ -355,17 +396,19 @@ impl Runtime for ProcessRuntime {
                     ev.lines()
                         .any(|l| l.starts_with("oom_kill ") && !l.ends_with(" 0"))
                 });
-            let reason = if oom {
-                "OOMKilled"
-            } else if exit_code == 0 {
-                "Completed"
-            } else {
-                "Error"
-            };
             remove_cgroup(this.config.cgroup_root.as_deref(), &id);
             let updated = {
                 let mut entries = this.entries();
                 entries.get_mut(&id).map(|entry| {
+                    let reason = if oom {
+                        "OOMKilled"
+                    } else if entry.shutdown {
+                        "Shutdown"
+                    } else if exit_code == 0 {
+                        "Completed"
+                    } else {
+                        "Error"
+                    };
                     entry.record.container.state = State::Exited {
                         started_at,
                         finished_at: Timestamp::now(),
@@ -493,6 +536,42 @@ impl Runtime for ProcessRuntime {
 
     fn subscribe(&self) -> broadcast::Receiver<String> {
         self.events.subscribe()
+    }
+
+    async fn shutdown(&self, grace: &(dyn for<'c> Fn(&'c Container) -> Duration + Send + Sync)) {
+        let stops: Vec<(String, Duration)> = {
+            let mut entries = self.entries();
+            self.closed.store(true, std::sync::atomic::Ordering::SeqCst);
+            entries
+                .values_mut()
+                .filter(|e| e.record.container.is_running())
+                .map(|e| {
+                    e.shutdown = true;
+                    (e.record.container.id.clone(), grace(&e.record.container))
+                })
+                .collect()
+        };
+        if !stops.is_empty() {
+            tracing::info!(containers = stops.len(), "stopping containers for shutdown");
+        }
+        futures::future::join_all(stops.iter().map(|(id, grace)| async move {
+            if let Err(err) = self.stop(id, *grace).await {
+                tracing::warn!(%err, %id, "stopping a container for shutdown");
+            }
+        }))
+        .await;
+    }
+}
+
+impl ProcessRuntime {
+    /// Sends SIGKILL to the process group of every running container, without waiting: a last
+    /// resort for a kubelet that cannot shut down gracefully (a test's clean-up on panic).
+    pub fn kill_all(&self) {
+        for entry in self.entries().values() {
+            if let (true, Some(pid)) = (entry.record.container.is_running(), entry.record.pid) {
+                kill_group(pid, Signal::KILL);
+            }
+        }
     }
 }
 
@@ -669,6 +748,108 @@ mod tests {
         rt.stop(&c.id, Duration::from_millis(300)).await.unwrap();
         match wait_exit(&rt, &c.id).await {
             State::Exited { exit_code, .. } => assert_eq!(exit_code, 128 + 9),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn shutdown_stops_running_groups_with_their_grace_and_refuses_starts() {
+        let dir = tempfile::tempdir().unwrap();
+        let rt = runtime(dir.path());
+        let done = rt
+            .start(config(dir.path(), "done", "exit 0"))
+            .await
+            .unwrap();
+        wait_exit(&rt, &done.id).await;
+        let pidfile = dir.path().join("child.pid");
+        let plain = rt
+            .start(config(
+                dir.path(),
+                "plain",
+                &format!(
+                    "sleep 1000 & echo $! > {}; while true; do sleep 1; done",
+                    pidfile.display()
+                ),
+            ))
+            .await
+            .unwrap();
+        let ready = dir.path().join("ready");
+        let stubborn = rt
+            .start(config(
+                dir.path(),
+                "stubborn",
+                &format!(
+                    "trap '' TERM; touch {}; while true; do sleep 1; done",
+                    ready.display()
+                ),
+            ))
+            .await
+            .unwrap();
+        let child: i32 = loop {
+            if let Some(p) = std::fs::read_to_string(&pidfile)
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+            {
+                break p;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        while !ready.exists() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // The stubborn one would take an hour if its grace were not the one given.
+        let grace = |c: &Container| {
+            if c.config.name == "stubborn" {
+                Duration::from_millis(300)
+            } else {
+                Duration::from_secs(3600)
+            }
+        };
+        rt.shutdown(&grace).await;
+        let state = |id: &str| {
+            rt.list(None)
+                .into_iter()
+                .find(|c| c.id == id)
+                .unwrap()
+                .state
+        };
+        match state(&plain.id) {
+            State::Exited {
+                exit_code, reason, ..
+            } => assert_eq!((exit_code, reason.as_str()), (128 + 15, "Shutdown")),
+            other => panic!("{other:?}"),
+        }
+        match state(&stubborn.id) {
+            State::Exited {
+                exit_code, reason, ..
+            } => assert_eq!((exit_code, reason.as_str()), (128 + 9, "Shutdown")),
+            other => panic!("{other:?}"),
+        }
+        match state(&done.id) {
+            State::Exited { reason, .. } => assert_eq!(reason, "Completed", "exited before"),
+            other => panic!("{other:?}"),
+        }
+        for _ in 0..250 {
+            if !alive(child) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(!alive(child), "the group's background child is gone too");
+        assert!(matches!(
+            rt.start(config(dir.path(), "late", "sleep 1000")).await,
+            Err(Error::ShuttingDown(_))
+        ));
+        // What the next runtime reads back.
+        let rt2 = runtime(dir.path());
+        match rt2
+            .list(None)
+            .into_iter()
+            .find(|c| c.id == plain.id)
+            .unwrap()
+            .state
+        {
+            State::Exited { reason, .. } => assert_eq!(reason, "Shutdown"),
             other => panic!("{other:?}"),
         }
     }
