@@ -49,6 +49,7 @@ fn start_node(root: &Path, sources: Sources) -> Node {
             cgroup_root: None,
             log_max_size: 1 << 20,
             log_max_files: 2,
+            health_program: "true".into(),
         })
         .unwrap(),
     );

@@ -96,6 +96,7 @@ async fn health_pods_and_logs() {
             cgroup_root: None,
             log_max_size: 1 << 20,
             log_max_files: 2,
+            health_program: "true".into(),
         })
         .unwrap(),
     );

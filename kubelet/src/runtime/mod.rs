@@ -42,6 +42,15 @@ pub enum Error {
     /// The runtime is shutting down with the kubelet and starts nothing more.
     #[error("cannot start container {0}: the runtime is shutting down")]
     ShuttingDown(String),
+    /// The runtime's health check could not start a process.
+    #[error("cannot spawn a process ({program}): {source}")]
+    SpawnFailed {
+        /// The program tried.
+        program: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
     /// Reading or writing the runtime's state failed.
     #[error("runtime state at {path}: {source}")]
     State {
@@ -179,6 +188,9 @@ pub trait Runtime: Send + Sync + 'static {
     async fn exec(&self, id: &str, cmd: &[String], timeout: Duration) -> Result<ExecOutput>;
     /// A receiver woken with the pod UID whenever one of its containers exits.
     fn subscribe(&self) -> tokio::sync::broadcast::Receiver<String>;
+    /// Checks that the runtime can run containers now (its `Status` in CRI terms); the error
+    /// says why not, and the node is not Ready while there is one.
+    async fn health(&self) -> Result<()>;
     /// Stops every running container because the kubelet shuts down, all at once, each as
     /// [`Runtime::stop`] does with the grace `grace` gives it; from the call on, [`Runtime::start`]
     /// fails with [`Error::ShuttingDown`]. The exits are recorded with reason `Shutdown`, which

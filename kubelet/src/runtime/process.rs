@@ -64,6 +64,8 @@ pub struct Config {
     pub log_max_size: u64,
     /// Log files kept per container (`--container-log-max-files`, 5).
     pub log_max_files: usize,
+    /// The program the health check spawns (looked up on [`DEFAULT_PATH`]): `true`.
+    pub health_program: String,
 }
 
 impl Config {
@@ -75,6 +77,7 @@ impl Config {
             cgroup_root: unified.then(|| PathBuf::from("/sys/fs/cgroup/skiff")),
             log_max_size: 10 * 1024 * 1024,
             log_max_files: 5,
+            health_program: "true".into(),
         }
     }
 }
@@ -538,6 +541,41 @@ impl Runtime for ProcessRuntime {
         self.events.subscribe()
     }
 
+    /// Healthy when a file can be written and removed in the state directory (where every start
+    /// records its container) and a process can be spawned and reaped (what every start does).
+    async fn health(&self) -> Result<()> {
+        let dir = &self.config.state_dir;
+        let probe = dir.join(".health");
+        std::fs::write(&probe, b"ok")
+            .and_then(|()| std::fs::remove_file(&probe))
+            .map_err(|source| Error::State {
+                path: dir.clone(),
+                source,
+            })?;
+        let program = &self.config.health_program;
+        let spawn_failed = |source| Error::SpawnFailed {
+            program: program.clone(),
+            source,
+        };
+        let status = tokio::process::Command::new(program)
+            .env_clear()
+            .env("PATH", DEFAULT_PATH)
+            .current_dir("/")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .status();
+        match tokio::time::timeout(Duration::from_secs(5), status).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(source)) => Err(spawn_failed(source)),
+            Err(_) => Err(spawn_failed(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "did not exit within 5 s",
+            ))),
+        }
+    }
+
     async fn shutdown(&self, grace: &(dyn for<'c> Fn(&'c Container) -> Duration + Send + Sync)) {
         let stops: Vec<(String, Duration)> = {
             let mut entries = self.entries();
@@ -606,6 +644,7 @@ mod tests {
             cgroup_root: None,
             log_max_size: 1 << 20,
             log_max_files: 2,
+            health_program: "true".into(),
         })
         .unwrap()
     }
@@ -855,6 +894,39 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn health_needs_a_writable_state_dir_and_a_spawnable_process() {
+        let dir = tempfile::tempdir().unwrap();
+        let rt = runtime(dir.path());
+        rt.health().await.unwrap();
+
+        // The state directory replaced by a file (root may write anywhere, so permissions
+        // would not make it fail): records cannot be written.
+        let state = dir.path().join("state");
+        std::fs::rename(&state, dir.path().join("state.away")).unwrap();
+        std::fs::write(&state, b"not a directory").unwrap();
+        match rt.health().await {
+            Err(Error::State { path, .. }) => assert_eq!(path, state),
+            other => panic!("{other:?}"),
+        }
+        std::fs::remove_file(&state).unwrap();
+        std::fs::rename(dir.path().join("state.away"), &state).unwrap();
+        rt.health().await.unwrap();
+
+        // Nothing can be spawned.
+        let rt = ProcessRuntime::open(Config {
+            state_dir: dir.path().join("state3"),
+            cgroup_root: None,
+            log_max_size: 1 << 20,
+            log_max_files: 2,
+            health_program: "/nonexistent/program".into(),
+        })
+        .unwrap();
+        let err = rt.health().await.unwrap_err();
+        assert!(matches!(err, Error::SpawnFailed { .. }), "{err:?}");
+        assert!(err.to_string().contains("/nonexistent/program"), "{err}");
+    }
+
+    #[tokio::test]
     async fn exec_runs_in_container_env_and_times_out() {
         let dir = tempfile::tempdir().unwrap();
         let rt = runtime(dir.path());
@@ -936,6 +1008,7 @@ mod tests {
             cgroup_root: Some(cg.clone()),
             log_max_size: 1 << 20,
             log_max_files: 2,
+            health_program: "true".into(),
         })
         .unwrap();
         cfg.name = "d".into();
