@@ -334,6 +334,13 @@ pub async fn run(args: ApiArgs, plan: Plan) -> Result<()> {
     }
     tracing::info!("shutting down: stopping components");
     components_stop.cancel();
+    // The kubelet stops its pods first, for up to its shutdown grace period.
+    let components_grace = Duration::from_secs(10)
+        + plan
+            .options
+            .as_ref()
+            .filter(|_| plan.components.contains(&components::Component::Kubelet))
+            .map_or(Duration::ZERO, |o| o.kubelet.shutdown_grace_period);
     let stop_components = async {
         while let Some(done) = running.join_next().await {
             if let Ok((component, Err(e))) = done {
@@ -341,11 +348,11 @@ pub async fn run(args: ApiArgs, plan: Plan) -> Result<()> {
             }
         }
     };
-    if tokio::time::timeout(Duration::from_secs(10), stop_components)
+    if tokio::time::timeout(components_grace, stop_components)
         .await
         .is_err()
     {
-        tracing::warn!("components still stopping after 10 s; going on");
+        tracing::warn!(?components_grace, "components still stopping; going on");
     }
     tracing::info!("shutting down: no new requests; finishing the ones in flight");
     shutdown.cancel();

@@ -181,6 +181,12 @@ pub struct Options {
     /// Longest CrashLoopBackOff delay.
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     pub crash_loop_backoff_max: Duration,
+    /// On SIGTERM/SIGINT the kubelet stops its pods before it exits (SIGTERM to each
+    /// container, then SIGKILL): the longest it waits for a pod, whose own
+    /// terminationGracePeriodSeconds applies when shorter. Processes cannot outlive the kubelet
+    /// usefully: the next one would kill them as orphans.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub shutdown_grace_period: Duration,
 }
 
 fn hostname() -> String {
@@ -290,6 +296,7 @@ pub async fn run_with_host(
             host,
         },
         manager.clone(),
+        runtime.clone(),
         shutdown.clone(),
     ));
     let statics: Arc<Mutex<HashSet<String>>> = Arc::default();
@@ -311,45 +318,50 @@ pub async fn run_with_host(
     factory.start(shutdown.clone());
     tokio::select! {
         _ = factory.wait_for_sync() => {}
-        _ = shutdown.cancelled() => return Ok(()),
+        _ = shutdown.cancelled() => {}
     }
-    let mut known: HashSet<String> = pods
-        .cache()
-        .list()
-        .iter()
-        .filter_map(|p| p.metadata.uid.clone())
-        .collect();
-    let mut static_state = StaticPods::default();
-    if let Some(dir) = &options.pod_manifest_path {
-        static_state
-            .sync(dir, &node_name, &node_uid, &client, &manager, &statics)
-            .await;
-        known.extend(static_state.pods.keys().cloned());
-    }
-    manager.cleanup_unknown(&known).await;
-    if let Some(dir) = options.pod_manifest_path.clone() {
-        let (client, manager, node_name, shutdown) = (
-            client.clone(),
-            manager.clone(),
-            node_name.clone(),
-            shutdown.clone(),
-        );
-        let every = options.file_check_frequency;
-        tasks.spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = tokio::time::sleep(every) => {}
-                    _ = shutdown.cancelled() => return,
+    if !shutdown.is_cancelled() {
+        let mut known: HashSet<String> = pods
+            .cache()
+            .list()
+            .iter()
+            .filter_map(|p| p.metadata.uid.clone())
+            .collect();
+        let mut static_state = StaticPods::default();
+        if let Some(dir) = &options.pod_manifest_path {
+            static_state
+                .sync(dir, &node_name, &node_uid, &client, &manager, &statics)
+                .await;
+            known.extend(static_state.pods.keys().cloned());
+        }
+        manager.cleanup_unknown(&known).await;
+        if let Some(dir) = options.pod_manifest_path.clone() {
+            let (client, manager, node_name, shutdown) = (
+                client.clone(),
+                manager.clone(),
+                node_name.clone(),
+                shutdown.clone(),
+            );
+            let every = options.file_check_frequency;
+            tasks.spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = tokio::time::sleep(every) => {}
+                        _ = shutdown.cancelled() => return,
+                    }
+                    static_state
+                        .sync(&dir, &node_name, &node_uid, &client, &manager, &statics)
+                        .await;
                 }
-                static_state
-                    .sync(&dir, &node_name, &node_uid, &client, &manager, &statics)
-                    .await;
-            }
-        });
+            });
+        }
     }
     shutdown.cancelled().await;
+    tracing::info!(grace = ?options.shutdown_grace_period, "kubelet shutting down: stopping pods");
+    manager.shutdown(options.shutdown_grace_period).await;
     tasks.close();
     let _ = tokio::time::timeout(Duration::from_secs(5), tasks.wait()).await;
+    tracing::info!("kubelet stopped");
     Ok(())
 }
 
@@ -534,21 +546,36 @@ struct StatusSettings {
     host: HostReader,
 }
 
-/// Computes the node status every update period (every second until Ready) and PATCHes it when
-/// it changed or the report interval passed; a failed attempt is retried up to 5 times, the
+/// Computes the node status every update period (every second until Ready), with the
+/// runtime's health check deciding Ready, and PATCHes it when it changed or the report interval
+/// passed; a failed attempt is retried up to 5 times, the
 /// retries reading the Node fresh.
 async fn status_loop(
     nodes: Api<Node>,
     node: Node,
     settings: StatusSettings,
     manager: Manager,
+    runtime: Arc<dyn Runtime>,
     shutdown: CancellationToken,
 ) {
     let setters = node_status::default_setters();
     let mut cached = Some(node);
     let mut last_report: Option<Instant> = None;
     let mut range: Option<Range> = None;
+    let mut runtime_error: Option<String> = None;
     loop {
+        let health = runtime
+            .health()
+            .await
+            .err()
+            .map(|err| format!("container runtime is down: {err}"));
+        if health != runtime_error {
+            match &health {
+                Some(message) => tracing::warn!(%message, "node not ready"),
+                None => tracing::info!("container runtime healthy"),
+            }
+            runtime_error = health;
+        }
         let ctx = Context {
             readings: (settings.host)(&settings.root),
             node_ip: settings.node_ip,
@@ -556,7 +583,7 @@ async fn status_loop(
             kubelet_port: settings.port,
             max_pods: settings.max_pods,
             thresholds: Thresholds::default(),
-            runtime_error: None,
+            runtime_error: runtime_error.clone(),
             now: Timestamp::now(),
         };
         let mut ready = false;
@@ -681,7 +708,17 @@ impl pod::SourceProvider for ApiSources {
     }
 }
 
-/// Sends what the pod manager reports: status PATCHes, Events, and deletion confirmations.
+/// Requests the reporting has in flight at most (status PATCHes, deletion confirmations and
+/// Events together).
+const REPORTS_IN_FLIGHT: usize = 8;
+
+/// Sends what the pod manager reports: status PATCHes, deletion confirmations and Events.
+///
+/// Each pod's reports go out in order through a task of its own, different pods' side by side
+/// (up to [`REPORTS_IN_FLIGHT`]): a burst of pods starting does not queue each pod's status behind
+/// every other pod's requests. A status overtaken by a newer one of the same pod before it went
+/// out is skipped, since only the latest matters (as in the Kubernetes status manager). Events
+/// never hold up a status.
 async fn report_loop(
     client: Client,
     node_name: String,
@@ -689,11 +726,88 @@ async fn report_loop(
     statics: Arc<Mutex<HashSet<String>>>,
     shutdown: CancellationToken,
 ) {
+    let reporter = Arc::new(Reporter {
+        client,
+        node_name,
+        statics,
+        slots: tokio::sync::Semaphore::new(REPORTS_IN_FLIGHT),
+    });
+    let mut pods: HashMap<String, mpsc::UnboundedSender<Event>> = HashMap::new();
     loop {
         let ev = tokio::select! {
             ev = events.recv() => match ev { Some(ev) => ev, None => return },
             _ = shutdown.cancelled() => return,
         };
+        let (uid, last) = match &ev {
+            Event::Status { uid, .. } => (uid.clone(), false),
+            Event::Terminated { uid, .. } => (uid.clone(), true),
+            Event::Record { .. } => {
+                let (reporter, shutdown) = (reporter.clone(), shutdown.clone());
+                tokio::spawn(async move {
+                    tokio::select! {
+                        _ = reporter.send(ev) => {}
+                        _ = shutdown.cancelled() => {}
+                    }
+                });
+                continue;
+            }
+        };
+        let tx = pods.entry(uid.clone()).or_insert_with(|| {
+            let (tx, rx) = mpsc::unbounded_channel();
+            tokio::spawn(pod_reports(reporter.clone(), rx, shutdown.clone()));
+            tx
+        });
+        let _ = tx.send(ev);
+        if last {
+            // The pod's task sends what it has, then ends with its channel.
+            pods.remove(&uid);
+        }
+    }
+}
+
+/// One pod's reports, in order, skipping statuses overtaken by a newer one.
+async fn pod_reports(
+    reporter: Arc<Reporter>,
+    mut rx: mpsc::UnboundedReceiver<Event>,
+    shutdown: CancellationToken,
+) {
+    let work = async {
+        while let Some(first) = rx.recv().await {
+            let mut pending = Some(first);
+            while let Ok(next) = rx.try_recv() {
+                match (pending.take(), &next) {
+                    // Overtaken by a newer status of the same pod: skipped.
+                    (Some(Event::Status { .. }), Event::Status { .. }) | (None, _) => {}
+                    (Some(prev), _) => reporter.send(prev).await,
+                }
+                pending = Some(next);
+            }
+            if let Some(ev) = pending {
+                reporter.send(ev).await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = work => {}
+        _ = shutdown.cancelled() => {}
+    }
+}
+
+/// What the report tasks share.
+struct Reporter {
+    client: Client,
+    node_name: String,
+    statics: Arc<Mutex<HashSet<String>>>,
+    slots: tokio::sync::Semaphore,
+}
+
+impl Reporter {
+    /// Sends one report (a status with retries).
+    async fn send(&self, ev: Event) {
+        let _slot = self.slots.acquire().await.expect("never closed");
+        let client = &self.client;
+        let node_name = &self.node_name;
+        let statics = &self.statics;
         match ev {
             Event::Status {
                 namespace,

@@ -417,6 +417,33 @@ mod tests {
     }
 
     #[test]
+    fn ready_follows_runtime_health_both_ways() {
+        let setters = default_setters();
+        let healthy = compute(&NodeStatus::default(), &ctx(1000), &setters);
+        let mut broken = ctx(1010);
+        broken.runtime_error = Some("container runtime is down: cannot spawn".into());
+        let down = compute(&healthy, &broken, &setters);
+        assert!(changed(&healthy, &down), "a flip is PATCHed at once");
+        assert_eq!(condition_status(&down, "Ready"), Some("False"));
+        let up = compute(&down, &ctx(1020), &setters);
+        assert!(changed(&down, &up));
+        let ready = up
+            .conditions
+            .unwrap()
+            .into_iter()
+            .find(|c| c.type_ == "Ready")
+            .unwrap();
+        assert_eq!(ready.status, "True");
+        assert_eq!(ready.reason.as_deref(), Some("KubeletReady"));
+        assert_eq!(
+            ready.last_transition_time,
+            Some(Time(Timestamp::from_second(1020).unwrap()))
+        );
+        // The other conditions did not move.
+        assert_eq!(condition_status(&up, "MemoryPressure"), Some("False"));
+    }
+
+    #[test]
     fn setters_are_independent_parts() {
         let s = compute(&NodeStatus::default(), &ctx(1000), &[set_daemon_endpoints]);
         assert!(s.daemon_endpoints.is_some());

@@ -406,6 +406,7 @@ mod tests {
                 cgroup_root: None,
                 log_max_size: 1 << 20,
                 log_max_files: 1,
+                health_program: "true".into(),
             })
             .unwrap(),
         );

@@ -162,6 +162,40 @@ async fn lease_renews_and_status_is_patched_only_on_change() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(status_patches(&cluster).await, after);
 
+    // The runtime breaks (its state directory cannot take records): not Ready, saying why.
+    let state = root.path().join("containers");
+    let away = root.path().join("containers.away");
+    std::fs::rename(&state, &away).unwrap();
+    std::fs::write(&state, b"not a directory").unwrap();
+    until("Ready turns False for the runtime", || async {
+        let node = nodes.get("hb").await.unwrap();
+        condition(&node, "Ready").as_deref() == Some("False")
+    })
+    .await;
+    let node = nodes.get("hb").await.unwrap();
+    let ready = node
+        .status
+        .unwrap()
+        .conditions
+        .unwrap()
+        .into_iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
+    assert_eq!(ready.reason.as_deref(), Some("KubeletNotReady"));
+    let message = ready.message.unwrap_or_default();
+    assert!(
+        message.contains("container runtime is down") && message.contains("containers"),
+        "{message}"
+    );
+    // Repaired: Ready again.
+    std::fs::remove_file(&state).unwrap();
+    std::fs::rename(&away, &state).unwrap();
+    until("Ready turns True again", || async {
+        let node = nodes.get("hb").await.unwrap();
+        condition(&node, "Ready").as_deref() == Some("True")
+    })
+    .await;
+
     shutdown.cancel();
     kubelet.await.unwrap().unwrap();
 }

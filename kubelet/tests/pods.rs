@@ -28,6 +28,18 @@ struct Node {
     events: mpsc::UnboundedReceiver<Event>,
     shutdown: CancellationToken,
     seen: Vec<Event>,
+    /// Stopped (or crashed on purpose): nothing to clean up on drop.
+    done: bool,
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        // A test that failed half-way must not leave its pods' processes behind.
+        if !self.done {
+            self.shutdown.cancel();
+            self.runtime.kill_all();
+        }
+    }
 }
 
 fn start_node(root: &Path, sources: Sources) -> Node {
@@ -37,6 +49,7 @@ fn start_node(root: &Path, sources: Sources) -> Node {
             cgroup_root: None,
             log_max_size: 1 << 20,
             log_max_files: 2,
+            health_program: "true".into(),
         })
         .unwrap(),
     );
@@ -67,10 +80,23 @@ fn start_node(root: &Path, sources: Sources) -> Node {
         events,
         shutdown,
         seen: Vec::new(),
+        done: false,
     }
 }
 
 impl Node {
+    /// The kubelet's graceful shutdown, awaited: stops every container.
+    async fn stop(mut self) {
+        self.manager.shutdown(Duration::from_secs(5)).await;
+        self.done = true;
+    }
+
+    /// The kubelet dies without stopping anything (as under SIGKILL): its processes run on.
+    fn crash(mut self) {
+        self.shutdown.cancel();
+        self.done = true;
+    }
+
     /// Waits for a status of `uid` satisfying `pred` (the latest status already received counts:
     /// statuses are only sent on change).
     async fn status_until(&mut self, uid: &str, pred: impl Fn(&PodStatus) -> bool) -> PodStatus {
@@ -110,6 +136,22 @@ impl Node {
         tokio::time::timeout(LIMIT, wait)
             .await
             .expect("terminated in time")
+    }
+
+    /// The pid of the latest run of `container` in pod `uid`, from the process runtime's record.
+    fn pid_of(&self, uid: &str, container: &str) -> i32 {
+        let c = self
+            .runtime
+            .list(Some(uid))
+            .into_iter()
+            .filter(|c| c.config.name == container)
+            .last()
+            .unwrap();
+        let rec: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(self.root.join("containers").join(format!("{}.json", c.id))).unwrap(),
+        )
+        .unwrap();
+        rec["pid"].as_i64().unwrap() as i32
     }
 
     fn reasons(&self) -> Vec<String> {
@@ -284,7 +326,7 @@ async fn init_then_running_with_pod_ip_env_and_config_volume() {
     assert!(!dir.path().join("pods/u1").exists());
     assert!(!dir.path().join("ipam").join(&ip).exists());
     assert!(node.reasons().contains(&"Killing".to_string()));
-    node.shutdown.cancel();
+    node.stop().await;
 }
 
 #[tokio::test]
@@ -309,7 +351,7 @@ async fn crashing_container_backs_off_with_growing_restart_count() {
     );
     assert_eq!(cond(&s, "Ready"), "False");
     assert!(node.reasons().contains(&"BackOff".to_string()));
-    node.shutdown.cancel();
+    node.stop().await;
 }
 
 #[tokio::test]
@@ -345,7 +387,7 @@ async fn restart_policies_end_in_succeeded_or_failed() {
             .iter()
             .all(|c| c.config.name == "i")
     );
-    node.shutdown.cancel();
+    node.stop().await;
 }
 
 fn exec_probe(script: &str) -> Probe {
@@ -388,7 +430,7 @@ async fn liveness_failure_restarts_and_readiness_flips_ready() {
         0,
         "readiness never restarts"
     );
-    node.shutdown.cancel();
+    node.stop().await;
 }
 
 #[tokio::test]
@@ -429,7 +471,7 @@ async fn spec_change_restarts_container_and_grace_escalates_to_kill() {
         "TERM ignored: killed after the 1 s grace"
     );
     assert_eq!(container(&s, "c").image, "busybox:1.37");
-    node.shutdown.cancel();
+    node.stop().await;
 }
 
 #[tokio::test]
@@ -445,22 +487,13 @@ async fn restarted_kubelet_leaves_no_orphans_or_duplicates() {
             .await;
         node.status_until("u6", |s| s.phase.as_deref() == Some("Running"))
             .await;
-        node.shutdown.cancel();
-        let pid_of = |uid: &str| {
-            let c = node.runtime.list(Some(uid)).pop().unwrap();
-            // The process runtime's record names the pid; read it from its state file.
-            let rec: serde_json::Value = serde_json::from_slice(
-                &std::fs::read(dir.path().join("containers").join(format!("{}.json", c.id)))
-                    .unwrap(),
-            )
-            .unwrap();
-            rec["pid"].as_i64().unwrap() as i32
-        };
-        (pid_of("u5"), pid_of("u6"))
+        let pids = (node.pid_of("u5", "c"), node.pid_of("u6", "c"));
+        node.crash();
+        pids
     };
     assert!(
         alive(pid) && alive(gone_pid),
-        "a kubelet that stops leaves processes"
+        "a kubelet that crashes leaves processes"
     );
 
     let mut node = start_node(dir.path(), Sources::default());
@@ -500,5 +533,100 @@ async fn restarted_kubelet_leaves_no_orphans_or_duplicates() {
         .terminated
         .unwrap();
     assert_eq!(last.reason.as_deref(), Some("Orphaned"));
-    node.shutdown.cancel();
+    node.stop().await;
+}
+
+/// Waits (bounded) until none of `pids` is alive: SIGKILL is delivered asynchronously.
+async fn all_dead(pids: &[i32]) {
+    let dead = async {
+        while pids.iter().any(|p| alive(*p)) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(LIMIT, dead)
+        .await
+        .unwrap_or_else(|_| panic!("processes {pids:?} still alive"));
+}
+
+#[tokio::test]
+async fn graceful_shutdown_stops_every_process_group_and_next_kubelet_restarts_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let child_file = dir.path().join("child.pid");
+    let mut p = pod_of(
+        "u7",
+        vec![
+            sh(
+                "c",
+                &format!(
+                    "sleep 1000 & echo $! > {}; while true; do sleep 1; done",
+                    child_file.display()
+                ),
+            ),
+            // Ignores SIGTERM: only the shutdown grace cap ends it (the pod's own grace is an
+            // hour, so a shutdown that ignored the cap would hang past the test's limit).
+            sh("stubborn", "trap '' TERM; while true; do sleep 1; done"),
+        ],
+    );
+    p.spec.as_mut().unwrap().termination_grace_period_seconds = Some(3600);
+    let mut node = start_node(dir.path(), Sources::default());
+    node.manager.update(p.clone());
+    node.status_until("u7", |s| {
+        let all = s.container_statuses.clone().unwrap_or_default();
+        all.len() == 2
+            && all
+                .iter()
+                .all(|c| c.state.as_ref().unwrap().running.is_some())
+    })
+    .await;
+    let child: i32 = loop {
+        if let Some(pid) = std::fs::read_to_string(&child_file)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+        {
+            break pid;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let pids = [node.pid_of("u7", "c"), node.pid_of("u7", "stubborn"), child];
+    assert!(pids.iter().all(|p| alive(*p)));
+
+    tokio::time::timeout(LIMIT, node.manager.shutdown(Duration::from_millis(300)))
+        .await
+        .expect("shutdown within the grace cap");
+    all_dead(&pids).await;
+    for c in node.runtime.list(Some("u7")) {
+        match c.state {
+            skiff_kubelet::runtime::State::Exited { reason, .. } => {
+                assert_eq!(reason, "Shutdown", "{}", c.id)
+            }
+            other => panic!("{} still {other:?}", c.id),
+        }
+    }
+    node.done = true;
+    drop(node);
+
+    // The next kubelet starts them again, as runs it ended itself.
+    let mut node = start_node(dir.path(), Sources::default());
+    node.manager.update(p.clone());
+    let s = node
+        .status_until("u7", |s| {
+            let all = s.container_statuses.clone().unwrap_or_default();
+            all.len() == 2
+                && all
+                    .iter()
+                    .all(|c| c.restart_count == 1 && c.state.as_ref().unwrap().running.is_some())
+        })
+        .await;
+    for name in ["c", "stubborn"] {
+        let last = container(&s, name)
+            .last_state
+            .clone()
+            .unwrap()
+            .terminated
+            .unwrap();
+        assert_eq!(last.reason.as_deref(), Some("Shutdown"), "{name}");
+    }
+    let pids = [node.pid_of("u7", "c"), node.pid_of("u7", "stubborn")];
+    node.stop().await;
+    all_dead(&pids).await;
 }

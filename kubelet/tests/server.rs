@@ -96,6 +96,7 @@ async fn health_pods_and_logs() {
             cgroup_root: None,
             log_max_size: 1 << 20,
             log_max_files: 2,
+            health_program: "true".into(),
         })
         .unwrap(),
     );
@@ -218,4 +219,5 @@ async fn health_pods_and_logs() {
     let (status, _) = get(port, &format!("{logs}?tailLines=x"), Some(TOKEN)).await;
     assert_eq!(status, 400);
     shutdown.cancel();
+    manager.shutdown(Duration::from_secs(5)).await;
 }

@@ -110,6 +110,29 @@ pub fn free_port() -> u16 {
         .expect("binding a free loopback port")
 }
 
+/// How long a SIGTERMed `skiff` process gets before SIGKILL: its kubelet stops its pods first
+/// (up to `--shutdown-grace-period`, 10 s by default), then it drains.
+pub const STOP_WITHIN: Duration = Duration::from_secs(30);
+
+/// SIGTERM, a wait of up to [`STOP_WITHIN`], then SIGKILL: a SIGKILLed `skiff` leaves its
+/// pods' processes running (until a next kubelet on the same root dir kills them).
+fn terminate(mut child: Child) -> Option<std::process::ExitStatus> {
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status();
+    let deadline = Instant::now() + STOP_WITHIN;
+    while Instant::now() < deadline {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    eprintln!("skiff {} did not stop on SIGTERM: killed", child.id());
+    let _ = child.kill();
+    child.wait().ok()
+}
+
 /// One running `skiff` process on its own data dir.
 pub struct TestCluster {
     /// The data dir (removed on drop).
@@ -263,24 +286,10 @@ impl TestCluster {
             .to_string()
     }
 
-    /// Stops the server with SIGTERM and waits for it; returns its exit status.
+    /// Stops the server with SIGTERM and waits for it (SIGKILL after [`STOP_WITHIN`]); returns
+    /// its exit status.
     pub fn stop(&mut self) -> Option<std::process::ExitStatus> {
-        let mut child = self.child.take()?;
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(child.id().to_string())
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Ok(Some(status)) = child.try_wait() {
-                return Some(status);
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                return child.wait().ok();
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        terminate(self.child.take()?)
     }
 
     /// What the server has logged so far.
@@ -356,22 +365,9 @@ impl Component {
             .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
     }
 
-    /// Stops it with SIGTERM and returns its exit status.
+    /// Stops it with SIGTERM (SIGKILL after [`STOP_WITHIN`]) and returns its exit status.
     pub fn stop(&mut self) -> Option<std::process::ExitStatus> {
-        let mut child = self.child.take()?;
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(child.id().to_string())
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if let Ok(Some(status)) = child.try_wait() {
-                return Some(status);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = child.kill();
-        child.wait().ok()
+        terminate(self.child.take()?)
     }
 }
 
@@ -380,10 +376,7 @@ impl Drop for Component {
         if std::thread::panicking() {
             eprintln!("---- skiff {} log ----\n{}", self.name, self.log_text());
         }
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.stop();
     }
 }
 
@@ -392,10 +385,7 @@ impl Drop for TestCluster {
         if std::thread::panicking() {
             eprintln!("---- skiff server log ----\n{}", self.log_text());
         }
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.stop();
     }
 }
 

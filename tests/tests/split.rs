@@ -176,3 +176,73 @@ spec:
         assert!(status.success(), "{name} exited with {status}");
     }
 }
+
+/// Processes whose working directory is under `dir` and that are alive (not zombies): a pod's
+/// processes run in its root under the kubelet's root dir.
+fn processes_under(dir: &std::path::Path) -> Vec<i32> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let in_dir =
+            std::fs::read_link(entry.path().join("cwd")).is_ok_and(|cwd| cwd.starts_with(dir));
+        let zombie = std::fs::read_to_string(entry.path().join("stat"))
+            .map(|s| s[s.rfind(')').unwrap_or(0) + 2..].starts_with('Z'))
+            .unwrap_or(true);
+        if in_dir && !zombie {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+#[test]
+fn sigterm_to_the_server_stops_its_pods_processes() {
+    let mut cluster = TestCluster::start_server(&[]);
+    let k = cluster.kubectl();
+    k.ok_with_input(
+        &["apply", "-f", "-"],
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: loop, namespace: default}
+spec:
+  containers:
+  - name: main
+    image: busybox
+    command: ["sh", "-c", "sleep 3600 & while true; do sleep 1; done"]
+"#,
+    );
+    let running = eventually(Duration::from_secs(60), || {
+        k.run(&["get", "pod", "loop", "-o", "jsonpath={.status.phase}"])
+            .stdout
+            == "Running"
+    });
+    assert!(running, "the pod never ran:\n{}", cluster.log_text());
+    let data = cluster.data_dir();
+    // The shell, its background sleep and its loop's sleep.
+    let started = eventually(Duration::from_secs(30), || {
+        processes_under(&data).len() >= 2
+    });
+    assert!(started, "no pod processes found under {}", data.display());
+    let pids = processes_under(&data);
+
+    let status = cluster.stop().expect("running");
+    assert!(status.success(), "skiff server exited with {status}");
+    // The kubelet waited for the group's exit; the kernel reaps the reparented sleeps at once,
+    // but allow for it.
+    let gone = eventually(Duration::from_secs(10), || {
+        processes_under(&data).is_empty()
+    });
+    assert!(
+        gone,
+        "pod processes {:?} outlived the server (were {pids:?}):\n{}",
+        processes_under(&data),
+        cluster.log_text()
+    );
+}

@@ -160,6 +160,8 @@ struct Shared {
     sources: Arc<dyn SourceProvider>,
     events: mpsc::UnboundedSender<Event>,
     shutdown: CancellationToken,
+    /// The worker tasks, awaited by [`Manager::shutdown`].
+    tasks: tokio_util::task::TaskTracker,
     /// Workers by pod UID with the latest pod (status included). Short sections only.
     workers: Mutex<HashMap<String, (mpsc::UnboundedSender<Msg>, Pod)>>,
     /// Pods terminated and cleaned up whose API object may still send updates: ignored until
@@ -174,8 +176,8 @@ pub struct Manager {
 }
 
 impl Manager {
-    /// A manager reporting on `events`. Workers stop (leaving processes running for the next
-    /// kubelet to find) when `shutdown` is cancelled.
+    /// A manager reporting on `events`. Workers stop when `shutdown` is cancelled, leaving the
+    /// containers running (as a kubelet killed outright would) until [`Manager::shutdown`].
     pub fn new(
         config: Config,
         runtime: Arc<dyn Runtime>,
@@ -194,10 +196,36 @@ impl Manager {
                 sources,
                 events,
                 shutdown,
+                tasks: tokio_util::task::TaskTracker::new(),
                 workers: Mutex::new(HashMap::new()),
                 finished: Mutex::new(HashSet::new()),
             }),
         })
+    }
+
+    /// The kubelet's graceful shutdown: cancels the workers' token and waits for them (they end
+    /// at once, a sync in progress is dropped), then stops every running container, each with
+    /// its pod's termination grace period capped by `cap` (`--shutdown-grace-period`), then
+    /// SIGKILL. Processes cannot be adopted by the next kubelet, so none are left behind.
+    pub async fn shutdown(&self, cap: Duration) {
+        self.shared.shutdown.cancel();
+        self.shared.tasks.close();
+        if tokio::time::timeout(Duration::from_secs(5), self.shared.tasks.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!("pod workers still running after 5 s; stopping containers anyway");
+        }
+        let graces: HashMap<String, Duration> = self
+            .shared
+            .workers
+            .lock()
+            .expect("workers poisoned")
+            .iter()
+            .map(|(uid, (_, pod))| (uid.clone(), grace_of(pod).min(cap)))
+            .collect();
+        let grace = |c: &runtime::Container| graces.get(&c.config.pod_uid).copied().unwrap_or(cap);
+        self.shared.runtime.shutdown(&grace).await;
     }
 
     /// Sets the range new pod IPs come from (the Node's podCIDR once assigned).
@@ -234,7 +262,7 @@ impl Manager {
         workers.insert(uid.clone(), (tx, pod.clone()));
         drop(workers);
         let (worker, probe_rx) = Worker::new(self.shared.clone(), pod);
-        tokio::spawn(worker.run_loop(rx, probe_rx));
+        self.shared.tasks.spawn(worker.run_loop(rx, probe_rx));
     }
 
     /// The pod is gone from the API without the kubelet confirming (force deletion): stop its
@@ -432,9 +460,22 @@ impl Worker {
         let mut runtime_events = self.shared.runtime.subscribe();
         let shutdown = self.shared.shutdown.clone();
         loop {
-            let wake = match self.sync().await {
-                Some(wake) => wake,
-                None => break,
+            // A sync may wait out a grace period: shutdown does not wait for it, it stops the
+            // containers itself ([`Manager::shutdown`]).
+            let synced = tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => None,
+                wake = self.sync() => Some(wake),
+            };
+            let wake = match synced {
+                Some(Some(wake)) => wake,
+                Some(None) => break,
+                None => {
+                    for (_, (_, task)) in self.probes.drain() {
+                        task.abort();
+                    }
+                    return;
+                }
             };
             tokio::select! {
                 msg = rx.recv() => match msg {
@@ -558,8 +599,8 @@ impl Worker {
                 Some(run) => match &run.state {
                     State::Running { .. } => return,
                     State::Exited { exit_code: 0, .. } => continue,
-                    State::Exited { .. } => {
-                        if policy == "Never" {
+                    State::Exited { reason, .. } => {
+                        if policy == "Never" && !runtime::KUBELET_ENDED.contains(&reason.as_str()) {
                             self.init_failed = true;
                         } else {
                             self.restart_after_backoff(ic, &run, ip, vols, sources)
@@ -622,8 +663,9 @@ impl Worker {
             else {
                 unreachable!("not running means exited")
             };
-            // A run killed by the kubelet's own restart comes back whatever the policy.
-            let restart = reason == "Orphaned"
+            // A run the kubelet ended itself (its shutdown or restart) comes back whatever the
+            // policy.
+            let restart = runtime::KUBELET_ENDED.contains(&reason.as_str())
                 || match policy.as_str() {
                     "Never" => false,
                     "OnFailure" => exit_code != 0,
@@ -656,8 +698,8 @@ impl Worker {
         else {
             return;
         };
-        if reason == "Orphaned" {
-            // Killed by the kubelet's own restart, not a crash: no back-off.
+        if runtime::KUBELET_ENDED.contains(&reason.as_str()) {
+            // Ended by the kubelet's shutdown or restart, not a crash: no back-off.
             self.start(c, run.config.attempt + 1, ip, vols, sources)
                 .await;
             return;

@@ -292,6 +292,7 @@ mod tests {
                 cgroup_root: None,
                 log_max_size: 1 << 20,
                 log_max_files: 1,
+                health_program: "true".into(),
             })
             .unwrap(),
         );
@@ -372,6 +373,7 @@ mod tests {
             cgroup_root: None,
             log_max_size: 1 << 20,
             log_max_files: 1,
+            health_program: "true".into(),
         })
         .unwrap();
         let rt: Arc<dyn Runtime> = Arc::new(proc_rt);

@@ -39,6 +39,18 @@ pub enum Error {
     /// An exec did not finish within its timeout.
     #[error("exec timed out after {0:?}")]
     ExecTimeout(Duration),
+    /// The runtime is shutting down with the kubelet and starts nothing more.
+    #[error("cannot start container {0}: the runtime is shutting down")]
+    ShuttingDown(String),
+    /// The runtime's health check could not start a process.
+    #[error("cannot spawn a process ({program}): {source}")]
+    SpawnFailed {
+        /// The program tried.
+        program: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
     /// Reading or writing the runtime's state failed.
     #[error("runtime state at {path}: {source}")]
     State {
@@ -124,8 +136,9 @@ pub enum State {
         finished_at: Timestamp,
         /// Exit code (128 + signal for a signalled process, as shells report).
         exit_code: i32,
-        /// `Completed` for code 0, `Error` otherwise, `OOMKilled`, or `Orphaned` for a process
-        /// left by a previous kubelet and killed at start-up.
+        /// `Completed` for code 0, `Error` otherwise, `OOMKilled`, `Shutdown` for a container
+        /// stopped because the kubelet shut down, or `Orphaned` for a process left by a previous
+        /// kubelet and killed at start-up.
         reason: String,
     },
 }
@@ -175,4 +188,16 @@ pub trait Runtime: Send + Sync + 'static {
     async fn exec(&self, id: &str, cmd: &[String], timeout: Duration) -> Result<ExecOutput>;
     /// A receiver woken with the pod UID whenever one of its containers exits.
     fn subscribe(&self) -> tokio::sync::broadcast::Receiver<String>;
+    /// Checks that the runtime can run containers now (its `Status` in CRI terms); the error
+    /// says why not, and the node is not Ready while there is one.
+    async fn health(&self) -> Result<()>;
+    /// Stops every running container because the kubelet shuts down, all at once, each as
+    /// [`Runtime::stop`] does with the grace `grace` gives it; from the call on, [`Runtime::start`]
+    /// fails with [`Error::ShuttingDown`]. The exits are recorded with reason `Shutdown`, which
+    /// the next kubelet restarts without back-off, as it does `Orphaned` runs.
+    async fn shutdown(&self, grace: &(dyn for<'c> Fn(&'c Container) -> Duration + Send + Sync));
 }
+
+/// Reasons of runs the kubelet ended itself (its shutdown, its restart): restarted whatever the
+/// restart policy, without back-off.
+pub const KUBELET_ENDED: [&str; 2] = ["Shutdown", "Orphaned"];

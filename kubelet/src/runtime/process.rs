@@ -23,6 +23,15 @@
 //! marked running: their output pipes died with the old kubelet, so the processes cannot be adopted
 //! with their logs; they are killed (when the pid still belongs to them) and recorded as exited
 //! with reason `Orphaned`, and the pod sync loop starts them again by their restart policy.
+//!
+//! Since processes cannot outlive the kubelet usefully, a kubelet that shuts down gracefully
+//! stops them all ([`Runtime::shutdown`]: SIGTERM to each group, the pod's grace period capped by
+//! `--shutdown-grace-period`, then SIGKILL), as the Kubernetes kubelet's graceful node shutdown
+//! does; those runs are recorded with reason `Shutdown`. Only a kubelet killed outright leaves
+//! orphans. `PR_SET_PDEATHSIG` would not make that case safe: it fires when the *thread* that
+//! forked exits (a tokio worker or blocking-pool thread, which come and go), reaches only the
+//! main process and not the rest of its group, and needs `unsafe` `pre_exec`; the records do it
+//! reliably instead.
 
 use std::collections::HashMap;
 use std::os::unix::process::ExitStatusExt;
@@ -55,6 +64,8 @@ pub struct Config {
     pub log_max_size: u64,
     /// Log files kept per container (`--container-log-max-files`, 5).
     pub log_max_files: usize,
+    /// The program the health check spawns (looked up on [`DEFAULT_PATH`]): `true`.
+    pub health_program: String,
 }
 
 impl Config {
@@ -66,6 +77,7 @@ impl Config {
             cgroup_root: unified.then(|| PathBuf::from("/sys/fs/cgroup/skiff")),
             log_max_size: 10 * 1024 * 1024,
             log_max_files: 5,
+            health_program: "true".into(),
         }
     }
 }
@@ -82,6 +94,8 @@ struct Record {
 struct Entry {
     record: Record,
     exited: watch::Receiver<bool>,
+    /// Stopped by [`Runtime::shutdown`]: its exit is recorded with reason `Shutdown`.
+    shutdown: bool,
 }
 
 /// Runs containers as host processes. Cheap to clone; clones share state.
@@ -91,6 +105,9 @@ pub struct ProcessRuntime {
     /// Containers by id. Held only for short map operations, never across `.await`.
     entries: Arc<Mutex<HashMap<String, Entry>>>,
     events: broadcast::Sender<String>,
+    /// Set by [`Runtime::shutdown`]; read by `start` under the `entries` lock, so that no
+    /// container starts after shutdown has listed the running ones.
+    closed: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl ProcessRuntime {
@@ -135,13 +152,21 @@ impl ProcessRuntime {
                 write_record(dir, &record)?;
             }
             let (_tx, exited) = watch::channel(true);
-            entries.insert(record.container.id.clone(), Entry { record, exited });
+            entries.insert(
+                record.container.id.clone(),
+                Entry {
+                    record,
+                    exited,
+                    shutdown: false,
+                },
+            );
         }
         let (events, _) = broadcast::channel(256);
         Ok(Self {
             config: Arc::new(config),
             entries: Arc::new(Mutex::new(entries)),
             events,
+            closed: Arc::default(),
         })
     }
 
@@ -302,6 +327,12 @@ impl Runtime for ProcessRuntime {
             source,
         })?;
         let writer = Arc::new(Mutex::new(writer));
+        // Spawned under the lock that `shutdown` takes to list the containers to stop: a
+        // container either is refused or is in that list.
+        let mut entries = self.entries();
+        if self.closed.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(Error::ShuttingDown(config.name));
+        }
         let mut child =
             command_for(&config, &argv)
                 .spawn()
@@ -322,10 +353,23 @@ impl Runtime for ProcessRuntime {
             pid: Some(pid as i32),
             start_ticks: start_ticks(pid as i32),
         };
-        write_record(&self.config.state_dir, &record)?;
         let (exit_tx, exited) = watch::channel(false);
         let container = record.container.clone();
-        self.entries().insert(id.clone(), Entry { record, exited });
+        let written = write_record(&self.config.state_dir, &record);
+        entries.insert(
+            id.clone(),
+            Entry {
+                record,
+                exited,
+                shutdown: false,
+            },
+        );
+        drop(entries);
+        if let Err(err) = written {
+            // Running but unrecorded: a kubelet restart could not find it. Do not keep it.
+            kill_group(pid as i32, Signal::KILL);
+            tracing::warn!(%err, %id, "recording a started container; killed it");
+        }
 
         let stdout = child.stdout.take().expect("stdout piped");
         let stderr = child.stderr.take().expect("stderr piped");
@@ -355,17 +399,19 @@ impl Runtime for ProcessRuntime {
                     ev.lines()
                         .any(|l| l.starts_with("oom_kill ") && !l.ends_with(" 0"))
                 });
-            let reason = if oom {
-                "OOMKilled"
-            } else if exit_code == 0 {
-                "Completed"
-            } else {
-                "Error"
-            };
             remove_cgroup(this.config.cgroup_root.as_deref(), &id);
             let updated = {
                 let mut entries = this.entries();
                 entries.get_mut(&id).map(|entry| {
+                    let reason = if oom {
+                        "OOMKilled"
+                    } else if entry.shutdown {
+                        "Shutdown"
+                    } else if exit_code == 0 {
+                        "Completed"
+                    } else {
+                        "Error"
+                    };
                     entry.record.container.state = State::Exited {
                         started_at,
                         finished_at: Timestamp::now(),
@@ -494,6 +540,77 @@ impl Runtime for ProcessRuntime {
     fn subscribe(&self) -> broadcast::Receiver<String> {
         self.events.subscribe()
     }
+
+    /// Healthy when a file can be written and removed in the state directory (where every start
+    /// records its container) and a process can be spawned and reaped (what every start does).
+    async fn health(&self) -> Result<()> {
+        let dir = &self.config.state_dir;
+        let probe = dir.join(".health");
+        std::fs::write(&probe, b"ok")
+            .and_then(|()| std::fs::remove_file(&probe))
+            .map_err(|source| Error::State {
+                path: dir.clone(),
+                source,
+            })?;
+        let program = &self.config.health_program;
+        let spawn_failed = |source| Error::SpawnFailed {
+            program: program.clone(),
+            source,
+        };
+        let status = tokio::process::Command::new(program)
+            .env_clear()
+            .env("PATH", DEFAULT_PATH)
+            .current_dir("/")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .status();
+        match tokio::time::timeout(Duration::from_secs(5), status).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(source)) => Err(spawn_failed(source)),
+            Err(_) => Err(spawn_failed(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "did not exit within 5 s",
+            ))),
+        }
+    }
+
+    async fn shutdown(&self, grace: &(dyn for<'c> Fn(&'c Container) -> Duration + Send + Sync)) {
+        let stops: Vec<(String, Duration)> = {
+            let mut entries = self.entries();
+            self.closed.store(true, std::sync::atomic::Ordering::SeqCst);
+            entries
+                .values_mut()
+                .filter(|e| e.record.container.is_running())
+                .map(|e| {
+                    e.shutdown = true;
+                    (e.record.container.id.clone(), grace(&e.record.container))
+                })
+                .collect()
+        };
+        if !stops.is_empty() {
+            tracing::info!(containers = stops.len(), "stopping containers for shutdown");
+        }
+        futures::future::join_all(stops.iter().map(|(id, grace)| async move {
+            if let Err(err) = self.stop(id, *grace).await {
+                tracing::warn!(%err, %id, "stopping a container for shutdown");
+            }
+        }))
+        .await;
+    }
+}
+
+impl ProcessRuntime {
+    /// Sends SIGKILL to the process group of every running container, without waiting: a last
+    /// resort for a kubelet that cannot shut down gracefully (a test's clean-up on panic).
+    pub fn kill_all(&self) {
+        for entry in self.entries().values() {
+            if let (true, Some(pid)) = (entry.record.container.is_running(), entry.record.pid) {
+                kill_group(pid, Signal::KILL);
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -527,6 +644,7 @@ mod tests {
             cgroup_root: None,
             log_max_size: 1 << 20,
             log_max_files: 2,
+            health_program: "true".into(),
         })
         .unwrap()
     }
@@ -674,6 +792,141 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn shutdown_stops_running_groups_with_their_grace_and_refuses_starts() {
+        let dir = tempfile::tempdir().unwrap();
+        let rt = runtime(dir.path());
+        let done = rt
+            .start(config(dir.path(), "done", "exit 0"))
+            .await
+            .unwrap();
+        wait_exit(&rt, &done.id).await;
+        let pidfile = dir.path().join("child.pid");
+        let plain = rt
+            .start(config(
+                dir.path(),
+                "plain",
+                &format!(
+                    "sleep 1000 & echo $! > {}; while true; do sleep 1; done",
+                    pidfile.display()
+                ),
+            ))
+            .await
+            .unwrap();
+        let ready = dir.path().join("ready");
+        let stubborn = rt
+            .start(config(
+                dir.path(),
+                "stubborn",
+                &format!(
+                    "trap '' TERM; touch {}; while true; do sleep 1; done",
+                    ready.display()
+                ),
+            ))
+            .await
+            .unwrap();
+        let child: i32 = loop {
+            if let Some(p) = std::fs::read_to_string(&pidfile)
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+            {
+                break p;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        while !ready.exists() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // The stubborn one would take an hour if its grace were not the one given.
+        let grace = |c: &Container| {
+            if c.config.name == "stubborn" {
+                Duration::from_millis(300)
+            } else {
+                Duration::from_secs(3600)
+            }
+        };
+        rt.shutdown(&grace).await;
+        let state = |id: &str| {
+            rt.list(None)
+                .into_iter()
+                .find(|c| c.id == id)
+                .unwrap()
+                .state
+        };
+        match state(&plain.id) {
+            State::Exited {
+                exit_code, reason, ..
+            } => assert_eq!((exit_code, reason.as_str()), (128 + 15, "Shutdown")),
+            other => panic!("{other:?}"),
+        }
+        match state(&stubborn.id) {
+            State::Exited {
+                exit_code, reason, ..
+            } => assert_eq!((exit_code, reason.as_str()), (128 + 9, "Shutdown")),
+            other => panic!("{other:?}"),
+        }
+        match state(&done.id) {
+            State::Exited { reason, .. } => assert_eq!(reason, "Completed", "exited before"),
+            other => panic!("{other:?}"),
+        }
+        for _ in 0..250 {
+            if !alive(child) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(!alive(child), "the group's background child is gone too");
+        assert!(matches!(
+            rt.start(config(dir.path(), "late", "sleep 1000")).await,
+            Err(Error::ShuttingDown(_))
+        ));
+        // What the next runtime reads back.
+        let rt2 = runtime(dir.path());
+        match rt2
+            .list(None)
+            .into_iter()
+            .find(|c| c.id == plain.id)
+            .unwrap()
+            .state
+        {
+            State::Exited { reason, .. } => assert_eq!(reason, "Shutdown"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn health_needs_a_writable_state_dir_and_a_spawnable_process() {
+        let dir = tempfile::tempdir().unwrap();
+        let rt = runtime(dir.path());
+        rt.health().await.unwrap();
+
+        // The state directory replaced by a file (root may write anywhere, so permissions
+        // would not make it fail): records cannot be written.
+        let state = dir.path().join("state");
+        std::fs::rename(&state, dir.path().join("state.away")).unwrap();
+        std::fs::write(&state, b"not a directory").unwrap();
+        match rt.health().await {
+            Err(Error::State { path, .. }) => assert_eq!(path, state),
+            other => panic!("{other:?}"),
+        }
+        std::fs::remove_file(&state).unwrap();
+        std::fs::rename(dir.path().join("state.away"), &state).unwrap();
+        rt.health().await.unwrap();
+
+        // Nothing can be spawned.
+        let rt = ProcessRuntime::open(Config {
+            state_dir: dir.path().join("state3"),
+            cgroup_root: None,
+            log_max_size: 1 << 20,
+            log_max_files: 2,
+            health_program: "/nonexistent/program".into(),
+        })
+        .unwrap();
+        let err = rt.health().await.unwrap_err();
+        assert!(matches!(err, Error::SpawnFailed { .. }), "{err:?}");
+        assert!(err.to_string().contains("/nonexistent/program"), "{err}");
+    }
+
+    #[tokio::test]
     async fn exec_runs_in_container_env_and_times_out() {
         let dir = tempfile::tempdir().unwrap();
         let rt = runtime(dir.path());
@@ -755,6 +1008,7 @@ mod tests {
             cgroup_root: Some(cg.clone()),
             log_max_size: 1 << 20,
             log_max_files: 2,
+            health_program: "true".into(),
         })
         .unwrap();
         cfg.name = "d".into();
