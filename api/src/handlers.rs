@@ -557,11 +557,25 @@ impl CachedWatcher {
                 }
                 next = cached.next() => {
                     let Ok(events) = next else { return };
+                    // The lines of one read from the ring go out as one chunk (up to
+                    // WATCH_CHUNK_BYTES), not one each: a burst of binds costs the connection
+                    // one write instead of one per event.
+                    let mut chunk = Vec::new();
+                    let mut sent = false;
                     for event in events.iter().filter(|e| cached.in_scope(e)) {
                         let Some(seen) = event.seen_by(self.filter.as_ref()) else { continue };
-                        if tx.send(Ok(self.line(event, seen))).await.is_err() {
+                        self.append_line(&mut chunk, event, seen);
+                        sent = true;
+                        if chunk.len() >= WATCH_CHUNK_BYTES
+                            && tx.send(Ok(Bytes::from(std::mem::take(&mut chunk)))).await.is_err()
+                        {
                             return;
                         }
+                    }
+                    if !chunk.is_empty() && tx.send(Ok(Bytes::from(chunk))).await.is_err() {
+                        return;
+                    }
+                    if sent {
                         idle.as_mut().reset(tokio::time::Instant::now() + interval);
                     }
                 }
@@ -569,26 +583,30 @@ impl CachedWatcher {
         }
     }
 
-    /// The event's line: JSON and YAML clients get JSON lines whose object is encoded once per
-    /// event for all of them; Tables are rendered per watcher.
-    fn line(&self, event: &CachedEvent, seen: Seen) -> Bytes {
+    /// Appends the event's line: JSON and YAML clients get JSON lines whose object is encoded
+    /// once per event for all of them; Tables are rendered per watcher.
+    fn append_line(&self, out: &mut Vec<u8>, event: &CachedEvent, seen: Seen) {
         match self.format {
-            render::Format::Table { .. } => {
-                watch_line(&self.format, self.info, &event.to_watch_event(seen))
-            }
+            render::Format::Table { .. } => out.extend_from_slice(&watch_line(
+                &self.format,
+                self.info,
+                &event.to_watch_event(seen),
+            )),
             render::Format::Json | render::Format::Yaml => {
                 let object = event.json_for(seen);
-                let mut line = Vec::with_capacity(object.len() + 40);
-                line.extend_from_slice(b"{\"type\":\"");
-                line.extend_from_slice(seen.as_str().as_bytes());
-                line.extend_from_slice(b"\",\"object\":");
-                line.extend_from_slice(object);
-                line.extend_from_slice(b"}\n");
-                Bytes::from(line)
+                out.reserve(object.len() + 40);
+                out.extend_from_slice(b"{\"type\":\"");
+                out.extend_from_slice(seen.as_str().as_bytes());
+                out.extend_from_slice(b"\",\"object\":");
+                out.extend_from_slice(object);
+                out.extend_from_slice(b"}\n");
             }
         }
     }
 }
+
+/// A watch chunk is sent once it holds this many bytes, even if more lines are ready.
+const WATCH_CHUNK_BYTES: usize = 64 * 1024;
 
 /// Parses a request body as JSON or YAML into an object.
 pub fn parse_body(request: &Request) -> Result<Value> {
@@ -1798,6 +1816,150 @@ mod create_steps {
                 lap(8, &mut totals);
                 totals[9] += start.elapsed();
             }
+            for (name, total) in names.iter().zip(totals) {
+                println!(
+                    "{name:>14}: {:>7.1} µs",
+                    total.as_secs_f64() * 1e6 / N as f64
+                );
+            }
+            token.cancel();
+            let _ = store.close().await;
+        });
+    }
+
+    /// The same for `pods/binding`: the whole handler, then its steps one by one on copies.
+    /// Run with `cargo test --release --workspace --lib bind_step_costs -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "a probe that prints timings; run by hand"]
+    fn bind_step_costs() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let dir = tempfile::tempdir().unwrap();
+            let store = skiff_store::SledStore::open(skiff_store::Config::new(dir.path())).unwrap();
+            let store: Arc<dyn skiff_store::Store> = Arc::new(store);
+            let token = tokio_util::sync::CancellationToken::new();
+            let server = ApiServer::new(store.clone(), Default::default(), token.clone())
+                .await
+                .unwrap();
+            let pods = skiff_meta::resources::lookup("", "v1", "pods").unwrap();
+            const N: usize = 2000;
+            let request = |method: Method, path: String, body: Value| Request {
+                method,
+                path,
+                query: Query::default(),
+                headers: HeaderMap::new(),
+                body: Bytes::from(serde_json::to_vec(&body).unwrap()),
+                user: "admin".into(),
+            };
+            for i in 0..2 * N {
+                let pod = json!({"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": format!("p-{i}"), "labels": {"app": "bench"}},
+                    "spec": {"containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10",
+                        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}]}});
+                let r = request(Method::POST, "/api/v1/namespaces/default/pods".into(), pod);
+                let target = parse_path(&r.path).unwrap().unwrap();
+                assert!(
+                    handle(&server, r, target)
+                        .await
+                        .unwrap()
+                        .status()
+                        .is_success()
+                );
+            }
+            let binding = |i: usize| {
+                json!({"apiVersion": "v1", "kind": "Binding",
+                    "metadata": {"name": format!("p-{i}"), "namespace": "default"},
+                    "target": {"apiVersion": "v1", "kind": "Node", "name": "n1"}})
+            };
+            let start = Instant::now();
+            for i in 0..N {
+                let r = request(
+                    Method::POST,
+                    format!("/api/v1/namespaces/default/pods/p-{i}/binding"),
+                    binding(i),
+                );
+                let target = parse_path(&r.path).unwrap().unwrap();
+                assert_eq!(handle(&server, r, target).await.unwrap().status(), 201);
+            }
+            let whole = start.elapsed();
+            let names = [
+                "parse body",
+                "read kv",
+                "decode",
+                "assign node",
+                "compare",
+                "encode",
+                "store txn",
+                "total",
+            ];
+            let mut totals = [Duration::ZERO; 8];
+            for i in N..2 * N {
+                let r = request(
+                    Method::POST,
+                    format!("/api/v1/namespaces/default/pods/p-{i}/binding"),
+                    binding(i),
+                );
+                let start = Instant::now();
+                let mut t = start;
+                let mut lap = |k: usize, totals: &mut [Duration; 8]| {
+                    let now = Instant::now();
+                    totals[k] += now - t;
+                    t = now;
+                };
+                let body = parse_body(&r).unwrap();
+                lap(0, &mut totals);
+                let name = format!("p-{i}");
+                let key = pods.storage_key(Some("default"), &name).into_bytes();
+                let kv = store
+                    .range(skiff_store::RangeRequest::new(skiff_store::KeyRange::key(
+                        key.clone(),
+                    )))
+                    .await
+                    .unwrap()
+                    .kvs
+                    .remove(0);
+                lap(1, &mut totals);
+                let object = crate::registry::decode(&kv, kv.mod_revision).unwrap();
+                lap(2, &mut totals);
+                let node = body["target"]["name"].as_str().unwrap();
+                let Update::Write(new) =
+                    assign_node(pods, &name, object.clone(), None, node).unwrap()
+                else {
+                    panic!("a bind writes")
+                };
+                lap(3, &mut totals);
+                assert!(new != object);
+                lap(4, &mut totals);
+                let value = serde_json::to_vec(&new).unwrap();
+                lap(5, &mut totals);
+                let response = store
+                    .txn(skiff_store::Txn {
+                        compare: vec![skiff_store::Compare::mod_revision_is(
+                            key.clone(),
+                            kv.mod_revision,
+                        )],
+                        success: vec![skiff_store::Op::Put {
+                            key,
+                            value,
+                            lease: None,
+                            prev_kv: false,
+                        }],
+                        failure: vec![],
+                    })
+                    .await
+                    .unwrap();
+                assert!(response.succeeded);
+                lap(6, &mut totals);
+                totals[7] += start.elapsed();
+            }
+            println!(
+                "{:>14}: {:>7.1} µs",
+                "whole handler",
+                whole.as_secs_f64() * 1e6 / N as f64
+            );
             for (name, total) in names.iter().zip(totals) {
                 println!(
                     "{name:>14}: {:>7.1} µs",

@@ -106,10 +106,15 @@ pub fn namespace_and_name(object: &Value) -> (Option<&str>, &str) {
 
 /// A stored object as the API shows it: resourceVersion set to `revision`.
 pub(crate) fn decode(kv: &KeyValue, revision: Revision) -> Result<Value> {
-    let mut object: Value = serde_json::from_slice(&kv.value).map_err(|e| {
+    decode_stored(&kv.key, &kv.value, revision)
+}
+
+/// [`decode`] of the bytes stored under `key`.
+pub(crate) fn decode_stored(key: &[u8], value: &[u8], revision: Revision) -> Result<Value> {
+    let mut object: Value = serde_json::from_slice(value).map_err(|e| {
         Error::Internal(format!(
             "stored object under {} does not decode: {e}",
-            String::from_utf8_lossy(&kv.key)
+            String::from_utf8_lossy(key)
         ))
     })?;
     set_resource_version(&mut object, revision);
@@ -117,30 +122,48 @@ pub(crate) fn decode(kv: &KeyValue, revision: Revision) -> Result<Value> {
 }
 
 fn encode(object: &Value) -> Result<Vec<u8>> {
-    let has_version = object.pointer("/metadata/resourceVersion").is_some();
-    let result = if has_version {
-        let mut object = object.clone();
-        if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
-            meta.remove("resourceVersion");
-        }
-        serde_json::to_vec(&object)
-    } else {
-        // Most writes (every create) carry no resourceVersion: no copy to strip it from.
-        serde_json::to_vec(object)
-    };
-    result.map_err(|e| Error::Internal(format!("encoding object: {e}")))
+    if object.pointer("/metadata/resourceVersion").is_some() {
+        return encode_owned(&mut object.clone());
+    }
+    // Most writes (every create) carry no resourceVersion: no copy to strip it from.
+    serde_json::to_vec(object).map_err(|e| Error::Internal(format!("encoding object: {e}")))
 }
 
-/// Whether two objects are the same apart from their resourceVersion (a no-op write).
+/// [`encode`] for an object the caller owns and is about to stamp with a new resourceVersion:
+/// the old one is taken out in place instead of encoding a copy without it.
+fn encode_owned(object: &mut Value) -> Result<Vec<u8>> {
+    if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.remove("resourceVersion");
+    }
+    serde_json::to_vec(object).map_err(|e| Error::Internal(format!("encoding object: {e}")))
+}
+
+/// Whether two objects are the same apart from their resourceVersion (a no-op write), compared
+/// in place: no copies of either.
 fn same_content(a: &Value, b: &Value) -> bool {
-    let strip = |v: &Value| {
-        let mut v = v.clone();
-        if let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
-            meta.remove("resourceVersion");
-        }
-        v
+    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
+        return a == b;
     };
-    strip(a) == strip(b)
+    a.len() == b.len()
+        && a.iter().all(|(key, av)| match b.get(key) {
+            None => false,
+            Some(bv) if key == "metadata" => same_except_version(av, bv),
+            Some(bv) => av == bv,
+        })
+}
+
+/// Two `metadata` values equal but for `resourceVersion`.
+fn same_except_version(a: &Value, b: &Value) -> bool {
+    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
+        return a == b;
+    };
+    let others = |m: &serde_json::Map<String, Value>| {
+        m.len() - usize::from(m.contains_key("resourceVersion"))
+    };
+    others(a) == others(b)
+        && a.iter()
+            .filter(|(key, _)| *key != "resourceVersion")
+            .all(|(key, av)| b.get(key) == Some(av))
 }
 
 /// What an update closure decides.
@@ -358,14 +381,15 @@ impl Registry {
                 });
             }
             let (op, result) = match decided {
-                Update::Write(new) => {
+                Update::Write(mut new) => {
                     if same_content(&new, &object) {
                         return Ok(UpdateOutcome::Unchanged(object));
                     }
                     (
                         Op::Put {
                             key: key.clone(),
-                            value: encode(&new)?,
+                            // `new` gets the write's resourceVersion below.
+                            value: encode_owned(&mut new)?,
                             lease: kv.lease,
                             prev_kv: false,
                         },
@@ -538,4 +562,55 @@ fn translate(
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn same_content_ignores_only_the_resource_version() {
+        let a = json!({"metadata": {"name": "p", "resourceVersion": "1"}, "spec": {"x": 1}});
+        let moved = json!({"metadata": {"name": "p", "resourceVersion": "2"}, "spec": {"x": 1}});
+        let unversioned = json!({"metadata": {"name": "p"}, "spec": {"x": 1}});
+        assert!(same_content(&a, &moved));
+        assert!(same_content(&a, &unversioned));
+        assert!(same_content(&unversioned, &a));
+        let renamed = json!({"metadata": {"name": "q", "resourceVersion": "1"}, "spec": {"x": 1}});
+        let respec = json!({"metadata": {"name": "p", "resourceVersion": "1"}, "spec": {"x": 2}});
+        let labelled = json!({"metadata": {"name": "p", "labels": {}}, "spec": {"x": 1}});
+        let extra = json!({"metadata": {"name": "p"}, "spec": {"x": 1}, "status": {}});
+        for other in [&renamed, &respec, &labelled, &extra] {
+            assert!(!same_content(&a, other), "{other}");
+            assert!(!same_content(other, &a), "{other}");
+        }
+        // A resourceVersion elsewhere than metadata is content.
+        let b = json!({"metadata": {"name": "p"}, "spec": {"resourceVersion": "1"}});
+        let c = json!({"metadata": {"name": "p"}, "spec": {"resourceVersion": "2"}});
+        assert!(!same_content(&b, &c));
+        // Objects whose metadata is not a map compare whole.
+        assert!(same_content(
+            &json!({"metadata": 1}),
+            &json!({"metadata": 1})
+        ));
+        assert!(!same_content(
+            &json!({"metadata": 1}),
+            &json!({"metadata": 2})
+        ));
+    }
+
+    #[test]
+    fn encoding_leaves_out_the_resource_version() {
+        let mut object = json!({"metadata": {"name": "p", "resourceVersion": "7"}, "data": {}});
+        let borrowed = encode(&object).unwrap();
+        assert_eq!(
+            object["metadata"]["resourceVersion"], "7",
+            "encode takes a copy"
+        );
+        let owned = encode_owned(&mut object).unwrap();
+        assert_eq!(borrowed, owned);
+        let stored: Value = serde_json::from_slice(&owned).unwrap();
+        assert_eq!(stored, json!({"metadata": {"name": "p"}, "data": {}}));
+    }
 }

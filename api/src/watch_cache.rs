@@ -32,7 +32,7 @@ use skiff_store::{EventKind, KeyRange, Revision, Store, WatchRequest, WatchStrea
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::registry::{ObjectFilter, WatchEvent, decode};
+use crate::registry::{ObjectFilter, WatchEvent, decode, decode_stored};
 
 /// Events kept per resource when nothing else is configured.
 pub const DEFAULT_CAPACITY: usize = 4096;
@@ -46,9 +46,13 @@ pub struct CachedEvent {
     pub key: Vec<u8>,
     /// The object after a put (`None` for a delete).
     pub object: Option<Arc<Value>>,
-    /// The object before the change, if it existed (its resourceVersion is the change's revision,
-    /// as a deleted object's is in Kubernetes).
-    pub prev: Option<Arc<Value>>,
+    /// The stored bytes of the object before the change, if it existed. They are decoded only
+    /// when a watcher needs the object itself (a delete, or a selector to evaluate): a watcher
+    /// without selectors only needs to know that there was one.
+    prev_stored: Option<Vec<u8>>,
+    /// `prev_stored` decoded, with the change's revision as its resourceVersion (as a deleted
+    /// object's is in Kubernetes); `None` inside if it does not decode.
+    prev: OnceLock<Option<Arc<Value>>>,
     object_json: OnceLock<Bytes>,
     prev_json: OnceLock<Bytes>,
 }
@@ -80,7 +84,11 @@ impl CachedEvent {
     /// stops matching is Added or Deleted, as Kubernetes' watch cache does.
     pub fn seen_by(&self, filter: Option<&ObjectFilter>) -> Option<Seen> {
         let matches = |o: &Value| filter.is_none_or(|f| f(o));
-        let was = self.prev.as_deref().is_some_and(matches);
+        let was = match filter {
+            // Everything matches: whether there was an object before is enough.
+            None => self.prev_stored.is_some(),
+            Some(_) => self.prev().is_some_and(|o| matches(o)),
+        };
         match &self.object {
             None => was.then_some(Seen::Deleted),
             Some(new) => match (was, matches(new)) {
@@ -92,10 +100,26 @@ impl CachedEvent {
         }
     }
 
+    /// The object before the change, if it existed (decoded on first use).
+    pub fn prev(&self) -> Option<&Arc<Value>> {
+        self.prev
+            .get_or_init(|| {
+                let stored = self.prev_stored.as_deref()?;
+                match decode_stored(&self.key, stored, self.revision) {
+                    Ok(object) => Some(Arc::new(object)),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "watch cache cannot decode a previous object");
+                        None
+                    }
+                }
+            })
+            .as_ref()
+    }
+
     /// The object a watcher is sent for `seen`.
     pub fn object_for(&self, seen: Seen) -> &Arc<Value> {
         let object = match seen {
-            Seen::Deleted => self.prev.as_ref(),
+            Seen::Deleted => self.prev(),
             Seen::Added | Seen::Modified => self.object.as_ref(),
         };
         object.expect("a seen event carries the object it sends")
@@ -370,7 +394,7 @@ async fn feed(
             },
         };
         let mut decoded = Vec::with_capacity(response.events.len());
-        for event in &response.events {
+        for event in response.events {
             match decode_event(event) {
                 Ok(e) => decoded.push(Arc::new(e)),
                 Err(e) => {
@@ -396,24 +420,31 @@ async fn feed(
     cacher.moved.send_modify(|_| {});
 }
 
-fn decode_event(event: &skiff_store::Event) -> crate::Result<CachedEvent> {
+fn decode_event(event: skiff_store::Event) -> crate::Result<CachedEvent> {
     let revision = event.kv.mod_revision;
-    let prev = match &event.prev_kv {
-        Some(prev) => Some(Arc::new(decode(prev, revision)?)),
-        None => None,
-    };
     let object = match event.kind {
         EventKind::Delete => None,
         EventKind::Put => Some(Arc::new(decode(&event.kv, revision)?)),
     };
-    Ok(CachedEvent {
+    let prev_stored = event.prev_kv.map(|prev| prev.value);
+    let cached = CachedEvent {
         revision,
-        key: event.kv.key.clone(),
+        key: event.kv.key,
         object,
-        prev,
+        prev_stored,
+        prev: OnceLock::new(),
         object_json: OnceLock::new(),
         prev_json: OnceLock::new(),
-    })
+    };
+    // A delete is sent as its previous object: decode it now, once, so that a delete whose
+    // object does not decode is dropped here like any other undecodable event.
+    if event.kind == EventKind::Delete && cached.prev_stored.is_some() && cached.prev().is_none() {
+        return Err(crate::Error::Internal(format!(
+            "the deleted object under {} does not decode",
+            String::from_utf8_lossy(&cached.key)
+        )));
+    }
+    Ok(cached)
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use skiff_client::api::{ListParams, PostParams, WatchEvent, WatchParams};
+use skiff_client::api::{ListParams, ObjectList, PostParams, Request, WatchEvent, WatchParams};
 use skiff_client::{Api, Client};
 use tokio_util::sync::CancellationToken;
 
@@ -233,19 +233,60 @@ pub fn process_cpu_seconds(pid: Option<u32>) -> f64 {
     ticks / 100.0
 }
 
-fn pod_is_bound(p: &Pod) -> bool {
-    p.spec
-        .as_ref()
-        .and_then(|s| s.node_name.as_deref())
-        .is_some_and(|n| !n.is_empty())
+/// The only fields of a pod the counter reads. The counter runs in the scheduler's process, on
+/// the same cores: decoding every watch event into a whole `Pod` would bill the measurement's
+/// own overhead to the scheduler.
+#[derive(Clone, Debug, Default, serde::Deserialize)]
+struct PodPlacement {
+    #[serde(default)]
+    metadata: PlacementMeta,
+    #[serde(default)]
+    spec: PlacementSpec,
+}
+
+#[derive(Clone, Debug, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PlacementMeta {
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    resource_version: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PlacementSpec {
+    #[serde(default)]
+    node_name: Option<String>,
+}
+
+impl PodPlacement {
+    fn is_bound(&self) -> bool {
+        self.spec
+            .node_name
+            .as_deref()
+            .is_some_and(|n| !n.is_empty())
+    }
 }
 
 /// Publishes how many pods the watch has shown bound; relists (and counts again) when the
 /// watch breaks.
-async fn count_bound(api: Api<Pod>, bound_tx: tokio::sync::watch::Sender<usize>) {
+async fn count_bound(
+    client: Client,
+    namespace: String,
+    bound_tx: tokio::sync::watch::Sender<usize>,
+) {
+    let request = Request::new(format!("/api/v1/namespaces/{namespace}/pods"));
     let mut seen = HashSet::new();
     loop {
-        let list = match api.list(&ListParams::default()).await {
+        let list = match request.list(&ListParams::default()) {
+            Ok(r) => client
+                .request::<ObjectList<PodPlacement>>(r)
+                .await
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        let list = match list {
             Ok(list) => list,
             Err(e) => {
                 tracing::warn!(error = %e, "bench list failed; retrying");
@@ -253,15 +294,22 @@ async fn count_bound(api: Api<Pod>, bound_tx: tokio::sync::watch::Sender<usize>)
                 continue;
             }
         };
-        for p in &list.items {
-            if pod_is_bound(p) {
-                seen.insert(p.metadata.name.clone().unwrap_or_default());
+        for p in list.items {
+            if p.is_bound() {
+                seen.insert(p.metadata.name);
             }
         }
         let _ = bound_tx.send(seen.len());
         let mut rv = list.metadata.resource_version.unwrap_or_default();
         loop {
-            let stream = match api.watch(&WatchParams::default().timeout(290), &rv).await {
+            let stream = match request.watch(&WatchParams::default().timeout(290), &rv) {
+                Ok(r) => client
+                    .request_events::<PodPlacement>(r)
+                    .await
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            let stream = match stream {
                 Ok(s) => s,
                 Err(e) => {
                     tracing::warn!(error = %e, "bench watch failed; relisting");
@@ -273,12 +321,10 @@ async fn count_bound(api: Api<Pod>, bound_tx: tokio::sync::watch::Sender<usize>)
             while let Some(ev) = stream.next().await {
                 match ev {
                     Ok(WatchEvent::Added(p)) | Ok(WatchEvent::Modified(p)) => {
-                        if let Some(v) = &p.metadata.resource_version {
-                            rv = v.clone();
+                        if let Some(v) = p.metadata.resource_version.clone() {
+                            rv = v;
                         }
-                        if pod_is_bound(&p)
-                            && seen.insert(p.metadata.name.clone().unwrap_or_default())
-                        {
+                        if p.is_bound() && seen.insert(p.metadata.name) {
                             let _ = bound_tx.send(seen.len());
                         }
                     }
@@ -362,7 +408,11 @@ pub async fn run(client: Client, opts: BenchOptions) -> Result<Report, Error> {
 
     // Count binds as the watch shows them.
     let (bound_tx, mut bound_rx) = tokio::sync::watch::channel(0usize);
-    let watcher = tokio::spawn(count_bound(pods_api.clone(), bound_tx));
+    let watcher = tokio::spawn(count_bound(
+        client.clone(),
+        opts.namespace.clone(),
+        bound_tx,
+    ));
 
     let shutdown = CancellationToken::new();
     let options = Options {
@@ -483,6 +533,28 @@ mod tests {
         // Correctness, not speed: every pod is assumed onto some node.
         let (_, placed) = decide_only(20, 200, 0).await;
         assert_eq!(placed, 200);
+    }
+
+    #[test]
+    fn the_counter_reads_placement_from_a_whole_pod() {
+        let mut pod = bench_pod("default", "p");
+        pod.metadata.resource_version = Some("12".into());
+        let json = serde_json::to_string(&WatchEvent::Added(pod.clone())).unwrap();
+        let WatchEvent::Added(seen) =
+            serde_json::from_str::<WatchEvent<PodPlacement>>(&json).unwrap()
+        else {
+            panic!("an ADDED event");
+        };
+        assert_eq!(seen.metadata.name, "p");
+        assert_eq!(seen.metadata.resource_version.as_deref(), Some("12"));
+        assert!(!seen.is_bound());
+        pod.spec.as_mut().unwrap().node_name = Some("hollow-3".into());
+        let seen: PodPlacement =
+            serde_json::from_value(serde_json::to_value(&pod).unwrap()).unwrap();
+        assert!(seen.is_bound());
+        let empty: PodPlacement =
+            serde_json::from_value(serde_json::json!({"spec": {"nodeName": ""}})).unwrap();
+        assert!(!empty.is_bound());
     }
 
     #[test]
