@@ -4,8 +4,8 @@
 //! and it recovers; deleting a namespace stops and removes everything in it.
 //!
 //! The pods are `sh -c` sleep loops run by the kubelets as host processes. Every test deletes what
-//! it made and waits for the kubelets to stop it; a [`Cleanup`] guard kills whatever a failed test
-//! left running.
+//! it made and waits for the kubelets to stop it; a [`Fixture`] kills whatever a failed test left
+//! running.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -142,27 +142,73 @@ fn node_taints(k: &Kubectl, node: &str) -> String {
     .stdout
 }
 
-/// Leaves no pod running when a test ends, passed or failed: deletes the test's namespace, then
-/// kills whatever pod processes the kubelets under `roots` still record as running (a kubelet
-/// that was stopped, or a namespace that did not finish, leaves them behind).
-struct Cleanup<'a> {
-    cluster: &'a TestCluster,
-    namespace: &'static str,
+/// One test's `skiff server`, and the agent it may start. Dropped, it stops the agent and the
+/// server (SIGTERM, waited for) and then kills whatever pod processes their kubelets left running
+/// (a kubelet leaves its pods running when it stops, as a real one does): no test, passed or
+/// failed, leaves a process behind. Stopping every kubelet first means none restarts a pod
+/// killed under it.
+struct Fixture {
+    cluster: TestCluster,
+    agent: Option<Component>,
+    /// The kubelets' root dirs.
     roots: Vec<PathBuf>,
 }
 
-impl Drop for Cleanup<'_> {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            // A failed test may have stopped a kubelet: do not wait for its pods.
-            let _ = self.cluster.kubectl().run(&[
-                "delete",
-                "namespace",
-                self.namespace,
-                "--ignore-not-found",
-                "--wait=false",
-            ]);
+impl Fixture {
+    fn start(args: &[&str]) -> Fixture {
+        let cluster = TestCluster::start_server(args);
+        let roots = vec![cluster.kubelet_root()];
+        Fixture {
+            cluster,
+            agent: None,
+            roots,
         }
+    }
+
+    /// Starts `skiff agent` as node `name`, its root dir in the test's temporary dir (the same
+    /// for every start of one name).
+    fn start_agent(&mut self, name: &str, args: &[&str]) {
+        let root = self.cluster.dir.path().join(name);
+        let root_arg = root.to_str().expect("UTF-8 path").to_string();
+        let mut all = vec![
+            "--node-name",
+            name,
+            "--root-dir",
+            &root_arg,
+            "--no-nodeports",
+        ];
+        all.extend(args);
+        self.agent = Some(self.cluster.spawn_agent(&all));
+        if !self.roots.contains(&root) {
+            self.roots.push(root);
+        }
+    }
+
+    /// Stops the agent with SIGTERM and checks that it exits cleanly.
+    fn stop_agent(&mut self) {
+        let status = self
+            .agent
+            .as_mut()
+            .and_then(Component::stop)
+            .expect("an agent was running");
+        assert!(status.success(), "the agent exited with {status}");
+    }
+}
+
+impl std::ops::Deref for Fixture {
+    type Target = TestCluster;
+
+    fn deref(&self) -> &TestCluster {
+        &self.cluster
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        if let Some(agent) = self.agent.as_mut() {
+            agent.stop();
+        }
+        self.cluster.stop();
         for root in &self.roots {
             let killed = skiff_tests::kill_pod_processes(root);
             if killed > 0 {
@@ -175,31 +221,10 @@ impl Drop for Cleanup<'_> {
     }
 }
 
-/// A `skiff agent` stopped with SIGTERM (and waited for) when dropped.
-struct Agent(Component);
-
-impl Agent {
-    fn stop(&mut self) {
-        let status = self.0.stop().expect("the agent was running");
-        assert!(status.success(), "the agent exited with {status}");
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.0.stop();
-    }
-}
-
 #[test]
 fn a_deployment_of_real_pods_scales_rolls_out_rolls_back_and_cascades() {
-    let cluster = TestCluster::start_server(&[]);
+    let cluster = Fixture::start(&[]);
     let k = cluster.kubectl();
-    let _cleanup = Cleanup {
-        cluster: &cluster,
-        namespace: "shop",
-        roots: vec![cluster.kubelet_root()],
-    };
     k.ok(&["create", "namespace", "shop"]);
     k.ok_with_input(
         &["apply", "-f", "-"],
@@ -385,7 +410,7 @@ fn a_deployment_of_real_pods_scales_rolls_out_rolls_back_and_cascades() {
 fn nodes_join_and_fail_daemonsets_follow_and_pods_move() {
     // Short timings: nodes renew their Lease every second, a node silent for 8 s is
     // unreachable, and pods tolerate an unreachable or not-ready node for 2 s.
-    let cluster = TestCluster::start_server(&[
+    let mut cluster = Fixture::start(&[
         "--node-name",
         "main",
         "--node-lease-renew-interval",
@@ -400,23 +425,7 @@ fn nodes_join_and_fail_daemonsets_follow_and_pods_move() {
         "2",
     ]);
     let k = cluster.kubectl();
-    let second_root = cluster.dir.path().join("second");
-    let agent_args = [
-        "--node-name",
-        "second",
-        "--root-dir",
-        second_root.to_str().expect("UTF-8 path"),
-        "--node-lease-renew-interval",
-        "1s",
-        "--no-nodeports",
-    ];
-    // Declared before the guard so that the guard runs first, while the agent may still be up.
-    let mut agent: Option<Agent>;
-    let _cleanup = Cleanup {
-        cluster: &cluster,
-        namespace: "work",
-        roots: vec![cluster.kubelet_root(), second_root.clone()],
-    };
+    let agent_args = ["--node-lease-renew-interval", "1s"];
     wait_for(&k, "node main Ready", 60, || {
         node_ready(&k, "main") == "True"
     });
@@ -427,7 +436,7 @@ fn nodes_join_and_fail_daemonsets_follow_and_pods_move() {
     });
 
     // A node joins: the DaemonSet gets a pod on it.
-    agent = Some(Agent(cluster.spawn_agent(&agent_args)));
+    cluster.start_agent("second", &agent_args);
     wait_for(&k, "node second Ready", 60, || {
         node_ready(&k, "second") == "True"
     });
@@ -467,7 +476,7 @@ fn nodes_join_and_fail_daemonsets_follow_and_pods_move() {
         .collect();
 
     // Its kubelet stops: the node goes NotReady and gets the unreachable taint...
-    agent.as_mut().expect("started").stop();
+    cluster.stop_agent();
     wait_for(&k, "node second NotReady (Unknown)", 60, || {
         node_ready(&k, "second") == "Unknown"
     });
@@ -498,7 +507,7 @@ fn nodes_join_and_fail_daemonsets_follow_and_pods_move() {
 
     // The kubelet comes back: the node is Ready and untainted again, the evicted pods it still
     // held are finished and gone, and its daemon pod runs again.
-    agent = Some(Agent(cluster.spawn_agent(&agent_args)));
+    cluster.start_agent("second", &agent_args);
     wait_for(&k, "node second Ready again", 60, || {
         node_ready(&k, "second") == "True"
     });
@@ -538,7 +547,7 @@ fn nodes_join_and_fail_daemonsets_follow_and_pods_move() {
             .any(|l| l.contains("/web") || l.contains("/daemon") || l.contains("settings")),
         "{all}"
     );
-    for root in [cluster.kubelet_root(), second_root] {
+    for root in &cluster.roots {
         assert_eq!(
             skiff_tests::pod_processes(&root),
             Vec::<i32>::new(),
@@ -546,5 +555,5 @@ fn nodes_join_and_fail_daemonsets_follow_and_pods_move() {
             root.display()
         );
     }
-    agent.as_mut().expect("started").stop();
+    cluster.stop_agent();
 }
