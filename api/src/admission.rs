@@ -4,7 +4,8 @@
 //! Built in, in order: `NamespaceLifecycle` (no content in missing or terminating namespaces; the
 //! system namespaces cannot be deleted), `ServiceIPs` (ClusterIP and NodePort allocation from
 //! ranges inside the loopback block, so the proxy can bind them unprivileged),
-//! `DefaultTolerationSeconds` (pods tolerate not-ready and unreachable nodes for 300 s).
+//! `DefaultTolerationSeconds` (pods tolerate not-ready and unreachable nodes for 300 s, or as
+//! configured).
 
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
@@ -169,8 +170,9 @@ struct NamespaceViewStatus {
     phase: Option<String>,
 }
 
-/// Pods tolerate `not-ready` and `unreachable` nodes for 300 s unless they say otherwise.
-pub struct DefaultTolerationSeconds;
+/// Pods tolerate `not-ready` and `unreachable` nodes for these seconds (300 s by default)
+/// unless they say otherwise.
+pub struct DefaultTolerationSeconds(pub crate::defaults::TolerationSeconds);
 
 #[async_trait::async_trait]
 impl Plugin for DefaultTolerationSeconds {
@@ -183,7 +185,7 @@ impl Plugin for DefaultTolerationSeconds {
             return Ok(());
         }
         if let Some(pod) = a.object.as_deref_mut() {
-            crate::defaults::default_tolerations(pod);
+            crate::defaults::default_tolerations(pod, self.0);
         }
         Ok(())
     }

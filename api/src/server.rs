@@ -38,6 +38,9 @@ pub struct Config {
     /// Recent events the watch cache keeps per resource; a watch starting further back reads
     /// the log's history instead.
     pub watch_cache_capacity: usize,
+    /// How long new pods tolerate not-ready and unreachable nodes unless they say otherwise
+    /// (the `DefaultTolerationSeconds` admission plugin).
+    pub default_toleration_seconds: crate::defaults::TolerationSeconds,
 }
 
 impl Default for Config {
@@ -51,6 +54,7 @@ impl Default for Config {
             kubelet_token: None,
             ca_pem: None,
             watch_cache_capacity: crate::watch_cache::DEFAULT_CAPACITY,
+            default_toleration_seconds: Default::default(),
         }
     }
 }
@@ -103,7 +107,9 @@ impl ApiServer {
                 config.service_ranges.clone(),
                 &existing.items,
             )),
-            Box::new(admission::DefaultTolerationSeconds),
+            Box::new(admission::DefaultTolerationSeconds(
+                config.default_toleration_seconds,
+            )),
         ]);
         let watch_cache = WatchCache::new(
             registry.store().clone(),

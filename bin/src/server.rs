@@ -76,6 +76,16 @@ pub struct ApiArgs {
     #[arg(long, default_value = "24h", value_parser = parse_duration, env = "SKIFF_HISTORY_AGE")]
     pub history_age: Duration,
 
+    /// How long new pods tolerate a `node.kubernetes.io/not-ready` node before they are evicted,
+    /// unless they say otherwise.
+    #[arg(long, default_value_t = skiff_api::defaults::DEFAULT_NOT_READY_TOLERATION_SECONDS, env = "SKIFF_DEFAULT_NOT_READY_TOLERATION_SECONDS")]
+    pub default_not_ready_toleration_seconds: i64,
+
+    /// How long new pods tolerate a `node.kubernetes.io/unreachable` node before they are
+    /// evicted, unless they say otherwise.
+    #[arg(long, default_value_t = skiff_api::defaults::DEFAULT_NOT_READY_TOLERATION_SECONDS, env = "SKIFF_DEFAULT_UNREACHABLE_TOLERATION_SECONDS")]
+    pub default_unreachable_toleration_seconds: i64,
+
     /// How often the history retention policy runs.
     #[arg(long, default_value = "10s", value_parser = parse_duration, env = "SKIFF_COMPACT_INTERVAL")]
     pub compact_interval: Duration,
@@ -221,6 +231,10 @@ pub async fn run(args: ApiArgs, plan: Plan) -> Result<()> {
         ca_pem: Some(pki.ca_pem().to_string()),
         // Kubelets serve logs to the holder of the join secret.
         kubelet_token: Some(join_token.secret.clone()),
+        default_toleration_seconds: skiff_api::defaults::TolerationSeconds {
+            not_ready: args.default_not_ready_toleration_seconds,
+            unreachable: args.default_unreachable_toleration_seconds,
+        },
         ..Default::default()
     };
     let api = skiff_api::server::ApiServer::new(store.clone(), config, shutdown.clone())

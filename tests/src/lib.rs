@@ -328,13 +328,33 @@ impl TestCluster {
     /// Starts `skiff <args...>` (e.g. `["controllers"]`) with `--kubeconfig` naming this
     /// cluster's admin kubeconfig appended.
     pub fn spawn_component(&self, args: &[&str]) -> Component {
+        let mut all: Vec<&str> = args.to_vec();
+        let kubeconfig = self.kubeconfig.to_str().expect("UTF-8 kubeconfig path");
+        all.extend(["--kubeconfig", kubeconfig]);
+        self.spawn_skiff(&all)
+    }
+
+    /// Starts `skiff agent --server <url> --token <join token> <args...>`: a node joining this
+    /// cluster as an agent would (give it `--node-name` and `--root-dir`). Its pods outlive it,
+    /// as a real kubelet's do: see [`kill_pod_processes`].
+    pub fn spawn_agent(&self, args: &[&str]) -> Component {
+        let token = self.join_token();
+        let mut all = vec!["agent", "--server", &self.server, "--token", &token];
+        all.extend(args);
+        self.spawn_skiff(&all)
+    }
+
+    /// The root dir of the kubelet `skiff server` runs (unless `--root-dir` says otherwise).
+    pub fn kubelet_root(&self) -> PathBuf {
+        self.data_dir().join("kubelet")
+    }
+
+    fn spawn_skiff(&self, args: &[&str]) -> Component {
         let name = args.first().copied().unwrap_or("component").to_string();
         let log = self.dir.path().join(format!("{name}-{}.log", free_port()));
         let file = std::fs::File::create(&log).expect("component log file");
         let child = Command::new(skiff_binary())
             .args(args)
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
             .env(
                 "RUST_LOG",
                 std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
@@ -519,4 +539,52 @@ pub fn eventually(timeout: Duration, mut check: impl FnMut() -> bool) -> bool {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// The pod processes a kubelet whose root dir is `kubelet_root` started and that still run: the
+/// process-group leaders its container records name, checked by their start time so that a pid
+/// reused by another process is never taken for one of them.
+pub fn pod_processes(kubelet_root: &Path) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir(kubelet_root.join("containers")) else {
+        return Vec::new();
+    };
+    let mut pids = Vec::new();
+    for entry in entries.flatten() {
+        let Ok(bytes) = std::fs::read(entry.path()) else {
+            continue;
+        };
+        let Ok(record) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
+            continue;
+        };
+        let (Some(pid), Some(ticks)) = (record["pid"].as_i64(), record["start_ticks"].as_u64())
+        else {
+            continue;
+        };
+        if start_ticks(pid) == Some(ticks) {
+            pids.push(pid as i32);
+        }
+    }
+    pids
+}
+
+/// Field 22 of `/proc/<pid>/stat`, the process's start time in clock ticks.
+fn start_ticks(pid: i64) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces) start at field 3.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(22 - 3)?.parse().ok()
+}
+
+/// Kills (SIGKILL, the whole process group) every pod process [`pod_processes`] finds under
+/// `kubelet_root`; returns how many there were. For a test's cleanup: a kubelet leaves its pods
+/// running when it stops, as a real one does.
+pub fn kill_pod_processes(kubelet_root: &Path) -> usize {
+    let pids = pod_processes(kubelet_root);
+    for pid in &pids {
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{pid}")])
+            .stderr(Stdio::null())
+            .status();
+    }
+    pids.len()
 }

@@ -25,6 +25,27 @@ pub use pod::{default_container_image_pull_policy, default_pod_spec};
 /// `DefaultTolerationSeconds` admission plugin's default).
 pub const DEFAULT_NOT_READY_TOLERATION_SECONDS: i64 = 300;
 
+/// How long the `DefaultTolerationSeconds` admission plugin lets new pods tolerate the
+/// `node.kubernetes.io/not-ready` and `node.kubernetes.io/unreachable` `NoExecute` taints
+/// (kube-apiserver's `--default-not-ready-toleration-seconds` and
+/// `--default-unreachable-toleration-seconds`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TolerationSeconds {
+    /// For `node.kubernetes.io/not-ready`.
+    pub not_ready: i64,
+    /// For `node.kubernetes.io/unreachable`.
+    pub unreachable: i64,
+}
+
+impl Default for TolerationSeconds {
+    fn default() -> Self {
+        TolerationSeconds {
+            not_ready: DEFAULT_NOT_READY_TOLERATION_SECONDS,
+            unreachable: DEFAULT_NOT_READY_TOLERATION_SECONDS,
+        }
+    }
+}
+
 /// Applies the v1 defaults of `info`'s kind to `obj` in place. Idempotent; call on every create
 /// and update before validation, as the API server defaults every decoded object.
 pub fn apply(info: &ResourceInfo, obj: &mut Value) {
@@ -140,19 +161,19 @@ pub fn prepare_for_create(info: &ResourceInfo, obj: &mut Value) {
 
 /// The `DefaultTolerationSeconds` admission plugin: on pod creation, tolerate the
 /// `node.kubernetes.io/not-ready` and `node.kubernetes.io/unreachable` NoExecute taints for
-/// 300 s unless the pod already tolerates them. `obj` is a Pod.
-pub fn default_tolerations(obj: &mut Value) {
+/// `seconds` (300 s by default) unless the pod already tolerates them. `obj` is a Pod.
+pub fn default_tolerations(obj: &mut Value, seconds: TolerationSeconds) {
     with_part(
         obj.as_object_mut().map_or(&mut Map::new(), |m| m),
         "spec",
         |spec: &mut PodSpec| {
-            add_default_tolerations(spec, DEFAULT_NOT_READY_TOLERATION_SECONDS);
+            add_default_tolerations(spec, seconds);
         },
     );
 }
 
-/// [`default_tolerations`] on a typed spec with a chosen grace.
-pub fn add_default_tolerations(spec: &mut PodSpec, seconds: i64) {
+/// [`default_tolerations`] on a typed spec.
+pub fn add_default_tolerations(spec: &mut PodSpec, seconds: TolerationSeconds) {
     let tolerations = spec.tolerations.get_or_insert_with(Vec::new);
     let tolerates = |key: &str| {
         tolerations.iter().any(|t| {
@@ -162,9 +183,9 @@ pub fn add_default_tolerations(spec: &mut PodSpec, seconds: i64) {
         })
     };
     let mut add = Vec::new();
-    for key in [
-        "node.kubernetes.io/not-ready",
-        "node.kubernetes.io/unreachable",
+    for (key, seconds) in [
+        ("node.kubernetes.io/not-ready", seconds.not_ready),
+        ("node.kubernetes.io/unreachable", seconds.unreachable),
     ] {
         if !tolerates(key) {
             add.push(Toleration {
@@ -612,7 +633,7 @@ mod tests {
     #[test]
     fn tolerations_for_not_ready_and_unreachable() {
         let mut pod = json!({"spec": {"containers": [{"name": "c", "image": "x"}]}});
-        default_tolerations(&mut pod);
+        default_tolerations(&mut pod, TolerationSeconds::default());
         assert_eq!(
             pod["spec"]["tolerations"],
             json!([
@@ -621,15 +642,32 @@ mod tests {
             ])
         );
         let mut pod = json!({"spec": {"containers": [], "tolerations": [{"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 5}]}});
-        default_tolerations(&mut pod);
+        default_tolerations(&mut pod, TolerationSeconds::default());
         let tol = pod["spec"]["tolerations"].as_array().unwrap();
         assert_eq!(tol.len(), 2);
         assert_eq!(tol[0]["tolerationSeconds"], 5);
         assert_eq!(tol[1]["key"], "node.kubernetes.io/not-ready");
         // A toleration of everything covers both.
         let mut pod = json!({"spec": {"containers": [], "tolerations": [{"operator": "Exists"}]}});
-        default_tolerations(&mut pod);
+        default_tolerations(&mut pod, TolerationSeconds::default());
         assert_eq!(pod["spec"]["tolerations"].as_array().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn toleration_seconds_are_configurable_per_taint() {
+        let seconds = TolerationSeconds {
+            not_ready: 7,
+            unreachable: 3,
+        };
+        let mut pod = json!({"spec": {"containers": []}});
+        default_tolerations(&mut pod, seconds);
+        assert_eq!(
+            pod["spec"]["tolerations"],
+            json!([
+                {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 7},
+                {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 3}
+            ])
+        );
     }
 
     #[test]

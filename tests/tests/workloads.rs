@@ -1,0 +1,559 @@
+//! Workloads of real pods through kubectl against `skiff server`: a Deployment scales, rolls out,
+//! rolls back and cascades on delete; a DaemonSet follows a node joining with `skiff agent`; a
+//! node whose kubelet stops goes NotReady, its pods are evicted and replaced on the other node,
+//! and it recovers; deleting a namespace stops and removes everything in it.
+//!
+//! The pods are `sh -c` sleep loops run by the kubelets as host processes. Every test deletes what
+//! it made and waits for the kubelets to stop it; a [`Fixture`] kills whatever a failed test left
+//! running.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::Value;
+use skiff_tests::{Component, Kubectl, TestCluster, eventually};
+
+/// A Deployment `web` in `namespace` of `replicas` sleep loops that first print `message`.
+fn deployment(namespace: &str, replicas: u32, image: &str, message: &str) -> String {
+    format!(
+        r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: web, namespace: {namespace}}}
+spec:
+  replicas: {replicas}
+  selector: {{matchLabels: {{app: web}}}}
+  template:
+    metadata: {{labels: {{app: web}}}}
+    spec:
+      terminationGracePeriodSeconds: 2
+      containers:
+      - name: main
+        image: {image}
+        command: ["sh", "-c", "echo {message}; while true; do sleep 1; done"]
+"#
+    )
+}
+
+/// A DaemonSet `daemon` in `namespace`.
+fn daemonset(namespace: &str) -> String {
+    format!(
+        r#"
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {{name: daemon, namespace: {namespace}}}
+spec:
+  selector: {{matchLabels: {{app: daemon}}}}
+  template:
+    metadata: {{labels: {{app: daemon}}}}
+    spec:
+      terminationGracePeriodSeconds: 2
+      containers:
+      - name: main
+        image: busybox:1.36
+        command: ["sh", "-c", "while true; do sleep 1; done"]
+"#
+    )
+}
+
+/// One pod as the tests look at it.
+#[derive(Debug)]
+struct PodRow {
+    name: String,
+    node: String,
+    phase: String,
+    /// It has a deletionTimestamp.
+    deleting: bool,
+    /// Its Ready condition is True.
+    ready: bool,
+    image: String,
+    command: String,
+}
+
+/// The pods in `namespace` matching `selector`.
+fn pods(k: &Kubectl, namespace: &str, selector: &str) -> Vec<PodRow> {
+    let run = k.run(&["-n", namespace, "get", "pods", "-l", selector, "-o", "json"]);
+    if !run.ok {
+        return Vec::new();
+    }
+    let list: Value = serde_json::from_str(&run.stdout).expect("pod list JSON");
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| PodRow {
+            name: text(&p["metadata"]["name"]),
+            node: text(&p["spec"]["nodeName"]),
+            phase: text(&p["status"]["phase"]),
+            deleting: !p["metadata"]["deletionTimestamp"].is_null(),
+            ready: p["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True"),
+            image: text(&p["spec"]["containers"][0]["image"]),
+            command: p["spec"]["containers"][0]["command"].to_string(),
+        })
+        .collect()
+}
+
+/// The pods matching `selector` when there are exactly `n`, all Running and Ready and none being
+/// deleted.
+fn settled(k: &Kubectl, namespace: &str, selector: &str, n: usize) -> Option<Vec<PodRow>> {
+    let pods = pods(k, namespace, selector);
+    (pods.len() == n
+        && pods
+            .iter()
+            .all(|p| p.phase == "Running" && p.ready && !p.deleting))
+    .then_some(pods)
+}
+
+/// Waits up to `seconds` for `check`; on failure panics naming `what`, with every pod and node.
+fn wait_for(k: &Kubectl, what: &str, seconds: u64, check: impl FnMut() -> bool) {
+    if !eventually(Duration::from_secs(seconds), check) {
+        panic!(
+            "{what}: not within {seconds} s\n{}\n{}",
+            k.run(&["get", "pods", "-A", "-o", "wide"]).stdout,
+            k.run(&["get", "nodes", "-o", "wide"]).stdout
+        );
+    }
+}
+
+fn node_ready(k: &Kubectl, node: &str) -> String {
+    k.run(&[
+        "get",
+        "node",
+        node,
+        "-o",
+        "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+    ])
+    .stdout
+}
+
+fn node_taints(k: &Kubectl, node: &str) -> String {
+    k.run(&[
+        "get",
+        "node",
+        node,
+        "-o",
+        "jsonpath={range .spec.taints[*]}{.key}:{.effect} {end}",
+    ])
+    .stdout
+}
+
+/// One test's `skiff server`, and the agent it may start. Dropped, it stops the agent and the
+/// server (SIGTERM, waited for) and then kills whatever pod processes their kubelets left running
+/// (a kubelet leaves its pods running when it stops, as a real one does): no test, passed or
+/// failed, leaves a process behind. Stopping every kubelet first means none restarts a pod
+/// killed under it.
+struct Fixture {
+    cluster: TestCluster,
+    agent: Option<Component>,
+    /// The kubelets' root dirs.
+    roots: Vec<PathBuf>,
+}
+
+impl Fixture {
+    fn start(args: &[&str]) -> Fixture {
+        let cluster = TestCluster::start_server(args);
+        let roots = vec![cluster.kubelet_root()];
+        Fixture {
+            cluster,
+            agent: None,
+            roots,
+        }
+    }
+
+    /// Starts `skiff agent` as node `name`, its root dir in the test's temporary dir (the same
+    /// for every start of one name).
+    fn start_agent(&mut self, name: &str, args: &[&str]) {
+        let root = self.cluster.dir.path().join(name);
+        let root_arg = root.to_str().expect("UTF-8 path").to_string();
+        let mut all = vec![
+            "--node-name",
+            name,
+            "--root-dir",
+            &root_arg,
+            "--no-nodeports",
+        ];
+        all.extend(args);
+        self.agent = Some(self.cluster.spawn_agent(&all));
+        if !self.roots.contains(&root) {
+            self.roots.push(root);
+        }
+    }
+
+    /// Stops the agent with SIGTERM and checks that it exits cleanly.
+    fn stop_agent(&mut self) {
+        let status = self
+            .agent
+            .as_mut()
+            .and_then(Component::stop)
+            .expect("an agent was running");
+        assert!(status.success(), "the agent exited with {status}");
+    }
+}
+
+impl std::ops::Deref for Fixture {
+    type Target = TestCluster;
+
+    fn deref(&self) -> &TestCluster {
+        &self.cluster
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        if let Some(agent) = self.agent.as_mut() {
+            agent.stop();
+        }
+        self.cluster.stop();
+        for root in &self.roots {
+            let killed = skiff_tests::kill_pod_processes(root);
+            if killed > 0 {
+                eprintln!(
+                    "killed {killed} pod processes left under {}",
+                    root.display()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_deployment_of_real_pods_scales_rolls_out_rolls_back_and_cascades() {
+    let cluster = Fixture::start(&[]);
+    let k = cluster.kubectl();
+    k.ok(&["create", "namespace", "shop"]);
+    k.ok_with_input(
+        &["apply", "-f", "-"],
+        &deployment("shop", 3, "busybox:1.36", "v1"),
+    );
+    let done = k.ok(&[
+        "-n",
+        "shop",
+        "rollout",
+        "status",
+        "deployment/web",
+        "--timeout=120s",
+    ]);
+    assert!(done.contains("successfully rolled out"), "{done}");
+    wait_for(&k, "3 Running pods", 60, || {
+        settled(&k, "shop", "app=web", 3).is_some()
+    });
+
+    // An image change rolls out: `rollout status` follows it to the end.
+    k.ok(&[
+        "-n",
+        "shop",
+        "set",
+        "image",
+        "deployment/web",
+        "main=busybox:1.37",
+    ]);
+    k.ok(&[
+        "-n",
+        "shop",
+        "annotate",
+        "deployment/web",
+        "kubernetes.io/change-cause=busybox 1.37",
+    ]);
+    let done = k.ok(&[
+        "-n",
+        "shop",
+        "rollout",
+        "status",
+        "deployment/web",
+        "--timeout=120s",
+    ]);
+    assert!(done.contains("successfully rolled out"), "{done}");
+    wait_for(&k, "3 Running pods of busybox:1.37", 60, || {
+        settled(&k, "shop", "app=web", 3)
+            .is_some_and(|pods| pods.iter().all(|p| p.image == "busybox:1.37"))
+    });
+
+    // So does a command change, made by applying a changed manifest.
+    k.ok_with_input(
+        &["apply", "-f", "-"],
+        &deployment("shop", 3, "busybox:1.37", "v3"),
+    );
+    k.ok(&[
+        "-n",
+        "shop",
+        "annotate",
+        "--overwrite",
+        "deployment/web",
+        "kubernetes.io/change-cause=say v3",
+    ]);
+    let done = k.ok(&[
+        "-n",
+        "shop",
+        "rollout",
+        "status",
+        "deployment/web",
+        "--timeout=120s",
+    ]);
+    assert!(done.contains("successfully rolled out"), "{done}");
+    wait_for(&k, "3 Running pods saying v3", 60, || {
+        settled(&k, "shop", "app=web", 3).is_some_and(|pods| {
+            pods.iter().all(|p| {
+                p.command.contains("echo v3")
+                    && k.run(&["-n", "shop", "logs", &p.name])
+                        .stdout
+                        .contains("v3")
+            })
+        })
+    });
+
+    let history = k.ok(&["-n", "shop", "rollout", "history", "deployment/web"]);
+    let revisions: Vec<&str> = history
+        .lines()
+        .skip_while(|l| !l.starts_with("REVISION"))
+        .skip(1)
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    assert_eq!(revisions.len(), 3, "{history}");
+    assert!(revisions[0].starts_with('1'), "{history}");
+    assert!(
+        revisions[1].starts_with('2') && revisions[1].contains("busybox 1.37"),
+        "{history}"
+    );
+    assert!(
+        revisions[2].starts_with('3') && revisions[2].contains("say v3"),
+        "{history}"
+    );
+    let two = k.ok(&[
+        "-n",
+        "shop",
+        "rollout",
+        "history",
+        "deployment/web",
+        "--revision=2",
+    ]);
+    assert!(
+        two.contains("busybox:1.37") && two.contains("echo v1"),
+        "{two}"
+    );
+
+    // Undo returns to revision 2's template, which becomes revision 4.
+    k.ok(&["-n", "shop", "rollout", "undo", "deployment/web"]);
+    let done = k.ok(&[
+        "-n",
+        "shop",
+        "rollout",
+        "status",
+        "deployment/web",
+        "--timeout=120s",
+    ]);
+    assert!(done.contains("successfully rolled out"), "{done}");
+    wait_for(&k, "3 Running pods saying v1 again", 60, || {
+        settled(&k, "shop", "app=web", 3).is_some_and(|pods| {
+            pods.iter().all(|p| {
+                p.image == "busybox:1.37"
+                    && p.command.contains("echo v1")
+                    && k.run(&["-n", "shop", "logs", &p.name])
+                        .stdout
+                        .contains("v1")
+            })
+        })
+    });
+    let history = k.ok(&["-n", "shop", "rollout", "history", "deployment/web"]);
+    let numbers: Vec<&str> = history
+        .lines()
+        .skip_while(|l| !l.starts_with("REVISION"))
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(numbers, ["1", "3", "4"], "{history}");
+
+    // Scale up and down: the ReplicaSet's pods follow.
+    k.ok(&["-n", "shop", "scale", "deployment/web", "--replicas=5"]);
+    wait_for(&k, "5 Running pods", 60, || {
+        settled(&k, "shop", "app=web", 5).is_some()
+    });
+    k.ok(&["-n", "shop", "scale", "deployment/web", "--replicas=1"]);
+    wait_for(
+        &k,
+        "1 Running pod (the others stopped and gone)",
+        60,
+        || settled(&k, "shop", "app=web", 1).is_some(),
+    );
+    assert_eq!(
+        k.ok(&[
+            "-n",
+            "shop",
+            "get",
+            "deployment/web",
+            "-o",
+            "jsonpath={.status.replicas}/{.status.readyReplicas}/{.status.availableReplicas}",
+        ]),
+        "1/1/1"
+    );
+
+    // Deleting the Deployment takes its ReplicaSets and pods with it.
+    let replicasets = k.ok(&["-n", "shop", "get", "replicasets", "-o", "name"]);
+    assert_eq!(replicasets.lines().count(), 3, "{replicasets}");
+    k.ok(&["-n", "shop", "delete", "deployment/web", "--timeout=60s"]);
+    wait_for(&k, "the ReplicaSets and pods gone", 60, || {
+        let left = k.run(&["-n", "shop", "get", "replicasets,pods", "-o", "name"]);
+        left.ok && left.stdout.trim().is_empty()
+    });
+    assert_eq!(
+        skiff_tests::pod_processes(&cluster.kubelet_root()),
+        Vec::<i32>::new(),
+        "pod processes still running after their pods are gone"
+    );
+}
+
+#[test]
+fn nodes_join_and_fail_daemonsets_follow_and_pods_move() {
+    // Short timings: nodes renew their Lease every second, a node silent for 8 s is
+    // unreachable, and pods tolerate an unreachable or not-ready node for 2 s.
+    let mut cluster = Fixture::start(&[
+        "--node-name",
+        "main",
+        "--node-lease-renew-interval",
+        "1s",
+        "--node-monitor-grace-period",
+        "8s",
+        "--node-monitor-period",
+        "1s",
+        "--default-not-ready-toleration-seconds",
+        "2",
+        "--default-unreachable-toleration-seconds",
+        "2",
+    ]);
+    let k = cluster.kubectl();
+    let agent_args = ["--node-lease-renew-interval", "1s"];
+    wait_for(&k, "node main Ready", 60, || {
+        node_ready(&k, "main") == "True"
+    });
+    k.ok(&["create", "namespace", "work"]);
+    k.ok_with_input(&["apply", "-f", "-"], &daemonset("work"));
+    wait_for(&k, "a daemon pod on main", 60, || {
+        settled(&k, "work", "app=daemon", 1).is_some_and(|p| p[0].node == "main")
+    });
+
+    // A node joins: the DaemonSet gets a pod on it.
+    cluster.start_agent("second", &agent_args);
+    wait_for(&k, "node second Ready", 60, || {
+        node_ready(&k, "second") == "True"
+    });
+    wait_for(&k, "a daemon pod on each node", 60, || {
+        settled(&k, "work", "app=daemon", 2).is_some_and(|pods| {
+            let mut nodes: Vec<&str> = pods.iter().map(|p| p.node.as_str()).collect();
+            nodes.sort();
+            nodes == ["main", "second"]
+        })
+    });
+    assert_eq!(
+        k.ok(&[
+            "-n",
+            "work",
+            "get",
+            "daemonset/daemon",
+            "-o",
+            "jsonpath={.status.desiredNumberScheduled}/{.status.numberReady}",
+        ]),
+        "2/2"
+    );
+
+    // A Deployment placed on the new node (main cordoned meanwhile).
+    k.ok(&["cordon", "main"]);
+    k.ok_with_input(
+        &["apply", "-f", "-"],
+        &deployment("work", 2, "busybox:1.36", "web"),
+    );
+    wait_for(&k, "2 web pods on second", 60, || {
+        settled(&k, "work", "app=web", 2)
+            .is_some_and(|pods| pods.iter().all(|p| p.node == "second"))
+    });
+    k.ok(&["uncordon", "main"]);
+    let evicted: Vec<String> = pods(&k, "work", "app=web")
+        .into_iter()
+        .map(|p| p.name)
+        .collect();
+
+    // Its kubelet stops: the node goes NotReady and gets the unreachable taint...
+    cluster.stop_agent();
+    wait_for(&k, "node second NotReady (Unknown)", 60, || {
+        node_ready(&k, "second") == "Unknown"
+    });
+    wait_for(&k, "the unreachable taint on second", 30, || {
+        node_taints(&k, "second").contains("node.kubernetes.io/unreachable:NoExecute")
+    });
+    let listed = k.ok(&["get", "node", "second"]);
+    assert!(listed.contains("NotReady"), "{listed}");
+    // ...its web pods are evicted once their 2 s toleration runs out, and the Deployment's
+    // replacements run on main.
+    wait_for(&k, "the web pods evicted and replaced on main", 90, || {
+        let pods = pods(&k, "work", "app=web");
+        let replaced = pods
+            .iter()
+            .filter(|p| !p.deleting && p.phase == "Running" && p.node == "main")
+            .count();
+        let gone = evicted
+            .iter()
+            .all(|name| pods.iter().all(|p| &p.name != name || p.deleting));
+        replaced == 2 && gone && pods.iter().filter(|p| !p.deleting).count() == 2
+    });
+    // The daemon pod stays: daemons tolerate an unreachable node for ever.
+    let daemons = pods(&k, "work", "app=daemon");
+    assert!(
+        daemons.iter().any(|p| p.node == "second" && !p.deleting),
+        "{daemons:?}"
+    );
+
+    // The kubelet comes back: the node is Ready and untainted again, the evicted pods it still
+    // held are finished and gone, and its daemon pod runs again.
+    cluster.start_agent("second", &agent_args);
+    wait_for(&k, "node second Ready again", 60, || {
+        node_ready(&k, "second") == "True"
+    });
+    wait_for(&k, "the unreachable taint removed", 30, || {
+        !node_taints(&k, "second").contains("unreachable")
+    });
+    wait_for(&k, "the evicted pods gone, 2 web pods on main", 60, || {
+        settled(&k, "work", "app=web", 2).is_some_and(|pods| pods.iter().all(|p| p.node == "main"))
+    });
+    wait_for(&k, "a daemon pod Running on each node", 60, || {
+        settled(&k, "work", "app=daemon", 2).is_some()
+    });
+
+    // Deleting the namespace stops and removes everything in it, on both nodes.
+    k.ok(&["-n", "work", "create", "configmap", "settings"]);
+    k.ok(&[
+        "-n",
+        "work",
+        "create",
+        "service",
+        "clusterip",
+        "web",
+        "--tcp=80:8080",
+    ]);
+    k.ok(&["delete", "namespace", "work", "--timeout=120s"]);
+    let gone = k.fails(&["get", "namespace", "work"]);
+    assert!(gone.contains("NotFound"), "{gone}");
+    let all = k.ok(&[
+        "get",
+        "pods,replicasets,daemonsets,deployments,services,configmaps",
+        "-A",
+        "-o",
+        "name",
+    ]);
+    assert!(
+        !all.lines()
+            .any(|l| l.contains("/web") || l.contains("/daemon") || l.contains("settings")),
+        "{all}"
+    );
+    for root in &cluster.roots {
+        assert_eq!(
+            skiff_tests::pod_processes(&root),
+            Vec::<i32>::new(),
+            "pod processes still running under {}",
+            root.display()
+        );
+    }
+    cluster.stop_agent();
+}
