@@ -325,6 +325,18 @@ impl fmt::Display for FieldPath {
     }
 }
 
+impl From<FieldPath> for String {
+    fn from(p: FieldPath) -> String {
+        p.0
+    }
+}
+
+impl From<&FieldPath> for String {
+    fn from(p: &FieldPath) -> String {
+        p.0.clone()
+    }
+}
+
 impl From<&str> for FieldPath {
     fn from(s: &str) -> Self {
         FieldPath::new(s)

@@ -257,58 +257,9 @@ pub fn invalid_status(group: &str, kind: &str, name: &str, errors: &[FieldError]
     }
 }
 
-/// A field path under construction: `spec`, `.child("containers")`, `.index(0)`, `.key("cpu")`.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Path(String);
-
-impl Path {
-    /// A root path (`metadata`, `spec`).
-    pub fn new(root: &str) -> Self {
-        Self(root.to_string())
-    }
-
-    /// `self.name`.
-    pub fn child(&self, name: &str) -> Self {
-        if self.0.is_empty() {
-            Self(name.to_string())
-        } else {
-            Self(format!("{}.{name}", self.0))
-        }
-    }
-
-    /// `self[i]`.
-    pub fn index(&self, i: usize) -> Self {
-        Self(format!("{}[{i}]", self.0))
-    }
-
-    /// `self[key]`, for map entries.
-    pub fn key(&self, key: &str) -> Self {
-        Self(format!("{}[{key}]", self.0))
-    }
-
-    /// The path as text.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for Path {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl From<Path> for String {
-    fn from(p: Path) -> String {
-        p.0
-    }
-}
-
-impl From<&Path> for String {
-    fn from(p: &Path) -> String {
-        p.0.clone()
-    }
-}
+/// A field path under construction: `spec`, `.child("containers")`, `.index(0)`, `.key("cpu")`
+/// (the one [`skiff_meta`] defines for every crate that reads Kubernetes `Status` causes).
+pub use skiff_meta::status::FieldPath as Path;
 
 /// A string quoted as Go's `%q` / `strconv.Quote` does.
 pub fn go_quote(s: &str) -> String {
