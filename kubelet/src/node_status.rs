@@ -429,8 +429,8 @@ mod tests {
         assert!(changed(&down, &up));
         let ready = up
             .conditions
-            .unwrap()
-            .into_iter()
+            .iter()
+            .flatten()
             .find(|c| c.type_ == "Ready")
             .unwrap();
         assert_eq!(ready.status, "True");
