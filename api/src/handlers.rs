@@ -14,7 +14,7 @@ use skiff_store::Revision;
 use crate::admission::{Attributes, Operation};
 use crate::error::{Error, Result};
 use crate::registry::{
-    ObjectFilter, Update, UpdateOutcome, WatchEvent, namespace_and_name, resource_version,
+    ObjectFilter, Resume, Update, UpdateOutcome, WatchEvent, namespace_and_name, resource_version,
 };
 use crate::server::ApiServer;
 use crate::strategy::{self, Deletion};
@@ -248,26 +248,31 @@ fn parse_rv(value: Option<&str>) -> Result<Option<Revision>> {
     }
 }
 
-/// A `continue` token: the revision of the list's first page and the key to continue after.
+/// A `continue` token: the revision of the list's first page, the key to continue after and, when
+/// known, how many objects follow that key at that revision (so that later pages need not count
+/// them again). Only the server reads it; a client that alters the count misleads only itself.
 #[derive(serde::Serialize, serde::Deserialize)]
 struct ContinueToken {
     v: String,
     rv: u64,
     start: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    remaining: Option<u64>,
 }
 
-fn encode_continue(revision: Revision, key: &[u8]) -> String {
+fn encode_continue(revision: Revision, key: &[u8], remaining: Option<u64>) -> String {
     use base64::Engine;
     let token = ContinueToken {
         v: "meta.k8s.io/v1".into(),
         rv: revision.0,
         start: String::from_utf8_lossy(key).into_owned(),
+        remaining,
     };
     base64::engine::general_purpose::URL_SAFE_NO_PAD
         .encode(serde_json::to_vec(&token).unwrap_or_default())
 }
 
-fn decode_continue(token: &str, prefix: &str) -> Result<(Revision, Vec<u8>)> {
+fn decode_continue(token: &str, prefix: &str) -> Result<(Revision, Resume)> {
     use base64::Engine;
     let bad = || {
         Error::BadRequest("continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)".into())
@@ -279,7 +284,13 @@ fn decode_continue(token: &str, prefix: &str) -> Result<(Revision, Vec<u8>)> {
     if token.v != "meta.k8s.io/v1" || token.rv == 0 || !token.start.starts_with(prefix) {
         return Err(bad());
     }
-    Ok((Revision(token.rv), token.start.into_bytes()))
+    Ok((
+        Revision(token.rv),
+        Resume {
+            start_after: token.start.into_bytes(),
+            remaining: token.remaining,
+        },
+    ))
 }
 
 async fn list(
@@ -298,15 +309,15 @@ async fn list(
         .map(|l| l as usize);
     let rv = parse_rv(q.get("resourceVersion"))?;
     let rv_match = q.get("resourceVersionMatch").unwrap_or("");
-    let (at, start_after) = match q.get("continue").filter(|c| !c.is_empty()) {
+    let (at, resume) = match q.get("continue").filter(|c| !c.is_empty()) {
         Some(token) => {
             if rv.is_some() {
                 return Err(Error::BadRequest(
                     "specifying resource version is not allowed when using continue".into(),
                 ));
             }
-            let (rev, key) = decode_continue(token, &info.storage_prefix_in(ns.as_deref()))?;
-            (Some(rev), Some(key))
+            let (rev, resume) = decode_continue(token, &info.storage_prefix_in(ns.as_deref()))?;
+            (Some(rev), Some(resume))
         }
         None => {
             let at = match (rv_match, rv) {
@@ -339,7 +350,7 @@ async fn list(
     };
     let page = server
         .registry
-        .list(info, ns.as_deref(), at, start_after, limit, filter.as_ref())
+        .list(info, ns.as_deref(), at, resume, limit, filter.as_ref())
         .await
         .map_err(|e| match e {
             Error::Gone(_) if q.get("continue").is_some() => Error::Gone(
@@ -349,7 +360,7 @@ async fn list(
         })?;
     let mut metadata = json!({"resourceVersion": page.revision.0.to_string()});
     if let Some(key) = &page.next_key {
-        metadata["continue"] = json!(encode_continue(page.revision, key));
+        metadata["continue"] = json!(encode_continue(page.revision, key, page.remaining));
     }
     if let Some(remaining) = page.remaining {
         metadata["remainingItemCount"] = json!(remaining);
@@ -1670,11 +1681,16 @@ mod tests {
 
     #[test]
     fn continue_tokens_round_trip_and_reject_foreign_prefixes() {
-        let token = encode_continue(Revision(42), b"/registry/core/pods/default/web");
-        let (rev, key) = decode_continue(&token, "/registry/core/pods/").unwrap();
+        let token = encode_continue(Revision(42), b"/registry/core/pods/default/web", Some(7));
+        let (rev, resume) = decode_continue(&token, "/registry/core/pods/").unwrap();
         assert_eq!(rev, Revision(42));
-        assert_eq!(key, b"/registry/core/pods/default/web");
+        assert_eq!(resume.start_after, b"/registry/core/pods/default/web");
+        assert_eq!(resume.remaining, Some(7));
         assert!(decode_continue(&token, "/registry/core/secrets/").is_err());
+        // A token without the count (a filtered list's) still resumes; the count is then unknown.
+        let token = encode_continue(Revision(42), b"/registry/core/pods/default/web", None);
+        let (_, resume) = decode_continue(&token, "/registry/core/pods/").unwrap();
+        assert_eq!(resume.remaining, None);
         assert!(decode_continue("garbage!", "/registry/").is_err());
     }
 

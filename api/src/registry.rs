@@ -46,6 +46,17 @@ pub struct ListPage {
     pub remaining: Option<u64>,
 }
 
+/// Where a list continues: after the last key of the page before.
+#[derive(Debug, Clone)]
+pub struct Resume {
+    /// The last key of the page before.
+    pub start_after: Vec<u8>,
+    /// That page's [`ListPage::remaining`], when the caller kept it. The revision is pinned, so
+    /// the count cannot have changed and is not walked again: counting the rest of the range on
+    /// every page would make a paged list quadratic.
+    pub remaining: Option<u64>,
+}
+
 /// A change seen by a watch, as the API speaks of it.
 #[derive(Debug, Clone, PartialEq)]
 pub enum WatchEvent {
@@ -224,19 +235,26 @@ impl Registry {
         }
     }
 
-    /// Reads one page of a list. `start_after` continues after a key of an earlier page; `at` pins
-    /// the revision (every page of one list is read at the first page's revision).
+    /// Reads one page of a list. `resume` continues after a key of an earlier page; `at` pins the
+    /// revision (every page of one list is read at the first page's revision).
     pub async fn list(
         &self,
         info: &ResourceInfo,
         namespace: Option<&str>,
         at: Option<Revision>,
-        start_after: Option<Vec<u8>>,
+        resume: Option<Resume>,
         limit: Option<usize>,
         filter: Option<&ObjectFilter>,
     ) -> Result<ListPage> {
         let prefix = info.storage_prefix_in(namespace).into_bytes();
         let full = KeyRange::prefix(prefix);
+        let (start_after, known_remaining) = match resume {
+            Some(r) => (
+                Some(r.start_after),
+                r.remaining.filter(|_| at.is_some() && filter.is_none()),
+            ),
+            None => (None, None),
+        };
         let mut range = match start_after {
             Some(mut key) => {
                 key.push(0);
@@ -246,13 +264,15 @@ impl Registry {
         };
         let mut revision = at;
         let mut items = Vec::new();
+        // Keys read so far, in every chunk.
+        let mut consumed = 0u64;
         // Read in chunks until the page is full of matching objects or the range is exhausted.
         let chunk = limit.map(|l| l.clamp(64, 4096));
         loop {
             let mut request = RangeRequest::new(range.clone());
             request.revision = revision;
             request.limit = chunk;
-            request.count = limit.is_some() && filter.is_none();
+            request.count = limit.is_some() && filter.is_none() && known_remaining.is_none();
             let response = self.store.range(request).await?;
             let read_at = response.revision;
             revision = Some(read_at);
@@ -269,13 +289,16 @@ impl Registry {
                     break;
                 }
             }
+            consumed += taken;
             let page_full = limit.is_some_and(|l| items.len() >= l);
             let more_in_store = response.more || taken < response.kvs.len() as u64;
             if page_full {
                 let next_key = if more_in_store { last_key } else { None };
-                let remaining = match (response.count, &next_key) {
-                    (Some(count), Some(_)) => Some(count.saturating_sub(taken)),
-                    _ => None,
+                let remaining = match (response.count, known_remaining, &next_key) {
+                    (_, _, None) => None,
+                    (Some(count), _, Some(_)) => Some(count.saturating_sub(taken)),
+                    (None, Some(known), Some(_)) => Some(known.saturating_sub(consumed)),
+                    (None, None, Some(_)) => None,
                 };
                 return Ok(ListPage {
                     items,

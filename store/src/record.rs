@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::types::{KeyValue, LeaseId, Revision};
 
 /// One version of one key: the value of `h <esc(key)> 00 00 <rev>`. The value is stored here and
 /// only here.
@@ -65,11 +66,7 @@ impl HistRecord {
 
     /// Decodes a record written by [`HistRecord::encode`].
     pub fn decode(bytes: &[u8]) -> Result<HistRecord> {
-        let (header, read): (HistHeader, usize) =
-            bincode::serde::decode_from_slice(bytes, config()).map_err(|source| Error::Decode {
-                what: "history record",
-                source,
-            })?;
+        let (header, read) = HistRecord::decode_header(bytes)?;
         let rest = &bytes[read..];
         if header.tombstone && !rest.is_empty() {
             return Err(Error::Decode {
@@ -83,6 +80,47 @@ impl HistRecord {
             version: header.version,
             lease: header.lease,
             value: (!header.tombstone).then(|| rest.to_vec()),
+        })
+    }
+
+    /// Whether an encoded record is a tombstone, reading only its header.
+    pub fn is_tombstone_encoded(bytes: &[u8]) -> Result<bool> {
+        Ok(HistRecord::decode_header(bytes)?.0.tombstone)
+    }
+
+    /// The live key-value an encoded record describes, copying the value once (straight out of
+    /// the encoded bytes); an error for a tombstone, which has none.
+    pub fn decode_kv(
+        key: Vec<u8>,
+        mod_revision: u64,
+        bytes: &[u8],
+        keys_only: bool,
+    ) -> Result<KeyValue> {
+        let (header, read) = HistRecord::decode_header(bytes)?;
+        if header.tombstone {
+            return Err(Error::Decode {
+                what: "history record",
+                source: bincode::error::DecodeError::Other("a tombstone where a value was due"),
+            });
+        }
+        Ok(KeyValue {
+            key,
+            value: if keys_only {
+                Vec::new()
+            } else {
+                bytes[read..].to_vec()
+            },
+            create_revision: Revision(header.create),
+            mod_revision: Revision(mod_revision),
+            version: header.version,
+            lease: header.lease.map(LeaseId),
+        })
+    }
+
+    fn decode_header(bytes: &[u8]) -> Result<(HistHeader, usize)> {
+        bincode::serde::decode_from_slice(bytes, config()).map_err(|source| Error::Decode {
+            what: "history record",
+            source,
         })
     }
 }

@@ -224,11 +224,13 @@ async fn lists_paginate_at_one_revision_and_read_the_past() {
     // Writes after the first page do not show in later pages.
     client.post(CM, configmap("cm-99")).await;
     let mut names: Vec<String> = Vec::new();
+    let mut remaining = Vec::new();
     let mut next = Some(token);
     while let Some(token) = next {
         let (code, page) = client.get(&format!("{CM}?limit=10&continue={token}")).await;
         assert_eq!(code, 200, "{page}");
         assert_eq!(page["metadata"]["resourceVersion"], list_rv);
+        remaining.push(page["metadata"]["remainingItemCount"].as_u64());
         names.extend(
             page["items"]
                 .as_array()
@@ -240,6 +242,8 @@ async fn lists_paginate_at_one_revision_and_read_the_past() {
     }
     assert_eq!(names.len(), 15);
     assert!(!names.contains(&"cm-99".to_string()));
+    // The count is of the list's revision too: the write after the first page is not in it.
+    assert_eq!(remaining, [Some(5), None]);
 
     // resourceVersionMatch=Exact reads the list as it was.
     let (code, past) = client

@@ -41,13 +41,19 @@ pub(crate) fn version_at(
     key: &[u8],
     rev: u64,
 ) -> Result<Option<(u64, HistRecord)>> {
+    version_raw_at(tree, key, rev)?
+        .map(|(rev, raw)| Ok((rev, HistRecord::decode(&raw)?)))
+        .transpose()
+}
+
+/// [`version_at`], with the record still encoded.
+fn version_raw_at(tree: &sled::Tree, key: &[u8], rev: u64) -> Result<Option<(u64, sled::IVec)>> {
     let hi = hist_key(key, rev);
     match tree.range(hist_key_start(key)..=hi).next_back() {
         None => Ok(None),
         Some(item) => {
             let (raw, value) = item.map_err(sled_err)?;
-            let rec = HistRecord::decode(&value)?;
-            Ok(Some((keys::hist_key_rev(&raw), rec)))
+            Ok(Some((keys::hist_key_rev(&raw), value)))
         }
     }
 }
@@ -127,6 +133,19 @@ pub(crate) fn for_each_at(
     rev: u64,
     mut f: impl FnMut(Vec<u8>, u64, HistRecord) -> Result<bool>,
 ) -> Result<()> {
+    for_each_raw_at(tree, range, rev, |key, mod_rev, raw| {
+        f(key, mod_rev, HistRecord::decode(raw)?)
+    })
+}
+
+/// [`for_each_at`], handing `f` the record still encoded: a caller that only counts keys, or
+/// wants the value, does not pay for decoding into a [`HistRecord`] (a copy of the value).
+fn for_each_raw_at(
+    tree: &sled::Tree,
+    range: &KeyRange,
+    rev: u64,
+    mut f: impl FnMut(Vec<u8>, u64, &[u8]) -> Result<bool>,
+) -> Result<()> {
     if range_is_empty(range) {
         return Ok(());
     }
@@ -142,9 +161,9 @@ pub(crate) fn for_each_at(
             source: bincode::error::DecodeError::Other("malformed history key"),
         })?;
         lower = Bound::Included(hist_key_end(&key));
-        if let Some((mod_rev, rec)) = version_at(tree, &key, rev)?
-            && !rec.is_tombstone()
-            && !f(key, mod_rev, rec)?
+        if let Some((mod_rev, record)) = version_raw_at(tree, &key, rev)?
+            && !HistRecord::is_tombstone_encoded(&record)?
+            && !f(key, mod_rev, &record)?
         {
             break;
         }
@@ -152,15 +171,16 @@ pub(crate) fn for_each_at(
     Ok(())
 }
 
-/// Reads `request.range` as it was at `rev` (see [`for_each_at`]).
+/// Reads `request.range` as it was at `rev` (see [`for_each_at`]). Keys past the limit are only
+/// counted, and only when the request asks for the count.
 pub(crate) fn range_at(tree: &sled::Tree, request: &RangeRequest, rev: u64) -> Result<RangeOut> {
     let limit = request.limit.filter(|&l| l > 0).unwrap_or(usize::MAX);
     let mut out = RangeOut::default();
-    for_each_at(tree, &request.range, rev, |key, mod_rev, rec| {
+    for_each_raw_at(tree, &request.range, rev, |key, mod_rev, raw| {
         out.count += 1;
         if out.kvs.len() < limit {
             out.kvs
-                .push(record_kv(&key, mod_rev, &rec, request.keys_only).expect("not a tombstone"));
+                .push(HistRecord::decode_kv(key, mod_rev, raw, request.keys_only)?);
             Ok(true)
         } else {
             out.more = true;
