@@ -5,7 +5,8 @@
 //! `cargo bench -p skiff-store --bench throughput` (env `SKIFF_BENCH_DIR` picks the file system,
 //! default the system temp dir; `SKIFF_BENCH_REVISIONS` the size of the reopen case, default 1M;
 //! `SKIFF_BENCH_ONLY` a comma list of sections: writes,range,watch,reopen,churn, and `layout`,
-//! run only when named: raw sled under three key layouts).
+//! run only when named: raw sled under three key layouts; `SKIFF_BENCH_KINDS` a comma list of the
+//! write workloads: put,txn3,nofsync).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -64,6 +65,8 @@ async fn writes(dir: &Path) {
         "| workload | writers | ops/s | commits per flush | bytes written per op | CPU per op | p50 | p99 | raw sled puts/s | store / raw sled |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|");
+    let kinds = std::env::var("SKIFF_BENCH_KINDS").unwrap_or_default();
+    let want_kind = |k: &str| kinds.is_empty() || kinds.split(',').any(|o| o == k);
     let only_writers: Option<usize> = std::env::var("SKIFF_BENCH_WRITERS")
         .ok()
         .and_then(|s| s.parse().ok());
@@ -81,6 +84,12 @@ async fn writes(dir: &Path) {
         .await
         .expect("raw sled");
         for kind in [WriteKind::Put, WriteKind::Txn3] {
+            if !want_kind(match kind {
+                WriteKind::Put => "put",
+                WriteKind::Txn3 => "txn3",
+            }) {
+                continue;
+            }
             let path = dir.join(format!("store-{writers}-{kind:?}"));
             let store = Arc::new(SledStore::open(bench_config(&path)).expect("open"));
             let r = bench::durable_writes(store.clone(), writers, total, 1024, 10_000, kind)
@@ -118,7 +127,7 @@ async fn writes(dir: &Path) {
     }
     // The same 256-writer put workload without the fdatasync after each group flush (sled's
     // `sync_file_range` only: survives a process crash, not necessarily power loss).
-    if only_writers.is_none_or(|w| w == 256) {
+    if only_writers.is_none_or(|w| w == 256) && want_kind("nofsync") {
         let path = dir.join("store-256-no-fsync");
         let mut config = bench_config(&path);
         config.fsync = false;
