@@ -70,6 +70,7 @@ async fn writes(dir: &Path) {
     let only_writers: Option<usize> = std::env::var("SKIFF_BENCH_WRITERS")
         .ok()
         .and_then(|s| s.parse().ok());
+    let mut by_thread = Vec::new();
     for (writers, total) in [(1usize, 2_000usize), (16, 20_000), (256, 100_000)] {
         if only_writers.is_some_and(|w| w != writers) {
             continue;
@@ -92,10 +93,13 @@ async fn writes(dir: &Path) {
             }
             let path = dir.join(format!("store-{writers}-{kind:?}"));
             let store = Arc::new(SledStore::open(bench_config(&path)).expect("open"));
+            let threads0 = bench::thread_cpu_times();
             let r = bench::durable_writes(store.clone(), writers, total, 1024, 10_000, kind)
                 .await
                 .expect("writes");
+            let threads1 = bench::thread_cpu_times();
             store.close().await.expect("close");
+            by_thread.push((writers, kind, total, r.cpu_per_op, threads0, threads1));
             let name = match kind {
                 WriteKind::Put => "put 1 KiB",
                 WriteKind::Txn3 => "txn of 3 puts of 1 KiB",
@@ -144,6 +148,29 @@ async fn writes(dir: &Path) {
             r.cpu_per_op.as_secs_f64() * 1e6,
             ms(r.p50),
             ms(r.p99)
+        );
+    }
+    // Where the CPU of each store workload went (threads that exited meanwhile, as sled's I/O
+    // threads may, count as "other").
+    println!();
+    for (writers, kind, total, cpu_per_op, before, after) in by_thread {
+        let mut parts = Vec::new();
+        let mut named = Duration::ZERO;
+        for (name, t1) in &after {
+            let t0 = before.get(name).copied().unwrap_or_default();
+            let per_op = t1.saturating_sub(t0) / total as u32;
+            named += per_op;
+            if !per_op.is_zero() {
+                parts.push(format!("{name} {:.1}", per_op.as_secs_f64() * 1e6));
+            }
+        }
+        parts.push(format!(
+            "other {:.1}",
+            cpu_per_op.saturating_sub(named).as_secs_f64() * 1e6
+        ));
+        println!(
+            "CPU per op (µs) by thread, {kind:?}, {writers} writers: {}",
+            parts.join(", ")
         );
     }
 }

@@ -86,6 +86,34 @@ pub fn cpu_time() -> Duration {
     Duration::from_millis(ticks * 10)
 }
 
+/// CPU time (user + system) of each live thread of this process so far, summed by thread name
+/// with a trailing `-<number>` dropped (`sled-io-4` counts as `sled-io`), from Linux
+/// `/proc/self/task`. Threads that exited are not in it: compare the sum with [`cpu_time`].
+pub fn thread_cpu_times() -> std::collections::BTreeMap<String, Duration> {
+    let mut out = std::collections::BTreeMap::new();
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return out;
+    };
+    for task in tasks.flatten() {
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+            continue;
+        };
+        let Some((head, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let name = head.split_once('(').map_or("", |(_, n)| n);
+        let name = match name.rsplit_once('-') {
+            Some((base, n)) if n.chars().all(|c| c.is_ascii_digit()) => base,
+            _ => name,
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let ticks: u64 = fields.get(11).and_then(|u| u.parse().ok()).unwrap_or(0)
+            + fields.get(12).and_then(|s| s.parse().ok()).unwrap_or(0);
+        *out.entry(name.to_string()).or_insert(Duration::ZERO) += Duration::from_millis(ticks * 10);
+    }
+    out
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
