@@ -777,6 +777,18 @@ impl SledStore {
         // Transactions are mostly a few operations: a short list is searched, a long one hashed.
         const SCAN: usize = 16;
         for branch in [&txn.success, &txn.failure] {
+            if let [op] = branch.as_slice() {
+                // One operation (a plain put or delete): nothing to collide with.
+                if let Op::Put { value, .. } = op
+                    && value.len() > limit
+                {
+                    return Err(Error::ValueTooLarge {
+                        size: value.len(),
+                        limit,
+                    });
+                }
+                continue;
+            }
             let mut put_keys: Vec<&[u8]> = Vec::new();
             let mut many: Option<std::collections::HashSet<&[u8], foldhash::fast::RandomState>> =
                 None;
