@@ -123,7 +123,8 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 }
 
 /// A config for benchmarks: the defaults, automatic retention off unless asked
-/// (`SKIFF_BENCH_CACHE_MIB`: sled's cache size; `SKIFF_BENCH_FSYNC=0`: [`Config::fsync`] off).
+/// (`SKIFF_BENCH_CACHE_MIB`: sled's cache size; `SKIFF_BENCH_FSYNC=0`: [`Config::fsync`] off;
+/// `SKIFF_BENCH_KEEP_VERSIONS=<n>`: keep only the newest `n` versions of each `/bench/` key).
 pub fn bench_config(path: &Path) -> Config {
     let mut config = Config::new(path);
     if let Some(mib) = std::env::var("SKIFF_BENCH_CACHE_MIB")
@@ -137,6 +138,17 @@ pub fn bench_config(path: &Path) -> Config {
     }
     config.retention.max_revisions = None;
     config.retention.max_age = None;
+    if let Some(n) = std::env::var("SKIFF_BENCH_KEEP_VERSIONS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        // Per-prefix retention over the benchmark's keys: each put also prunes the key's oldest
+        // version, so history leaves stop growing (sled splits a leaf past 16 entries).
+        config.prefix_retention = vec![crate::PrefixRetention {
+            prefix: b"/bench/".to_vec(),
+            max_versions: n,
+        }];
+    }
     config
 }
 
