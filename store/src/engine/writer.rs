@@ -149,7 +149,7 @@ pub(crate) struct Writer {
     /// To the applier.
     pub out: std::sync::mpsc::Sender<Work>,
     /// Batches of the command being handled, for the applier.
-    pub work_batches: Vec<sled::Batch>,
+    pub work_batches: Vec<Batch>,
     /// Acknowledgements owed once they are durable, in revision order.
     pub work_items: Vec<Applied>,
     /// The newest version of recently written keys (`None`: deleted), so that a write finds the
@@ -170,7 +170,7 @@ const LATEST_CAPACITY: usize = 64 << 20;
 /// keeps all of its transactions or none.
 #[derive(Default)]
 struct Group {
-    batch: sled::Batch,
+    batch: Batch,
     /// The newest state of every key written in this group (`None`: deleted).
     overlay: FastMap<Vec<u8>, Option<Arc<KeyValue>>>,
     /// Revisions written in this group, oldest first, per key under a per-prefix retention rule
@@ -438,7 +438,7 @@ impl Writer {
     }
 
     /// Queues a batch for the applier (see [`run_applier`]).
-    fn apply(&mut self, batch: sled::Batch) -> Result<()> {
+    fn apply(&mut self, batch: Batch) -> Result<()> {
         self.work_batches.push(batch);
         Ok(())
     }
@@ -786,7 +786,7 @@ impl Writer {
 
     fn grant(&mut self, ttl: Duration) -> Result<Lease> {
         let id = self.lease_next;
-        let mut batch = sled::Batch::default();
+        let mut batch = Batch::default();
         batch.insert(lease_key(id), &(ttl.as_millis() as u64).to_be_bytes()[..]);
         batch.insert(keys::META_LEASE_NEXT, &(id + 1).to_be_bytes()[..]);
         self.apply(batch)?;
@@ -865,8 +865,29 @@ impl Writer {
 /// What the writer hands the applier: batches to apply in order, then the acknowledgements they
 /// carry (forwarded to the flusher once applied).
 pub(crate) struct Work {
-    batches: Vec<sled::Batch>,
+    batches: Vec<Batch>,
     items: Vec<Applied>,
+}
+
+/// Writes for sled, in order. Unlike a `sled::Batch`, these can be merged: the applier applies
+/// every batch waiting for it as one `sled::Batch`, since each `apply_batch` costs sled two rolls
+/// of its I/O buffer (written out, by its I/O threads, however little they hold). A later write
+/// of a key replaces an earlier one, as applying the batches one after the other would.
+#[derive(Default)]
+pub(crate) struct Batch {
+    writes: Vec<(sled::IVec, Option<sled::IVec>)>,
+}
+
+impl Batch {
+    /// Sets `key` to `value`.
+    fn insert(&mut self, key: impl Into<sled::IVec>, value: impl Into<sled::IVec>) {
+        self.writes.push((key.into(), Some(value.into())));
+    }
+
+    /// Removes `key`.
+    fn remove(&mut self, key: impl Into<sled::IVec>) {
+        self.writes.push((key.into(), None));
+    }
 }
 
 /// The applier thread: applies the writer's batches in order while the writer builds the next
@@ -878,18 +899,38 @@ pub(crate) fn run_applier(
     work: std::sync::mpsc::Receiver<Work>,
     out: std::sync::mpsc::Sender<Vec<Applied>>,
 ) {
-    while let Ok(Work { batches, items }) = work.recv() {
-        metrics::histogram!("skiff_log_commit_batch_size").record(items.len() as f64);
-        let mut failed = shared.poison_error().is_some();
-        if !failed {
+    while let Ok(first) = work.recv() {
+        // Everything the writer queued meanwhile goes into the same sled batch.
+        let mut works = 1;
+        let Work { batches, mut items } = first;
+        let mut merged = sled::Batch::default();
+        let mut writes = 0;
+        let mut add = |batches: Vec<Batch>| {
             for batch in batches {
-                if let Err(e) = shared.db.apply_batch(batch) {
-                    tracing::error!(error = %e, "applying a batch failed; refusing further writes until reopened");
-                    *shared.poisoned.lock().expect("poison lock") = Some(e);
-                    failed = true;
-                    break;
+                for (key, value) in batch.writes {
+                    writes += 1;
+                    match value {
+                        Some(value) => merged.insert(key, value),
+                        None => merged.remove(key),
+                    }
                 }
             }
+        };
+        add(batches);
+        while let Ok(more) = work.try_recv() {
+            works += 1;
+            add(more.batches);
+            items.extend(more.items);
+        }
+        metrics::histogram!("skiff_log_commit_batch_size").record(items.len() as f64);
+        let mut failed = shared.poison_error().is_some();
+        if !failed
+            && writes > 0
+            && let Err(e) = shared.db.apply_batch(merged)
+        {
+            tracing::error!(error = %e, "applying a batch failed; refusing further writes until reopened");
+            *shared.poisoned.lock().expect("poison lock") = Some(e);
+            failed = true;
         }
         if failed {
             for applied in items {
@@ -904,7 +945,9 @@ pub(crate) fn run_applier(
                 applied.ack.fail(Error::Closed);
             }
         }
-        shared.inflight_done();
+        for _ in 0..works {
+            shared.inflight_done();
+        }
     }
 }
 
