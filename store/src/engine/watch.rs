@@ -428,7 +428,6 @@ async fn sleep_until(deadline: Option<Instant>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::UNIX_EPOCH;
 
     fn entry(rev: u64) -> Arc<Entry> {
         Arc::new(Entry {

@@ -888,6 +888,20 @@ impl Batch {
     fn remove(&mut self, key: impl Into<sled::IVec>) {
         self.writes.push((key.into(), None));
     }
+
+    /// One sled batch doing what `batches` do applied in order, and how many writes they hold.
+    fn merge(batches: Vec<Batch>) -> (sled::Batch, usize) {
+        let mut merged = sled::Batch::default();
+        let mut writes = 0;
+        for (key, value) in batches.into_iter().flat_map(|b| b.writes) {
+            writes += 1;
+            match value {
+                Some(value) => merged.insert(key, value),
+                None => merged.remove(key),
+            }
+        }
+        (merged, writes)
+    }
 }
 
 /// The applier thread: applies the writer's batches in order while the writer builds the next
@@ -902,26 +916,16 @@ pub(crate) fn run_applier(
     while let Ok(first) = work.recv() {
         // Everything the writer queued meanwhile goes into the same sled batch.
         let mut works = 1;
-        let Work { batches, mut items } = first;
-        let mut merged = sled::Batch::default();
-        let mut writes = 0;
-        let mut add = |batches: Vec<Batch>| {
-            for batch in batches {
-                for (key, value) in batch.writes {
-                    writes += 1;
-                    match value {
-                        Some(value) => merged.insert(key, value),
-                        None => merged.remove(key),
-                    }
-                }
-            }
-        };
-        add(batches);
+        let Work {
+            mut batches,
+            mut items,
+        } = first;
         while let Ok(more) = work.try_recv() {
             works += 1;
-            add(more.batches);
+            batches.extend(more.batches);
             items.extend(more.items);
         }
+        let (merged, writes) = Batch::merge(batches);
         metrics::histogram!("skiff_log_commit_batch_size").record(items.len() as f64);
         let mut failed = shared.poison_error().is_some();
         if !failed
@@ -1001,5 +1005,50 @@ pub(crate) fn run_flusher(shared: Arc<Shared>, applied: std::sync::mpsc::Receive
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merged_batches_end_as_the_batches_applied_in_order() {
+        let db = sled::Config::new().temporary(true).open().unwrap();
+        db.insert("gone", "x").unwrap();
+        db.insert("kept", "x").unwrap();
+        let mut first = Batch::default();
+        first.insert("a", "1");
+        first.insert("b", "1");
+        first.remove("gone");
+        let mut second = Batch::default();
+        second.remove("a");
+        second.insert("b", "2");
+        second.insert("gone", "back");
+        let mut third = Batch::default();
+        third.insert("a", "3");
+        third.insert("c", "3");
+        let (merged, writes) = Batch::merge(vec![first, second, third]);
+        assert_eq!(writes, 8);
+        db.apply_batch(merged).unwrap();
+        let all: Vec<(Vec<u8>, Vec<u8>)> = db
+            .iter()
+            .map(|kv| kv.map(|(k, v)| (k.to_vec(), v.to_vec())).unwrap())
+            .collect();
+        let expected: Vec<(Vec<u8>, Vec<u8>)> = [
+            ("a", "3"),
+            ("b", "2"),
+            ("c", "3"),
+            ("gone", "back"),
+            ("kept", "x"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
+        .collect();
+        assert_eq!(all, expected);
+        let (empty, writes) = Batch::merge(vec![Batch::default()]);
+        assert_eq!(writes, 0);
+        db.apply_batch(empty).unwrap();
+        assert_eq!(db.len(), 5);
     }
 }
