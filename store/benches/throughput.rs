@@ -5,7 +5,8 @@
 //! `cargo bench -p skiff-store --bench throughput` (env `SKIFF_BENCH_DIR` picks the file system,
 //! default the system temp dir; `SKIFF_BENCH_REVISIONS` the size of the reopen case, default 1M;
 //! `SKIFF_BENCH_ONLY` a comma list of sections: writes,range,watch,reopen,churn, and `layout`,
-//! run only when named: raw sled under three key layouts).
+//! run only when named: raw sled under three key layouts; `SKIFF_BENCH_KINDS` a comma list of the
+//! write workloads: put,txn3,nofsync).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -64,9 +65,12 @@ async fn writes(dir: &Path) {
         "| workload | writers | ops/s | commits per flush | bytes written per op | CPU per op | p50 | p99 | raw sled puts/s | store / raw sled |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|");
+    let kinds = std::env::var("SKIFF_BENCH_KINDS").unwrap_or_default();
+    let want_kind = |k: &str| kinds.is_empty() || kinds.split(',').any(|o| o == k);
     let only_writers: Option<usize> = std::env::var("SKIFF_BENCH_WRITERS")
         .ok()
         .and_then(|s| s.parse().ok());
+    let mut by_thread = Vec::new();
     for (writers, total) in [(1usize, 2_000usize), (16, 20_000), (256, 100_000)] {
         if only_writers.is_some_and(|w| w != writers) {
             continue;
@@ -81,12 +85,21 @@ async fn writes(dir: &Path) {
         .await
         .expect("raw sled");
         for kind in [WriteKind::Put, WriteKind::Txn3] {
+            if !want_kind(match kind {
+                WriteKind::Put => "put",
+                WriteKind::Txn3 => "txn3",
+            }) {
+                continue;
+            }
             let path = dir.join(format!("store-{writers}-{kind:?}"));
             let store = Arc::new(SledStore::open(bench_config(&path)).expect("open"));
+            let threads0 = bench::thread_cpu_times();
             let r = bench::durable_writes(store.clone(), writers, total, 1024, 10_000, kind)
                 .await
                 .expect("writes");
+            let threads1 = bench::thread_cpu_times();
             store.close().await.expect("close");
+            by_thread.push((writers, kind, total, r.cpu_per_op, threads0, threads1));
             let name = match kind {
                 WriteKind::Put => "put 1 KiB",
                 WriteKind::Txn3 => "txn of 3 puts of 1 KiB",
@@ -118,7 +131,7 @@ async fn writes(dir: &Path) {
     }
     // The same 256-writer put workload without the fdatasync after each group flush (sled's
     // `sync_file_range` only: survives a process crash, not necessarily power loss).
-    if only_writers.is_none_or(|w| w == 256) {
+    if only_writers.is_none_or(|w| w == 256) && want_kind("nofsync") {
         let path = dir.join("store-256-no-fsync");
         let mut config = bench_config(&path);
         config.fsync = false;
@@ -135,6 +148,29 @@ async fn writes(dir: &Path) {
             r.cpu_per_op.as_secs_f64() * 1e6,
             ms(r.p50),
             ms(r.p99)
+        );
+    }
+    // Where the CPU of each store workload went (threads that exited meanwhile, as sled's I/O
+    // threads may, count as "other").
+    println!();
+    for (writers, kind, total, cpu_per_op, before, after) in by_thread {
+        let mut parts = Vec::new();
+        let mut named = Duration::ZERO;
+        for (name, t1) in &after {
+            let t0 = before.get(name).copied().unwrap_or_default();
+            let per_op = t1.saturating_sub(t0) / total as u32;
+            named += per_op;
+            if !per_op.is_zero() {
+                parts.push(format!("{name} {:.1}", per_op.as_secs_f64() * 1e6));
+            }
+        }
+        parts.push(format!(
+            "other {:.1}",
+            cpu_per_op.saturating_sub(named).as_secs_f64() * 1e6
+        ));
+        println!(
+            "CPU per op (µs) by thread, {kind:?}, {writers} writers: {}",
+            parts.join(", ")
         );
     }
 }

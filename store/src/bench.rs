@@ -86,6 +86,34 @@ pub fn cpu_time() -> Duration {
     Duration::from_millis(ticks * 10)
 }
 
+/// CPU time (user + system) of each live thread of this process so far, summed by thread name
+/// with a trailing `-<number>` dropped (`sled-io-4` counts as `sled-io`), from Linux
+/// `/proc/self/task`. Threads that exited are not in it: compare the sum with [`cpu_time`].
+pub fn thread_cpu_times() -> std::collections::BTreeMap<String, Duration> {
+    let mut out = std::collections::BTreeMap::new();
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return out;
+    };
+    for task in tasks.flatten() {
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+            continue;
+        };
+        let Some((head, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let name = head.split_once('(').map_or("", |(_, n)| n);
+        let name = match name.rsplit_once('-') {
+            Some((base, n)) if n.chars().all(|c| c.is_ascii_digit()) => base,
+            _ => name,
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let ticks: u64 = fields.get(11).and_then(|u| u.parse().ok()).unwrap_or(0)
+            + fields.get(12).and_then(|s| s.parse().ok()).unwrap_or(0);
+        *out.entry(name.to_string()).or_insert(Duration::ZERO) += Duration::from_millis(ticks * 10);
+    }
+    out
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
@@ -95,7 +123,8 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 }
 
 /// A config for benchmarks: the defaults, automatic retention off unless asked
-/// (`SKIFF_BENCH_CACHE_MIB`: sled's cache size; `SKIFF_BENCH_FSYNC=0`: [`Config::fsync`] off).
+/// (`SKIFF_BENCH_CACHE_MIB`: sled's cache size; `SKIFF_BENCH_FSYNC=0`: [`Config::fsync`] off;
+/// `SKIFF_BENCH_KEEP_VERSIONS=<n>`: keep only the newest `n` versions of each `/bench/` key).
 pub fn bench_config(path: &Path) -> Config {
     let mut config = Config::new(path);
     if let Some(mib) = std::env::var("SKIFF_BENCH_CACHE_MIB")
@@ -109,6 +138,17 @@ pub fn bench_config(path: &Path) -> Config {
     }
     config.retention.max_revisions = None;
     config.retention.max_age = None;
+    if let Some(n) = std::env::var("SKIFF_BENCH_KEEP_VERSIONS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        // Per-prefix retention over the benchmark's keys: each put also prunes the key's oldest
+        // version, so history leaves stop growing (sled splits a leaf past 16 entries).
+        config.prefix_retention = vec![crate::PrefixRetention {
+            prefix: b"/bench/".to_vec(),
+            max_versions: n,
+        }];
+    }
     config
 }
 

@@ -49,6 +49,21 @@ impl HistRecord {
         lease: Option<u64>,
         value: Option<&[u8]>,
     ) -> Vec<u8> {
+        let mut out = Vec::with_capacity(24 + value.map_or(0, <[u8]>::len));
+        HistRecord::encode_parts_into(&mut out, time, create, version, lease, value);
+        out
+    }
+
+    /// [`HistRecord::encode_parts`] into `out` (cleared first), so that a writer can reuse one
+    /// buffer rather than allocate a record per write.
+    pub fn encode_parts_into(
+        out: &mut Vec<u8>,
+        time: u64,
+        create: u64,
+        version: u64,
+        lease: Option<u64>,
+        value: Option<&[u8]>,
+    ) {
         let header = HistHeader {
             time,
             create,
@@ -56,12 +71,10 @@ impl HistRecord {
             lease,
             tombstone: value.is_none(),
         };
-        let value = value.unwrap_or_default();
-        let mut out = Vec::with_capacity(24 + value.len());
-        bincode::serde::encode_into_std_write(&header, &mut out, config())
+        out.clear();
+        bincode::serde::encode_into_std_write(&header, &mut *out, config())
             .expect("encoding to a Vec cannot fail");
-        out.extend_from_slice(value);
-        out
+        out.extend_from_slice(value.unwrap_or_default());
     }
 
     /// Decodes a record written by [`HistRecord::encode`].
@@ -175,6 +188,33 @@ impl LogGroup {
     }
 }
 
+/// Encodes a [`LogGroup`] from borrowed parts, byte for byte as `encode(&LogGroup { .. })`
+/// would: `entries` gives each revision's commit time and keys. The writer's keys live in its
+/// shared key-values; this spares it a copy of every key into a [`LogRecord`].
+pub(crate) fn encode_log_group<'a, I, K>(first: u64, entries: I) -> Vec<u8>
+where
+    I: ExactSizeIterator<Item = (u64, K)>,
+    K: ExactSizeIterator<Item = &'a [u8]>,
+{
+    // bincode's standard configuration: integers (lengths too) as varints, a sequence as its
+    // length then its elements, a `u8` as one byte.
+    fn varint(out: &mut Vec<u8>, n: u64) {
+        bincode::encode_into_std_write(n, out, config()).expect("encoding to a Vec cannot fail");
+    }
+    let mut out = Vec::with_capacity(16 + entries.len() * 32);
+    varint(&mut out, first);
+    varint(&mut out, entries.len() as u64);
+    for (time, keys) in entries {
+        varint(&mut out, time);
+        varint(&mut out, keys.len() as u64);
+        for key in keys {
+            varint(&mut out, key.len() as u64);
+            out.extend_from_slice(key);
+        }
+    }
+    out
+}
+
 fn config() -> bincode::config::Configuration {
     bincode::config::standard()
 }
@@ -271,5 +311,52 @@ mod tests {
         assert_eq!(group.get(9), None);
         assert_eq!(group.iter().map(|(r, _)| r).collect::<Vec<_>>(), vec![7, 8]);
         assert!(decode_u64(b"short", "u64").is_err());
+    }
+
+    #[test]
+    fn log_groups_encode_the_same_from_borrowed_parts() {
+        let long = vec![7u8; 300];
+        let huge_time = u64::MAX - 3;
+        for group in [
+            LogGroup {
+                first: 1,
+                entries: vec![LogRecord {
+                    time: 0,
+                    keys: vec![],
+                }],
+            },
+            LogGroup {
+                first: 250,
+                entries: vec![
+                    LogRecord {
+                        time: 1_700_000_000_000_000_000,
+                        keys: vec![b"/registry/pods/a".to_vec(), vec![], long.clone()],
+                    },
+                    LogRecord {
+                        time: huge_time,
+                        keys: vec![vec![0, 255, 0]],
+                    },
+                ],
+            },
+            LogGroup {
+                first: 70_000,
+                entries: (0..300)
+                    .map(|i| LogRecord {
+                        time: i * 65_537,
+                        keys: vec![format!("k{i}").into_bytes(); (i % 3) as usize],
+                    })
+                    .collect(),
+            },
+        ] {
+            let borrowed = encode_log_group(
+                group.first,
+                group
+                    .entries
+                    .iter()
+                    .map(|r| (r.time, r.keys.iter().map(Vec::as_slice))),
+            );
+            assert_eq!(borrowed, encode(&group));
+            assert_eq!(decode::<LogGroup>(&borrowed, "log").unwrap(), group);
+        }
     }
 }

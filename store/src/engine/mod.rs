@@ -120,9 +120,36 @@ pub struct PrefixRetention {
 #[derive(Debug)]
 pub(crate) struct Entry {
     pub revision: u64,
-    pub time: SystemTime,
-    pub events: Vec<Event>,
+    pub events: Vec<Change>,
 }
+
+/// An [`Event`] whose key-values are shared with the writer's newest versions and the replies:
+/// a value is copied only when a watcher or a caller takes its own [`Event`] or [`KeyValue`].
+#[derive(Debug, Clone)]
+pub(crate) struct Change {
+    pub kind: EventKind,
+    pub kv: Arc<KeyValue>,
+    pub prev_kv: Option<Arc<KeyValue>>,
+}
+
+impl Change {
+    /// An owned event (`prev_kv` only if asked for).
+    pub fn to_event(&self, prev_kv: bool) -> Event {
+        Event {
+            kind: self.kind,
+            kv: KeyValue::clone(&self.kv),
+            prev_kv: if prev_kv {
+                self.prev_kv.as_deref().cloned()
+            } else {
+                None
+            },
+        }
+    }
+}
+
+/// The hash maps of the write path: keys are hashed several times per write, and SipHash was a
+/// fifth of the writer thread's time. foldhash is seeded per process (keys come from clients).
+pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
 /// Counters for benchmarks and `skiff bench store`.
 #[derive(Debug, Default)]
@@ -747,8 +774,24 @@ impl SledStore {
     /// Checks sizes and duplicate keys before a transaction reaches the writer.
     fn validate(&self, txn: &Txn) -> Result<()> {
         let limit = self.shared.config.max_value_size;
+        // Transactions are mostly a few operations: a short list is searched, a long one hashed.
+        const SCAN: usize = 16;
         for branch in [&txn.success, &txn.failure] {
-            let mut put_keys = std::collections::HashSet::new();
+            if let [op] = branch.as_slice() {
+                // One operation (a plain put or delete): nothing to collide with.
+                if let Op::Put { value, .. } = op
+                    && value.len() > limit
+                {
+                    return Err(Error::ValueTooLarge {
+                        size: value.len(),
+                        limit,
+                    });
+                }
+                continue;
+            }
+            let mut put_keys: Vec<&[u8]> = Vec::new();
+            let mut many: Option<std::collections::HashSet<&[u8], foldhash::fast::RandomState>> =
+                None;
             for op in branch.iter() {
                 if let Op::Put { key, value, .. } = op {
                     if value.len() > limit {
@@ -757,9 +800,18 @@ impl SledStore {
                             limit,
                         });
                     }
-                    if !put_keys.insert(key.as_slice()) {
+                    let fresh = match &mut many {
+                        Some(set) => set.insert(key.as_slice()),
+                        None if put_keys.len() < SCAN => !put_keys.contains(&key.as_slice()),
+                        None => {
+                            let set = many.insert(put_keys.iter().copied().collect());
+                            set.insert(key.as_slice())
+                        }
+                    };
+                    if !fresh {
                         return Err(Error::DuplicateKey(key.clone()));
                     }
+                    put_keys.push(key);
                 }
             }
             for op in branch.iter() {
@@ -889,14 +941,7 @@ impl Store for SledStore {
         let entries = self
             .blocking(move |shared| watch::read_log(shared, None, true, from, to, limit))
             .await?;
-        Ok(entries
-            .into_iter()
-            .map(|e| LogEntry {
-                revision: Revision(e.revision),
-                time: e.time,
-                events: e.events,
-            })
-            .collect())
+        Ok(entries)
     }
 
     async fn log_retained(
@@ -915,19 +960,7 @@ impl Store for SledStore {
         let entries = self
             .blocking(move |shared| watch::read_log_retained(shared, from, to, limit))
             .await?;
-        Ok(entries
-            .into_iter()
-            .map(|(e, pruned)| {
-                (
-                    LogEntry {
-                        revision: Revision(e.revision),
-                        time: e.time,
-                        events: e.events,
-                    },
-                    pruned,
-                )
-            })
-            .collect())
+        Ok(entries)
     }
 
     async fn retained_at(&self, revision: Revision) -> Result<Vec<KeyValue>> {

@@ -25,7 +25,7 @@ use tokio::time::Instant;
 use super::{Entry, Shared, read};
 use crate::error::{Error, Result};
 use crate::keys::log_key;
-use crate::types::{Event, KeyRange, Revision, WatchRequest, WatchResponse};
+use crate::types::{Event, KeyRange, LogEntry, Revision, WatchRequest, WatchResponse};
 
 /// The most recent entries, in revision order, without gaps.
 pub(crate) struct Ring {
@@ -86,11 +86,7 @@ fn filter(entry: &Entry, range: &KeyRange, prev_kv: bool) -> Option<WatchRespons
         .events
         .iter()
         .filter(|e| range.contains(&e.kv.key))
-        .map(|e| Event {
-            kind: e.kind,
-            kv: e.kv.clone(),
-            prev_kv: if prev_kv { e.prev_kv.clone() } else { None },
-        })
+        .map(|e| e.to_event(prev_kv))
         .collect();
     (!events.is_empty()).then_some(WatchResponse {
         revision: Revision(entry.revision),
@@ -107,7 +103,7 @@ pub(crate) fn read_log(
     from: u64,
     to: u64,
     limit: usize,
-) -> Result<Vec<Entry>> {
+) -> Result<Vec<LogEntry>> {
     shared.check_compacted(Revision(from))?;
     let mut out = Vec::new();
     let mut expected = from;
@@ -133,8 +129,8 @@ pub(crate) fn read_log(
                 Ok(events) => events,
                 Err(missing) => return Err(shared.explain_missing(&missing.key, missing.rev)),
             };
-            out.push(Entry {
-                revision: rev,
+            out.push(LogEntry {
+                revision: Revision(rev),
                 time: std::time::UNIX_EPOCH + Duration::from_nanos(log.time),
                 events,
             });
@@ -160,7 +156,7 @@ pub(crate) fn read_log_retained(
     from: u64,
     to: u64,
     limit: usize,
-) -> Result<Vec<(Entry, Vec<usize>)>> {
+) -> Result<Vec<(LogEntry, Vec<usize>)>> {
     shared.check_compacted(Revision(from))?;
     let mut out = Vec::new();
     let mut expected = from;
@@ -189,8 +185,8 @@ pub(crate) fn read_log_retained(
                 }
             }
             out.push((
-                Entry {
-                    revision: rev,
+                LogEntry {
+                    revision: Revision(rev),
                     time: std::time::UNIX_EPOCH + Duration::from_nanos(log.time),
                     events,
                 },
@@ -215,15 +211,19 @@ pub(crate) fn read_log_retained(
 pub(crate) struct Registry {
     next_id: u64,
     by_range: HashMap<KeyRange, Vec<(u64, Arc<Notify>)>>,
+    /// How many of `by_range`'s ranges are single keys (when none, a write looks none up).
+    singles: usize,
 }
 
 impl Registry {
     fn add(&mut self, range: KeyRange, notify: Arc<Notify>) -> u64 {
         self.next_id += 1;
-        self.by_range
-            .entry(range)
-            .or_default()
-            .push((self.next_id, notify));
+        let single = matches!(range.end, crate::types::RangeEnd::Single);
+        let list = self.by_range.entry(range).or_default();
+        if list.is_empty() && single {
+            self.singles += 1;
+        }
+        list.push((self.next_id, notify));
         self.next_id
     }
 
@@ -232,6 +232,9 @@ impl Registry {
             list.retain(|(i, _)| *i != id);
             if list.is_empty() {
                 self.by_range.remove(range);
+                if matches!(range.end, crate::types::RangeEnd::Single) {
+                    self.singles -= 1;
+                }
             }
         }
     }
@@ -240,8 +243,11 @@ impl Registry {
     /// waiting keeps the wake-up for later (`Notify` stores a permit), so none is lost.
     /// Single-key ranges are looked up by key; the other ranges are tried one by one.
     pub fn wake(&self, entries: &[Arc<Entry>]) {
+        if self.by_range.is_empty() {
+            return;
+        }
         let mut woken: Vec<&KeyRange> = Vec::new();
-        for entry in entries {
+        for entry in entries.iter().filter(|_| self.singles > 0) {
             for event in &entry.events {
                 let single = KeyRange::key(event.kv.key.clone());
                 if let Some((range, watchers)) = self.by_range.get_key_value(&single)
@@ -373,7 +379,7 @@ impl Watcher {
                                 for entry in entries {
                                     if !entry.events.is_empty() {
                                         let resp = WatchResponse {
-                                            revision: Revision(entry.revision),
+                                            revision: entry.revision,
                                             events: entry.events,
                                         };
                                         if !self.send(Ok(resp)).await {
@@ -381,7 +387,7 @@ impl Watcher {
                                         }
                                         last_sent = Instant::now();
                                     }
-                                    self.next = entry.revision + 1;
+                                    self.next = entry.revision.0 + 1;
                                 }
                             }
                             Err(e) => {
@@ -422,12 +428,10 @@ async fn sleep_until(deadline: Option<Instant>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::UNIX_EPOCH;
 
     fn entry(rev: u64) -> Arc<Entry> {
         Arc::new(Entry {
             revision: rev,
-            time: UNIX_EPOCH,
             events: Vec::new(),
         })
     }
@@ -451,15 +455,14 @@ mod tests {
     fn put_entry(rev: u64, keys: &[&str]) -> Arc<Entry> {
         let events = keys
             .iter()
-            .map(|k| Event {
+            .map(|k| super::super::Change {
                 kind: crate::types::EventKind::Put,
-                kv: crate::engine::read::tombstone_kv(k.as_bytes(), rev),
+                kv: Arc::new(crate::engine::read::tombstone_kv(k.as_bytes(), rev)),
                 prev_kv: None,
             })
             .collect();
         Arc::new(Entry {
             revision: rev,
-            time: UNIX_EPOCH,
             events,
         })
     }

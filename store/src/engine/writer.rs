@@ -18,17 +18,17 @@
 //! the applier, so it never reads behind itself. Readers read only at the published durable
 //! revision.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::oneshot;
 
-use super::{Entry, Shared, read};
+use super::{Change, Entry, FastMap, Shared, read};
 use crate::error::{Error, Result};
 use crate::keys::{self, attach_key, hist_key, hist_key_end, hist_key_start, lease_key, log_key};
-use crate::record::{HistRecord, LogGroup, LogRecord, encode};
+use crate::record::{HistRecord, encode_log_group};
 use crate::types::RangeEnd;
 use crate::types::*;
 
@@ -149,14 +149,15 @@ pub(crate) struct Writer {
     /// To the applier.
     pub out: std::sync::mpsc::Sender<Work>,
     /// Batches of the command being handled, for the applier.
-    pub work_batches: Vec<sled::Batch>,
+    pub work_batches: Vec<Batch>,
     /// Acknowledgements owed once they are durable, in revision order.
     pub work_items: Vec<Applied>,
     /// The newest version of recently written keys (`None`: deleted), so that a write finds the
     /// version it replaces without reading sled (a read of a page costs more than the write).
     /// Only the writer changes a key's newest version, so this cannot go stale; compaction only
-    /// ever removes a newest version that is a delete, which reads the same.
-    pub latest: HashMap<Vec<u8>, Option<KeyValue>>,
+    /// ever removes a newest version that is a delete, which reads the same. The key-values are
+    /// shared with the log entries (watchers) built from them: a put copies no value.
+    pub latest: FastMap<Vec<u8>, Option<Arc<KeyValue>>>,
     /// Bytes of keys and values held in `latest`.
     pub latest_bytes: usize,
 }
@@ -169,30 +170,33 @@ const LATEST_CAPACITY: usize = 64 << 20;
 /// keeps all of its transactions or none.
 #[derive(Default)]
 struct Group {
-    batch: sled::Batch,
+    batch: Batch,
     /// The newest state of every key written in this group (`None`: deleted).
-    overlay: HashMap<Vec<u8>, Option<KeyValue>>,
-    /// Revisions written per key in this group, oldest first.
-    new_revs: HashMap<Vec<u8>, Vec<u64>>,
-    /// (key, lease before, lease after) for every key written, applied to the lease table once
-    /// the batch is applied.
+    overlay: FastMap<Vec<u8>, Option<Arc<KeyValue>>>,
+    /// Revisions written in this group, oldest first, per key under a per-prefix retention rule
+    /// (the only keys whose versions are pruned).
+    new_revs: FastMap<Vec<u8>, Vec<u64>>,
+    /// (key, lease before, lease after) for every key written whose lease changed, in order,
+    /// applied to the lease table once the batch is applied.
     lease_changes: Vec<(Vec<u8>, Option<u64>, Option<u64>)>,
     /// Watermarks raised by per-prefix pruning in this group.
     raised: BTreeMap<Vec<u8>, u64>,
     /// Whether anything was put into the batch.
     dirty: bool,
-    /// The log entries of this group's revisions (contiguous, oldest first), written as one
-    /// log record.
-    log: Vec<LogRecord>,
+    /// The entries of this group's revisions (contiguous, oldest first) with their commit
+    /// times in nanoseconds, written as one log record (each event names a key written).
+    log: Vec<(u64, Arc<Entry>)>,
     /// The revision of `log[0]`.
     log_first: u64,
+    /// Reused to encode each history record (sled copies it into a buffer of its own).
+    scratch: Vec<u8>,
 }
 
 /// What one transaction produced.
 struct Built {
     responses: Vec<OpResponse>,
-    events: Vec<Event>,
-    log_keys: Vec<Vec<u8>>,
+    /// One per key written, in the order written (the log record lists the keys so).
+    events: Vec<Change>,
 }
 
 impl Writer {
@@ -309,13 +313,15 @@ impl Writer {
     /// group as written.
     fn finish(&mut self, mut group: Group) -> Result<()> {
         if !group.log.is_empty() {
-            let record = LogGroup {
-                first: group.log_first,
-                entries: std::mem::take(&mut group.log),
-            };
-            group
-                .batch
-                .insert(&log_key(record.last())[..], encode(&record));
+            let last = group.log_first + group.log.len() as u64 - 1;
+            let record = encode_log_group(
+                group.log_first,
+                group
+                    .log
+                    .iter()
+                    .map(|(time, entry)| (*time, entry.events.iter().map(|c| c.kv.key.as_slice()))),
+            );
+            group.batch.insert(&log_key(last)[..], record);
             group.dirty = true;
         }
         // Lease attachments, in order (a key re-leased twice in a group ends on the last lease).
@@ -432,13 +438,13 @@ impl Writer {
     }
 
     /// Queues a batch for the applier (see [`run_applier`]).
-    fn apply(&mut self, batch: sled::Batch) -> Result<()> {
+    fn apply(&mut self, batch: Batch) -> Result<()> {
         self.work_batches.push(batch);
         Ok(())
     }
 
     /// The newest state of `key`, including the group's earlier writes.
-    fn current(&self, key: &[u8], group: &Group) -> Result<Option<KeyValue>> {
+    fn current(&self, key: &[u8], group: &Group) -> Result<Option<Arc<KeyValue>>> {
         if let Some(state) = group.overlay.get(key) {
             return Ok(state.clone());
         }
@@ -446,7 +452,8 @@ impl Writer {
             return Ok(state.clone());
         }
         Ok(read::version_at(self.tree(), key, u64::MAX)?
-            .and_then(|(rev, rec)| read::record_kv(key, rev, &rec, false)))
+            .and_then(|(rev, rec)| read::record_kv(key, rev, &rec, false))
+            .map(Arc::new))
     }
 
     /// The newest state of every key in `range`, including the group's earlier writes.
@@ -454,7 +461,7 @@ impl Writer {
         &self,
         range: &KeyRange,
         group: &Group,
-    ) -> Result<BTreeMap<Vec<u8>, KeyValue>> {
+    ) -> Result<BTreeMap<Vec<u8>, Arc<KeyValue>>> {
         let mut out = BTreeMap::new();
         if matches!(range.end, RangeEnd::Single) {
             if let Some(kv) = self.current(&range.start, group)? {
@@ -467,7 +474,7 @@ impl Writer {
         read::for_each_at(self.tree(), range, u64::MAX, |key, rev, rec| {
             if !group.overlay.contains_key(&key) {
                 let kv = read::record_kv(&key, rev, &rec, false).expect("not a tombstone");
-                out.insert(key, kv);
+                out.insert(key, Arc::new(kv));
             }
             Ok(true)
         })?;
@@ -514,35 +521,46 @@ impl Writer {
         key: &[u8],
         rev: u64,
         time: u64,
-        state: Option<KeyValue>,
+        state: Option<Arc<KeyValue>>,
         lease_before: Option<u64>,
     ) {
-        let record = match &state {
-            Some(kv) => HistRecord::encode_parts(
+        match &state {
+            Some(kv) => HistRecord::encode_parts_into(
+                &mut group.scratch,
                 time,
                 kv.create_revision.0,
                 kv.version,
                 kv.lease.map(|l| l.0),
                 Some(&kv.value),
             ),
-            None => HistRecord::encode_parts(time, 0, 0, None, None),
-        };
-        group.batch.insert(hist_key(key, rev), record);
+            None => HistRecord::encode_parts_into(&mut group.scratch, time, 0, 0, None, None),
+        }
+        group
+            .batch
+            .insert(hist_key(key, rev), group.scratch.as_slice());
         group.dirty = true;
         let lease_after = state.as_ref().and_then(|kv| kv.lease.map(|l| l.0));
-        group
-            .lease_changes
-            .push((key.to_vec(), lease_before, lease_after));
-        group.new_revs.entry(key.to_vec()).or_default().push(rev);
-        group.overlay.insert(key.to_vec(), state);
+        if lease_before != lease_after {
+            group
+                .lease_changes
+                .push((key.to_vec(), lease_before, lease_after));
+        }
+        if self.shared.retention_for(key).is_some() {
+            group.new_revs.entry(key.to_vec()).or_default().push(rev);
+        }
+        match group.overlay.get_mut(key) {
+            Some(slot) => *slot = state,
+            None => {
+                group.overlay.insert(key.to_vec(), state);
+            }
+        }
     }
 
     /// Builds the writes of `ops` at revision `rev` into the group.
     fn build(&self, ops: Vec<Op>, rev: u64, time: u64, group: &mut Group) -> Result<Built> {
         let mut built = Built {
             responses: Vec::with_capacity(ops.len()),
-            events: Vec::new(),
-            log_keys: Vec::new(),
+            events: Vec::with_capacity(ops.len()),
         };
         for op in ops {
             match op {
@@ -557,21 +575,24 @@ impl Writer {
                         Some(p) => (p.create_revision.0, p.version + 1),
                         None => (rev, 1),
                     };
-                    let kv = KeyValue {
+                    let kv = Arc::new(KeyValue {
                         key,
                         value,
                         create_revision: Revision(create),
                         mod_revision: Revision(rev),
                         version,
                         lease,
-                    };
+                    });
                     let lease_before = prev.as_ref().and_then(|p| p.lease.map(|l| l.0));
                     self.write_version(group, &kv.key, rev, time, Some(kv.clone()), lease_before);
-                    built.log_keys.push(kv.key.clone());
                     built.responses.push(OpResponse::Put {
-                        prev_kv: if prev_kv { prev.clone() } else { None },
+                        prev_kv: if prev_kv {
+                            prev.as_deref().cloned()
+                        } else {
+                            None
+                        },
                     });
-                    built.events.push(Event {
+                    built.events.push(Change {
                         kind: EventKind::Put,
                         kv,
                         prev_kv: prev,
@@ -581,18 +602,17 @@ impl Writer {
                     let live = self.current_range(&range, group)?;
                     for (key, kv) in &live {
                         self.write_version(group, key, rev, time, None, kv.lease.map(|l| l.0));
-                        built.events.push(Event {
+                        built.events.push(Change {
                             kind: EventKind::Delete,
-                            kv: read::tombstone_kv(key, rev),
+                            kv: Arc::new(read::tombstone_kv(key, rev)),
                             prev_kv: Some(kv.clone()),
                         });
-                        built.log_keys.push(key.clone());
                     }
                     let deleted = live.len() as u64;
                     built.responses.push(OpResponse::Delete {
                         deleted,
                         prev_kvs: if prev_kv {
-                            live.into_values().collect()
+                            live.into_values().map(Arc::unwrap_or_clone).collect()
                         } else {
                             Vec::new()
                         },
@@ -606,11 +626,16 @@ impl Writer {
                     let kvs = all
                         .into_values()
                         .take(limit)
-                        .map(|mut kv| {
+                        .map(|kv| {
                             if request.keys_only {
-                                kv.value.clear();
+                                KeyValue {
+                                    key: kv.key.clone(),
+                                    value: Vec::new(),
+                                    ..*kv
+                                }
+                            } else {
+                                Arc::unwrap_or_clone(kv)
                             }
-                            kv
                         })
                         .collect();
                     built.responses.push(OpResponse::Range(RangeResponse {
@@ -635,11 +660,13 @@ impl Writer {
         time: u64,
         group: &mut Group,
     ) -> Result<Option<Arc<Entry>>> {
-        if built.log_keys.is_empty() {
+        if built.events.is_empty() {
             return Ok(None);
         }
-        for key in &built.log_keys {
-            self.prune_versions(key, group)?;
+        if !self.shared.config.prefix_retention.is_empty() {
+            for change in &built.events {
+                self.prune_versions(&change.kv.key, group)?;
+            }
         }
         if group.log.is_empty() {
             group.log_first = rev;
@@ -649,18 +676,15 @@ impl Writer {
             rev,
             "the revisions of a group must be contiguous"
         );
-        group.log.push(LogRecord {
-            time,
-            keys: built.log_keys,
+        let entry = Arc::new(Entry {
+            revision: rev,
+            events: built.events,
         });
+        group.log.push((time, entry.clone()));
         group.dirty = true;
         self.next_rev = rev + 1;
         self.last_time = time;
-        Ok(Some(Arc::new(Entry {
-            revision: rev,
-            time: UNIX_EPOCH + Duration::from_nanos(time),
-            events: built.events,
-        })))
+        Ok(Some(entry))
     }
 
     /// Per-prefix retention: drops versions of `key` beyond its prefix's limit, but only those
@@ -738,7 +762,7 @@ impl Writer {
         let rev = self.next_rev;
         let time = now_nanos().max(self.last_time);
         let mut built = self.build(ops, rev, time, group)?;
-        let wrote = !built.log_keys.is_empty();
+        let wrote = !built.events.is_empty();
         let revision = Revision(if wrote { rev } else { rev - 1 });
         let responses = std::mem::take(&mut built.responses)
             .into_iter()
@@ -762,7 +786,7 @@ impl Writer {
 
     fn grant(&mut self, ttl: Duration) -> Result<Lease> {
         let id = self.lease_next;
-        let mut batch = sled::Batch::default();
+        let mut batch = Batch::default();
         batch.insert(lease_key(id), &(ttl.as_millis() as u64).to_be_bytes()[..]);
         batch.insert(keys::META_LEASE_NEXT, &(id + 1).to_be_bytes()[..]);
         self.apply(batch)?;
@@ -841,55 +865,105 @@ impl Writer {
 /// What the writer hands the applier: batches to apply in order, then the acknowledgements they
 /// carry (forwarded to the flusher once applied).
 pub(crate) struct Work {
-    batches: Vec<sled::Batch>,
+    batches: Vec<Batch>,
     items: Vec<Applied>,
 }
 
+/// Writes for sled, in order. Unlike a `sled::Batch`, these can be merged: the applier applies
+/// every batch waiting for it as one `sled::Batch`, since each `apply_batch` costs sled two rolls
+/// of its I/O buffer (written out, by its I/O threads, however little they hold). A later write
+/// of a key replaces an earlier one, as applying the batches one after the other would.
+#[derive(Default)]
+pub(crate) struct Batch {
+    writes: Vec<(sled::IVec, Option<sled::IVec>)>,
+}
+
+impl Batch {
+    /// Sets `key` to `value`.
+    fn insert(&mut self, key: impl Into<sled::IVec>, value: impl Into<sled::IVec>) {
+        self.writes.push((key.into(), Some(value.into())));
+    }
+
+    /// Removes `key`.
+    fn remove(&mut self, key: impl Into<sled::IVec>) {
+        self.writes.push((key.into(), None));
+    }
+
+    /// One sled batch doing what `batches` do applied in order, and how many writes they hold.
+    fn merge(batches: Vec<Batch>) -> (sled::Batch, usize) {
+        let mut merged = sled::Batch::default();
+        let mut writes = 0;
+        for (key, value) in batches.into_iter().flat_map(|b| b.writes) {
+            writes += 1;
+            match value {
+                Some(value) => merged.insert(key, value),
+                None => merged.remove(key),
+            }
+        }
+        (merged, writes)
+    }
+}
+
 /// The applier thread: applies the writer's batches in order while the writer builds the next
-/// group, then passes their acknowledgements to the flusher. A batch that fails to apply poisons
-/// the store: sled may hold part of it in memory, so nothing more is written until the store is
-/// reopened (recovery drops an unsealed batch).
+/// group, then passes their acknowledgements to the flusher (all of a group's in one message).
+/// A batch that fails to apply poisons the store: sled may hold part of it in memory, so nothing
+/// more is written until the store is reopened (recovery drops an unsealed batch).
 pub(crate) fn run_applier(
     shared: Arc<Shared>,
     work: std::sync::mpsc::Receiver<Work>,
-    out: std::sync::mpsc::Sender<Applied>,
+    out: std::sync::mpsc::Sender<Vec<Applied>>,
 ) {
-    while let Ok(Work { batches, items }) = work.recv() {
+    while let Ok(first) = work.recv() {
+        // Everything the writer queued meanwhile goes into the same sled batch.
+        let mut works = 1;
+        let Work {
+            mut batches,
+            mut items,
+        } = first;
+        while let Ok(more) = work.try_recv() {
+            works += 1;
+            batches.extend(more.batches);
+            items.extend(more.items);
+        }
+        let (merged, writes) = Batch::merge(batches);
         metrics::histogram!("skiff_log_commit_batch_size").record(items.len() as f64);
         let mut failed = shared.poison_error().is_some();
-        if !failed {
-            for batch in batches {
-                if let Err(e) = shared.db.apply_batch(batch) {
-                    tracing::error!(error = %e, "applying a batch failed; refusing further writes until reopened");
-                    *shared.poisoned.lock().expect("poison lock") = Some(e);
-                    failed = true;
-                    break;
-                }
-            }
+        if !failed
+            && writes > 0
+            && let Err(e) = shared.db.apply_batch(merged)
+        {
+            tracing::error!(error = %e, "applying a batch failed; refusing further writes until reopened");
+            *shared.poisoned.lock().expect("poison lock") = Some(e);
+            failed = true;
         }
-        for applied in items {
-            if failed {
+        if failed {
+            for applied in items {
                 applied
                     .ack
                     .fail(shared.poison_error().unwrap_or(Error::Closed));
-            } else if let Err(unsent) = out.send(applied) {
-                unsent.0.ack.fail(Error::Closed);
+            }
+        } else if !items.is_empty()
+            && let Err(unsent) = out.send(items)
+        {
+            for applied in unsent.0 {
+                applied.ack.fail(Error::Closed);
             }
         }
-        shared.inflight_done();
+        for _ in 0..works {
+            shared.inflight_done();
+        }
     }
 }
 
 /// The flusher thread: group commit. Each round takes everything applied since the last flush,
 /// flushes once, then publishes and acknowledges.
-pub(crate) fn run_flusher(shared: Arc<Shared>, applied: std::sync::mpsc::Receiver<Applied>) {
+pub(crate) fn run_flusher(shared: Arc<Shared>, applied: std::sync::mpsc::Receiver<Vec<Applied>>) {
     // Entries applied but not yet known durable (a failed flush leaves them here; a later
     // successful flush covers them, since sled flushes everything written before it).
     let mut unpublished: Vec<Arc<Entry>> = Vec::new();
-    while let Ok(first) = applied.recv() {
-        let mut group = vec![first];
+    while let Ok(mut group) = applied.recv() {
         while let Ok(more) = applied.try_recv() {
-            group.push(more);
+            group.extend(more);
         }
         let last_rev = group.last().map(|a| a.rev).unwrap_or(0);
         unpublished.extend(group.iter().filter_map(|a| a.entry.clone()));
@@ -931,5 +1005,50 @@ pub(crate) fn run_flusher(shared: Arc<Shared>, applied: std::sync::mpsc::Receive
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merged_batches_end_as_the_batches_applied_in_order() {
+        let db = sled::Config::new().temporary(true).open().unwrap();
+        db.insert("gone", "x").unwrap();
+        db.insert("kept", "x").unwrap();
+        let mut first = Batch::default();
+        first.insert("a", "1");
+        first.insert("b", "1");
+        first.remove("gone");
+        let mut second = Batch::default();
+        second.remove("a");
+        second.insert("b", "2");
+        second.insert("gone", "back");
+        let mut third = Batch::default();
+        third.insert("a", "3");
+        third.insert("c", "3");
+        let (merged, writes) = Batch::merge(vec![first, second, third]);
+        assert_eq!(writes, 8);
+        db.apply_batch(merged).unwrap();
+        let all: Vec<(Vec<u8>, Vec<u8>)> = db
+            .iter()
+            .map(|kv| kv.map(|(k, v)| (k.to_vec(), v.to_vec())).unwrap())
+            .collect();
+        let expected: Vec<(Vec<u8>, Vec<u8>)> = [
+            ("a", "3"),
+            ("b", "2"),
+            ("c", "3"),
+            ("gone", "back"),
+            ("kept", "x"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
+        .collect();
+        assert_eq!(all, expected);
+        let (empty, writes) = Batch::merge(vec![Batch::default()]);
+        assert_eq!(writes, 0);
+        db.apply_batch(empty).unwrap();
+        assert_eq!(db.len(), 5);
     }
 }
