@@ -594,6 +594,8 @@ fn scripted_scenario_reads_back_at_every_step() {
     // Step 4: a pod deleted; its ReplicaSet replaces it.
     let victim = s3.pod_names()[0].clone();
     k.ok(&["delete", "pod", &victim, "--wait=false"]);
+    // The node's last heartbeat before the delete was committed is older than this.
+    let deleted_at = Instant::now();
     wait_for(&k, "the deleted pod replaced", || {
         rolled_out(&k, 5, "busybox:2") && !names(&list(&k, PODS).items).contains(&victim)
     });
@@ -969,6 +971,8 @@ fn scripted_scenario_reads_back_at_every_step() {
                 server.list(PODS),
             )
         };
+        // A paused server writes nothing, not even at start (no system namespaces, no
+        // `kubernetes` Service): every list is at the replayed revision itself.
         let at_start = read();
         let expect = |l: &Vec<Value>| Listed {
             revision: s3.revision,
@@ -1031,8 +1035,12 @@ fn scripted_scenario_reads_back_at_every_step() {
         assert_eq!(server.list(PODS), expect);
     }
     replay(pod_deleted, &resumed);
+    // The resumed controllers wait this long for a node to be heard from; by the time they start,
+    // the last heartbeat the replayed log holds is older than that.
+    let grace = Duration::from_secs(20);
+    std::thread::sleep((grace + Duration::from_secs(1)).saturating_sub(deleted_at.elapsed()));
     {
-        let server = Server::start(&resumed, &[]);
+        let server = Server::start(&resumed, &["--node-monitor-grace-period", "20s"]);
         let kubeconfig = resumed
             .join("admin.kubeconfig")
             .to_string_lossy()
@@ -1064,6 +1072,36 @@ fn scripted_scenario_reads_back_at_every_step() {
             Some("deleted")
         );
         assert!(deleted.last().unwrap().revision > pod_deleted);
+        // The node was never taken for silent: the controllers gave its kubelet a grace period
+        // from their start rather than judging it by the replayed heartbeat.
+        let node = at_delete[0]["spec"]["nodeName"].as_str().unwrap();
+        let node_ref = format!("node/{node}");
+        let versions = history(&[&node_ref, "--kubeconfig", &kubeconfig]);
+        let silent: Vec<&Version> = versions
+            .iter()
+            .filter(|v| v.revision > pod_deleted)
+            .filter(|v| {
+                let taints = v.object["spec"]["taints"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default();
+                let conditions = v.object["status"]["conditions"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default();
+                taints
+                    .iter()
+                    .any(|t| t["key"] == "node.kubernetes.io/unreachable")
+                    || conditions
+                        .iter()
+                        .any(|c| c["type"] == "Ready" && c["status"] == "Unknown")
+            })
+            .collect();
+        assert!(silent.is_empty(), "{silent:#?}");
+        assert!(
+            versions.iter().any(|v| v.revision > pod_deleted),
+            "{versions:?}"
+        );
     }
     kill_pod_processes(&resumed.join("kubelet"));
 
