@@ -41,6 +41,10 @@ pub struct Config {
     /// How long new pods tolerate not-ready and unreachable nodes unless they say otherwise
     /// (the `DefaultTolerationSeconds` admission plugin).
     pub default_toleration_seconds: crate::defaults::TolerationSeconds,
+    /// Create the system namespaces that are missing at start. Off for a server that must
+    /// write nothing of its own (`skiff server --paused` on a data dir replayed to a point
+    /// before they existed).
+    pub create_system_namespaces: bool,
 }
 
 impl Default for Config {
@@ -55,6 +59,7 @@ impl Default for Config {
             ca_pem: None,
             watch_cache_capacity: crate::watch_cache::DEFAULT_CAPACITY,
             default_toleration_seconds: Default::default(),
+            create_system_namespaces: true,
         }
     }
 }
@@ -126,7 +131,9 @@ impl ApiServer {
             watchers: TaskTracker::new(),
             event_lease: Mutex::new(None),
         });
-        server.ensure_system_namespaces().await?;
+        if server.config.create_system_namespaces {
+            server.ensure_system_namespaces().await?;
+        }
         Ok(server)
     }
 
@@ -397,5 +404,41 @@ mod log_tests {
         let annotated = json!({"metadata": {"annotations": {"kubectl.kubernetes.io/default-container": "b"}},
                                "spec": {"containers": [{"name": "a"}, {"name": "b"}]}});
         assert_eq!(log_container(&annotated, "p", None).unwrap(), "b");
+    }
+}
+
+#[cfg(test)]
+mod start_tests {
+    use super::*;
+    use skiff_store::Revision;
+
+    /// The revision of a new log after an API server started on it.
+    async fn revision_after_start(config: Config) -> Revision {
+        let dir = tempfile::tempdir().unwrap();
+        let store = skiff_store::SledStore::open(skiff_store::Config::new(dir.path())).unwrap();
+        let store: Arc<dyn Store> = Arc::new(store);
+        let server = ApiServer::new(store.clone(), config, CancellationToken::new())
+            .await
+            .unwrap();
+        let shutdown = server.shutdown.clone();
+        let revision = server.registry.current_revision();
+        shutdown.cancel();
+        store.close().await.unwrap();
+        revision
+    }
+
+    /// Regression: `skiff server --paused` on a data dir replayed to a point before
+    /// `kube-public` existed created it, moving the log past the replayed point.
+    #[tokio::test]
+    async fn a_server_that_must_not_write_leaves_missing_system_namespaces_missing() {
+        let quiet = Config {
+            create_system_namespaces: false,
+            ..Config::default()
+        };
+        assert_eq!(revision_after_start(quiet).await, Revision(0));
+        assert_eq!(
+            revision_after_start(Config::default()).await,
+            Revision(admission::SYSTEM_NAMESPACES.len() as u64)
+        );
     }
 }

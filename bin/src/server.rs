@@ -98,7 +98,8 @@ pub struct Plan {
     /// Their flags.
     pub options: Option<components::Options>,
     /// Leave the log as it is: no automatic compaction and no writes of the server's own (the
-    /// `kubernetes` Service), so that a replayed data dir reads back exactly as replayed.
+    /// system namespaces, the `kubernetes` Service), so that a replayed data dir reads back
+    /// exactly as replayed.
     pub paused: bool,
 }
 
@@ -235,6 +236,7 @@ pub async fn run(args: ApiArgs, plan: Plan) -> Result<()> {
             not_ready: args.default_not_ready_toleration_seconds,
             unreachable: args.default_unreachable_toleration_seconds,
         },
+        create_system_namespaces: !plan.paused,
         ..Default::default()
     };
     let api = skiff_api::server::ApiServer::new(store.clone(), config, shutdown.clone())

@@ -48,22 +48,35 @@ pub fn last_heartbeat(node: &Node, lease: Option<&Lease>) -> Option<Timestamp> {
         .or_else(|| node.metadata.creation_timestamp.as_ref().map(|t| t.0))
 }
 
-/// When the node counts as silent: its last heartbeat plus the grace period.
-pub fn silent_at(node: &Node, lease: Option<&Lease>, grace: Duration) -> Option<Timestamp> {
+/// When the node counts as silent: the grace period after its last heartbeat, or after
+/// `watching_since` (when this controller started watching) if that is later. A controller that
+/// has just started (a restart after downtime, a replayed data dir resumed) has not had a chance
+/// to hear from any node: judged by heartbeats stamped before it was watching, every node would
+/// be marked Unknown and tainted at once, before its kubelet could be heard. So each node gets a
+/// full grace period from the start, as Kubernetes' controller counts from when it first
+/// observes a node.
+pub fn silent_at(
+    node: &Node,
+    lease: Option<&Lease>,
+    grace: Duration,
+    watching_since: Timestamp,
+) -> Option<Timestamp> {
     last_heartbeat(node, lease)?
+        .max(watching_since)
         .checked_add(SignedDuration::try_from(grace).ok()?)
         .ok()
 }
 
-/// The node's new conditions when it has gone silent at `now` and they are not all Unknown yet;
-/// `None` when nothing changes.
+/// The node's new conditions when it has gone silent at `now` (see [`silent_at`]) and they are
+/// not all Unknown yet; `None` when nothing changes.
 pub fn silent_conditions(
     node: &Node,
     lease: Option<&Lease>,
     grace: Duration,
+    watching_since: Timestamp,
     now: Timestamp,
 ) -> Option<Vec<NodeCondition>> {
-    let deadline = silent_at(node, lease, grace)?;
+    let deadline = silent_at(node, lease, grace, watching_since)?;
     if now < deadline {
         return None;
     }
@@ -242,9 +255,12 @@ mod tests {
     #[test]
     fn a_renewed_lease_keeps_the_node_alive() {
         let n = node("True", 0);
-        assert_eq!(silent_conditions(&n, Some(&lease(30)), GRACE, at(60)), None);
-        assert_eq!(silent_at(&n, Some(&lease(30)), GRACE), Some(at(70)));
-        let conds = silent_conditions(&n, Some(&lease(30)), GRACE, at(70)).unwrap();
+        assert_eq!(
+            silent_conditions(&n, Some(&lease(30)), GRACE, at(0), at(60)),
+            None
+        );
+        assert_eq!(silent_at(&n, Some(&lease(30)), GRACE, at(0)), Some(at(70)));
+        let conds = silent_conditions(&n, Some(&lease(30)), GRACE, at(0), at(70)).unwrap();
         let ready = conds.iter().find(|c| c.type_ == "Ready").unwrap();
         assert_eq!(ready.status, "Unknown");
         assert_eq!(ready.reason.as_deref(), Some("NodeStatusUnknown"));
@@ -252,7 +268,29 @@ mod tests {
         // Already Unknown everywhere: nothing more to write.
         let mut gone = n.clone();
         gone.status.as_mut().unwrap().conditions = Some(conds);
-        assert_eq!(silent_conditions(&gone, None, GRACE, at(500)), None);
+        assert_eq!(silent_conditions(&gone, None, GRACE, at(0), at(500)), None);
+    }
+
+    /// Regression: `skiff server` resumed on a data dir replayed from a minute before marked its
+    /// own node Unknown and tainted it unreachable before its kubelet had been heard from.
+    #[test]
+    fn a_controller_that_starts_gives_every_node_a_full_grace_period() {
+        let n = node("True", 0);
+        // Watching since 100, long after the last heartbeat (30): silent at 140, not before.
+        assert_eq!(
+            silent_at(&n, Some(&lease(30)), GRACE, at(100)),
+            Some(at(140))
+        );
+        assert_eq!(
+            silent_conditions(&n, Some(&lease(30)), GRACE, at(100), at(101)),
+            None
+        );
+        assert!(silent_conditions(&n, Some(&lease(30)), GRACE, at(100), at(140)).is_some());
+        // A heartbeat heard after the start counts from itself.
+        assert_eq!(
+            silent_at(&n, Some(&lease(120)), GRACE, at(100)),
+            Some(at(160))
+        );
     }
 
     #[test]

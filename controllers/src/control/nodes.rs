@@ -131,6 +131,9 @@ struct Lifecycle {
     client: skiff_client::Client,
     grace: Duration,
     period: Duration,
+    /// When this controller started watching: no node counts as silent before a full grace
+    /// period after it (see [`logic::silent_at`]).
+    watching_since: Timestamp,
 }
 
 impl Lifecycle {
@@ -141,7 +144,13 @@ impl Lifecycle {
         let now = Timestamp::now();
         let lease = self.leases.cache().get(Some(LEASE_NAMESPACE), name);
         let node_api: Api<Node> = Api::all(self.client.clone());
-        if let Some(conds) = logic::silent_conditions(&node, lease.as_deref(), self.grace, now) {
+        if let Some(conds) = logic::silent_conditions(
+            &node,
+            lease.as_deref(),
+            self.grace,
+            self.watching_since,
+            now,
+        ) {
             tracing::info!(
                 node = name,
                 "node stopped renewing its lease; marking it Unknown"
@@ -217,7 +226,7 @@ impl Lifecycle {
         }
         // Look again when the node may have gone silent or a pod's toleration runs out.
         let mut after = self.period;
-        if let Some(at) = logic::silent_at(&node, lease.as_deref(), self.grace)
+        if let Some(at) = logic::silent_at(&node, lease.as_deref(), self.grace, self.watching_since)
             && !unknown
             && at > now
         {
@@ -251,6 +260,7 @@ pub(crate) fn start_lifecycle(
         client: factory.client().clone(),
         grace: options.node_monitor_grace_period,
         period: options.node_monitor_period,
+        watching_since: Timestamp::now(),
     });
     let (a, u, d) = (c.clone(), c.clone(), c.clone());
     c.nodes.add_handler(handler_fn(
