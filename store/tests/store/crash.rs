@@ -93,7 +93,7 @@ fn sigkill_at_random_moments_loses_nothing_acknowledged() {
         let mut child = Command::new(&exe)
             .args([
                 "--exact",
-                "crash_child",
+                "crash::crash_child",
                 "--ignored",
                 "--nocapture",
                 "--test-threads=1",

@@ -1,0 +1,11 @@
+//! Integration tests of the store: reads and writes, the model check, crashes, concurrency, archives and a full disk.
+//!
+//! One test binary per crate, its areas as modules: every integration binary links the whole
+//! dependency tree again, and on a 2-core CI machine those links cost more than the tests run.
+
+mod archive;
+mod concurrency;
+mod crash;
+mod model;
+mod nospace;
+mod store;

@@ -1,0 +1,11 @@
+//! End-to-end tests: the real `skiff` binary driven by kubectl, the Python client and kube-rs.
+//!
+//! One test binary per crate, its areas as modules: every integration binary links the whole
+//! dependency tree again, and on a 2-core CI machine those links cost more than the tests run.
+
+mod api;
+mod kubectl;
+mod replay;
+mod services;
+mod split;
+mod workloads;
