@@ -186,7 +186,17 @@ impl Lifecycle {
             .as_ref()
             .and_then(|s| s.taints.clone())
             .unwrap_or_default();
-        let unknown = logic::ready_status(&node) == Some("Unknown");
+        let mut unknown = logic::ready_status(&node) == Some("Unknown");
+        if unknown {
+            // The cache may be behind a kubelet that has just come back and reported its pods
+            // Ready: marking them not ready from a stale node would stick, since the kubelet
+            // reports a pod again only when its own view changes. Read the node as it is now.
+            match node_api.get(name).await {
+                Ok(current) => unknown = logic::ready_status(&current) == Some("Unknown"),
+                Err(e) if not_found(&e) => return Ok(None),
+                Err(e) => return Err(Error::api(format!("reading node {name}"))(e)),
+            }
+        }
         for pod in self.pods.cache().by_index(index::NODE_NAME, name) {
             if pods::is_terminal(&pod) || pods::is_deleting(&pod.metadata) {
                 continue;
