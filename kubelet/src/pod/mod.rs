@@ -365,6 +365,8 @@ struct Worker {
     warned: HashSet<String>,
     probe_tx: mpsc::UnboundedSender<probe::Event>,
     last_status: Option<PodStatus>,
+    /// When `last_status` was last handed to the reporter.
+    last_sent: Option<tokio::time::Instant>,
 }
 
 fn grace_of(pod: &Pod) -> Duration {
@@ -413,6 +415,7 @@ impl Worker {
             probe_results: HashMap::new(),
             warned: HashSet::new(),
             probe_tx,
+            last_sent: None,
             shared,
         };
         (worker, probe_rx)
@@ -1002,9 +1005,39 @@ impl Worker {
         };
         let status = status::pod_status(&observed, self.last_status.as_ref(), Timestamp::now());
         if self.last_status.as_ref() == Some(&status) {
+            self.reconcile(status);
             return;
         }
+        self.send_status(status);
+    }
+
+    /// Sends `status` (unchanged since it was last sent) again when the API server's copy says
+    /// otherwise and has had a resync interval to catch up: a copy that only lags behind the
+    /// kubelet's last report (a watch event from before it) is not corrected.
+    fn reconcile(&mut self, status: PodStatus) {
+        let Some(theirs) = &self.pod.status else {
+            return;
+        };
+        if !status::disagrees(&status, theirs) {
+            return;
+        }
+        let window = self.shared.config.resync;
+        let since = self.last_sent.map_or(window, |t| t.elapsed());
+        if since < window {
+            self.wake_in(window - since);
+            return;
+        }
+        tracing::info!(
+            pod = %self.name,
+            namespace = %self.namespace,
+            "the API server's pod status disagrees with the kubelet's: reporting it again"
+        );
+        self.send_status(status);
+    }
+
+    fn send_status(&mut self, status: PodStatus) {
         self.last_status = Some(status.clone());
+        self.last_sent = Some(tokio::time::Instant::now());
         if let Some((_, pod)) = self
             .shared
             .workers

@@ -279,6 +279,43 @@ pub fn pod_status(observed: &Observed, previous: Option<&PodStatus>, now: Timest
     }
 }
 
+/// Whether the API server's copy of a pod's status (`theirs`) says something other than the
+/// kubelet's own (`ours`) in what the kubelet decides: the phase, the pod IP, each condition's
+/// status and each container's readiness. Another writer (the node lifecycle controller marking a
+/// pod not ready while the node was unreachable) is then overruled by sending `ours` again, as the
+/// Kubernetes status manager reconciles. Timestamps and messages are left out: they differ for
+/// reasons that need no correction.
+pub fn disagrees(ours: &PodStatus, theirs: &PodStatus) -> bool {
+    let condition = |s: &PodStatus, type_: &str| {
+        s.conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == type_)
+            .map(|c| c.status.clone())
+    };
+    // Conditions the kubelet does not set (a `DisruptionTarget` of an eviction) are not its to
+    // correct.
+    let conditions_differ = ours
+        .conditions
+        .iter()
+        .flatten()
+        .any(|c| condition(theirs, &c.type_).as_ref() != Some(&c.status));
+    let readiness = |s: &PodStatus| -> Vec<(String, bool)> {
+        let mut r: Vec<_> = s
+            .container_statuses
+            .iter()
+            .flatten()
+            .map(|c| (c.name.clone(), c.ready))
+            .collect();
+        r.sort();
+        r
+    };
+    ours.phase != theirs.phase
+        || ours.pod_ip != theirs.pod_ip
+        || conditions_differ
+        || readiness(ours) != readiness(theirs)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -462,5 +499,61 @@ mod tests {
             cond(&s3, "PodScheduled").last_transition_time,
             Some(Time(ts(5)))
         );
+    }
+
+    #[test]
+    fn disagreement_is_in_what_the_kubelet_decides() {
+        let ready = container_status(
+            &spec(),
+            &[&run(0, State::Running { started_at: ts(1) })],
+            None,
+            true,
+            true,
+        );
+        let observed = Observed {
+            restart_policy: "Always".into(),
+            containers: vec![ready],
+            pod_ip: Some("127.100.0.2".into()),
+            host_ip: "127.0.0.1".into(),
+            start_time: Some(ts(1)),
+            ..Default::default()
+        };
+        let ours = pod_status(&observed, None, ts(5));
+        assert!(!disagrees(&ours, &ours));
+        let set = |s: &mut PodStatus, t: &str, v: &str| {
+            for c in s.conditions.iter_mut().flatten() {
+                if c.type_ == t {
+                    c.status = v.into();
+                }
+            }
+        };
+        // The node lifecycle controller's mark: Ready False.
+        let mut theirs = ours.clone();
+        set(&mut theirs, "Ready", "False");
+        assert!(disagrees(&ours, &theirs));
+        // A condition of another writer's is not the kubelet's to undo.
+        let mut theirs = ours.clone();
+        theirs.conditions.as_mut().unwrap().push(PodCondition {
+            type_: "DisruptionTarget".into(),
+            status: "True".into(),
+            ..Default::default()
+        });
+        assert!(!disagrees(&ours, &theirs));
+        // Times and messages are not worth a report.
+        let mut theirs = ours.clone();
+        for c in theirs.conditions.iter_mut().flatten() {
+            c.last_transition_time = Some(Time(ts(99)));
+            c.message = Some("elsewhere".into());
+        }
+        assert!(!disagrees(&ours, &theirs));
+        // A lagging copy (from before the first report) disagrees: the caller waits it out.
+        let theirs = PodStatus {
+            phase: Some("Pending".into()),
+            ..Default::default()
+        };
+        assert!(disagrees(&ours, &theirs));
+        let mut theirs = ours.clone();
+        theirs.container_statuses.as_mut().unwrap()[0].ready = false;
+        assert!(disagrees(&ours, &theirs));
     }
 }

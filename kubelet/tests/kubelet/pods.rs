@@ -123,6 +123,24 @@ impl Node {
             .expect("status reached in time")
     }
 
+    /// Waits for the next status of `uid` sent from now on.
+    async fn next_status(&mut self, uid: &str) -> PodStatus {
+        let wait = async {
+            loop {
+                let ev = self.events.recv().await.expect("manager alive");
+                self.seen.push(ev.clone());
+                if let Event::Status { uid: u, status, .. } = ev {
+                    if u == uid {
+                        return status;
+                    }
+                }
+            }
+        };
+        tokio::time::timeout(LIMIT, wait)
+            .await
+            .expect("a status in time")
+    }
+
     async fn terminated(&mut self, uid: &str) {
         let wait = async {
             loop {
@@ -429,6 +447,62 @@ async fn liveness_failure_restarts_and_readiness_flips_ready() {
         container(&s, "c").restart_count,
         0,
         "readiness never restarts"
+    );
+    node.stop().await;
+}
+
+/// Another writer's status (the node lifecycle controller marking the pod not ready while the
+/// node was unreachable) is overruled by the kubelet's own, but only once the API server's copy
+/// has had a resync interval (1 s here) to show the kubelet's last report.
+#[tokio::test]
+async fn a_status_changed_by_another_writer_is_reported_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut node = start_node(dir.path(), Sources::default());
+    let p = pod_of("u9", vec![sh("c", "while true; do sleep 1; done")]);
+    node.manager.update(p.clone());
+    let ours = node
+        .status_until("u9", |s| cond(s, "Ready") == "True")
+        .await;
+    let reported = tokio::time::Instant::now();
+    let statuses = |node: &Node| {
+        node.seen
+            .iter()
+            .filter(|e| matches!(e, Event::Status { uid, .. } if uid == "u9"))
+            .count()
+    };
+    let before = statuses(&node);
+
+    // The API server's copy as another writer left it: Ready False.
+    let mut theirs = ours.clone();
+    for c in theirs.conditions.iter_mut().flatten() {
+        if c.type_ == "Ready" || c.type_ == "ContainersReady" {
+            c.status = "False".into();
+            c.reason = Some("NodeNotReady".into());
+        }
+    }
+    let mut marked = p.clone();
+    marked.status = Some(theirs);
+    node.manager.update(marked);
+    let again = node.next_status("u9").await;
+    assert!(
+        reported.elapsed() >= Duration::from_secs(1),
+        "not before the resync interval since the last report"
+    );
+    assert_eq!(again, ours, "the kubelet's own status, unchanged");
+    assert_eq!(statuses(&node), before + 1);
+
+    // Once the API server shows the kubelet's status, nothing more is sent.
+    let mut agreed = p.clone();
+    agreed.status = Some(ours);
+    node.manager.update(agreed);
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    while let Ok(ev) = node.events.try_recv() {
+        node.seen.push(ev);
+    }
+    assert_eq!(
+        statuses(&node),
+        before + 1,
+        "no report while the copies agree"
     );
     node.stop().await;
 }
