@@ -181,6 +181,13 @@ pub fn claim(owner_uid: &str, owner_deleting: bool, matches: bool, meta: &Object
     }
 }
 
+/// An object's labels, borrowed (empty when unset): controllers match selectors against every
+/// pod of a namespace on each sync, so the labels are not copied for it.
+pub fn labels(meta: &ObjectMeta) -> &BTreeMap<String, String> {
+    static NONE: BTreeMap<String, String> = BTreeMap::new();
+    meta.labels.as_ref().unwrap_or(&NONE)
+}
+
 /// The labels of a template (empty when unset).
 pub fn template_labels(t: &PodTemplateSpec) -> BTreeMap<String, String> {
     t.metadata

@@ -174,7 +174,7 @@ pub fn status(rs: &ReplicaSet, active: &[&Pod], now: Timestamp) -> ReplicaSetSta
     ReplicaSetStatus {
         replicas: active.len() as i32,
         fully_labeled_replicas: Some(count(&|p: &Pod| {
-            let labels = p.metadata.labels.clone().unwrap_or_default();
+            let labels = pods::labels(&p.metadata);
             template_labels
                 .iter()
                 .all(|(k, v)| labels.get(k) == Some(v))

@@ -73,9 +73,9 @@ impl Controller {
         let pod_api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
         let mut owned: Vec<Arc<Pod>> = Vec::new();
         for pod in self.pods.cache().by_index(index::NAMESPACE, &ns) {
-            let labels = pod.metadata.labels.clone().unwrap_or_default();
-            let pod_name = pod.metadata.name.clone().unwrap_or_default();
-            match pods::claim(&uid, deleting, sel.matches(&labels), &pod.metadata) {
+            let labels = pods::labels(&pod.metadata);
+            let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+            match pods::claim(&uid, deleting, sel.matches(labels), &pod.metadata) {
                 Claim::Owned => owned.push(pod),
                 Claim::Adopt if !pods::is_terminal(&pod) => {
                     let mut refs = pod.metadata.owner_references.clone().unwrap_or_default();

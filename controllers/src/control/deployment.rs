@@ -38,9 +38,9 @@ impl Controller {
             Some(r) if r.kind == "Deployment" => self.queue.add(format!("{ns}/{}", r.name)),
             Some(_) => {}
             None => {
-                let labels = rs.metadata.labels.clone().unwrap_or_default();
+                let labels = pods::labels(&rs.metadata);
                 for d in self.deployments.cache().by_index(index::NAMESPACE, &ns) {
-                    if selector(&d).is_some_and(|s| s.matches(&labels)) {
+                    if selector(&d).is_some_and(|s| s.matches(labels)) {
                         self.queue.add(key_of(d.as_ref()));
                     }
                 }
@@ -75,9 +75,9 @@ impl Controller {
 
         let mut owned: Vec<Arc<ReplicaSet>> = Vec::new();
         for rs in self.sets.cache().by_index(index::NAMESPACE, &ns) {
-            let labels = rs.metadata.labels.clone().unwrap_or_default();
-            let rs_name = rs.metadata.name.clone().unwrap_or_default();
-            match pods::claim(&uid, deleting, sel.matches(&labels), &rs.metadata) {
+            let labels = pods::labels(&rs.metadata);
+            let rs_name = rs.metadata.name.as_deref().unwrap_or_default();
+            match pods::claim(&uid, deleting, sel.matches(labels), &rs.metadata) {
                 Claim::Owned => owned.push(rs),
                 Claim::Adopt => {
                     let mut refs = rs.metadata.owner_references.clone().unwrap_or_default();

@@ -38,9 +38,9 @@ impl Controller {
     /// Orphans may be adopted: every ReplicaSet in the namespace whose selector matches.
     fn enqueue_matching(&self, pod: &Pod) {
         let ns = pod.metadata.namespace.clone().unwrap_or_default();
-        let labels = pod.metadata.labels.clone().unwrap_or_default();
+        let labels = pods::labels(&pod.metadata);
         for rs in self.sets.cache().by_index(index::NAMESPACE, &ns) {
-            if logic::selector(&rs).is_some_and(|s| s.matches(&labels)) {
+            if logic::selector(&rs).is_some_and(|s| s.matches(labels)) {
                 self.queue.add(key_of(rs.as_ref()));
             }
         }
@@ -115,9 +115,9 @@ impl Controller {
             if !pods::is_active(&pod) {
                 continue;
             }
-            let labels = pod.metadata.labels.clone().unwrap_or_default();
-            let pod_name = pod.metadata.name.clone().unwrap_or_default();
-            match pods::claim(&uid, deleting, selector.matches(&labels), &pod.metadata) {
+            let labels = pods::labels(&pod.metadata);
+            let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+            match pods::claim(&uid, deleting, selector.matches(labels), &pod.metadata) {
                 Claim::Owned => owned.push(pod),
                 Claim::Adopt => {
                     let mut refs = pod.metadata.owner_references.clone().unwrap_or_default();
