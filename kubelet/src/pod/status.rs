@@ -456,8 +456,8 @@ mod tests {
         assert_eq!(phase("Always", false, &[ok], &[running]), "Running");
     }
 
-    #[test]
-    fn conditions_follow_readiness_and_keep_transition_times() {
+    /// A pod of one running, ready container with an IP.
+    fn one_ready_container() -> Observed {
         let ready = container_status(
             &spec(),
             &[&run(0, State::Running { started_at: ts(1) })],
@@ -465,14 +465,19 @@ mod tests {
             true,
             true,
         );
-        let mut observed = Observed {
+        Observed {
             restart_policy: "Always".into(),
-            containers: vec![ready.clone()],
+            containers: vec![ready],
             pod_ip: Some("127.100.0.2".into()),
             host_ip: "127.0.0.1".into(),
             start_time: Some(ts(1)),
             ..Default::default()
-        };
+        }
+    }
+
+    #[test]
+    fn conditions_follow_readiness_and_keep_transition_times() {
+        let mut observed = one_ready_container();
         let s1 = pod_status(&observed, None, ts(5));
         let cond = |s: &PodStatus, t: &str| {
             s.conditions
@@ -503,21 +508,7 @@ mod tests {
 
     #[test]
     fn disagreement_is_in_what_the_kubelet_decides() {
-        let ready = container_status(
-            &spec(),
-            &[&run(0, State::Running { started_at: ts(1) })],
-            None,
-            true,
-            true,
-        );
-        let observed = Observed {
-            restart_policy: "Always".into(),
-            containers: vec![ready],
-            pod_ip: Some("127.100.0.2".into()),
-            host_ip: "127.0.0.1".into(),
-            start_time: Some(ts(1)),
-            ..Default::default()
-        };
+        let observed = one_ready_container();
         let ours = pod_status(&observed, None, ts(5));
         assert!(!disagrees(&ours, &ours));
         let set = |s: &mut PodStatus, t: &str, v: &str| {
