@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use skiff_tests::{TestCluster, eventually};
+use skiff_tests::{Kubectl, TestCluster, eventually};
 
 const DEPLOYMENT: &str = r#"
 apiVersion: apps/v1
@@ -93,18 +93,7 @@ fn create_apply_and_server_side_apply() {
             .trim(),
         "deployment.apps/web serverside-applied"
     );
-    assert_eq!(
-        k.ok(&[
-            "-n",
-            "bar",
-            "get",
-            "deploy",
-            "web",
-            "-o",
-            "jsonpath={.spec.replicas}"
-        ]),
-        "4"
-    );
+    assert_eq!(web_replicas(&k), "4");
     let managers = k.ok(&[
         "-n",
         "bar",
@@ -333,18 +322,7 @@ fn scale_cordon_and_delete_by_label() {
             .trim(),
         "deployment.apps/web scaled"
     );
-    assert_eq!(
-        k.ok(&[
-            "-n",
-            "bar",
-            "get",
-            "deploy",
-            "web",
-            "-o",
-            "jsonpath={.spec.replicas}"
-        ]),
-        "5"
-    );
+    assert_eq!(web_replicas(&k), "5");
     // With --current-replicas kubectl reads the scale subresource and PUTs it back.
     k.ok(&[
         "-n",
@@ -355,18 +333,7 @@ fn scale_cordon_and_delete_by_label() {
         "--current-replicas=5",
         "--replicas=1",
     ]);
-    assert_eq!(
-        k.ok(&[
-            "-n",
-            "bar",
-            "get",
-            "deploy",
-            "web",
-            "-o",
-            "jsonpath={.spec.replicas}"
-        ]),
-        "1"
-    );
+    assert_eq!(web_replicas(&k), "1");
     let wrong = k.fails(&[
         "-n",
         "bar",
@@ -519,4 +486,17 @@ fn both_bundled_clients_work() {
             "2"
         );
     }
+}
+
+/// `spec.replicas` of the Deployment `bar/web`, as kubectl prints it.
+fn web_replicas(k: &Kubectl) -> String {
+    k.ok(&[
+        "-n",
+        "bar",
+        "get",
+        "deploy",
+        "web",
+        "-o",
+        "jsonpath={.spec.replicas}",
+    ])
 }

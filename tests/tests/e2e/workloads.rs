@@ -110,6 +110,19 @@ fn settled(k: &Kubectl, namespace: &str, selector: &str, n: usize) -> Option<Vec
 }
 
 /// Waits up to `seconds` for `check`; on failure panics naming `what`, with every pod and node.
+/// `kubectl rollout status` of `target` reports success (within two minutes).
+fn rolled_out(k: &Kubectl, namespace: &str, target: &str) {
+    let done = k.ok(&[
+        "-n",
+        namespace,
+        "rollout",
+        "status",
+        target,
+        "--timeout=120s",
+    ]);
+    assert!(done.contains("successfully rolled out"), "{done}");
+}
+
 fn wait_for(k: &Kubectl, what: &str, seconds: u64, check: impl FnMut() -> bool) {
     if !eventually(Duration::from_secs(seconds), check) {
         panic!(
@@ -230,15 +243,7 @@ fn a_deployment_of_real_pods_scales_rolls_out_rolls_back_and_cascades() {
         &["apply", "-f", "-"],
         &deployment("shop", 3, "busybox:1.36", "v1"),
     );
-    let done = k.ok(&[
-        "-n",
-        "shop",
-        "rollout",
-        "status",
-        "deployment/web",
-        "--timeout=120s",
-    ]);
-    assert!(done.contains("successfully rolled out"), "{done}");
+    rolled_out(&k, "shop", "deployment/web");
     wait_for(&k, "3 Running pods", 60, || {
         settled(&k, "shop", "app=web", 3).is_some()
     });
@@ -259,15 +264,7 @@ fn a_deployment_of_real_pods_scales_rolls_out_rolls_back_and_cascades() {
         "deployment/web",
         "kubernetes.io/change-cause=busybox 1.37",
     ]);
-    let done = k.ok(&[
-        "-n",
-        "shop",
-        "rollout",
-        "status",
-        "deployment/web",
-        "--timeout=120s",
-    ]);
-    assert!(done.contains("successfully rolled out"), "{done}");
+    rolled_out(&k, "shop", "deployment/web");
     wait_for(&k, "3 Running pods of busybox:1.37", 60, || {
         settled(&k, "shop", "app=web", 3)
             .is_some_and(|pods| pods.iter().all(|p| p.image == "busybox:1.37"))
@@ -286,15 +283,7 @@ fn a_deployment_of_real_pods_scales_rolls_out_rolls_back_and_cascades() {
         "deployment/web",
         "kubernetes.io/change-cause=say v3",
     ]);
-    let done = k.ok(&[
-        "-n",
-        "shop",
-        "rollout",
-        "status",
-        "deployment/web",
-        "--timeout=120s",
-    ]);
-    assert!(done.contains("successfully rolled out"), "{done}");
+    rolled_out(&k, "shop", "deployment/web");
     wait_for(&k, "3 Running pods saying v3", 60, || {
         settled(&k, "shop", "app=web", 3).is_some_and(|pods| {
             pods.iter().all(|p| {
@@ -338,15 +327,7 @@ fn a_deployment_of_real_pods_scales_rolls_out_rolls_back_and_cascades() {
 
     // Undo returns to revision 2's template, which becomes revision 4.
     k.ok(&["-n", "shop", "rollout", "undo", "deployment/web"]);
-    let done = k.ok(&[
-        "-n",
-        "shop",
-        "rollout",
-        "status",
-        "deployment/web",
-        "--timeout=120s",
-    ]);
-    assert!(done.contains("successfully rolled out"), "{done}");
+    rolled_out(&k, "shop", "deployment/web");
     wait_for(&k, "3 Running pods saying v1 again", 60, || {
         settled(&k, "shop", "app=web", 3).is_some_and(|pods| {
             pods.iter().all(|p| {
