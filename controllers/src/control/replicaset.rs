@@ -109,9 +109,15 @@ impl Controller {
         let deleting = pods::is_deleting(&rs.metadata);
         let pod_api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
 
-        // Claim the active pods: ours, orphans to adopt, ours to release.
+        // Claim the active pods: ours, orphans to adopt, ours to release. Pods of other
+        // controllers would be ignored: they are not even looked at.
+        let cache = self.pods.cache();
+        let candidates = cache
+            .by_index(pods::BY_CONTROLLER, &uid)
+            .into_iter()
+            .chain(cache.by_index(pods::BY_CONTROLLER, &pods::orphans_of(&ns)));
         let mut owned: Vec<Arc<Pod>> = Vec::new();
-        for pod in self.pods.cache().by_index(index::NAMESPACE, &ns) {
+        for pod in candidates {
             if !pods::is_active(&pod) {
                 continue;
             }
@@ -288,6 +294,9 @@ pub(crate) fn start(factory: &SharedInformerFactory, workers: usize) -> Started 
             d.queue.add(k);
         },
     ));
+    c.pods
+        .cache()
+        .add_index(pods::BY_CONTROLLER, pods::controller_index);
     let (a, u, d) = (c.clone(), c.clone(), c.clone());
     c.pods.add_handler(handler_fn(
         move |p: &Arc<Pod>| a.pod_added(p),
