@@ -76,15 +76,7 @@ fn create_apply_and_server_side_apply() {
         "deployment.apps/web configured"
     );
     assert_eq!(
-        k.ok(&[
-            "-n",
-            "bar",
-            "get",
-            "deploy",
-            "web",
-            "-o",
-            "jsonpath={.spec.replicas} {.metadata.generation}"
-        ]),
+        web_jsonpath(&k, "{.spec.replicas} {.metadata.generation}"),
         "3 2"
     );
     let ssa = changed.replace("replicas: 3", "replicas: 4");
@@ -93,7 +85,7 @@ fn create_apply_and_server_side_apply() {
             .trim(),
         "deployment.apps/web serverside-applied"
     );
-    assert_eq!(web_replicas(&k), "4");
+    assert_eq!(web_jsonpath(&k, "{.spec.replicas}"), "4");
     let managers = k.ok(&[
         "-n",
         "bar",
@@ -322,7 +314,7 @@ fn scale_cordon_and_delete_by_label() {
             .trim(),
         "deployment.apps/web scaled"
     );
-    assert_eq!(web_replicas(&k), "5");
+    assert_eq!(web_jsonpath(&k, "{.spec.replicas}"), "5");
     // With --current-replicas kubectl reads the scale subresource and PUTs it back.
     k.ok(&[
         "-n",
@@ -333,7 +325,7 @@ fn scale_cordon_and_delete_by_label() {
         "--current-replicas=5",
         "--replicas=1",
     ]);
-    assert_eq!(web_replicas(&k), "1");
+    assert_eq!(web_jsonpath(&k, "{.spec.replicas}"), "1");
     let wrong = k.fails(&[
         "-n",
         "bar",
@@ -488,8 +480,8 @@ fn both_bundled_clients_work() {
     }
 }
 
-/// `spec.replicas` of the Deployment `bar/web`, as kubectl prints it.
-fn web_replicas(k: &Kubectl) -> String {
+/// Fields of the Deployment `bar/web`, as `kubectl get -o jsonpath=` prints them.
+fn web_jsonpath(k: &Kubectl, path: &str) -> String {
     k.ok(&[
         "-n",
         "bar",
@@ -497,6 +489,6 @@ fn web_replicas(k: &Kubectl) -> String {
         "deploy",
         "web",
         "-o",
-        "jsonpath={.spec.replicas}",
+        &format!("jsonpath={path}"),
     ])
 }
