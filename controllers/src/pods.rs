@@ -200,8 +200,9 @@ pub fn orphans_of(namespace: &str) -> String {
     format!("orphan/{namespace}")
 }
 
-/// An object's labels, borrowed (empty when unset): controllers match selectors against every
-/// pod of a namespace on each sync, so the labels are not copied for it.
+/// An object's labels, borrowed (empty when unset): controllers match selectors against many
+/// objects on each sync (a DaemonSet against every pod of its namespace), so the labels are not
+/// copied for it.
 pub fn labels(meta: &ObjectMeta) -> &BTreeMap<String, String> {
     static NONE: BTreeMap<String, String> = BTreeMap::new();
     meta.labels.as_ref().unwrap_or(&NONE)
