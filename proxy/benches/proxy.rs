@@ -1,5 +1,7 @@
 //! Proxy benchmark: bulk throughput and small-request latency on loopback, connecting directly to
-//! the backends, through skiff-proxy, and through HAProxy (if installed), side by side in one run.
+//! the backends, through skiff-proxy, through a bare splice relay (the floor any userspace relay
+//! stands on: what the second pass through the TCP stack costs by itself), and through HAProxy
+//! (if installed), side by side in one run.
 //!
 //! `cargo bench -p skiff-proxy --bench proxy`. Knobs: `SKIFF_BENCH_BULK_MIB` (per transfer, default
 //! 1024), `SKIFF_BENCH_ROUNDS` (default 3; medians are reported), `SKIFF_BENCH_REQUESTS`
@@ -190,6 +192,54 @@ fn start_skiff(
     (format!("{cluster_ip}:8080").parse().unwrap(), runtime)
 }
 
+/// The least any userspace relay can do, as a floor for the others: one connection at a time to
+/// the first backend, a blocking thread per direction moving bytes socket → pipe → socket with
+/// splice(2), no event loop, no balancing, no bookkeeping.
+fn start_bare_relay(address: &str, backend: SocketAddr) -> SocketAddr {
+    use nix::fcntl::{SpliceFFlags, splice};
+    let listener = TcpListener::bind((address, 8080)).expect("bind bare relay");
+    let target = listener.local_addr().unwrap();
+    fn one_way(from: TcpStream, to: TcpStream) {
+        let (read, write) = nix::unistd::pipe().expect("pipe");
+        let _ = nix::fcntl::fcntl(&write, nix::fcntl::FcntlArg::F_SETPIPE_SZ(1 << 20));
+        loop {
+            let n = match splice(
+                &from,
+                None,
+                &write,
+                None,
+                1 << 20,
+                SpliceFFlags::SPLICE_F_MOVE,
+            ) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            let mut left = n;
+            while left > 0 {
+                match splice(&read, None, &to, None, left, SpliceFFlags::SPLICE_F_MOVE) {
+                    Ok(0) | Err(_) => return,
+                    Ok(m) => left -= m,
+                }
+            }
+        }
+        let _ = to.shutdown(std::net::Shutdown::Write);
+    }
+    thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(client) = client else { continue };
+            let Ok(server) = TcpStream::connect(backend) else {
+                continue;
+            };
+            let _ = client.set_nodelay(true);
+            let _ = server.set_nodelay(true);
+            let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+            thread::spawn(move || one_way(client, server));
+            thread::spawn(move || one_way(s2, c2));
+        }
+    });
+    target
+}
+
 /// HAProxy in TCP mode, round-robin over the same backends; `None` if it is not installed.
 fn start_haproxy(
     binary: &str,
@@ -305,6 +355,11 @@ fn main() {
             child: None,
         });
     }
+    paths.push(Path {
+        name: "bare splice relay (floor)".into(),
+        target: start_bare_relay("127.96.200.4", backends[0]),
+        child: None,
+    });
     for (splice, address, name) in [
         (false, "127.96.200.2", "HAProxy"),
         (true, "127.96.200.3", "HAProxy, option splice-auto"),
