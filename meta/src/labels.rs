@@ -1157,7 +1157,7 @@ mod tests {
             Selector::from_label_selector(&exists_with_values)
                 .unwrap_err()
                 .to_string(),
-            "values: Invalid value: [\"x\"]: values set must be empty for exists and does not exist"
+            "values: Invalid value: []string{\"x\"}: values set must be empty for exists and does not exist"
         );
     }
 

@@ -337,6 +337,12 @@ impl From<&FieldPath> for String {
     }
 }
 
+impl From<&String> for FieldPath {
+    fn from(s: &String) -> Self {
+        FieldPath::new(s)
+    }
+}
+
 impl From<&str> for FieldPath {
     fn from(s: &str) -> Self {
         FieldPath::new(s)
@@ -434,31 +440,35 @@ impl FieldError {
         Self::new(FieldErrorType::Forbidden, field, None, detail)
     }
 
-    /// `field.TooLong` with a maximum length in bytes.
+    /// `field.TooLong` with a maximum length in bytes; the value is never printed. The unit stays
+    /// plural, as in Kubernetes 1.33 (whose API skiff serves; 1.34 singularises it).
     pub fn too_long(field: impl Into<FieldPath>, max_length: usize) -> Self {
-        let unit = if max_length == 1 { "byte" } else { "bytes" };
         Self::new(
             FieldErrorType::TooLong,
             field,
             None,
-            format!("may not be more than {max_length} {unit}"),
+            format!("may not be more than {max_length} bytes"),
         )
     }
 
-    /// `field.TooMany`: a list with too many items.
+    /// `field.TooMany`: a list with too many items (plural unit, as in Kubernetes 1.33).
     pub fn too_many(field: impl Into<FieldPath>, actual: usize, max: usize) -> Self {
-        let unit = if max == 1 { "item" } else { "items" };
         Self::new(
             FieldErrorType::TooMany,
             field,
             Some(serde_json::Value::from(actual)),
-            format!("must have at most {max} {unit}"),
+            format!("must have at most {max} items"),
         )
     }
 
     /// `field.InternalError`.
     pub fn internal(field: impl Into<FieldPath>, err: impl fmt::Display) -> Self {
         Self::new(FieldErrorType::Internal, field, None, err.to_string())
+    }
+
+    /// The `reason` of this error's `details.causes[]` entry (`FieldValueInvalid`, ...).
+    pub fn reason(&self) -> &'static str {
+        self.kind.cause_type()
     }
 
     /// The message without the field name (`ErrorBody`), as used in `details.causes[].message`.
@@ -468,13 +478,7 @@ impl FieldError {
             && let Some(v) = &self.bad_value
         {
             s.push_str(": ");
-            match v {
-                serde_json::Value::String(t) => s.push_str(&quote(t)),
-                serde_json::Value::Null => s.push_str("null"),
-                serde_json::Value::Number(n) => s.push_str(&n.to_string()),
-                serde_json::Value::Bool(b) => s.push_str(if *b { "true" } else { "false" }),
-                other => s.push_str(&other.to_string()),
-            }
+            s.push_str(&go_value(v));
         }
         if !self.detail.is_empty() {
             s.push_str(": ");
@@ -525,6 +529,40 @@ where
 /// The aggregate message of a list of field errors (`ErrorList.ToAggregate().Error()`).
 pub fn aggregate_field_errors(errs: &[FieldError]) -> String {
     aggregate_messages(errs.iter().map(|e| e.to_string()))
+}
+
+/// A bad value as `field.Error` prints it: strings quoted (`%q`), numbers and booleans bare,
+/// `null`, non-empty string maps and string lists in Go's `%#v` shape
+/// (`map[string]string{"a":"1"}`, `[]string{"a", "b"}`), anything else as compact JSON.
+fn go_value(value: &serde_json::Value) -> String {
+    use serde_json::Value;
+    match value {
+        Value::Null => "null".to_string(),
+        Value::String(s) => quote(s),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => n.to_string(),
+        Value::Object(map) if !map.is_empty() && map.values().all(Value::is_string) => {
+            // Go prints a map's keys sorted.
+            let mut entries: Vec<(&String, &str)> = map
+                .iter()
+                .map(|(k, v)| (k, v.as_str().unwrap_or("")))
+                .collect();
+            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            let parts: Vec<String> = entries
+                .iter()
+                .map(|(k, v)| format!("{}:{}", quote(k), quote(v)))
+                .collect();
+            format!("map[string]string{{{}}}", parts.join(", "))
+        }
+        Value::Array(items) if !items.is_empty() && items.iter().all(Value::is_string) => {
+            let parts: Vec<String> = items
+                .iter()
+                .map(|v| quote(v.as_str().unwrap_or("")))
+                .collect();
+            format!("[]string{{{}}}", parts.join(", "))
+        }
+        other => other.to_string(),
+    }
 }
 
 /// Quotes a string as Go's `strconv.Quote` (and so `%q`) does.
@@ -1155,6 +1193,20 @@ mod tests {
     }
 
     #[test]
+    fn field_paths() {
+        let p = FieldPath::new("spec")
+            .child("containers")
+            .index(2)
+            .child("resources");
+        assert_eq!(p.as_str(), "spec.containers[2].resources");
+        assert_eq!(
+            p.child("limits").key("cpu").as_str(),
+            "spec.containers[2].resources.limits[cpu]"
+        );
+        assert_eq!(FieldPath::default().child("a").as_str(), "a");
+    }
+
+    #[test]
     fn field_error_wording() {
         let e = FieldError::invalid(
             FieldPath::new("metadata").child("name"),
@@ -1219,7 +1271,42 @@ mod tests {
         );
         assert_eq!(
             FieldError::too_many("spec.x", 5, 1).to_string(),
-            "spec.x: Too many: 5: must have at most 1 item"
+            "spec.x: Too many: 5: must have at most 1 items"
+        );
+        assert_eq!(
+            FieldError::too_long("a", 1).to_string(),
+            "a: Too long: may not be more than 1 bytes"
+        );
+        assert_eq!(
+            FieldError::invalid(
+                "spec.template.metadata.labels",
+                serde_json::json!({"b": "2", "a": "1"}),
+                "`selector` does not match template `labels`",
+            )
+            .to_string(),
+            r#"spec.template.metadata.labels: Invalid value: map[string]string{"a":"1", "b":"2"}: `selector` does not match template `labels`"#
+        );
+        assert_eq!(
+            FieldError::invalid("metadata.finalizers", serde_json::json!(["a", "b"]), "x")
+                .to_string(),
+            r#"metadata.finalizers: Invalid value: []string{"a", "b"}: x"#
+        );
+        assert_eq!(
+            FieldError::invalid("spec.x", serde_json::Value::Null, "bad").to_string(),
+            "spec.x: Invalid value: null: bad"
+        );
+        assert_eq!(
+            FieldError::not_supported("a", "x", &[]).to_string(),
+            r#"a: Unsupported value: "x""#
+        );
+        assert_eq!(
+            FieldError::internal("spec", "boom").to_string(),
+            "spec: Internal error: boom"
+        );
+        assert_eq!(FieldError::required("a", "").reason(), "FieldValueRequired");
+        assert_eq!(
+            FieldError::too_many("a", 2, 1).reason(),
+            "FieldValueTooMany"
         );
     }
 

@@ -11,9 +11,9 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::Value;
 use skiff_meta::ResourceInfo;
 
-use super::field::{FieldError, Path};
 use super::meta::{validate_label_name, validate_labels};
 use super::pod::validate_pod_template;
+use super::{FieldError, Path};
 use super::{decode, names, s};
 
 const NEGATIVE: &str = "must be greater than or equal to 0";

@@ -13,9 +13,9 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::{Value, json};
 
-use super::field::{FieldError, Path};
 use super::meta::{validate_label_name, validate_labels};
 use super::pod::validate_taint_effect;
+use super::{FieldError, Path};
 use super::{decode, names, s};
 
 /// Most bytes the data of one ConfigMap or Secret may hold.

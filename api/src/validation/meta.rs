@@ -7,8 +7,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use serde_json::{Value, json};
 use skiff_meta::ResourceInfo;
 
-use super::field::{FieldError, Path};
 use super::names::{self, NameFn};
+use super::{FieldError, Path};
 
 /// Most bytes all annotations (keys plus values) of one object may hold.
 pub const TOTAL_ANNOTATION_SIZE_LIMIT: usize = 256 * 1024;
@@ -199,7 +199,7 @@ pub fn validate_object_meta_update(
         extra.sort();
         extra.dedup();
         if !extra.is_empty() {
-            let list: Vec<String> = extra.iter().map(|f| super::field::go_quote(f)).collect();
+            let list: Vec<String> = extra.iter().map(|f| skiff_meta::status::quote(f)).collect();
             errs.push(FieldError::forbidden(
                 path.child("finalizers"),
                 format!(

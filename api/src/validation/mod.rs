@@ -7,13 +7,13 @@
 //! in), exactly as the Kubernetes API server validates after defaulting.
 //!
 //! # Layout
-//! - [`field`]: [`FieldError`] (Kubernetes' `field.Error`) and [`Path`].
+//! - [`FieldError`] (Kubernetes' `field.Error`, in `skiff_meta::status` for every crate that
+//!   reads or writes `Status` causes) and [`Path`], its field paths.
 //! - [`names`]: DNS labels and subdomains, qualified names, label values, config keys, ports.
 //! - [`quantity`]: `resource.Quantity` parsing, shared with the scheduler.
 //! - `meta`: object metadata (names, namespace, labels, annotations, owners, finalizers).
 //! - `pod`: pod specs and templates, pod updates; `service`, `apps`, `core` (the other kinds).
 
-pub mod field;
 pub mod names;
 pub mod quantity;
 
@@ -27,8 +27,8 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use skiff_meta::ResourceInfo;
 
-pub use field::{FieldError, FieldErrorKind, Path, invalid_message, invalid_status};
 pub use meta::{NAMESPACE_MISMATCH, ensure_namespace, generate_name};
+pub use skiff_meta::status::{FieldError, FieldErrorType, FieldPath as Path};
 
 /// Validates an object about to be created (after [`crate::defaults::apply`],
 /// [`crate::defaults::prepare_for_create`] and name generation). `url_namespace` is the namespace of the request URL

@@ -13,8 +13,8 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::Value;
 
 use super::apps::validate_label_selector;
-use super::field::{FieldError, Path};
 use super::meta::{validate_annotations, validate_label_name, validate_labels};
+use super::{FieldError, Path};
 use super::{decode, names, quantity, s};
 
 const NEGATIVE: &str = "must be greater than or equal to 0";

@@ -8,8 +8,8 @@ use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::{Value, json};
 
-use super::field::{FieldError, Path};
 use super::meta::validate_labels;
+use super::{FieldError, Path};
 use super::{decode, names, s};
 
 const PROTOCOLS: &[&str] = &["SCTP", "TCP", "UDP"];
