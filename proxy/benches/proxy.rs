@@ -192,9 +192,9 @@ fn start_skiff(
     (format!("{cluster_ip}:8080").parse().unwrap(), runtime)
 }
 
-/// The least any userspace relay can do, as a floor for the others: one connection at a time to
-/// the first backend, a blocking thread per direction moving bytes socket → pipe → socket with
-/// splice(2), no event loop, no balancing, no bookkeeping.
+/// The least any userspace relay can do, as a floor for the others: every connection goes to
+/// the first backend, with a blocking thread per direction moving bytes socket → pipe → socket
+/// with splice(2); no event loop, no balancing, no bookkeeping.
 fn start_bare_relay(address: &str, backend: SocketAddr) -> SocketAddr {
     use nix::fcntl::{SpliceFFlags, splice};
     let listener = TcpListener::bind((address, 8080)).expect("bind bare relay");
