@@ -5,7 +5,7 @@
 //! `cargo bench -p skiff-store --bench throughput` (env `SKIFF_BENCH_DIR` picks the file system,
 //! default the system temp dir; `SKIFF_BENCH_REVISIONS` the size of the reopen case, default 1M;
 //! `SKIFF_BENCH_ONLY` a comma list of sections: writes,range,watch,reopen,churn, and `layout`,
-//! run only when named: raw sled under three key layouts; `SKIFF_BENCH_KINDS` a comma list of the
+//! run only when named: raw sled under four key layouts; `SKIFF_BENCH_KINDS` a comma list of the
 //! write workloads: put,txn3,nofsync).
 
 use std::path::Path;
@@ -273,6 +273,7 @@ async fn layout(dir: &Path) {
             RawLayout::Overwrite,
             RawLayout::VersionPerKey,
             RawLayout::RevisionKeyed,
+            RawLayout::OverwriteGroupLog,
         ] {
             let r = bench::raw_sled_layout_writes(
                 &dir.join(format!("layout-{layout:?}-{round}")),

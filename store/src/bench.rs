@@ -232,6 +232,11 @@ pub enum RawLayout {
     /// Insert `<seq>` holding the key and value (appended at the right edge) and an empty index
     /// entry `<key> <seq>`: etcd's layout (revision-keyed records plus a key index).
     RevisionKeyed,
+    /// Per run of puts the inserter found queued (at most 256), one atomic `apply_batch` that
+    /// overwrites each key in place and inserts one record `<seq>` holding all of their keys
+    /// and values, appended at the right edge: a layout whose current versions are overwritten
+    /// and whose history lives only in one log record per group commit.
+    OverwriteGroupLog,
 }
 
 /// Raw sled under the same group commit and workload as [`durable_writes`] with
@@ -270,7 +275,36 @@ pub async fn raw_sled_layout_writes(
         let db = db.clone();
         std::thread::spawn(move || {
             let mut seq = 0u64;
-            while let Some((k, v, ack)) = job_rx.blocking_recv() {
+            let mut log: Vec<u8> = Vec::new();
+            let mut batch = sled::Batch::default();
+            let mut held: Vec<tokio::sync::oneshot::Sender<()>> = Vec::new();
+            let write_log = |seq: u64,
+                             log: &mut Vec<u8>,
+                             batch: &mut sled::Batch,
+                             held: &mut Vec<tokio::sync::oneshot::Sender<()>>|
+             -> bool {
+                if held.is_empty() {
+                    return true;
+                }
+                let mut rec = vec![b'l'];
+                rec.extend_from_slice(&seq.to_be_bytes());
+                batch.insert(rec, std::mem::take(log));
+                db.apply_batch(std::mem::take(batch)).expect("apply_batch");
+                held.drain(..).all(|ack| done_tx.send(ack).is_ok())
+            };
+            loop {
+                let job = match job_rx.try_recv() {
+                    Ok(job) => Some(job),
+                    Err(_) => {
+                        if !write_log(seq, &mut log, &mut batch, &mut held) {
+                            return;
+                        }
+                        job_rx.blocking_recv()
+                    }
+                };
+                let Some((k, v, ack)) = job else {
+                    return;
+                };
                 seq += 1;
                 match layout {
                     RawLayout::Overwrite => {
@@ -293,6 +327,18 @@ pub async fn raw_sled_layout_writes(
                         index.extend_from_slice(&k);
                         index.extend_from_slice(&seq.to_be_bytes());
                         db.insert(index, &[][..]).expect("insert");
+                    }
+                    RawLayout::OverwriteGroupLog => {
+                        log.extend_from_slice(&(k.len() as u32).to_be_bytes());
+                        log.extend_from_slice(&k);
+                        log.extend_from_slice(&(v.len() as u32).to_be_bytes());
+                        log.extend_from_slice(&v);
+                        batch.insert(k, v);
+                        held.push(ack);
+                        if held.len() >= 256 && !write_log(seq, &mut log, &mut batch, &mut held) {
+                            return;
+                        }
+                        continue;
                     }
                 }
                 if done_tx.send(ack).is_err() {
