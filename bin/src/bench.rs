@@ -51,7 +51,16 @@ impl SpawnedServer {
             ));
         std::fs::create_dir_all(&dir)?;
         let log = std::fs::File::create(dir.join("server.log"))?;
-        let child = Command::new(std::env::current_exe()?)
+        // `SKIFF_BENCH_SERVER_WRAPPER` (e.g. `heaptrack`) runs the server under a profiler.
+        let mut command = match std::env::var_os("SKIFF_BENCH_SERVER_WRAPPER") {
+            Some(wrapper) => {
+                let mut command = Command::new(wrapper);
+                command.arg(std::env::current_exe()?);
+                command
+            }
+            None => Command::new(std::env::current_exe()?),
+        };
+        let child = command
             .arg(subcommand)
             .arg("--data-dir")
             .arg(dir.join("data"))

@@ -455,8 +455,110 @@ pub fn field_value(resource: &ResourceInfo, obj: &Value, field: &str) -> Option<
     })
 }
 
+/// Every kind's table, for [`selectable_projection`].
+const ALL_TABLES: &[FieldTable] = &[COMMON, POD, EVENT, NODE, SECRET, NAMESPACE, REPLICA_SET];
+
+/// The parts of `obj` that any label or field selector can read: `metadata.labels` and the
+/// source of every selectable field of every kind, at the same paths (absent parts stay absent).
+/// Selectors match the projection exactly as they match the object, so a cache can keep this
+/// instead of the whole decoded object. Every kind's fields are kept, not only `obj`'s kind's,
+/// so that one projection serves every resource stored under the same prefix.
+pub fn selectable_projection(obj: &Value) -> Value {
+    let mut out = Value::Object(serde_json::Map::new());
+    copy_path(obj, &mut out, &["metadata", "labels"]);
+    for (_, source) in ALL_TABLES.iter().flat_map(|table| table.iter()) {
+        match source {
+            Source::Path(path, _) => copy_path(obj, &mut out, path),
+            Source::PodIp => {
+                copy_path(obj, &mut out, &["status", "podIPs"]);
+                copy_path(obj, &mut out, &["status", "podIP"]);
+            }
+            Source::EventOrigin => {
+                copy_path(obj, &mut out, &["source", "component"]);
+                copy_path(obj, &mut out, &["reportingComponent"]);
+            }
+        }
+    }
+    out
+}
+
+/// Copies the value at `path` in `from`, if any, to the same path in `to`, making the objects
+/// on the way.
+fn copy_path(from: &Value, to: &mut Value, path: &[&str]) {
+    let (Some(value), Some((last, parents))) = (at_path(from, path), path.split_last()) else {
+        return;
+    };
+    let mut at = to;
+    for key in parents {
+        let Some(map) = at.as_object_mut() else {
+            return;
+        };
+        at = map
+            .entry(*key)
+            .or_insert_with(|| Value::Object(serde_json::Map::new()));
+    }
+    if let Some(map) = at.as_object_mut() {
+        map.insert((*last).to_string(), value.clone());
+    }
+}
+
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_projection_answers_every_field_and_label_as_the_object_does() {
+        let objects = [
+            serde_json::json!({
+                "metadata": {"name": "p", "namespace": "ns", "labels": {"app": "web", "tier": "1"},
+                             "annotations": {"big": "x"}},
+                "spec": {"nodeName": "n1", "restartPolicy": "Always", "hostNetwork": true,
+                         "containers": [{"name": "c", "image": "i"}]},
+                "status": {"phase": "Running", "podIP": "10.0.0.1",
+                           "podIPs": [{"ip": "10.0.0.2"}, {"ip": "fd00::2"}]}
+            }),
+            serde_json::json!({
+                "metadata": {"name": "e", "namespace": "ns"},
+                "involvedObject": {"kind": "Pod", "name": "p", "uid": "u"},
+                "reason": "Started", "type": "Normal", "reportingComponent": "kubelet",
+                "source": {"component": ""}
+            }),
+            serde_json::json!({"metadata": {"name": "n"}, "spec": {"unschedulable": true}}),
+            serde_json::json!({"metadata": {"name": "rs"}, "status": {"replicas": 3}}),
+            serde_json::json!({"metadata": {"name": "s"}, "type": "Opaque", "data": {"k": "dg=="}}),
+            serde_json::json!({"metadata": {"name": "odd", "labels": null}, "spec": null,
+                               "status": {"podIP": 7}}),
+        ];
+        let kinds = [
+            ("", "v1", "pods"),
+            ("", "v1", "events"),
+            ("", "v1", "nodes"),
+            ("", "v1", "secrets"),
+            ("", "v1", "namespaces"),
+            ("apps", "v1", "replicasets"),
+            ("", "v1", "configmaps"),
+        ];
+        for object in &objects {
+            let projection = selectable_projection(object);
+            assert_eq!(
+                projection.pointer("/metadata/labels"),
+                object.pointer("/metadata/labels")
+            );
+            for (group, version, resource) in kinds {
+                let info = crate::resources::lookup(group, version, resource).unwrap();
+                for field in supported_fields(info) {
+                    assert_eq!(
+                        field_value(info, &projection, field),
+                        field_value(info, object, field),
+                        "{field} of {object}"
+                    );
+                }
+            }
+        }
+        // What no selector reads is left out.
+        let pod = selectable_projection(&objects[0]);
+        assert!(pod.pointer("/spec/containers").is_none());
+        assert!(pod.pointer("/metadata/annotations").is_none());
+    }
     use super::*;
     use crate::resources::lookup_kind;
     use serde_json::json;
