@@ -93,7 +93,7 @@ impl CachedEvent {
         let was = match filter {
             // Everything matches: whether there was an object before is enough.
             None => self.prev_stored.is_some(),
-            Some(_) => self.prev_selectable().is_some_and(|o| matches(o)),
+            Some(_) => self.prev_selectable().is_some_and(&matches),
         };
         match &self.object {
             None => was.then_some(Seen::Deleted),
