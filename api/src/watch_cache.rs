@@ -425,16 +425,18 @@ async fn feed(
     cacher.moved.send_modify(|_| {});
 }
 
+/// What an event keeps of a decoded object: its JSON and what selectors read of it.
+fn json_and_selectable(object: &Value) -> crate::Result<(Bytes, Value)> {
+    let json = serde_json::to_vec(object)
+        .map_err(|e| crate::Error::Internal(format!("cannot encode a watch event: {e}")))?;
+    Ok((Bytes::from(json), fields::selectable_projection(object)))
+}
+
 fn decode_event(event: skiff_store::Event) -> crate::Result<CachedEvent> {
     let revision = event.kv.mod_revision;
     let object = match event.kind {
         EventKind::Delete => None,
-        EventKind::Put => {
-            let object = decode(&event.kv, revision)?;
-            let json = serde_json::to_vec(&object)
-                .map_err(|e| crate::Error::Internal(format!("cannot encode a watch event: {e}")))?;
-            Some((Bytes::from(json), fields::selectable_projection(&object)))
-        }
+        EventKind::Put => Some(json_and_selectable(&decode(&event.kv, revision)?)?),
     };
     let prev_stored = event.prev_kv.map(|prev| prev.value);
     let cached = CachedEvent {
@@ -454,12 +456,9 @@ fn decode_event(event: skiff_store::Event) -> crate::Result<CachedEvent> {
                 String::from_utf8_lossy(&cached.key)
             )));
         };
-        let json = serde_json::to_vec(&prev)
-            .map_err(|e| crate::Error::Internal(format!("cannot encode a watch event: {e}")))?;
-        let _ = cached
-            .prev_selectable
-            .set(Some(fields::selectable_projection(&prev)));
-        let _ = cached.prev_json.set(Bytes::from(json));
+        let (json, selectable) = json_and_selectable(&prev)?;
+        let _ = cached.prev_selectable.set(Some(selectable));
+        let _ = cached.prev_json.set(json);
     }
     Ok(cached)
 }

@@ -51,14 +51,17 @@ impl SpawnedServer {
             ));
         std::fs::create_dir_all(&dir)?;
         let log = std::fs::File::create(dir.join("server.log"))?;
-        // `SKIFF_BENCH_SERVER_WRAPPER` (e.g. `heaptrack`) runs the server under a profiler.
+        // `SKIFF_BENCH_SERVER_WRAPPER` (e.g. `heaptrack`) runs the server under a profiler; the
+        // child is then the wrapper, so the CPU and memory a bench reads from its /proc entry
+        // are the wrapper's, not the server's.
+        let exe = std::env::current_exe()?;
         let mut command = match std::env::var_os("SKIFF_BENCH_SERVER_WRAPPER") {
             Some(wrapper) => {
                 let mut command = Command::new(wrapper);
-                command.arg(std::env::current_exe()?);
+                command.arg(&exe);
                 command
             }
-            None => Command::new(std::env::current_exe()?),
+            None => Command::new(&exe),
         };
         let child = command
             .arg(subcommand)

@@ -390,17 +390,22 @@ const REPLICA_SET: FieldTable = &[(
     Source::Path(&["status", "replicas"], "0"),
 )];
 
+/// The kinds with fields of their own, by (group, kind).
+const KIND_TABLES: &[(&str, &str, FieldTable)] = &[
+    ("", "Pod", POD),
+    ("", "Event", EVENT),
+    ("", "Node", NODE),
+    ("", "Secret", SECRET),
+    ("", "Namespace", NAMESPACE),
+    ("apps", "ReplicaSet", REPLICA_SET),
+];
+
 /// The kind-specific part of the table.
 fn kind_table(resource: &ResourceInfo) -> FieldTable {
-    match (resource.group, resource.kind) {
-        ("", "Pod") => POD,
-        ("", "Event") => EVENT,
-        ("", "Node") => NODE,
-        ("", "Secret") => SECRET,
-        ("", "Namespace") => NAMESPACE,
-        ("apps", "ReplicaSet") => REPLICA_SET,
-        _ => &[],
-    }
+    KIND_TABLES
+        .iter()
+        .find(|(group, kind, _)| (*group, *kind) == (resource.group, resource.kind))
+        .map_or(&[], |&(_, _, table)| table)
 }
 
 fn lookup(resource: &ResourceInfo, field: &str) -> Option<&'static Source> {
@@ -455,9 +460,6 @@ pub fn field_value(resource: &ResourceInfo, obj: &Value, field: &str) -> Option<
     })
 }
 
-/// Every kind's table, for [`selectable_projection`].
-const ALL_TABLES: &[FieldTable] = &[COMMON, POD, EVENT, NODE, SECRET, NAMESPACE, REPLICA_SET];
-
 /// The parts of `obj` that any label or field selector can read: `metadata.labels` and the
 /// source of every selectable field of every kind, at the same paths (absent parts stay absent).
 /// Selectors match the projection exactly as they match the object, so a cache can keep this
@@ -466,7 +468,8 @@ const ALL_TABLES: &[FieldTable] = &[COMMON, POD, EVENT, NODE, SECRET, NAMESPACE,
 pub fn selectable_projection(obj: &Value) -> Value {
     let mut out = Value::Object(serde_json::Map::new());
     copy_path(obj, &mut out, &["metadata", "labels"]);
-    for (_, source) in ALL_TABLES.iter().flat_map(|table| table.iter()) {
+    let kinds = KIND_TABLES.iter().flat_map(|(_, _, table)| table.iter());
+    for (_, source) in COMMON.iter().chain(kinds) {
         match source {
             Source::Path(path, _) => copy_path(obj, &mut out, path),
             Source::PodIp => {
