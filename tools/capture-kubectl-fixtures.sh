@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Regenerates api/testdata/protobuf/: for each kubectl version (1.32, 1.33) and each command below,
+# Regenerates kinds/testdata/protobuf/: for each kubectl version (1.32, 1.33) and each command below,
 # the protobuf body kubectl POSTs (<name>.v1_3X.pb) and the JSON kubectl prints with
 # `--dry-run=client -o json` for the same command (<name>.v1_3X.json).
 # Needs python3 and the machine's /usr/bin/kubectl dispatcher; uses loopback ports 18481/18482.
 set -euo pipefail
 set -f # commands are split on spaces, never globbed
 repo=$(cd "$(dirname "$0")/.." && pwd)
-out="$repo/api/testdata/protobuf"
+out="$repo/kinds/testdata/protobuf"
 work=$(mktemp -d)
 trap 'kill $(cat "$work/srv.32.pid" "$work/srv.33.pid" 2>/dev/null) 2>/dev/null || true; rm -rf "$work"' EXIT
 mkdir -p "$out"

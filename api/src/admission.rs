@@ -135,8 +135,7 @@ impl Plugin for NamespaceLifecycle {
         let Some(namespace) = a.namespace else {
             return Ok(());
         };
-        let namespaces =
-            skiff_meta::resources::lookup("", "v1", "namespaces").expect("namespaces are served");
+        let namespaces = &skiff_kinds::builtin::namespace::INFO;
         let ns: NamespaceView = registry.get_view(namespaces, None, namespace).await?;
         if ns.metadata.is_some_and(|m| m.deletion_timestamp.is_some())
             || ns.status.and_then(|s| s.phase).as_deref() == Some("Terminating")
@@ -172,7 +171,7 @@ struct NamespaceViewStatus {
 
 /// Pods tolerate `not-ready` and `unreachable` nodes for these seconds (300 s by default)
 /// unless they say otherwise.
-pub struct DefaultTolerationSeconds(pub crate::defaults::TolerationSeconds);
+pub struct DefaultTolerationSeconds(pub skiff_kinds::defaults::TolerationSeconds);
 
 #[async_trait::async_trait]
 impl Plugin for DefaultTolerationSeconds {
@@ -185,7 +184,7 @@ impl Plugin for DefaultTolerationSeconds {
             return Ok(());
         }
         if let Some(pod) = a.object.as_deref_mut() {
-            crate::defaults::default_tolerations(pod, self.0);
+            skiff_kinds::defaults::default_tolerations(pod, self.0);
         }
         Ok(())
     }
@@ -525,7 +524,7 @@ mod tests {
     use super::*;
 
     fn services() -> &'static ResourceInfo {
-        skiff_meta::resources::lookup("", "v1", "services").unwrap()
+        &skiff_kinds::builtin::service::INFO
     }
 
     #[test]

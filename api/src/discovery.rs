@@ -1,4 +1,4 @@
-//! API discovery, driven by [`skiff_meta::RESOURCES`]: `/api` and `/apis` (aggregated
+//! API discovery of the kinds served now ([`skiff_kinds::Kinds`]): `/api` and `/apis` (aggregated
 //! `apidiscovery.k8s.io` v2/v2beta1 when the Accept header asks for it, else the legacy
 //! `APIVersions` / `APIGroupList`), `/api/v1` and `/apis/{group}/{version}` (`APIResourceList`)
 //! and `/apis/{group}` (`APIGroup`).
@@ -7,12 +7,16 @@
 //! so the aggregated body must be sent as
 //! `application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList`.
 
+use std::sync::Arc;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     APIGroup, APIGroupList, APIResource, APIResourceList, APIVersions, GroupVersionForDiscovery,
     ServerAddressByClientCIDR, Status,
 };
 use serde_json::{Value, json};
-use skiff_meta::{RESOURCES, ResourceInfo};
+use skiff_kinds::media::media_ranges;
+use skiff_kinds::{Kinds, Snapshot};
+use skiff_meta::ResourceInfo;
 use warp::Filter;
 use warp::Reply as _;
 use warp::filters::BoxedFilter;
@@ -54,72 +58,6 @@ impl AggregatedVersion {
     }
 }
 
-/// One media range of an Accept header: the lower-cased `type/subtype` and its parameters
-/// (names lower-cased, values as sent, `q` excluded).
-#[derive(Debug, Clone, PartialEq)]
-pub struct MediaRange {
-    /// `application/json`, `*/*`, ...
-    pub essence: String,
-    /// Parameters such as `as=Table`, `g=meta.k8s.io`, `v=v1`.
-    pub params: Vec<(String, String)>,
-    /// The `q` weight (1.0 when absent).
-    pub quality: f32,
-}
-
-impl MediaRange {
-    /// The value of parameter `name`.
-    pub fn param(&self, name: &str) -> Option<&str> {
-        self.params
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
-    }
-
-    /// Whether a JSON body satisfies this range (`application/json`, `application/*`, `*/*`).
-    pub fn accepts_json(&self) -> bool {
-        matches!(
-            self.essence.as_str(),
-            "application/json" | "application/*" | "*/*"
-        )
-    }
-}
-
-/// The media ranges of an Accept header, most preferred first (by `q`, then by order).
-pub fn media_ranges(accept: &str) -> Vec<MediaRange> {
-    let mut ranges: Vec<MediaRange> = accept
-        .split(',')
-        .filter_map(|range| {
-            let mut parts = range.split(';');
-            let essence = parts.next()?.trim().to_ascii_lowercase();
-            if essence.is_empty() {
-                return None;
-            }
-            let mut params = Vec::new();
-            let mut quality = 1.0;
-            for param in parts {
-                let Some((name, value)) = param.split_once('=') else {
-                    continue;
-                };
-                let name = name.trim().to_ascii_lowercase();
-                let value = value.trim().trim_matches('"').to_string();
-                if name == "q" {
-                    quality = value.parse().unwrap_or(1.0);
-                } else {
-                    params.push((name, value));
-                }
-            }
-            Some(MediaRange {
-                essence,
-                params,
-                quality,
-            })
-        })
-        .collect();
-    // A stable sort keeps the client's order among equal weights.
-    ranges.sort_by(|a, b| b.quality.total_cmp(&a.quality));
-    ranges
-}
-
 /// Which aggregated discovery version the Accept header asks for, if any: the first range
 /// (by preference) that is either aggregated discovery or plain JSON decides.
 pub fn negotiate(accept: Option<&str>) -> Option<AggregatedVersion> {
@@ -155,18 +93,20 @@ fn strings(values: &[&str]) -> Vec<String> {
 }
 
 /// The served resources of one group (empty for core) and version, in table order.
-fn resources_of(group: &str, version: &str) -> impl Iterator<Item = &'static ResourceInfo> {
-    let group = group.to_string();
-    let version = version.to_string();
-    RESOURCES
-        .iter()
+fn resources_of<'a>(
+    kinds: &'a Snapshot,
+    group: &'a str,
+    version: &'a str,
+) -> impl Iterator<Item = &'static ResourceInfo> + 'a {
+    kinds
+        .infos()
         .filter(move |r| r.group == group && r.version == version)
 }
 
 /// The versions served for `group` (empty for core), in table order.
-fn versions_of(group: &str) -> Vec<&'static str> {
+fn versions_of(kinds: &Snapshot, group: &str) -> Vec<&'static str> {
     let mut versions: Vec<&'static str> = Vec::new();
-    for r in RESOURCES.iter().filter(|r| r.group == group) {
+    for r in kinds.infos().filter(|r| r.group == group) {
         if !versions.contains(&r.version) {
             versions.push(r.version);
         }
@@ -204,13 +144,13 @@ fn aggregated_resource(info: &ResourceInfo) -> Value {
     resource
 }
 
-fn aggregated_group(group: &str) -> Value {
-    let versions: Vec<Value> = versions_of(group)
+fn aggregated_group(kinds: &Snapshot, group: &str) -> Value {
+    let versions: Vec<Value> = versions_of(kinds, group)
         .into_iter()
         .map(|version| {
             json!({
                 "version": version,
-                "resources": resources_of(group, version).map(aggregated_resource).collect::<Vec<_>>(),
+                "resources": resources_of(kinds, group, version).map(aggregated_resource).collect::<Vec<_>>(),
                 "freshness": "Current",
             })
         })
@@ -220,13 +160,14 @@ fn aggregated_group(group: &str) -> Value {
 
 /// The aggregated discovery document of `/api` (`core == true`: the core group only) or of
 /// `/apis` (every named group), as an `APIGroupDiscoveryList` of `version`.
-pub fn aggregated(core: bool, version: AggregatedVersion) -> Value {
+pub fn aggregated(kinds: &Snapshot, core: bool, version: AggregatedVersion) -> Value {
     let items: Vec<Value> = if core {
-        vec![aggregated_group("")]
+        vec![aggregated_group(kinds, "")]
     } else {
-        skiff_meta::resources::groups()
+        kinds
+            .groups()
             .into_iter()
-            .map(|(group, _)| aggregated_group(group))
+            .map(|(group, _)| aggregated_group(kinds, group))
             .collect()
     };
     json!({
@@ -239,9 +180,12 @@ pub fn aggregated(core: bool, version: AggregatedVersion) -> Value {
 
 /// The legacy `/api` body. `server_address` (host:port the client used) fills
 /// `serverAddressByClientCIDRs`.
-pub fn api_versions(server_address: Option<&str>) -> APIVersions {
+pub fn api_versions(kinds: &Snapshot, server_address: Option<&str>) -> APIVersions {
     APIVersions {
-        versions: versions_of("").into_iter().map(String::from).collect(),
+        versions: versions_of(kinds, "")
+            .into_iter()
+            .map(String::from)
+            .collect(),
         server_address_by_client_cidrs: server_address
             .map(|address| ServerAddressByClientCIDR {
                 client_cidr: "0.0.0.0/0".to_string(),
@@ -260,11 +204,11 @@ fn group_version(group: &str, version: &str) -> GroupVersionForDiscovery {
 }
 
 /// The `APIGroup` of a served named group, or `None`.
-pub fn api_group(group: &str) -> Option<APIGroup> {
+pub fn api_group(kinds: &Snapshot, group: &str) -> Option<APIGroup> {
     if group.is_empty() {
         return None;
     }
-    let versions = versions_of(group);
+    let versions = versions_of(kinds, group);
     let preferred = *versions.first()?;
     Some(APIGroup {
         name: group.to_string(),
@@ -278,19 +222,20 @@ pub fn api_group(group: &str) -> Option<APIGroup> {
 }
 
 /// The legacy `/apis` body: every named group.
-pub fn api_group_list() -> APIGroupList {
+pub fn api_group_list(kinds: &Snapshot) -> APIGroupList {
     APIGroupList {
-        groups: skiff_meta::resources::groups()
+        groups: kinds
+            .groups()
             .into_iter()
-            .filter_map(|(group, _)| api_group(group))
+            .filter_map(|(group, _)| api_group(kinds, group))
             .collect(),
     }
 }
 
 /// [`api_group_list`] as kube-apiserver writes it: the groups inside carry no `kind` or
 /// `apiVersion` of their own.
-pub fn api_group_list_json() -> Value {
-    let mut value = serde_json::to_value(api_group_list()).expect("APIGroupList serializes");
+pub fn api_group_list_json(kinds: &Snapshot) -> Value {
+    let mut value = serde_json::to_value(api_group_list(kinds)).expect("APIGroupList serializes");
     for group in value["groups"].as_array_mut().into_iter().flatten() {
         if let Some(group) = group.as_object_mut() {
             group.remove("kind");
@@ -303,9 +248,9 @@ pub fn api_group_list_json() -> Value {
 /// The `APIResourceList` of `group` (empty for core) / `version`, or `None` when not served.
 /// Subresources appear as `pods/status` etc.; their `group`/`version` are set only when they
 /// differ from the list's (`deployments/scale` speaks `autoscaling/v1`).
-pub fn api_resource_list(group: &str, version: &str) -> Option<APIResourceList> {
+pub fn api_resource_list(kinds: &Snapshot, group: &str, version: &str) -> Option<APIResourceList> {
     let mut resources = Vec::new();
-    for info in resources_of(group, version) {
+    for info in resources_of(kinds, group, version) {
         resources.push(APIResource {
             name: info.plural.to_string(),
             singular_name: info.singular.to_string(),
@@ -351,41 +296,57 @@ pub fn api_resource_list(group: &str, version: &str) -> Option<APIResourceList> 
 /// The discovery routes (GET only, no authentication of their own): `/api`, `/apis`,
 /// `/api/{version}`, `/apis/{group}`, `/apis/{group}/{version}`. A group or version that is
 /// not served gets a 404 `Status`. Paths below these (`/api/v1/pods`) are not matched.
-pub fn routes() -> BoxedFilter<(Response,)> {
+pub fn routes(kinds: Arc<Kinds>) -> BoxedFilter<(Response,)> {
     let accept = warp::header::optional::<String>("accept");
     let host = warp::host::optional();
-    let api = warp::path!("api").and(accept).and(host).map(
-        |accept: Option<String>, host: Option<http::uri::Authority>| match negotiate(
-            accept.as_deref(),
-        ) {
-            Some(version) => aggregated_reply(aggregated(true, version), version),
-            None => json_reply(&api_versions(host.as_ref().map(|h| h.as_str()))),
-        },
-    );
-    let apis = warp::path!("apis")
+    let snapshot = move || {
+        let kinds = kinds.clone();
+        warp::any().map(move || kinds.snapshot())
+    };
+    let api = warp::path!("api")
+        .and(snapshot())
         .and(accept)
+        .and(host)
         .map(
-            |accept: Option<String>| match negotiate(accept.as_deref()) {
-                Some(version) => aggregated_reply(aggregated(false, version), version),
-                None => json_reply(&api_group_list_json()),
+            |kinds: Arc<Snapshot>, accept: Option<String>, host: Option<http::uri::Authority>| {
+                match negotiate(accept.as_deref()) {
+                    Some(version) => aggregated_reply(aggregated(&kinds, true, version), version),
+                    None => json_reply(&api_versions(&kinds, host.as_ref().map(|h| h.as_str()))),
+                }
             },
         );
+    let apis = warp::path!("apis").and(snapshot()).and(accept).map(
+        |kinds: Arc<Snapshot>, accept: Option<String>| match negotiate(accept.as_deref()) {
+            Some(version) => aggregated_reply(aggregated(&kinds, false, version), version),
+            None => json_reply(&api_group_list_json(&kinds)),
+        },
+    );
     let core_version =
-        warp::path!("api" / String).map(|version: String| match api_resource_list("", &version) {
+        warp::path!("api" / String)
+            .and(snapshot())
+            .map(|version: String, kinds: Arc<Snapshot>| {
+                match api_resource_list(&kinds, "", &version) {
+                    Some(list) => json_reply(&list),
+                    None => not_found(),
+                }
+            });
+    let group =
+        warp::path!("apis" / String)
+            .and(snapshot())
+            .map(
+                |group: String, kinds: Arc<Snapshot>| match api_group(&kinds, &group) {
+                    Some(group) => json_reply(&group),
+                    None => not_found(),
+                },
+            );
+    let group_version = warp::path!("apis" / String / String).and(snapshot()).map(
+        |group: String, version: String, kinds: Arc<Snapshot>| match api_resource_list(
+            &kinds, &group, &version,
+        ) {
             Some(list) => json_reply(&list),
             None => not_found(),
-        });
-    let group = warp::path!("apis" / String).map(|group: String| match api_group(&group) {
-        Some(group) => json_reply(&group),
-        None => not_found(),
-    });
-    let group_version =
-        warp::path!("apis" / String / String).map(|group: String, version: String| {
-            match api_resource_list(&group, &version) {
-                Some(list) => json_reply(&list),
-                None => not_found(),
-            }
-        });
+        },
+    );
     warp::get()
         .and(
             api.or(apis)
@@ -481,7 +442,11 @@ mod tests {
     #[tokio::test]
     async fn aggregated_discovery_has_the_content_type_and_fields_kubectl_needs() {
         for (path, core) in [("/api?timeout=32s", true), ("/apis?timeout=32s", false)] {
-            let response = call(routes(), get(path, &[("accept", KUBECTL_ACCEPT)])).await;
+            let response = call(
+                routes(Arc::new(Kinds::builtin())),
+                get(path, &[("accept", KUBECTL_ACCEPT)]),
+            )
+            .await;
             assert_eq!(response.status(), 200);
             assert_eq!(
                 response.headers()["content-type"],
@@ -491,8 +456,9 @@ mod tests {
             assert_eq!(body["kind"], "APIGroupDiscoveryList");
             assert_eq!(body["apiVersion"], "apidiscovery.k8s.io/v2");
             let items = body["items"].as_array().unwrap();
-            let served: Vec<&ResourceInfo> = RESOURCES
-                .iter()
+            let kinds = Kinds::builtin().snapshot();
+            let served: Vec<&ResourceInfo> = kinds
+                .infos()
                 .filter(|r| r.group.is_empty() == core)
                 .collect();
             let mut seen = 0;
@@ -503,12 +469,14 @@ mod tests {
                     assert_eq!(version["freshness"], "Current");
                     for resource in version["resources"].as_array().unwrap() {
                         seen += 1;
-                        let info = skiff_meta::resources::lookup(
-                            group,
-                            version["version"].as_str().unwrap(),
-                            resource["resource"].as_str().unwrap(),
-                        )
-                        .unwrap();
+                        let info = kinds
+                            .lookup(
+                                group,
+                                version["version"].as_str().unwrap(),
+                                resource["resource"].as_str().unwrap(),
+                            )
+                            .unwrap()
+                            .info();
                         assert_eq!(resource["responseKind"]["kind"], info.kind);
                         assert_eq!(resource["responseKind"]["group"], info.group);
                         assert_eq!(resource["singularResource"], info.singular);
@@ -532,7 +500,7 @@ mod tests {
         // except for subresources skiff does not serve (exec, proxy, ...).
         let observed = reference("full-aggregated-discovery.json");
         for (path, core) in [("GET /api", true), ("GET /apis", false)] {
-            let ours = aggregated(core, AggregatedVersion::V2);
+            let ours = aggregated(&Kinds::builtin().snapshot(), core, AggregatedVersion::V2);
             for item in observed[path]["items"].as_array().unwrap() {
                 let name = &item["metadata"]["name"];
                 let our_item = ours["items"]
@@ -583,7 +551,11 @@ mod tests {
     #[tokio::test]
     async fn v2beta1_is_answered_as_v2beta1() {
         let accept = "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList";
-        let response = call(routes(), get("/apis", &[("accept", accept)])).await;
+        let response = call(
+            routes(Arc::new(Kinds::builtin())),
+            get("/apis", &[("accept", accept)]),
+        )
+        .await;
         assert_eq!(
             response.headers()["content-type"],
             "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList"
@@ -599,7 +571,7 @@ mod tests {
             ("host", "127.0.0.1:6443"),
         ];
 
-        let api = json(&call(routes(), get("/api", &accept)).await);
+        let api = json(&call(routes(Arc::new(Kinds::builtin())), get("/api", &accept)).await);
         assert_eq!(api["kind"], "APIVersions");
         assert_eq!(api["versions"], json!(["v1"]));
         assert_eq!(
@@ -607,7 +579,7 @@ mod tests {
             observed["GET /api"]["serverAddressByClientCIDRs"]
         );
 
-        let apis = call(routes(), get("/apis", &accept)).await;
+        let apis = call(routes(Arc::new(Kinds::builtin())), get("/apis", &accept)).await;
         assert_eq!(apis.headers()["content-type"], "application/json");
         let apis = json(&apis);
         assert_eq!(apis["kind"], "APIGroupList");
@@ -630,7 +602,7 @@ mod tests {
             ("/api/v1", "GET /api/v1"),
             ("/apis/apps/v1", "GET /apis/apps/v1"),
         ] {
-            let ours = json(&call(routes(), get(path, &accept)).await);
+            let ours = json(&call(routes(Arc::new(Kinds::builtin())), get(path, &accept)).await);
             let theirs = &observed[key];
             assert_eq!(ours["kind"], "APIResourceList");
             assert_eq!(ours["apiVersion"], "v1");
@@ -655,7 +627,8 @@ mod tests {
                 let group = path
                     .strip_prefix("/apis/")
                     .map_or("", |gv| gv.split('/').next().unwrap());
-                let info = skiff_meta::resources::lookup(group, "v1", plural).unwrap();
+                let kinds = Kinds::builtin().snapshot();
+                let info = kinds.lookup(group, "v1", plural).unwrap().info();
                 if let Some(sub) = sub {
                     assert!(info.subresource(sub).is_some(), "{name}");
                 }
@@ -665,7 +638,13 @@ mod tests {
 
     #[tokio::test]
     async fn api_group_and_unknown_paths() {
-        let group = json(&call(routes(), get("/apis/coordination.k8s.io", &[])).await);
+        let group = json(
+            &call(
+                routes(Arc::new(Kinds::builtin())),
+                get("/apis/coordination.k8s.io", &[]),
+            )
+            .await,
+        );
         assert_eq!(group["kind"], "APIGroup");
         assert_eq!(
             group["preferredVersion"]["groupVersion"],
@@ -673,7 +652,7 @@ mod tests {
         );
 
         for path in ["/apis/nope", "/apis/apps/v2", "/api/v2", "/apis/nope/v1"] {
-            let response = call(routes(), get(path, &[])).await;
+            let response = call(routes(Arc::new(Kinds::builtin())), get(path, &[])).await;
             assert_eq!(response.status(), 404, "{path}");
             let body = json(&response);
             assert_eq!(body["kind"], "Status");
@@ -681,7 +660,7 @@ mod tests {
             assert_eq!(body["code"], 404);
         }
         // Resource paths are left to the resource handlers.
-        let deeper = call(routes(), get("/api/v1/pods", &[])).await;
+        let deeper = call(routes(Arc::new(Kinds::builtin())), get("/api/v1/pods", &[])).await;
         assert_eq!(deeper.status(), 404);
         assert_eq!(deeper.body().len(), 0, "not answered by discovery");
     }

@@ -336,7 +336,7 @@ mod tests {
 
     #[test]
     fn not_found_status_has_kubernetes_shape() {
-        let pods = skiff_meta::resources::lookup("", "v1", "pods").unwrap();
+        let pods = &skiff_kinds::builtin::pod::INFO;
         let status = Error::not_found(pods, "nginx").to_status();
         assert_eq!(status["code"], 404);
         assert_eq!(status["reason"], "NotFound");
@@ -346,7 +346,7 @@ mod tests {
 
     #[test]
     fn invalid_status_lists_causes() {
-        let cm = skiff_meta::resources::lookup("", "v1", "configmaps").unwrap();
+        let cm = &skiff_kinds::builtin::config_map::INFO;
         let e = Error::invalid_field(
             cm,
             "Bad_Name",

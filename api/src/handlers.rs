@@ -8,6 +8,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 use http::{HeaderMap, Method, StatusCode};
 use serde_json::{Value, json};
+use skiff_kinds::{Kind, Snapshot};
 use skiff_meta::ResourceInfo;
 use skiff_store::Revision;
 
@@ -17,9 +18,10 @@ use crate::registry::{
     ObjectFilter, Resume, Update, UpdateOutcome, WatchEvent, namespace_and_name, resource_version,
 };
 use crate::server::ApiServer;
-use crate::strategy::{self, Deletion};
 use crate::watch_cache::{CacheWatch, CachedEvent, Seen};
-use crate::{render, selectors, typed};
+use crate::{render, selectors};
+use skiff_kinds::strategy::{self, Deletion};
+use skiff_kinds::typed;
 
 /// A request, as the handlers see it.
 pub struct Request {
@@ -79,6 +81,8 @@ impl Query {
 /// What a URL names.
 #[derive(Debug, Clone)]
 pub struct Target {
+    /// The kind served there.
+    pub kind: Arc<dyn Kind>,
     /// The resource.
     pub info: &'static ResourceInfo,
     /// The namespace in the URL.
@@ -91,7 +95,7 @@ pub struct Target {
 
 /// Parses a resource URL: `/api/v1/[namespaces/NS/]PLURAL[/NAME[/SUB]]` or the same under
 /// `/apis/GROUP/VERSION`. `None` for paths that are not resource paths (discovery and the like).
-pub fn parse_path(path: &str) -> Option<Result<Target>> {
+pub fn parse_path(kinds: &Snapshot, path: &str) -> Option<Result<Target>> {
     let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
     let (group, version, rest) = match segments.as_slice() {
         ["api", version, rest @ ..] if !rest.is_empty() => ("", *version, rest),
@@ -99,20 +103,19 @@ pub fn parse_path(path: &str) -> Option<Result<Target>> {
         _ => return None,
     };
     let namespaced_target = match rest {
-        ["namespaces", ns, plural, tail @ ..] => {
-            skiff_meta::resources::lookup(group, version, plural)
-                .filter(|info| info.namespaced)
-                .map(|info| (info, Some(*ns), tail))
-        }
+        ["namespaces", ns, plural, tail @ ..] => kinds
+            .lookup(group, version, plural)
+            .filter(|kind| kind.info().namespaced)
+            .map(|kind| (kind, Some(*ns), tail)),
         _ => None,
     };
-    let (info, namespace, tail) = match namespaced_target {
+    let (kind, namespace, tail) = match namespaced_target {
         Some(found) => found,
         None => {
-            let Some(info) = skiff_meta::resources::lookup(group, version, rest[0]) else {
+            let Some(kind) = kinds.lookup(group, version, rest[0]) else {
                 return Some(Err(Error::NoRoute));
             };
-            (info, None, &rest[1..])
+            (kind, None, &rest[1..])
         }
     };
     if tail.len() > 2 {
@@ -126,7 +129,8 @@ pub fn parse_path(path: &str) -> Option<Result<Target>> {
         }
     }
     Some(Ok(Target {
-        info,
+        info: kind.info(),
+        kind: kind.clone(),
         namespace: namespace.map(str::to_string),
         name: tail.first().map(|s| s.to_string()),
         subresource: tail.get(1).map(|s| s.to_string()),
@@ -149,10 +153,10 @@ fn json_response(code: StatusCode, body: &Value) -> Response {
 /// Serves one resource request.
 pub async fn handle(server: &Arc<ApiServer>, request: Request, target: Target) -> Result<Response> {
     let info = target.info;
+    let kind = &*target.kind;
     let verb_allowed = |verb: &str| info.verbs.contains(&verb);
     if let Some(sub) = target.subresource.as_deref()
         && info.subresource(sub).is_none()
-        && !(info.kind == "Namespace" && sub == "finalize")
     {
         return Err(Error::NoRoute);
     }
@@ -172,46 +176,46 @@ pub async fn handle(server: &Arc<ApiServer>, request: Request, target: Target) -
                 if !verb_allowed("watch") {
                     return Err(Error::MethodNotAllowed);
                 }
-                watch(server, &request, info, ns, format).await
+                watch(server, &request, &target.kind, ns, format).await
             } else {
-                list(server, &request, info, ns, format).await
+                list(server, &request, kind, ns, format).await
             }
         }
         (&Method::POST, None, None) if verb_allowed("create") => {
-            create(server, &request, info, ns, format).await
+            create(server, &request, kind, ns, format).await
         }
         (&Method::DELETE, None, None) if verb_allowed("deletecollection") => {
-            delete_collection(server, &request, info, ns, format).await
+            delete_collection(server, &request, kind, ns, format).await
         }
         (&Method::GET, Some(name), None | Some("status")) => {
-            let object = get(server, &request, info, ns, name).await?;
-            Ok(format.object(info, StatusCode::OK, object))
+            let object = get(server, &request, kind, ns, name).await?;
+            Ok(format.object(kind, StatusCode::OK, object))
         }
         (&Method::PUT, Some(name), None) => {
-            update(server, &request, info, ns, name, None, format).await
+            update(server, &request, kind, ns, name, None, format).await
         }
         (&Method::PUT, Some(name), Some("status")) => {
-            update(server, &request, info, ns, name, Some("status"), format).await
+            update(server, &request, kind, ns, name, Some("status"), format).await
         }
         (&Method::PATCH, Some(name), None) => {
-            patch(server, &request, info, ns, name, None, format).await
+            patch(server, &request, kind, ns, name, None, format).await
         }
         (&Method::PATCH, Some(name), Some("status")) => {
-            patch(server, &request, info, ns, name, Some("status"), format).await
+            patch(server, &request, kind, ns, name, Some("status"), format).await
         }
         (&Method::DELETE, Some(name), None) => {
-            delete(server, &request, info, ns, name, format).await
+            delete(server, &request, kind, ns, name, format).await
         }
         (&Method::POST, Some(name), Some("binding")) => bind(server, &request, ns, name).await,
         (&Method::GET, Some(name), Some("scale")) => {
-            let object = get(server, &request, info, ns, name).await?;
+            let object = get(server, &request, kind, ns, name).await?;
             Ok(json_response(StatusCode::OK, &to_scale(&object)))
         }
         (&Method::PUT | &Method::PATCH, Some(name), Some("scale")) => {
-            scale(server, &request, info, ns, name).await
+            scale(server, &request, kind, ns, name).await
         }
         (&Method::PUT, Some(name), Some("finalize")) => {
-            finalize(server, &request, info, name, format).await
+            finalize(server, &request, kind, name, format).await
         }
         (&Method::GET, Some(name), Some("log")) => server.pod_log(&request, ns, name).await,
         _ => Err(Error::MethodNotAllowed),
@@ -221,10 +225,11 @@ pub async fn handle(server: &Arc<ApiServer>, request: Request, target: Target) -
 async fn get(
     server: &ApiServer,
     request: &Request,
-    info: &ResourceInfo,
+    kind: &dyn Kind,
     ns: Option<&str>,
     name: &str,
 ) -> Result<Value> {
+    let info = kind.info();
     // A resourceVersion on a get means "not older than"; the log only moves forward, so the
     // current state always qualifies once the log has reached it.
     if let Some(rv) = parse_rv(request.query.get("resourceVersion"))?
@@ -296,10 +301,11 @@ fn decode_continue(token: &str, prefix: &str) -> Result<(Revision, Resume)> {
 async fn list(
     server: &ApiServer,
     request: &Request,
-    info: &'static ResourceInfo,
+    kind: &dyn Kind,
     ns: Option<&str>,
     format: render::Format,
 ) -> Result<Response> {
+    let info = kind.info();
     let q = &request.query;
     let filter = selectors::filter(info, q)?;
     let ns = selectors::narrow_namespace(info, ns, q);
@@ -365,15 +371,16 @@ async fn list(
     if let Some(remaining) = page.remaining {
         metadata["remainingItemCount"] = json!(remaining);
     }
-    Ok(format.list(info, metadata, page.items))
+    Ok(format.list(kind, metadata, page.items))
 }
 
 /// One line of a watch stream.
-fn watch_line(format: &render::Format, info: &ResourceInfo, event: &WatchEvent) -> Bytes {
+fn watch_line(format: &render::Format, kind: &dyn Kind, event: &WatchEvent) -> Bytes {
+    let info = kind.info();
     let (kind, object) = match event {
-        WatchEvent::Added(o) => ("ADDED", format.watch_object(info, o)),
-        WatchEvent::Modified(o) => ("MODIFIED", format.watch_object(info, o)),
-        WatchEvent::Deleted(o) => ("DELETED", format.watch_object(info, o)),
+        WatchEvent::Added(o) => ("ADDED", format.watch_object(kind, o)),
+        WatchEvent::Modified(o) => ("MODIFIED", format.watch_object(kind, o)),
+        WatchEvent::Deleted(o) => ("DELETED", format.watch_object(kind, o)),
         WatchEvent::Progress(rev) => ("BOOKMARK", bookmark(info, *rev, false)),
     };
     let mut line = serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
@@ -399,10 +406,12 @@ fn error_line(error: &Error) -> Bytes {
 async fn watch(
     server: &Arc<ApiServer>,
     request: &Request,
-    info: &'static ResourceInfo,
+    kind: &Arc<dyn Kind>,
     ns: Option<&str>,
     format: render::Format,
 ) -> Result<Response> {
+    let info = kind.info();
+    let task_kind = kind.clone();
     let q = &request.query;
     let filter = selectors::filter(info, q)?;
     let ns = selectors::narrow_namespace(info, ns, q);
@@ -454,6 +463,7 @@ async fn watch(
     let shutdown = server.shutdown.clone();
     let format_for_task = format.clone();
     server.watchers.spawn(async move {
+        let kind = task_kind;
         let format = format_for_task;
         for (i, event) in initial.iter().enumerate() {
             let line = match (event, initial_end) {
@@ -465,7 +475,7 @@ async fn watch(
                     line.push(b'\n');
                     Bytes::from(line)
                 }
-                _ => watch_line(&format, info, event),
+                _ => watch_line(&format, &*kind, event),
             };
             if tx.send(Ok(line)).await.is_err() {
                 return;
@@ -481,7 +491,7 @@ async fn watch(
             }
             Source::Cache(cached, filter) => {
                 let watcher = CachedWatcher {
-                    info,
+                    kind,
                     format,
                     filter,
                     bookmarks: progress,
@@ -507,7 +517,7 @@ async fn watch(
                     }
                     Some(Ok(WatchEvent::Progress(_))) if !bookmarks => {}
                     Some(Ok(event)) => {
-                        if tx.send(Ok(watch_line(&format, info, &event))).await.is_err() {
+                        if tx.send(Ok(watch_line(&format, &*kind, &event))).await.is_err() {
                             return;
                         }
                     }
@@ -538,7 +548,7 @@ enum Source<S> {
 
 /// One API watcher served from the watch cache.
 struct CachedWatcher {
-    info: &'static ResourceInfo,
+    kind: Arc<dyn Kind>,
     format: render::Format,
     filter: Option<ObjectFilter>,
     /// The bookmark interval, when the client allows bookmarks.
@@ -561,7 +571,7 @@ impl CachedWatcher {
                 _ = tx.closed() => return,
                 _ = &mut idle, if self.bookmarks.is_some() => {
                     let rev = cached.progress();
-                    if tx.send(Ok(watch_line(&self.format, self.info, &WatchEvent::Progress(rev)))).await.is_err() {
+                    if tx.send(Ok(watch_line(&self.format, &*self.kind, &WatchEvent::Progress(rev)))).await.is_err() {
                         return;
                     }
                     idle.as_mut().reset(tokio::time::Instant::now() + interval);
@@ -600,7 +610,7 @@ impl CachedWatcher {
         match self.format {
             render::Format::Table { .. } => out.extend_from_slice(&watch_line(
                 &self.format,
-                self.info,
+                &*self.kind,
                 &event.to_watch_event(seen),
             )),
             render::Format::Json | render::Format::Yaml => {
@@ -626,8 +636,8 @@ pub fn parse_body(request: &Request) -> Result<Value> {
         .get(http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("application/json");
-    let value: Value = if crate::protobuf::is_content_type(content_type) {
-        crate::protobuf::decode(&request.body).map_err(|e| {
+    let value: Value = if skiff_kinds::protobuf::is_content_type(content_type) {
+        skiff_kinds::protobuf::decode(&request.body).map_err(|e| {
             Error::BadRequest(format!("error decoding the protobuf request body: {e}"))
         })?
     } else if content_type.contains("yaml") {
@@ -732,11 +742,12 @@ fn field_validation(query: &Query) -> Result<FieldValidation> {
 
 /// Decodes through the kind's type; returns the canonical object and the warnings to send.
 fn decode_typed(
-    info: &ResourceInfo,
+    kind: &dyn Kind,
     object: &Value,
     validation: FieldValidation,
 ) -> Result<(Value, Vec<String>)> {
-    let decoded = typed::decode(info, object).map_err(|e| {
+    let info = kind.info();
+    let decoded = typed::decode(kind, object).map_err(|e| {
         Error::BadRequest(format!(
             "{kind} in version \"{version}\" cannot be handled as a {kind}: {e}",
             kind = info.kind,
@@ -783,10 +794,11 @@ fn dry_run(query: &Query) -> Result<bool> {
 async fn create(
     server: &ApiServer,
     request: &Request,
-    info: &'static ResourceInfo,
+    kind: &dyn Kind,
     ns: Option<&str>,
     format: render::Format,
 ) -> Result<Response> {
+    let info = kind.info();
     let mut object = parse_body(request)?;
     check_kind(&mut object, info)?;
     check_namespace(&mut object, info, ns)?;
@@ -809,12 +821,16 @@ async fn create(
         object["metadata"]["name"] = json!(format!("{generate}{}", strategy::random_suffix()));
     }
     let validation = field_validation(&request.query)?;
-    let (mut object, warnings) = decode_typed(info, &object, validation)?;
-    server.prepare_create(info, &mut object);
+    let (mut object, warnings) = decode_typed(kind, &object, validation)?;
+    server.prepare_create(kind, &mut object);
     let manager = field_manager(request, false);
-    let object =
-        crate::patch::record_update(info, None, object, &crate::patch::Options::new(&manager));
-    admit_and_create(server, request, info, ns, object, &warnings, format).await
+    let object = skiff_kinds::patch::record_update(
+        kind,
+        None,
+        object,
+        &skiff_kinds::patch::Options::new(&manager),
+    );
+    admit_and_create(server, request, kind, ns, object, &warnings, format).await
 }
 
 /// The shared tail of every create (POST, and a server-side apply of a new object): admission,
@@ -822,12 +838,13 @@ async fn create(
 async fn admit_and_create(
     server: &ApiServer,
     request: &Request,
-    info: &'static ResourceInfo,
+    kind: &dyn Kind,
     ns: Option<&str>,
     mut object: Value,
     warnings: &[String],
     format: render::Format,
 ) -> Result<Response> {
+    let info = kind.info();
     let name = namespace_and_name(&object).1.to_string();
     server
         .admission
@@ -847,11 +864,11 @@ async fn admit_and_create(
         .await?;
     let dry = dry_run(&request.query)?;
     let result = async {
-        server.validate(info, &object, None, ns)?;
+        server.validate(kind, &object, None, ns)?;
         if dry {
             return Ok(None);
         }
-        let lease = server.lease_for(info).await?;
+        let lease = server.lease_for(kind).await?;
         server.registry.insert(info, &object, lease).await.map(Some)
     }
     .await;
@@ -863,7 +880,7 @@ async fn admit_and_create(
         crate::registry::set_resource_version(&mut object, revision);
     }
     Ok(with_warnings(
-        format.object(info, StatusCode::CREATED, object),
+        format.object(kind, StatusCode::CREATED, object),
         warnings,
     ))
 }
@@ -889,7 +906,7 @@ fn precondition(object: &Value) -> Result<Option<Revision>> {
 async fn admit_update(
     server: &ApiServer,
     request: &Request,
-    info: &'static ResourceInfo,
+    kind: &dyn Kind,
     ns: Option<&str>,
     name: &str,
     subresource: Option<&str>,
@@ -897,21 +914,19 @@ async fn admit_update(
     current: &Value,
     record: bool,
 ) -> Result<Update> {
+    let info = kind.info();
     match subresource {
         Some("status") => strategy::prepare_for_status_update(&mut new, current),
         _ => {
-            strategy::prepare_for_update(info, &mut new, current);
-            if info.kind == "Service" {
-                crate::defaults::carry_over_service_allocations(&mut new, current);
-            }
+            strategy::prepare_for_update(kind, &mut new, current);
         }
     }
-    server.default_object(info, &mut new);
+    server.default_object(kind, &mut new);
     if record {
         let manager = field_manager(request, false);
-        let mut options = crate::patch::Options::new(&manager);
+        let mut options = skiff_kinds::patch::Options::new(&manager);
         options.subresource = subresource;
-        new = crate::patch::record_update(info, Some(current), new, &options);
+        new = skiff_kinds::patch::record_update(kind, Some(current), new, &options);
     }
     server
         .admission
@@ -929,7 +944,7 @@ async fn admit_update(
             },
         )
         .await?;
-    if let Err(e) = server.validate(info, &new, Some(current), ns) {
+    if let Err(e) = server.validate(kind, &new, Some(current), ns) {
         server.admission.abandoned(info, &new);
         return Err(e);
     }
@@ -941,11 +956,12 @@ async fn admit_update(
 
 fn outcome_response(
     server: &ApiServer,
-    info: &ResourceInfo,
+    kind: &dyn Kind,
     format: &render::Format,
     outcome: UpdateOutcome,
     warnings: &[String],
 ) -> Response {
+    let info = kind.info();
     let code = StatusCode::OK;
     let object = match outcome {
         UpdateOutcome::Deleted(object) => {
@@ -954,18 +970,19 @@ fn outcome_response(
         }
         other => other.into_object(),
     };
-    with_warnings(format.object(info, code, object), warnings)
+    with_warnings(format.object(kind, code, object), warnings)
 }
 
 async fn update(
     server: &ApiServer,
     request: &Request,
-    info: &'static ResourceInfo,
+    kind: &dyn Kind,
     ns: Option<&str>,
     name: &str,
     subresource: Option<&str>,
     format: render::Format,
 ) -> Result<Response> {
+    let info = kind.info();
     let verb_ok = subresource.is_some() || info.verbs.contains(&"update");
     if !verb_ok {
         return Err(Error::MethodNotAllowed);
@@ -983,7 +1000,7 @@ async fn update(
     }
     let expected = precondition(&object)?;
     let validation = field_validation(&request.query)?;
-    let (object, warnings) = decode_typed(info, &object, validation)?;
+    let (object, warnings) = decode_typed(kind, &object, validation)?;
     let dry = dry_run(&request.query)?;
     let outcome = server
         .registry
@@ -993,7 +1010,7 @@ async fn update(
                 admit_update(
                     server,
                     request,
-                    info,
+                    kind,
                     ns,
                     name,
                     subresource,
@@ -1006,18 +1023,19 @@ async fn update(
         })
         .await;
     let outcome = outcome?;
-    Ok(outcome_response(server, info, &format, outcome, &warnings))
+    Ok(outcome_response(server, kind, &format, outcome, &warnings))
 }
 
 async fn patch(
     server: &ApiServer,
     request: &Request,
-    info: &'static ResourceInfo,
+    kind: &dyn Kind,
     ns: Option<&str>,
     name: &str,
     subresource: Option<&str>,
     format: render::Format,
 ) -> Result<Response> {
+    let info = kind.info();
     if subresource.is_none() && !info.verbs.contains(&"patch") {
         return Err(Error::MethodNotAllowed);
     }
@@ -1026,23 +1044,23 @@ async fn patch(
         .get(http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    let patch_type = crate::patch::PatchType::from_content_type(content_type)
+    let patch_type = skiff_kinds::patch::PatchType::from_content_type(content_type)
         .map_err(|e| Error::Api(e.into()))?;
     let validation = field_validation(&request.query)?;
     let dry = dry_run(&request.query)?;
     let force = request.query.flag("force");
-    let manager = field_manager(request, patch_type == crate::patch::PatchType::Apply);
-    let mut options = crate::patch::Options::new(&manager);
+    let manager = field_manager(request, patch_type == skiff_kinds::patch::PatchType::Apply);
+    let mut options = skiff_kinds::patch::Options::new(&manager);
     options.force = force;
     options.subresource = subresource;
-    crate::patch::validate_options(patch_type, &options).map_err(|e| Error::Api(e.into()))?;
-    let is_apply = patch_type == crate::patch::PatchType::Apply;
+    skiff_kinds::patch::validate_options(patch_type, &options).map_err(|e| Error::Api(e.into()))?;
+    let is_apply = patch_type == skiff_kinds::patch::PatchType::Apply;
 
     // Server-side apply of an object that does not exist yet creates it.
     if is_apply {
         match server.registry.get(info, ns, name, None).await {
             Err(Error::NotFound { .. }) => {
-                return apply_create(server, request, info, ns, name, &options, format).await;
+                return apply_create(server, request, kind, ns, name, &options, format).await;
             }
             Err(e) => return Err(e),
             Ok(_) => {}
@@ -1057,7 +1075,7 @@ async fn patch(
             let options = &options;
             async move {
                 let patched =
-                    crate::patch::apply(info, &current, patch_type, &request.body, options)
+                    skiff_kinds::patch::apply(kind, &current, patch_type, &request.body, options)
                         .map_err(|e| Error::Api(e.to_api_error()))?;
                 let mut patched = patched;
                 if let Some(rv) = precondition(&patched)?
@@ -1071,12 +1089,12 @@ async fn patch(
                         "the name of the object cannot be changed by a patch".into(),
                     ));
                 }
-                let (patched, w) = decode_typed(info, &patched, validation)?;
+                let (patched, w) = decode_typed(kind, &patched, validation)?;
                 *warnings.lock().unwrap_or_else(|e| e.into_inner()) = w;
                 admit_update(
                     server,
                     request,
-                    info,
+                    kind,
                     ns,
                     name,
                     subresource,
@@ -1090,20 +1108,21 @@ async fn patch(
         .await;
     let outcome = outcome?;
     let warnings = warnings.into_inner().unwrap_or_else(|e| e.into_inner());
-    Ok(outcome_response(server, info, &format, outcome, &warnings))
+    Ok(outcome_response(server, kind, &format, outcome, &warnings))
 }
 
 /// Server-side apply of a new object: the applied configuration, created.
 async fn apply_create(
     server: &ApiServer,
     request: &Request,
-    info: &'static ResourceInfo,
+    kind: &dyn Kind,
     ns: Option<&str>,
     name: &str,
-    options: &crate::patch::Options<'_>,
+    options: &skiff_kinds::patch::Options<'_>,
     format: render::Format,
 ) -> Result<Response> {
-    let mut object = crate::patch::server_side_apply(info, None, &request.body, options)
+    let info = kind.info();
+    let mut object = skiff_kinds::patch::server_side_apply(kind, None, &request.body, options)
         .map_err(|e| Error::Api(e.to_api_error()))?;
     check_kind(&mut object, info)?;
     check_namespace(&mut object, info, ns)?;
@@ -1114,9 +1133,9 @@ async fn apply_create(
         )));
     }
     let validation = field_validation(&request.query)?;
-    let (mut object, warnings) = decode_typed(info, &object, validation)?;
-    server.prepare_create(info, &mut object);
-    admit_and_create(server, request, info, ns, object, &warnings, format).await
+    let (mut object, warnings) = decode_typed(kind, &object, validation)?;
+    server.prepare_create(kind, &mut object);
+    admit_and_create(server, request, kind, ns, object, &warnings, format).await
 }
 
 /// The field manager of a write: the `fieldManager` parameter, else (for everything but an
@@ -1201,13 +1220,14 @@ fn delete_options(
 async fn delete_one(
     server: &ApiServer,
     request: &Request,
-    info: &'static ResourceInfo,
+    kind: &dyn Kind,
     ns: Option<&str>,
     name: &str,
     options: &strategy::DeleteOptions,
     uid: Option<&str>,
     expected: Option<Revision>,
 ) -> Result<(StatusCode, Value)> {
+    let info = kind.info();
     let dry = dry_run(&request.query)?;
     loop {
         let current = server.registry.get(info, ns, name, None).await?;
@@ -1295,11 +1315,12 @@ async fn delete_one(
 async fn delete(
     server: &ApiServer,
     request: &Request,
-    info: &'static ResourceInfo,
+    kind: &dyn Kind,
     ns: Option<&str>,
     name: &str,
     format: render::Format,
 ) -> Result<Response> {
+    let info = kind.info();
     if !info.verbs.contains(&"delete") {
         return Err(Error::MethodNotAllowed);
     }
@@ -1307,7 +1328,7 @@ async fn delete(
     let (code, object) = delete_one(
         server,
         request,
-        info,
+        kind,
         ns,
         name,
         &options,
@@ -1315,16 +1336,17 @@ async fn delete(
         expected,
     )
     .await?;
-    Ok(format.object(info, code, object))
+    Ok(format.object(kind, code, object))
 }
 
 async fn delete_collection(
     server: &ApiServer,
     request: &Request,
-    info: &'static ResourceInfo,
+    kind: &dyn Kind,
     ns: Option<&str>,
     format: render::Format,
 ) -> Result<Response> {
+    let info = kind.info();
     let (options, _, _) = delete_options(request)?;
     let filter = selectors::filter(info, &request.query)?;
     let ns_narrowed = selectors::narrow_namespace(info, ns, &request.query);
@@ -1346,7 +1368,7 @@ async fn delete_collection(
         match delete_one(
             server,
             request,
-            info,
+            kind,
             obj_ns.as_deref(),
             &name,
             &options,
@@ -1361,7 +1383,7 @@ async fn delete_collection(
         }
     }
     let metadata = json!({"resourceVersion": server.registry.current_revision().0.to_string()});
-    Ok(format.list(info, metadata, deleted))
+    Ok(format.list(kind, metadata, deleted))
 }
 
 async fn bind(
@@ -1370,7 +1392,7 @@ async fn bind(
     ns: Option<&str>,
     name: &str,
 ) -> Result<Response> {
-    let pods = skiff_meta::resources::lookup("", "v1", "pods").expect("pods are served");
+    let pods = &skiff_kinds::builtin::pod::INFO;
     let binding = parse_body(request)?;
     let node = binding
         .pointer("/target/name")
@@ -1529,10 +1551,11 @@ fn to_scale(object: &Value) -> Value {
 async fn scale(
     server: &ApiServer,
     request: &Request,
-    info: &'static ResourceInfo,
+    kind: &dyn Kind,
     ns: Option<&str>,
     name: &str,
 ) -> Result<Response> {
+    let info = kind.info();
     let is_put = request.method == Method::PUT;
     let outcome = server
         .registry
@@ -1550,17 +1573,18 @@ async fn scale(
                     .get(http::header::CONTENT_TYPE)
                     .and_then(|v| v.to_str().ok())
                     .unwrap_or("");
-                let patch_type = crate::patch::PatchType::from_content_type(content_type)
+                let patch_type = skiff_kinds::patch::PatchType::from_content_type(content_type)
                     .map_err(|e| Error::Api(e.into()))?;
                 // A Scale has no lists, so a strategic merge patch is a merge patch.
                 match patch_type {
-                    crate::patch::PatchType::Json => {
-                        crate::patch::json_patch(&scale, &request.body)
+                    skiff_kinds::patch::PatchType::Json => {
+                        skiff_kinds::patch::json_patch(&scale, &request.body)
                     }
-                    crate::patch::PatchType::Merge | crate::patch::PatchType::StrategicMerge => {
-                        crate::patch::merge_patch(&scale, &request.body)
+                    skiff_kinds::patch::PatchType::Merge
+                    | skiff_kinds::patch::PatchType::StrategicMerge => {
+                        skiff_kinds::patch::merge_patch(&scale, &request.body)
                     }
-                    crate::patch::PatchType::Apply => {
+                    skiff_kinds::patch::PatchType::Apply => {
                         return Err(Error::UnsupportedMediaType(
                             "server-side apply is not served on the scale subresource".into(),
                         ));
@@ -1593,7 +1617,7 @@ async fn scale(
             }
             let mut new = current.clone();
             new["spec"]["replicas"] = json!(replicas);
-            admit_update(server, request, info, ns, name, None, new, &current, true).await
+            admit_update(server, request, kind, ns, name, None, new, &current, true).await
         })
         .await?;
     Ok(json_response(
@@ -1605,10 +1629,11 @@ async fn scale(
 async fn finalize(
     server: &ApiServer,
     request: &Request,
-    info: &'static ResourceInfo,
+    kind: &dyn Kind,
     name: &str,
     format: render::Format,
 ) -> Result<Response> {
+    let info = kind.info();
     let body = parse_body(request)?;
     let finalizers = body
         .pointer("/spec/finalizers")
@@ -1626,7 +1651,7 @@ async fn finalize(
             std::future::ready(Ok(decided))
         })
         .await?;
-    Ok(outcome_response(server, info, &format, outcome, &[]))
+    Ok(outcome_response(server, kind, &format, outcome, &[]))
 }
 
 /// Used by the server for request-scoped filters.
@@ -1637,46 +1662,59 @@ pub fn object_filter_matches(filter: &Option<ObjectFilter>, object: &Value) -> b
 #[cfg(test)]
 mod tests {
     use super::*;
+    use skiff_kinds::Kinds;
 
     #[test]
     fn parses_resource_paths() {
-        let t = parse_path("/api/v1/namespaces/default/pods/web/status")
-            .unwrap()
-            .unwrap();
+        let t = parse_path(
+            &Kinds::builtin().snapshot(),
+            "/api/v1/namespaces/default/pods/web/status",
+        )
+        .unwrap()
+        .unwrap();
         assert_eq!(t.info.plural, "pods");
         assert_eq!(t.namespace.as_deref(), Some("default"));
         assert_eq!(t.name.as_deref(), Some("web"));
         assert_eq!(t.subresource.as_deref(), Some("status"));
 
-        let t = parse_path("/api/v1/namespaces/bar").unwrap().unwrap();
+        let t = parse_path(&Kinds::builtin().snapshot(), "/api/v1/namespaces/bar")
+            .unwrap()
+            .unwrap();
         assert_eq!(t.info.plural, "namespaces");
         assert_eq!(t.name.as_deref(), Some("bar"));
         assert!(t.namespace.is_none());
 
-        let t = parse_path("/api/v1/namespaces/bar/finalize")
-            .unwrap()
-            .unwrap();
+        let t = parse_path(
+            &Kinds::builtin().snapshot(),
+            "/api/v1/namespaces/bar/finalize",
+        )
+        .unwrap()
+        .unwrap();
         assert_eq!(t.info.plural, "namespaces");
         assert_eq!(t.subresource.as_deref(), Some("finalize"));
 
-        let t = parse_path("/apis/apps/v1/deployments").unwrap().unwrap();
+        let t = parse_path(&Kinds::builtin().snapshot(), "/apis/apps/v1/deployments")
+            .unwrap()
+            .unwrap();
         assert_eq!(t.info.kind, "Deployment");
         assert!(t.namespace.is_none() && t.name.is_none());
 
-        let t = parse_path("/api/v1/nodes/n1").unwrap().unwrap();
+        let t = parse_path(&Kinds::builtin().snapshot(), "/api/v1/nodes/n1")
+            .unwrap()
+            .unwrap();
         assert_eq!(t.info.kind, "Node");
 
         assert!(matches!(
-            parse_path("/api/v1/widgets"),
+            parse_path(&Kinds::builtin().snapshot(), "/api/v1/widgets"),
             Some(Err(Error::NoRoute))
         ));
         assert!(matches!(
-            parse_path("/apis/batch/v1/jobs"),
+            parse_path(&Kinds::builtin().snapshot(), "/apis/batch/v1/jobs"),
             Some(Err(Error::NoRoute))
         ));
-        assert!(parse_path("/api/v1").is_none());
-        assert!(parse_path("/apis").is_none());
-        assert!(parse_path("/version").is_none());
+        assert!(parse_path(&Kinds::builtin().snapshot(), "/api/v1").is_none());
+        assert!(parse_path(&Kinds::builtin().snapshot(), "/apis").is_none());
+        assert!(parse_path(&Kinds::builtin().snapshot(), "/version").is_none());
     }
 
     #[test]
@@ -1715,7 +1753,7 @@ mod tests {
 
     #[test]
     fn kind_and_namespace_checks() {
-        let pods = skiff_meta::resources::lookup("", "v1", "pods").unwrap();
+        let pods = &skiff_kinds::builtin::pod::INFO;
         let mut pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}});
         check_kind(&mut pod, pods).unwrap();
         check_namespace(&mut pod, pods, Some("default")).unwrap();

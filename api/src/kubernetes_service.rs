@@ -8,7 +8,7 @@
 use std::net::{IpAddr, Ipv4Addr};
 
 use serde_json::{Value, json};
-use skiff_meta::ResourceInfo;
+use skiff_kinds::Kind;
 
 use crate::error::{Error, Result};
 use crate::registry::Update;
@@ -19,22 +19,18 @@ pub const NAME: &str = "kubernetes";
 /// Its namespace.
 pub const NAMESPACE: &str = "default";
 
-fn resource(group: &str, version: &str, plural: &str) -> &'static ResourceInfo {
-    skiff_meta::resources::lookup(group, version, plural).expect("served")
-}
-
 /// The Service, Endpoints and EndpointSlice the API server at `address:port` should have, each
 /// with the fields the reconciler owns (the rest is defaulted on create and kept on update).
 pub fn desired(
     cluster_ip: Ipv4Addr,
     address: IpAddr,
     port: u16,
-) -> [(&'static ResourceInfo, Value); 3] {
+) -> [(&'static dyn Kind, Value); 3] {
     let labels = json!({"component": "apiserver", "provider": "kubernetes"});
     let address_type = if address.is_ipv4() { "IPv4" } else { "IPv6" };
     [
         (
-            resource("", "v1", "services"),
+            &skiff_kinds::builtin::service::Service,
             json!({
                 "apiVersion": "v1", "kind": "Service",
                 "metadata": {"name": NAME, "namespace": NAMESPACE, "labels": labels},
@@ -48,7 +44,7 @@ pub fn desired(
             }),
         ),
         (
-            resource("", "v1", "endpoints"),
+            &skiff_kinds::builtin::endpoints::Endpoints,
             json!({
                 "apiVersion": "v1", "kind": "Endpoints",
                 "metadata": {"name": NAME, "namespace": NAMESPACE,
@@ -60,7 +56,7 @@ pub fn desired(
             }),
         ),
         (
-            resource("discovery.k8s.io", "v1", "endpointslices"),
+            &skiff_kinds::builtin::endpoint_slice::EndpointSlice,
             json!({
                 "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
                 "metadata": {"name": NAME, "namespace": NAMESPACE,
@@ -100,9 +96,10 @@ fn take_owned(current: &mut Value, desired: &Value) {
 pub async fn reconcile(server: &ApiServer, address: IpAddr, port: u16) -> Result<()> {
     let base = server.config.service_ranges.cluster_ip_base;
     let cluster_ip = Ipv4Addr::from(u32::from(base) + 1);
-    for (info, desired) in desired(cluster_ip, address, port) {
+    for (kind, desired) in desired(cluster_ip, address, port) {
+        let info = kind.info();
         let mut object = desired.clone();
-        server.prepare_create(info, &mut object);
+        server.prepare_create(kind, &mut object);
         match server.registry.create(info, object, None).await {
             Ok(_) => continue,
             Err(Error::AlreadyExists { .. }) => {}

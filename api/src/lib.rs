@@ -8,16 +8,15 @@
 //!   place errors become `Status` responses ([`error`]).
 //! - [`handlers`]: every verb on every resource and subresource.
 //! - [`registry`]: objects in the log: keys, encoding, resourceVersion, lists, compare-and-swap.
-//! - [`strategy`], [`admission`], [`typed`]: what a write may change, the admission chain, and
-//!   decoding through the k8s-openapi types.
+//! - [`admission`]: the admission chain.
 //! - [`selectors`], [`render`]: label/field selectors; JSON, YAML and Table responses.
-//! - [`server`]: the API server's state ([`server::ApiServer`]) and settings.
-//! - [`patch`]: JSON, merge and strategic merge patches, server-side apply and managedFields.
-//! - [`protobuf`]: decoding the Kubernetes protobuf request bodies kubectl 1.32+ sends.
-//! - [`defaults`], [`validation`]: Kubernetes' defaulting and validation of the served kinds.
+//! - [`server`]: the API server's state ([`server::ApiServer`]: the served kinds, the registry,
+//!   admission, watches) and settings.
+//! - What each kind is and how its objects are decoded, defaulted, validated, patched and shown
+//!   is `skiff-kinds`' business; handlers ask the kind ([`skiff_kinds::Kind`]) they were routed to.
 //! - [`kubernetes_service`]: the `kubernetes` Service pointing at the API server itself.
 //! - [`watch_cache`]: one store watch per resource fanned out to every API watch of it.
-//! - [`discovery`], [`openapi`], [`table`]: discovery documents, OpenAPI v3, server-side tables.
+//! - [`discovery`], [`openapi`]: discovery documents and OpenAPI v3 of the kinds served now.
 //! - [`replay`]: the cluster's past from the log (objects at a point, history, changes, diffs)
 //!   and its `/debug/skiff/` endpoints.
 //! - [`bench`](mod@bench): `skiff bench api`, skiff's API against etcd 3.4 side by side.
@@ -27,7 +26,6 @@
 pub mod admission;
 pub mod auth;
 pub mod bench;
-pub mod defaults;
 pub mod discovery;
 pub mod error;
 pub mod handlers;
@@ -35,19 +33,13 @@ pub mod kubeconfig;
 pub mod kubernetes_service;
 pub mod metrics;
 pub mod openapi;
-pub mod patch;
-pub mod protobuf;
 pub mod registry;
 pub mod render;
 pub mod replay;
 pub mod routes;
 pub mod selectors;
 pub mod server;
-pub mod strategy;
-pub mod table;
 pub mod tls;
-pub mod typed;
-pub mod validation;
 pub mod version;
 pub mod watch_cache;
 

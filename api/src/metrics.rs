@@ -15,6 +15,7 @@ use warp::filters::BoxedFilter;
 
 use crate::handlers::{Query, Response, parse_path};
 use crate::server::ApiServer;
+use skiff_kinds::Snapshot;
 
 static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 
@@ -64,8 +65,15 @@ fn verb(method: &Method, named: bool, watch: bool) -> &'static str {
 }
 
 /// Records one served request.
-pub fn record_request(method: &Method, path: &str, query: &str, code: u16, elapsed: Duration) {
-    let (resource, subresource, named) = match parse_path(path) {
+pub fn record_request(
+    kinds: &Snapshot,
+    method: &Method,
+    path: &str,
+    query: &str,
+    code: u16,
+    elapsed: Duration,
+) {
+    let (resource, subresource, named) = match parse_path(kinds, path) {
         Some(Ok(t)) => (
             t.info.plural,
             t.subresource.unwrap_or_default(),

@@ -1,5 +1,5 @@
 //! OpenAPI v3: the `/openapi/v3` index and one document per served group-version
-//! (`/openapi/v3/api/v1`, `/openapi/v3/apis/apps/v1`, ...), driven by [`skiff_meta::RESOURCES`].
+//! (`/openapi/v3/api/v1`, `/openapi/v3/apis/apps/v1`, ...), driven by the served kinds ([`skiff_kinds::Kinds`]) and rebuilt when they change.
 //!
 //! Each document has
 //! - `components.schemas` generated from the k8s-openapi types (their `schemars` feature) with
@@ -12,11 +12,12 @@
 //!   query parameter, which is what makes kubectl send `fieldValidation=Strict` instead of
 //!   validating client-side against `/openapi/v2` (which skiff does not serve: 404).
 //!
-//! The documents are built once, on first use (or [`warm`]), and served with an ETag; the index
+//! The documents are built on first use and again after the served kinds change, and served
+//! with an ETag; the index
 //! links each document with `?hash=` so clients can cache them.
 
 use std::collections::BTreeMap;
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
@@ -24,7 +25,8 @@ use schemars::JsonSchema;
 use schemars::generate::{SchemaGenerator, SchemaSettings};
 use serde_json::{Map, Value, json};
 use sha2::{Digest as _, Sha256};
-use skiff_meta::{RESOURCES, ResourceInfo, Subresource};
+use skiff_kinds::{Kinds, Snapshot};
+use skiff_meta::{ResourceInfo, Subresource};
 use warp::Filter;
 use warp::Reply as _;
 use warp::filters::BoxedFilter;
@@ -36,66 +38,23 @@ const STATUS_SCHEMA: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.Status";
 const DELETE_OPTIONS_SCHEMA: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions";
 const PATCH_SCHEMA: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.Patch";
 
-/// Adds the schema of a known kind to `generator` and returns its schema name, or `None` for a
-/// kind skiff has no Rust type for. Covers the served kinds, their subresource kinds and the
-/// kinds most likely to be served next.
-fn add_kind(
+/// Adds the schema of a kind that only subresources speak (a Binding, a Scale) to `generator`
+/// and returns its schema name; served kinds publish theirs through [`Kind::openapi_schema`].
+fn add_subresource_kind(
     generator: &mut SchemaGenerator,
     group: &str,
     version: &str,
     kind: &str,
 ) -> Option<String> {
-    macro_rules! kinds {
-        ($( ($g:literal, $v:literal, $k:literal) => $t:ty ),* $(,)?) => {
-            match (group, version, kind) {
-                $( ($g, $v, $k) => {
-                    generator.subschema_for::<$t>();
-                    Some(<$t as JsonSchema>::schema_name().into_owned())
-                } )*
-                _ => None,
-            }
-        };
+    fn add<T: JsonSchema>(generator: &mut SchemaGenerator) -> Option<String> {
+        generator.subschema_for::<T>();
+        Some(T::schema_name().into_owned())
     }
     use k8s_openapi::api;
-    kinds! {
-        ("", "v1", "Namespace") => api::core::v1::Namespace,
-        ("", "v1", "Pod") => api::core::v1::Pod,
-        ("", "v1", "Node") => api::core::v1::Node,
-        ("", "v1", "Service") => api::core::v1::Service,
-        ("", "v1", "Endpoints") => api::core::v1::Endpoints,
-        ("", "v1", "ConfigMap") => api::core::v1::ConfigMap,
-        ("", "v1", "Secret") => api::core::v1::Secret,
-        ("", "v1", "Event") => api::core::v1::Event,
-        ("", "v1", "ServiceAccount") => api::core::v1::ServiceAccount,
-        ("", "v1", "Binding") => api::core::v1::Binding,
-        ("", "v1", "PersistentVolume") => api::core::v1::PersistentVolume,
-        ("", "v1", "PersistentVolumeClaim") => api::core::v1::PersistentVolumeClaim,
-        ("", "v1", "ReplicationController") => api::core::v1::ReplicationController,
-        ("", "v1", "LimitRange") => api::core::v1::LimitRange,
-        ("", "v1", "ResourceQuota") => api::core::v1::ResourceQuota,
-        ("", "v1", "PodTemplate") => api::core::v1::PodTemplate,
-        ("apps", "v1", "Deployment") => api::apps::v1::Deployment,
-        ("apps", "v1", "ReplicaSet") => api::apps::v1::ReplicaSet,
-        ("apps", "v1", "DaemonSet") => api::apps::v1::DaemonSet,
-        ("apps", "v1", "StatefulSet") => api::apps::v1::StatefulSet,
-        ("apps", "v1", "ControllerRevision") => api::apps::v1::ControllerRevision,
-        ("autoscaling", "v1", "Scale") => api::autoscaling::v1::Scale,
-        ("batch", "v1", "Job") => api::batch::v1::Job,
-        ("batch", "v1", "CronJob") => api::batch::v1::CronJob,
-        ("coordination.k8s.io", "v1", "Lease") => api::coordination::v1::Lease,
-        ("discovery.k8s.io", "v1", "EndpointSlice") => api::discovery::v1::EndpointSlice,
-        ("events.k8s.io", "v1", "Event") => api::events::v1::Event,
-        ("policy", "v1", "Eviction") => api::policy::v1::Eviction,
-        ("policy", "v1", "PodDisruptionBudget") => api::policy::v1::PodDisruptionBudget,
-        ("rbac.authorization.k8s.io", "v1", "Role") => api::rbac::v1::Role,
-        ("rbac.authorization.k8s.io", "v1", "RoleBinding") => api::rbac::v1::RoleBinding,
-        ("rbac.authorization.k8s.io", "v1", "ClusterRole") => api::rbac::v1::ClusterRole,
-        ("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding") => api::rbac::v1::ClusterRoleBinding,
-        ("networking.k8s.io", "v1", "NetworkPolicy") => api::networking::v1::NetworkPolicy,
-        ("networking.k8s.io", "v1", "Ingress") => api::networking::v1::Ingress,
-        ("storage.k8s.io", "v1", "StorageClass") => api::storage::v1::StorageClass,
-        ("scheduling.k8s.io", "v1", "PriorityClass") => api::scheduling::v1::PriorityClass,
-        ("certificates.k8s.io", "v1", "CertificateSigningRequest") => api::certificates::v1::CertificateSigningRequest,
+    match (group, version, kind) {
+        ("", "v1", "Binding") => add::<api::core::v1::Binding>(generator),
+        ("autoscaling", "v1", "Scale") => add::<api::autoscaling::v1::Scale>(generator),
+        _ => None,
     }
 }
 
@@ -108,10 +67,10 @@ pub fn group_version_path(group: &str, version: &str) -> String {
     }
 }
 
-/// The served group-versions, in table order: (group, version).
-fn group_versions() -> Vec<(&'static str, &'static str)> {
+/// The served group-versions, in discovery order: (group, version).
+fn group_versions(kinds: &Snapshot) -> Vec<(&'static str, &'static str)> {
     let mut out: Vec<(&'static str, &'static str)> = Vec::new();
-    for r in RESOURCES {
+    for r in kinds.infos() {
         if !out.contains(&(r.group, r.version)) {
             out.push((r.group, r.version));
         }
@@ -128,18 +87,20 @@ fn schema_ref(name: &str) -> Value {
 }
 
 /// The generated schemas of one document, and the schema name of each kind in it.
-struct Schemas {
+struct Schemas<'a> {
+    kinds: &'a Snapshot,
     generator: SchemaGenerator,
     names: BTreeMap<(String, String, String), String>,
 }
 
-impl Schemas {
-    fn new() -> Schemas {
+impl<'a> Schemas<'a> {
+    fn new(kinds: &'a Snapshot) -> Schemas<'a> {
         let mut generator = SchemaSettings::openapi3().into_generator();
         generator.subschema_for::<Status>();
         generator.subschema_for::<k8s_openapi::apimachinery::pkg::apis::meta::v1::DeleteOptions>();
         generator.subschema_for::<k8s_openapi::apimachinery::pkg::apis::meta::v1::Patch>();
         Schemas {
+            kinds,
             generator,
             names: BTreeMap::new(),
         }
@@ -152,18 +113,25 @@ impl Schemas {
         if let Some(name) = self.names.get(&key) {
             return name.clone();
         }
-        let name = add_kind(&mut self.generator, group, version, kind).unwrap_or_else(|| {
-            let name = format!("skiff.unknown.{group}.{version}.{kind}");
-            self.generator.definitions_mut().insert(
-                name.clone(),
-                json!({
-                    "description": format!("{kind} (no schema published by this server)."),
-                    "type": "object",
-                    "x-kubernetes-preserve-unknown-fields": true,
-                }),
-            );
-            name
-        });
+        let served = self
+            .kinds
+            .lookup_kind(group, kind)
+            .filter(|k| k.info().version == version)
+            .and_then(|k| k.openapi_schema(&mut self.generator));
+        let name = served
+            .or_else(|| add_subresource_kind(&mut self.generator, group, version, kind))
+            .unwrap_or_else(|| {
+                let name = format!("skiff.unknown.{group}.{version}.{kind}");
+                self.generator.definitions_mut().insert(
+                    name.clone(),
+                    json!({
+                        "description": format!("{kind} (no schema published by this server)."),
+                        "type": "object",
+                        "x-kubernetes-preserve-unknown-fields": true,
+                    }),
+                );
+                name
+            });
         self.names.insert(key, name.clone());
         name
     }
@@ -757,20 +725,20 @@ fn insert_path(
 }
 
 /// The OpenAPI v3 document of one served group-version, or `None` if it is not served.
-pub fn document(group: &str, version: &str) -> Option<Value> {
-    let resources: Vec<&ResourceInfo> = RESOURCES
-        .iter()
+pub fn document(kinds: &Snapshot, group: &str, version: &str) -> Option<Value> {
+    let resources: Vec<&ResourceInfo> = kinds
+        .infos()
         .filter(|r| r.group == group && r.version == version)
         .collect();
     if resources.is_empty() {
         return None;
     }
-    let mut schemas = Schemas::new();
+    let mut schemas = Schemas::new(kinds);
     let mut paths = Map::new();
     for info in &resources {
         resource_paths(info, &mut schemas, &mut paths);
     }
-    let kinds: Vec<(&'static ResourceInfo, Option<String>)> = resources
+    let served: Vec<(&'static ResourceInfo, Option<String>)> = resources
         .iter()
         .map(|info| {
             let key = (
@@ -782,15 +750,11 @@ pub fn document(group: &str, version: &str) -> Option<Value> {
         })
         .collect();
     let mut definitions = schemas.finish();
-    for (info, name) in kinds {
-        if let Some(name) = name {
+    for (info, name) in served {
+        let merge_schema = kinds.of(info).and_then(|k| k.merge_schema());
+        if let (Some(name), Some(merge_schema)) = (name, merge_schema) {
             let mut seen = std::collections::HashSet::new();
-            annotate_patch_meta(
-                &mut definitions,
-                &name,
-                crate::patch::schema::for_kind(info.group, info.kind),
-                &mut seen,
-            );
+            annotate_patch_meta(&mut definitions, &name, merge_schema, &mut seen);
         }
     }
     Some(json!({
@@ -832,10 +796,10 @@ fn referenced_schema(property: &Value) -> Option<String> {
 fn annotate_patch_meta(
     definitions: &mut Map<String, Value>,
     name: &str,
-    ty: &'static crate::patch::schema::Type,
+    ty: &'static skiff_kinds::patch::schema::Type,
     seen: &mut std::collections::HashSet<String>,
 ) {
-    use crate::patch::schema::ListType;
+    use skiff_kinds::patch::schema::ListType;
     if !seen.insert(name.to_string()) {
         return;
     }
@@ -917,68 +881,115 @@ impl Built {
     }
 }
 
-/// Every document, built once.
+/// Every document, built for one set of served kinds.
 #[derive(Debug)]
 pub struct Documents {
+    /// The [`Snapshot::generation`] they were built for.
+    pub generation: u64,
     /// `/openapi/v3`.
     pub index: Built,
     /// Keyed by [`group_version_path`].
     pub group_versions: BTreeMap<String, Built>,
 }
 
-static DOCUMENTS: OnceLock<Documents> = OnceLock::new();
-
-/// The documents, built on first call (a few tens of milliseconds of CPU).
-pub fn documents() -> &'static Documents {
-    DOCUMENTS.get_or_init(|| {
-        let mut built = BTreeMap::new();
-        for (group, version) in group_versions() {
-            let doc = document(group, version).expect("served group-version");
-            built.insert(group_version_path(group, version), Built::new(&doc));
-        }
-        let paths: Map<String, Value> = built
-            .iter()
-            .map(|(path, built)| {
-                (
-                    path.clone(),
-                    json!({ "serverRelativeURL": format!("/openapi/v3/{path}?hash={}", built.hash) }),
-                )
-            })
-            .collect();
-        Documents {
-            index: Built::new(&json!({ "paths": paths })),
-            group_versions: built,
-        }
-    })
+/// Builds the documents of `kinds` (a few tens of milliseconds of CPU).
+pub fn documents(kinds: &Snapshot) -> Documents {
+    let mut built = BTreeMap::new();
+    for (group, version) in group_versions(kinds) {
+        let doc = document(kinds, group, version).expect("served group-version");
+        built.insert(group_version_path(group, version), Built::new(&doc));
+    }
+    let paths: Map<String, Value> = built
+        .iter()
+        .map(|(path, built)| {
+            (
+                path.clone(),
+                json!({ "serverRelativeURL": format!("/openapi/v3/{path}?hash={}", built.hash) }),
+            )
+        })
+        .collect();
+    Documents {
+        generation: kinds.generation(),
+        index: Built::new(&json!({ "paths": paths })),
+        group_versions: built,
+    }
 }
 
-/// Builds the documents now (call at start-up, e.g. in `spawn_blocking`, so the first kubectl
-/// does not wait).
-pub fn warm() {
-    documents();
+/// The documents of the kinds served now: built on first use and again whenever the served
+/// kinds change (a CustomResourceDefinition is established, changed or deleted).
+pub struct OpenApi {
+    kinds: Arc<Kinds>,
+    built: Mutex<Option<Arc<Documents>>>,
+}
+
+impl OpenApi {
+    /// No documents yet for `kinds`.
+    pub fn new(kinds: Arc<Kinds>) -> OpenApi {
+        OpenApi {
+            kinds,
+            built: Mutex::new(None),
+        }
+    }
+
+    /// The current documents, built if the served kinds changed since the last call. The
+    /// building happens on the caller's thread: async callers go through [`OpenApi::current`].
+    pub fn documents(&self) -> Arc<Documents> {
+        let snapshot = self.kinds.snapshot();
+        let mut built = self.built.lock().unwrap_or_else(|e| e.into_inner());
+        match built.as_ref() {
+            Some(docs) if docs.generation == snapshot.generation() => docs.clone(),
+            _ => {
+                let docs = Arc::new(documents(&snapshot));
+                *built = Some(docs.clone());
+                docs
+            }
+        }
+    }
+
+    /// [`OpenApi::documents`], off the async workers when they must be built.
+    pub async fn current(self: &Arc<Self>) -> Arc<Documents> {
+        let fresh = {
+            let built = self.built.lock().unwrap_or_else(|e| e.into_inner());
+            built
+                .as_ref()
+                .filter(|docs| docs.generation == self.kinds.snapshot().generation())
+                .cloned()
+        };
+        match fresh {
+            Some(docs) => docs,
+            None => {
+                let this = self.clone();
+                tokio::task::spawn_blocking(move || this.documents())
+                    .await
+                    .expect("building the OpenAPI documents panicked")
+            }
+        }
+    }
 }
 
 /// The OpenAPI routes (GET, no authentication of their own): `/openapi/v3`,
 /// `/openapi/v3/api/{version}`, `/openapi/v3/apis/{group}/{version}`; `/openapi/v2` and
 /// unserved group-versions get a 404 `Status`.
-pub fn routes() -> BoxedFilter<(Response,)> {
+pub fn routes(openapi: Arc<OpenApi>) -> BoxedFilter<(Response,)> {
     let if_none_match = warp::header::optional::<String>("if-none-match");
+    let built_documents = move || {
+        let openapi = openapi.clone();
+        warp::any().then(move || {
+            let openapi = openapi.clone();
+            async move { openapi.current().await }
+        })
+    };
     let index = warp::path!("openapi" / "v3")
         .and(if_none_match)
         .and(built_documents())
-        .map(|inm: Option<String>, docs: &'static Documents| {
-            serve(&docs.index, inm.as_deref(), false)
-        });
+        .map(|inm: Option<String>, docs: Arc<Documents>| serve(&docs.index, inm.as_deref(), false));
     let core = warp::path!("openapi" / "v3" / "api" / String)
         .and(if_none_match)
         .and(hash_query())
         .and(built_documents())
         .map(
-            |version: String,
-             inm: Option<String>,
-             hash: Option<String>,
-             docs: &'static Documents| {
-                serve_gv(docs, &group_version_path("", &version), inm, hash)
+            |version: String, inm: Option<String>, hash: Option<String>, docs: Arc<Documents>| {
+                serve_gv(&docs, &group_version_path("", &version), inm, hash)
             },
         );
     let named = warp::path!("openapi" / "v3" / "apis" / String / String)
@@ -990,28 +1001,14 @@ pub fn routes() -> BoxedFilter<(Response,)> {
              version: String,
              inm: Option<String>,
              hash: Option<String>,
-             docs: &'static Documents| {
-                serve_gv(docs, &group_version_path(&group, &version), inm, hash)
+             docs: Arc<Documents>| {
+                serve_gv(&docs, &group_version_path(&group, &version), inm, hash)
             },
         );
     let v2 = warp::path!("openapi" / "v2").map(not_found);
     warp::get()
         .and(index.or(core).unify().or(named).unify().or(v2).unify())
         .boxed()
-}
-
-/// The documents, built off the async workers the first time (it takes tens of milliseconds).
-fn built_documents() -> impl Filter<Extract = (&'static Documents,), Error = warp::Rejection> + Clone
-{
-    warp::any().and_then(|| async {
-        let docs = match DOCUMENTS.get() {
-            Some(docs) => docs,
-            None => tokio::task::spawn_blocking(documents)
-                .await
-                .expect("building the OpenAPI documents panicked"),
-        };
-        Ok::<_, warp::Rejection>(docs)
-    })
 }
 
 fn hash_query() -> impl Filter<Extract = (Option<String>,), Error = std::convert::Infallible> + Clone
@@ -1080,11 +1077,17 @@ fn not_found() -> Response {
 
 #[cfg(test)]
 mod tests {
+    /// The documents of the built-in kinds, built once for the tests.
+    fn documents() -> &'static super::Documents {
+        static DOCS: std::sync::OnceLock<super::Documents> = std::sync::OnceLock::new();
+        DOCS.get_or_init(|| super::documents(&skiff_kinds::Kinds::builtin().snapshot()))
+    }
+
     use super::*;
     use crate::tls::testing::{call, get, json as body_json};
 
     fn core() -> &'static Value {
-        static CORE: OnceLock<Value> = OnceLock::new();
+        static CORE: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
         CORE.get_or_init(|| {
             serde_json::from_slice(&documents().group_versions["api/v1"].body).unwrap()
         })
@@ -1109,7 +1112,7 @@ mod tests {
     fn index_lists_every_group_version_with_its_hash() {
         let index: Value = serde_json::from_slice(&documents().index.body).unwrap();
         let paths = index["paths"].as_object().unwrap();
-        let expected: Vec<String> = group_versions()
+        let expected: Vec<String> = group_versions(&Kinds::builtin().snapshot())
             .into_iter()
             .map(|(g, v)| group_version_path(g, v))
             .collect();
@@ -1149,7 +1152,7 @@ mod tests {
 
     #[test]
     fn merge_keys_reach_kubectl() {
-        let apps = document("apps", "v1").unwrap();
+        let apps = document(&Kinds::builtin().snapshot(), "apps", "v1").unwrap();
         let pod_spec = schema(&apps, "io.k8s.api.core.v1.PodSpec");
         assert_eq!(
             pod_spec["properties"]["containers"]["x-kubernetes-patch-merge-key"],
@@ -1234,12 +1237,13 @@ mod tests {
 
     #[test]
     fn patch_operations_declare_field_validation_for_their_kind() {
-        for (group, version) in group_versions() {
+        for (group, version) in group_versions(&Kinds::builtin().snapshot()) {
             let key = group_version_path(group, version);
             let doc: Value =
                 serde_json::from_slice(&documents().group_versions[&key].body).unwrap();
-            for info in RESOURCES
-                .iter()
+            for info in Kinds::builtin()
+                .snapshot()
+                .infos()
                 .filter(|r| r.group == group && r.version == version)
             {
                 let path = info.object_path(Some("{namespace}"), "{name}");
@@ -1334,24 +1338,36 @@ mod tests {
 
     #[tokio::test]
     async fn routes_serve_with_etag_and_404() {
-        let index = call(routes(), get("/openapi/v3?timeout=32s", &[])).await;
+        let index = call(
+            routes(Arc::new(OpenApi::new(Arc::new(Kinds::builtin())))),
+            get("/openapi/v3?timeout=32s", &[]),
+        )
+        .await;
         assert_eq!(index.status(), 200);
         let url = body_json(&index)["paths"]["api/v1"]["serverRelativeURL"]
             .as_str()
             .unwrap()
             .to_string();
-        let doc = call(routes(), get(&url, &[("accept", "application/json")])).await;
+        let doc = call(
+            routes(Arc::new(OpenApi::new(Arc::new(Kinds::builtin())))),
+            get(&url, &[("accept", "application/json")]),
+        )
+        .await;
         assert_eq!(doc.status(), 200);
         assert_eq!(doc.headers()["cache-control"], "public, immutable");
         let etag = doc.headers()["etag"].to_str().unwrap().to_string();
         assert_eq!(body_json(&doc)["openapi"], "3.0.0");
 
-        let plain = call(routes(), get("/openapi/v3/apis/apps/v1", &[])).await;
+        let plain = call(
+            routes(Arc::new(OpenApi::new(Arc::new(Kinds::builtin())))),
+            get("/openapi/v3/apis/apps/v1", &[]),
+        )
+        .await;
         assert_eq!(plain.status(), 200);
         assert_eq!(plain.headers()["cache-control"], "no-cache, private");
 
         let again = call(
-            routes(),
+            routes(Arc::new(OpenApi::new(Arc::new(Kinds::builtin())))),
             get("/openapi/v3/api/v1", &[("if-none-match", &etag)]),
         )
         .await;
@@ -1363,7 +1379,11 @@ mod tests {
             "/openapi/v3/apis/nope/v1",
             "/openapi/v3/api/v2",
         ] {
-            let missing = call(routes(), get(path, &[])).await;
+            let missing = call(
+                routes(Arc::new(OpenApi::new(Arc::new(Kinds::builtin())))),
+                get(path, &[]),
+            )
+            .await;
             assert_eq!(missing.status(), 404, "{path}");
             assert_eq!(body_json(&missing)["reason"], "NotFound");
         }

@@ -3,11 +3,11 @@
 
 use http::{HeaderMap, StatusCode};
 use serde_json::{Value, json};
-use skiff_meta::ResourceInfo;
+use skiff_kinds::Kind;
 
 use crate::error::{Error, Result};
 use crate::handlers::{Query, Response};
-use crate::table;
+use skiff_kinds::table;
 
 /// How a response is rendered.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,7 +98,7 @@ impl Format {
     }
 
     /// One object.
-    pub fn object(&self, info: &ResourceInfo, code: StatusCode, object: Value) -> Response {
+    pub fn object(&self, kind: &dyn Kind, code: StatusCode, object: Value) -> Response {
         match self {
             Format::Table {
                 api_version,
@@ -109,7 +109,7 @@ impl Format {
                     .cloned()
                     .unwrap_or(json!(""));
                 let table = table::to_table(
-                    info,
+                    kind,
                     vec![object],
                     json!({"resourceVersion": rv}),
                     *include,
@@ -122,20 +122,20 @@ impl Format {
     }
 
     /// A list with its metadata.
-    pub fn list(&self, info: &ResourceInfo, metadata: Value, items: Vec<Value>) -> Response {
+    pub fn list(&self, kind: &dyn Kind, metadata: Value, items: Vec<Value>) -> Response {
         match self {
             Format::Table {
                 api_version,
                 include,
             } => self.respond(
                 StatusCode::OK,
-                &table::to_table(info, items, metadata, *include, api_version),
+                &table::to_table(kind, items, metadata, *include, api_version),
             ),
             _ => self.respond(
                 StatusCode::OK,
                 &json!({
-                    "kind": info.list_kind(),
-                    "apiVersion": info.api_version(),
+                    "kind": kind.info().list_kind(),
+                    "apiVersion": kind.info().api_version(),
                     "metadata": metadata,
                     "items": items,
                 }),
@@ -144,7 +144,7 @@ impl Format {
     }
 
     /// The `object` of one watch event.
-    pub fn watch_object(&self, info: &ResourceInfo, object: &Value) -> Value {
+    pub fn watch_object(&self, kind: &dyn Kind, object: &Value) -> Value {
         match self {
             Format::Table {
                 api_version,
@@ -155,7 +155,7 @@ impl Format {
                     .cloned()
                     .unwrap_or(json!(""));
                 table::to_table(
-                    info,
+                    kind,
                     vec![object.clone()],
                     json!({"resourceVersion": rv}),
                     *include,

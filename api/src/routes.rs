@@ -57,8 +57,8 @@ pub fn insecure_routes(api: Arc<ApiServer>) -> BoxedFilter<(Response,)> {
 
 /// Discovery, OpenAPI and the resources. The authenticated user's name reaches the handlers.
 fn api_routes(api: Arc<ApiServer>, user: BoxedFilter<(User,)>) -> BoxedFilter<(Response,)> {
-    let discovery = crate::discovery::routes();
-    let openapi = crate::openapi::routes();
+    let discovery = crate::discovery::routes(api.kinds.clone());
+    let openapi = crate::openapi::routes(api.openapi.clone());
     let metrics = crate::metrics::route(api.clone());
     let debug = crate::replay::http::routes(api.clone());
     let limit = api.config.max_body_bytes;
@@ -83,7 +83,7 @@ fn api_routes(api: Arc<ApiServer>, user: BoxedFilter<(User,)>) -> BoxedFilter<(R
                         Ok(response) => response,
                         Err(e) => error_response(&e),
                     };
-                    crate::metrics::record_request(&method, &path, &query, response.status().as_u16(), started.elapsed());
+                    crate::metrics::record_request(&api.kinds.snapshot(), &method, &path, &query, response.status().as_u16(), started.elapsed());
                     tracing::debug!(%method, %path, status = response.status().as_u16(), elapsed_ms = started.elapsed().as_millis() as u64, "request");
                     response
                 }
@@ -120,7 +120,7 @@ where
     S: Stream<Item = Result<B, warp::Error>> + Unpin + Send,
     B: Buf,
 {
-    let target = match handlers::parse_path(&path) {
+    let target = match handlers::parse_path(&api.kinds.snapshot(), &path) {
         None => return Err(Error::NoRoute),
         Some(target) => target?,
     };

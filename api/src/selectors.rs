@@ -74,7 +74,7 @@ mod tests {
     use serde_json::json;
 
     fn pods() -> &'static ResourceInfo {
-        skiff_meta::resources::lookup("", "v1", "pods").unwrap()
+        &skiff_kinds::builtin::pod::INFO
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use skiff_meta::ResourceInfo;
+use skiff_kinds::{Kind, Kinds};
 use skiff_store::{LeaseId, Store};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -40,7 +40,7 @@ pub struct Config {
     pub watch_cache_capacity: usize,
     /// How long new pods tolerate not-ready and unreachable nodes unless they say otherwise
     /// (the `DefaultTolerationSeconds` admission plugin).
-    pub default_toleration_seconds: crate::defaults::TolerationSeconds,
+    pub default_toleration_seconds: skiff_kinds::defaults::TolerationSeconds,
     /// Create the system namespaces that are missing at start. Off for a server that must
     /// write nothing of its own (`skiff server --paused` on a data dir replayed to a point
     /// before they existed).
@@ -75,8 +75,13 @@ pub const HIGH_CHURN_PREFIXES: &[(&str, u64)] = &[
 /// least `event_ttl` and at most `event_ttl` plus this.
 const EVENT_LEASE_REUSE: Duration = Duration::from_secs(60);
 
-/// The API server: the registry over the log, the admission chain and the request-scoped tasks.
+/// The API server: the served kinds, the registry over the log, the admission chain and the
+/// request-scoped tasks.
 pub struct ApiServer {
+    /// The kinds served now.
+    pub kinds: Arc<Kinds>,
+    /// The OpenAPI documents of the kinds served now.
+    pub openapi: Arc<crate::openapi::OpenApi>,
     /// Objects in the log.
     pub registry: Registry,
     /// The admission chain.
@@ -102,7 +107,7 @@ impl ApiServer {
         shutdown: CancellationToken,
     ) -> Result<Arc<ApiServer>> {
         let registry = Registry::new(store);
-        let services = skiff_meta::resources::lookup("", "v1", "services").expect("served");
+        let services = &skiff_kinds::builtin::service::INFO;
         let existing = registry
             .list(services, None, None, None, None, None)
             .await?;
@@ -122,7 +127,10 @@ impl ApiServer {
             config.bookmark_interval,
             shutdown.clone(),
         );
+        let kinds = Arc::new(Kinds::builtin());
         let server = Arc::new(ApiServer {
+            openapi: Arc::new(crate::openapi::OpenApi::new(kinds.clone())),
+            kinds,
             registry,
             watch_cache,
             admission,
@@ -138,7 +146,7 @@ impl ApiServer {
     }
 
     async fn ensure_system_namespaces(&self) -> Result<()> {
-        let namespaces = skiff_meta::resources::lookup("", "v1", "namespaces").expect("served");
+        let namespaces = &skiff_kinds::builtin::namespace::Namespace;
         for name in admission::SYSTEM_NAMESPACES {
             let mut ns = serde_json::json!({
                 "apiVersion": "v1",
@@ -147,7 +155,7 @@ impl ApiServer {
                 "spec": {"finalizers": ["kubernetes"]},
             });
             self.prepare_create(namespaces, &mut ns);
-            match self.registry.create(namespaces, ns, None).await {
+            match self.registry.create(namespaces.info(), ns, None).await {
                 Ok(_) | Err(Error::AlreadyExists { .. }) => {}
                 Err(e) => return Err(e),
             }
@@ -156,29 +164,29 @@ impl ApiServer {
     }
 
     /// Applies the kind's defaults, as the decoder does in Kubernetes.
-    pub fn default_object(&self, info: &ResourceInfo, object: &mut Value) {
-        crate::defaults::apply(info, object);
+    pub fn default_object(&self, kind: &dyn Kind, object: &mut Value) {
+        kind.default(object);
     }
 
     /// Everything a create fills in before admission: server-owned metadata, defaults, and the
     /// strategy's create-time fields (a namespace's `kubernetes` finalizer).
-    pub fn prepare_create(&self, info: &ResourceInfo, object: &mut Value) {
-        crate::strategy::prepare_for_create(info, object);
-        crate::defaults::apply(info, object);
-        crate::defaults::prepare_for_create(info, object);
+    pub fn prepare_create(&self, kind: &dyn Kind, object: &mut Value) {
+        skiff_kinds::strategy::prepare_for_create(kind, object);
+        kind.default(object);
     }
 
     /// Validates a create (`old` = None) or an update; a failure is 422 with every cause.
     pub fn validate(
         &self,
-        info: &ResourceInfo,
+        kind: &dyn Kind,
         object: &Value,
         old: Option<&Value>,
         url_namespace: Option<&str>,
     ) -> Result<()> {
+        let info = kind.info();
         let errors = match old {
-            None => crate::validation::validate_create(info, object, url_namespace),
-            Some(old) => crate::validation::validate_update(info, object, old),
+            None => skiff_kinds::validation::validate_create(kind, object, url_namespace),
+            Some(old) => skiff_kinds::validation::validate_update(kind, object, old),
         };
         if errors.is_empty() {
             return Ok(());
@@ -199,8 +207,8 @@ impl ApiServer {
     }
 
     /// The lease a new object of `info` is attached to: Events expire, nothing else does.
-    pub async fn lease_for(&self, info: &ResourceInfo) -> Result<Option<LeaseId>> {
-        if info.kind != "Event" {
+    pub async fn lease_for(&self, kind: &dyn Kind) -> Result<Option<LeaseId>> {
+        if !kind.expires() {
             return Ok(None);
         }
         {
@@ -229,7 +237,7 @@ impl ApiServer {
         namespace: Option<&str>,
         name: &str,
     ) -> Result<Response> {
-        let pods = skiff_meta::resources::lookup("", "v1", "pods").expect("served");
+        let pods = &skiff_kinds::builtin::pod::INFO;
         let pod = self.registry.get(pods, namespace, name, None).await?;
         let node_name = pod
             .pointer("/spec/nodeName")
@@ -241,7 +249,7 @@ impl ApiServer {
             )));
         }
         let container = log_container(&pod, name, request.query.get("container"))?;
-        let nodes = skiff_meta::resources::lookup("", "v1", "nodes").expect("served");
+        let nodes = &skiff_kinds::builtin::node::INFO;
         let node = self.registry.get(nodes, None, node_name, None).await?;
         let address = node
             .pointer("/status/addresses")

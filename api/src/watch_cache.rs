@@ -50,6 +50,8 @@ pub struct CachedEvent {
     pub revision: Revision,
     /// The object's storage key.
     pub key: Vec<u8>,
+    /// The resource it is of (whose fields selectors read).
+    info: &'static ResourceInfo,
     /// After a put: the object as JSON, and what selectors read of it. `None` for a delete.
     object: Option<(Bytes, Value)>,
     /// The stored bytes of the object before the change, if it existed. They are decoded only
@@ -123,7 +125,7 @@ impl CachedEvent {
         self.prev_selectable
             .get_or_init(|| {
                 self.decode_prev()
-                    .map(|o| fields::selectable_projection(&o))
+                    .map(|o| fields::selectable_projection(self.info, &o))
             })
             .as_ref()
     }
@@ -295,7 +297,7 @@ impl WatchCache {
     /// revision).
     pub async fn watch(
         &self,
-        info: &ResourceInfo,
+        info: &'static ResourceInfo,
         namespace: Option<&str>,
         start: Revision,
     ) -> Option<CacheWatch> {
@@ -321,7 +323,7 @@ impl WatchCache {
         })
     }
 
-    async fn cacher(&self, info: &ResourceInfo) -> Option<Arc<Cacher>> {
+    async fn cacher(&self, info: &'static ResourceInfo) -> Option<Arc<Cacher>> {
         let prefix = info.storage_prefix_in(None);
         {
             let cachers = self.cachers.lock().expect("watch cache map poisoned");
@@ -374,13 +376,20 @@ impl WatchCache {
             }
             cachers.insert(prefix.clone(), cacher.clone());
         }
-        tokio::spawn(feed(cacher.clone(), stream, self.shutdown.clone(), prefix));
+        tokio::spawn(feed(
+            info,
+            cacher.clone(),
+            stream,
+            self.shutdown.clone(),
+            prefix,
+        ));
         Some(cacher)
     }
 }
 
 /// The feeder: decodes each store event once and appends it to the ring.
 async fn feed(
+    info: &'static ResourceInfo,
     cacher: Arc<Cacher>,
     mut stream: WatchStream,
     shutdown: CancellationToken,
@@ -400,7 +409,7 @@ async fn feed(
         };
         let mut decoded = Vec::with_capacity(response.events.len());
         for event in response.events {
-            match decode_event(event) {
+            match decode_event(info, event) {
                 Ok(e) => decoded.push(Arc::new(e)),
                 Err(e) => {
                     tracing::warn!(prefix, error = %e, "watch cache cannot decode an event");
@@ -426,22 +435,29 @@ async fn feed(
 }
 
 /// What an event keeps of a decoded object: its JSON and what selectors read of it.
-fn json_and_selectable(object: &Value) -> crate::Result<(Bytes, Value)> {
+fn json_and_selectable(info: &ResourceInfo, object: &Value) -> crate::Result<(Bytes, Value)> {
     let json = serde_json::to_vec(object)
         .map_err(|e| crate::Error::Internal(format!("cannot encode a watch event: {e}")))?;
-    Ok((Bytes::from(json), fields::selectable_projection(object)))
+    Ok((
+        Bytes::from(json),
+        fields::selectable_projection(info, object),
+    ))
 }
 
-fn decode_event(event: skiff_store::Event) -> crate::Result<CachedEvent> {
+fn decode_event(
+    info: &'static ResourceInfo,
+    event: skiff_store::Event,
+) -> crate::Result<CachedEvent> {
     let revision = event.kv.mod_revision;
     let object = match event.kind {
         EventKind::Delete => None,
-        EventKind::Put => Some(json_and_selectable(&decode(&event.kv, revision)?)?),
+        EventKind::Put => Some(json_and_selectable(info, &decode(&event.kv, revision)?)?),
     };
     let prev_stored = event.prev_kv.map(|prev| prev.value);
     let cached = CachedEvent {
         revision,
         key: event.kv.key,
+        info,
         object,
         prev_stored,
         prev_selectable: OnceLock::new(),
@@ -456,7 +472,7 @@ fn decode_event(event: skiff_store::Event) -> crate::Result<CachedEvent> {
                 String::from_utf8_lossy(&cached.key)
             )));
         };
-        let (json, selectable) = json_and_selectable(&prev)?;
+        let (json, selectable) = json_and_selectable(info, &prev)?;
         let _ = cached.prev_selectable.set(Some(selectable));
         let _ = cached.prev_json.set(json);
     }
@@ -470,7 +486,7 @@ mod tests {
     use skiff_store::{Config, SledStore};
 
     fn configmaps() -> &'static ResourceInfo {
-        skiff_meta::resources::lookup("", "v1", "configmaps").expect("served")
+        &skiff_kinds::builtin::config_map::INFO
     }
 
     struct Fixture {

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use skiff_api::replay::http::{Diff, History, Log, Objects, Params};
 use skiff_api::replay::objects::{resolve_kind, to_yaml, without_noise};
 use skiff_api::replay::{Change, DiffKind, Point, Replay};
-use skiff_api::table::{IncludeObject, TableVersion};
+use skiff_kinds::table::{IncludeObject, TableVersion};
 use skiff_meta::ResourceInfo;
 use skiff_store::archive::{self, Progress};
 use skiff_store::{Revision, SledStore, Store};
@@ -475,8 +475,10 @@ pub async fn get(args: GetArgs) -> Result<()> {
                 .as_deref()
                 .and_then(|t| t.parse().ok())
                 .unwrap_or_else(jiff::Timestamp::now);
-            let table = skiff_api::table::to_table_at(
-                info,
+            let kind = skiff_kinds::builtin::of(info)
+                .ok_or_else(|| anyhow::anyhow!("no table for {}", info.plural))?;
+            let table = skiff_kinds::table::to_table_at(
+                &**kind,
                 answer.items.clone(),
                 json!({}),
                 IncludeObject::None,

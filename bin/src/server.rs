@@ -78,12 +78,12 @@ pub struct ApiArgs {
 
     /// How long new pods tolerate a `node.kubernetes.io/not-ready` node before they are evicted,
     /// unless they say otherwise.
-    #[arg(long, default_value_t = skiff_api::defaults::DEFAULT_NOT_READY_TOLERATION_SECONDS, env = "SKIFF_DEFAULT_NOT_READY_TOLERATION_SECONDS")]
+    #[arg(long, default_value_t = skiff_kinds::defaults::DEFAULT_NOT_READY_TOLERATION_SECONDS, env = "SKIFF_DEFAULT_NOT_READY_TOLERATION_SECONDS")]
     pub default_not_ready_toleration_seconds: i64,
 
     /// How long new pods tolerate a `node.kubernetes.io/unreachable` node before they are
     /// evicted, unless they say otherwise.
-    #[arg(long, default_value_t = skiff_api::defaults::DEFAULT_NOT_READY_TOLERATION_SECONDS, env = "SKIFF_DEFAULT_UNREACHABLE_TOLERATION_SECONDS")]
+    #[arg(long, default_value_t = skiff_kinds::defaults::DEFAULT_NOT_READY_TOLERATION_SECONDS, env = "SKIFF_DEFAULT_UNREACHABLE_TOLERATION_SECONDS")]
     pub default_unreachable_toleration_seconds: i64,
 
     /// How often the history retention policy runs.
@@ -232,7 +232,7 @@ pub async fn run(args: ApiArgs, plan: Plan) -> Result<()> {
         ca_pem: Some(pki.ca_pem().to_string()),
         // Kubelets serve logs to the holder of the join secret.
         kubelet_token: Some(join_token.secret.clone()),
-        default_toleration_seconds: skiff_api::defaults::TolerationSeconds {
+        default_toleration_seconds: skiff_kinds::defaults::TolerationSeconds {
             not_ready: args.default_not_ready_toleration_seconds,
             unreachable: args.default_unreachable_toleration_seconds,
         },

@@ -296,7 +296,8 @@ pub fn parse_for(resource: &ResourceInfo, selector: &str) -> Result<Selector> {
 }
 
 /// How the value of a selectable field is read from an object.
-enum Source {
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FieldSource {
     /// A path of object keys; the default when absent (`""`, `"false"`, `"0"`).
     Path(&'static [&'static str], &'static str),
     /// `status.podIPs[0].ip`, else `status.podIP`.
@@ -305,115 +306,43 @@ enum Source {
     EventOrigin,
 }
 
-type FieldTable = &'static [(&'static str, Source)];
-
-const COMMON: FieldTable = &[
-    ("metadata.name", Source::Path(&["metadata", "name"], "")),
-    (
-        "metadata.namespace",
-        Source::Path(&["metadata", "namespace"], ""),
-    ),
-];
-
-const POD: FieldTable = &[
-    ("spec.nodeName", Source::Path(&["spec", "nodeName"], "")),
-    (
-        "spec.restartPolicy",
-        Source::Path(&["spec", "restartPolicy"], ""),
-    ),
-    (
-        "spec.schedulerName",
-        Source::Path(&["spec", "schedulerName"], ""),
-    ),
-    (
-        "spec.serviceAccountName",
-        Source::Path(&["spec", "serviceAccountName"], ""),
-    ),
-    (
-        "spec.hostNetwork",
-        Source::Path(&["spec", "hostNetwork"], "false"),
-    ),
-    ("status.phase", Source::Path(&["status", "phase"], "")),
-    ("status.podIP", Source::PodIp),
-    (
-        "status.nominatedNodeName",
-        Source::Path(&["status", "nominatedNodeName"], ""),
-    ),
-];
-
-const EVENT: FieldTable = &[
-    (
-        "involvedObject.kind",
-        Source::Path(&["involvedObject", "kind"], ""),
-    ),
-    (
-        "involvedObject.namespace",
-        Source::Path(&["involvedObject", "namespace"], ""),
-    ),
-    (
-        "involvedObject.name",
-        Source::Path(&["involvedObject", "name"], ""),
-    ),
-    (
-        "involvedObject.uid",
-        Source::Path(&["involvedObject", "uid"], ""),
-    ),
-    (
-        "involvedObject.apiVersion",
-        Source::Path(&["involvedObject", "apiVersion"], ""),
-    ),
-    (
-        "involvedObject.resourceVersion",
-        Source::Path(&["involvedObject", "resourceVersion"], ""),
-    ),
-    (
-        "involvedObject.fieldPath",
-        Source::Path(&["involvedObject", "fieldPath"], ""),
-    ),
-    ("reason", Source::Path(&["reason"], "")),
-    (
-        "reportingComponent",
-        Source::Path(&["reportingComponent"], ""),
-    ),
-    ("source", Source::EventOrigin),
-    ("type", Source::Path(&["type"], "")),
-];
-
-const NODE: FieldTable = &[(
-    "spec.unschedulable",
-    Source::Path(&["spec", "unschedulable"], "false"),
-)];
-const SECRET: FieldTable = &[("type", Source::Path(&["type"], ""))];
-const NAMESPACE: FieldTable = &[("status.phase", Source::Path(&["status", "phase"], ""))];
-const REPLICA_SET: FieldTable = &[(
-    "status.replicas",
-    Source::Path(&["status", "replicas"], "0"),
-)];
-
-/// The kinds with fields of their own, by (group, kind).
-const KIND_TABLES: &[(&str, &str, FieldTable)] = &[
-    ("", "Pod", POD),
-    ("", "Event", EVENT),
-    ("", "Node", NODE),
-    ("", "Secret", SECRET),
-    ("", "Namespace", NAMESPACE),
-    ("apps", "ReplicaSet", REPLICA_SET),
-];
-
-/// The kind-specific part of the table.
-fn kind_table(resource: &ResourceInfo) -> FieldTable {
-    KIND_TABLES
-        .iter()
-        .find(|(group, kind, _)| (*group, *kind) == (resource.group, resource.kind))
-        .map_or(&[], |&(_, _, table)| table)
+/// A field that field selectors may name, and where its value comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SelectableField {
+    /// Its label in a selector: `spec.nodeName`.
+    pub name: &'static str,
+    /// Where its value is read.
+    pub source: FieldSource,
 }
 
-fn lookup(resource: &ResourceInfo, field: &str) -> Option<&'static Source> {
-    COMMON
-        .iter()
-        .chain(kind_table(resource))
-        .find(|(name, _)| *name == field)
-        .map(|(_, s)| s)
+impl SelectableField {
+    /// A field read at `path` (`&["spec", "nodeName"]`), `default` when absent.
+    pub const fn path(
+        name: &'static str,
+        path: &'static [&'static str],
+        default: &'static str,
+    ) -> SelectableField {
+        SelectableField {
+            name,
+            source: FieldSource::Path(path, default),
+        }
+    }
+}
+
+/// The fields every kind has.
+const COMMON: &[SelectableField] = &[
+    SelectableField::path("metadata.name", &["metadata", "name"], ""),
+    SelectableField::path("metadata.namespace", &["metadata", "namespace"], ""),
+];
+
+fn all_fields(resource: &ResourceInfo) -> impl Iterator<Item = &'static SelectableField> {
+    COMMON.iter().chain(resource.selectable_fields)
+}
+
+fn lookup(resource: &ResourceInfo, field: &str) -> Option<&'static FieldSource> {
+    all_fields(resource)
+        .find(|f| f.name == field)
+        .map(|f| &f.source)
 }
 
 fn is_supported(resource: &ResourceInfo, field: &str) -> bool {
@@ -422,11 +351,7 @@ fn is_supported(resource: &ResourceInfo, field: &str) -> bool {
 
 /// The field labels `resource` supports in field selectors.
 pub fn supported_fields(resource: &ResourceInfo) -> Vec<&'static str> {
-    COMMON
-        .iter()
-        .chain(kind_table(resource))
-        .map(|(name, _)| *name)
-        .collect()
+    all_fields(resource).map(|f| f.name).collect()
 }
 
 /// A JSON scalar as the text Kubernetes' field set holds (`fmt.Sprint` of the Go value).
@@ -447,36 +372,34 @@ fn at_path<'a>(obj: &'a Value, path: &[&str]) -> Option<&'a Value> {
 pub fn field_value(resource: &ResourceInfo, obj: &Value, field: &str) -> Option<String> {
     let text = |path: &[&str]| at_path(obj, path).and_then(scalar_text);
     Some(match lookup(resource, field)? {
-        Source::Path(path, default) => text(path).unwrap_or_else(|| default.to_string()),
-        Source::PodIp => obj
+        FieldSource::Path(path, default) => text(path).unwrap_or_else(|| default.to_string()),
+        FieldSource::PodIp => obj
             .pointer("/status/podIPs/0/ip")
             .and_then(scalar_text)
             .or_else(|| text(&["status", "podIP"]))
             .unwrap_or_default(),
-        Source::EventOrigin => text(&["source", "component"])
+        FieldSource::EventOrigin => text(&["source", "component"])
             .filter(|s| !s.is_empty())
             .or_else(|| text(&["reportingComponent"]))
             .unwrap_or_default(),
     })
 }
 
-/// The parts of `obj` that any label or field selector can read: `metadata.labels` and the
-/// source of every selectable field of every kind, at the same paths (absent parts stay absent).
+/// The parts of `obj` that any label or field selector of `resource` can read: `metadata.labels`
+/// and the source of every selectable field, at the same paths (absent parts stay absent).
 /// Selectors match the projection exactly as they match the object, so a cache can keep this
-/// instead of the whole decoded object. Every kind's fields are kept, not only `obj`'s kind's,
-/// so that one projection serves every resource stored under the same prefix.
-pub fn selectable_projection(obj: &Value) -> Value {
+/// instead of the whole decoded object.
+pub fn selectable_projection(resource: &ResourceInfo, obj: &Value) -> Value {
     let mut out = Value::Object(serde_json::Map::new());
     copy_path(obj, &mut out, &["metadata", "labels"]);
-    let kinds = KIND_TABLES.iter().flat_map(|(_, _, table)| table.iter());
-    for (_, source) in COMMON.iter().chain(kinds) {
-        match source {
-            Source::Path(path, _) => copy_path(obj, &mut out, path),
-            Source::PodIp => {
+    for field in all_fields(resource) {
+        match field.source {
+            FieldSource::Path(path, _) => copy_path(obj, &mut out, path),
+            FieldSource::PodIp => {
                 copy_path(obj, &mut out, &["status", "podIPs"]);
                 copy_path(obj, &mut out, &["status", "podIP"]);
             }
-            Source::EventOrigin => {
+            FieldSource::EventOrigin => {
                 copy_path(obj, &mut out, &["source", "component"]);
                 copy_path(obj, &mut out, &["reportingComponent"]);
             }
@@ -507,68 +430,26 @@ fn copy_path(from: &Value, to: &mut Value, path: &[&str]) {
 
 #[cfg(test)]
 mod tests {
-
-    #[test]
-    fn a_projection_answers_every_field_and_label_as_the_object_does() {
-        let objects = [
-            serde_json::json!({
-                "metadata": {"name": "p", "namespace": "ns", "labels": {"app": "web", "tier": "1"},
-                             "annotations": {"big": "x"}},
-                "spec": {"nodeName": "n1", "restartPolicy": "Always", "hostNetwork": true,
-                         "containers": [{"name": "c", "image": "i"}]},
-                "status": {"phase": "Running", "podIP": "10.0.0.1",
-                           "podIPs": [{"ip": "10.0.0.2"}, {"ip": "fd00::2"}]}
-            }),
-            serde_json::json!({
-                "metadata": {"name": "e", "namespace": "ns"},
-                "involvedObject": {"kind": "Pod", "name": "p", "uid": "u"},
-                "reason": "Started", "type": "Normal", "reportingComponent": "kubelet",
-                "source": {"component": ""}
-            }),
-            serde_json::json!({"metadata": {"name": "n"}, "spec": {"unschedulable": true}}),
-            serde_json::json!({"metadata": {"name": "rs"}, "status": {"replicas": 3}}),
-            serde_json::json!({"metadata": {"name": "s"}, "type": "Opaque", "data": {"k": "dg=="}}),
-            serde_json::json!({"metadata": {"name": "odd", "labels": null}, "spec": null,
-                               "status": {"podIP": 7}}),
-        ];
-        let kinds = [
-            ("", "v1", "pods"),
-            ("", "v1", "events"),
-            ("", "v1", "nodes"),
-            ("", "v1", "secrets"),
-            ("", "v1", "namespaces"),
-            ("apps", "v1", "replicasets"),
-            ("", "v1", "configmaps"),
-        ];
-        for object in &objects {
-            let projection = selectable_projection(object);
-            assert_eq!(
-                projection.pointer("/metadata/labels"),
-                object.pointer("/metadata/labels")
-            );
-            for (group, version, resource) in kinds {
-                let info = crate::resources::lookup(group, version, resource).unwrap();
-                for field in supported_fields(info) {
-                    assert_eq!(
-                        field_value(info, &projection, field),
-                        field_value(info, object, field),
-                        "{field} of {object}"
-                    );
-                }
-            }
-        }
-        // What no selector reads is left out.
-        let pod = selectable_projection(&objects[0]);
-        assert!(pod.pointer("/spec/containers").is_none());
-        assert!(pod.pointer("/metadata/annotations").is_none());
-    }
     use super::*;
-    use crate::resources::lookup_kind;
-    use serde_json::json;
+    use crate::resources::READ_WRITE;
 
-    fn kind(group: &str, kind: &str) -> &'static ResourceInfo {
-        lookup_kind(group, kind).unwrap()
-    }
+    const PODS: ResourceInfo = ResourceInfo {
+        group: "",
+        version: "v1",
+        kind: "Pod",
+        plural: "pods",
+        singular: "pod",
+        short_names: &[],
+        namespaced: true,
+        verbs: READ_WRITE,
+        subresources: &[],
+        categories: &[],
+        selectable_fields: &[SelectableField::path(
+            "spec.nodeName",
+            &["spec", "nodeName"],
+            "",
+        )],
+    };
 
     #[test]
     fn parses_operators_and_escapes() {
@@ -610,144 +491,22 @@ mod tests {
             parse("a=b=c").unwrap_err().to_string(),
             "invalid field selector: unescaped character in value: 61"
         );
-        let pods = kind("", "Pod");
         assert_eq!(
-            parse_for(pods, "spec.foo=x").unwrap_err().to_string(),
+            parse_for(&PODS, "spec.foo=x").unwrap_err().to_string(),
             "field label not supported: spec.foo"
         );
         assert_eq!(
-            parse_for(kind("", "ConfigMap"), "spec.nodeName=x")
-                .unwrap_err()
-                .to_string(),
-            "field label not supported: spec.nodeName"
+            parse_for(&PODS, "spec.nodeName=x").unwrap().to_string(),
+            "spec.nodeName=x"
         );
     }
 
     #[test]
     fn errors_become_bad_requests() {
-        let e = ApiError::from(parse_for(kind("", "Pod"), "spec.foo=x").unwrap_err());
+        let e = ApiError::from(parse_for(&PODS, "spec.foo=x").unwrap_err());
         assert_eq!(
             (e.code(), e.message()),
             (400, "field label not supported: spec.foo")
-        );
-    }
-
-    #[test]
-    fn pods() {
-        let pods = kind("", "Pod");
-        let pod = json!({
-            "metadata": {"name": "web", "namespace": "default"},
-            "spec": {"nodeName": "n1", "restartPolicy": "Always", "hostNetwork": true},
-            "status": {"phase": "Running", "podIP": "10.0.0.9", "podIPs": [{"ip": "10.0.0.9"}]}
-        });
-        let m = |s: &str| parse_for(pods, s).unwrap().matches(pods, &pod);
-        assert!(m("metadata.name=web,metadata.namespace=default"));
-        assert!(m("spec.nodeName=n1"));
-        assert!(!m("spec.nodeName!=n1"));
-        assert!(m("spec.hostNetwork=true"));
-        assert!(m("status.phase=Running,status.podIP=10.0.0.9"));
-        // Absent fields are their zero value.
-        assert!(m("spec.schedulerName="));
-        assert!(m("status.nominatedNodeName="));
-        assert!(m("spec.serviceAccountName!=default"));
-        let unscheduled = json!({"metadata": {"name": "p"}});
-        assert!(parse("spec.nodeName=").unwrap().matches(pods, &unscheduled));
-        assert!(
-            parse("spec.hostNetwork=false")
-                .unwrap()
-                .matches(pods, &unscheduled)
-        );
-        assert!(
-            parse("metadata.namespace=")
-                .unwrap()
-                .matches(pods, &unscheduled)
-        );
-        assert!(!parse("bogus=").unwrap().matches(pods, &unscheduled));
-    }
-
-    #[test]
-    fn events_as_kubectl_describe_selects_them() {
-        let events = kind("", "Event");
-        let ev = json!({
-            "metadata": {"name": "nginx.1", "namespace": "default"},
-            "involvedObject": {"kind": "Pod", "name": "nginx", "namespace": "default", "uid": "u-1"},
-            "reason": "Scheduled", "type": "Normal", "reportingComponent": "default-scheduler"
-        });
-        let sel = parse_for(
-            events,
-            "involvedObject.uid=u-1,involvedObject.name=nginx,involvedObject.namespace=default",
-        )
-        .unwrap();
-        assert!(sel.matches(events, &ev));
-        assert!(
-            !parse("involvedObject.uid=u-2")
-                .unwrap()
-                .matches(events, &ev)
-        );
-        // `source` falls back to the reporting controller when source.component is empty.
-        assert!(
-            parse("source=default-scheduler")
-                .unwrap()
-                .matches(events, &ev)
-        );
-        let kubelet = json!({"source": {"component": "kubelet"}, "reportingComponent": "x"});
-        assert!(parse("source=kubelet").unwrap().matches(events, &kubelet));
-        for f in [
-            "involvedObject.kind",
-            "involvedObject.apiVersion",
-            "involvedObject.resourceVersion",
-            "involvedObject.fieldPath",
-            "reason",
-            "reportingComponent",
-            "type",
-        ] {
-            assert!(supported_fields(events).contains(&f), "{f}");
-        }
-    }
-
-    #[test]
-    fn other_kinds() {
-        let nodes = kind("", "Node");
-        assert!(
-            parse_for(nodes, "spec.unschedulable=false")
-                .unwrap()
-                .matches(nodes, &json!({"spec": {}}))
-        );
-        assert!(
-            parse("spec.unschedulable=true")
-                .unwrap()
-                .matches(nodes, &json!({"spec": {"unschedulable": true}}))
-        );
-        let secrets = kind("", "Secret");
-        assert!(
-            parse_for(secrets, "type=kubernetes.io/service-account-token")
-                .unwrap()
-                .matches(
-                    secrets,
-                    &json!({"type": "kubernetes.io/service-account-token"})
-                )
-        );
-        let ns = kind("", "Namespace");
-        assert!(
-            parse_for(ns, "status.phase=Active")
-                .unwrap()
-                .matches(ns, &json!({"status": {"phase": "Active"}}))
-        );
-        let rs = kind("apps", "ReplicaSet");
-        assert!(
-            parse_for(rs, "status.replicas=0")
-                .unwrap()
-                .matches(rs, &json!({"status": {}}))
-        );
-        assert!(
-            parse("status.replicas=3")
-                .unwrap()
-                .matches(rs, &json!({"status": {"replicas": 3}}))
-        );
-        assert!(parse_for(kind("apps", "Deployment"), "status.replicas=0").is_err());
-        assert_eq!(
-            supported_fields(kind("", "ConfigMap")),
-            vec!["metadata.name", "metadata.namespace"]
         );
     }
 

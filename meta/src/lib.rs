@@ -1,19 +1,21 @@
 //! Kubernetes API machinery shared by the API server (`skiff-api`) and the client (`skiff-client`):
-//! `Status` errors, label and field selectors, and the table of served resources.
+//! `Status` errors, label and field selectors, and what a served resource is called.
 //!
 //! It exists so that the server and the client agree on these by construction instead of each
 //! carrying a copy. It knows nothing of the log and nothing of HTTP.
 //!
 //! # Layout
-//! - [`resources`]: the served kinds: names, scope, verbs, subresources, storage keys, URL paths.
+//! - [`resources`]: a resource's names, scope, verbs, subresources, storage keys, URL paths.
+//! - [`intern`]: `'static` copies of the names of kinds defined at run time.
 //! - [`status`]: `Status` error bodies, field errors and the typed [`ApiError`].
 //! - [`labels`]: label selectors (`labelSelector=`, `metav1.LabelSelector`) and label name checks.
-//! - [`fields`]: field selectors (`fieldSelector=`) and the per-kind table of selectable fields.
+//! - [`fields`]: field selectors (`fieldSelector=`) and selectable fields.
 
 pub mod fields;
+pub mod intern;
 pub mod labels;
 pub mod resources;
 pub mod status;
 
-pub use resources::{RESOURCES, ResourceInfo, Subresource};
+pub use resources::{ResourceInfo, Subresource};
 pub use status::ApiError;

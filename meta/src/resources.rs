@@ -1,8 +1,11 @@
-//! The table of served resources: one [`ResourceInfo`] per kind, the single source for discovery,
-//! routing, storage keys and the client's URL building.
+//! What a served resource is called and where it lives: [`ResourceInfo`] (names, scope, verbs,
+//! subresources, storage keys, URL paths). Each kind's own value lives with the rest of that kind
+//! in `skiff-kinds`; the API server's registry of kinds holds the served ones.
+
+pub use crate::fields::{FieldSource, SelectableField};
 
 /// A subresource of a served resource (`pods/status`, `deployments/scale`, ...).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Subresource {
     /// Its path segment: `status`, `binding`, `log`, `scale`.
     pub name: &'static str,
@@ -17,7 +20,7 @@ pub struct Subresource {
 }
 
 /// One served resource.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ResourceInfo {
     /// API group; empty for the core group.
     pub group: &'static str,
@@ -39,6 +42,9 @@ pub struct ResourceInfo {
     pub subresources: &'static [Subresource],
     /// Categories (`all`) kubectl expands.
     pub categories: &'static [&'static str],
+    /// The fields of this kind that field selectors may name, besides `metadata.name` and
+    /// `metadata.namespace`, which every kind has.
+    pub selectable_fields: &'static [SelectableField],
 }
 
 impl ResourceInfo {
@@ -108,7 +114,8 @@ impl ResourceInfo {
     }
 }
 
-const READ_WRITE: &[&str] = &[
+/// The verbs of a resource that supports every operation.
+pub const READ_WRITE: &[&str] = &[
     "create",
     "delete",
     "deletecollection",
@@ -118,9 +125,12 @@ const READ_WRITE: &[&str] = &[
     "update",
     "watch",
 ];
-const STATUS_VERBS: &[&str] = &["get", "patch", "update"];
 
-const fn status(group: &'static str, version: &'static str, kind: &'static str) -> Subresource {
+/// The verbs of a `status` or `scale` subresource.
+pub const STATUS_VERBS: &[&str] = &["get", "patch", "update"];
+
+/// The `status` subresource of a kind.
+pub const fn status(group: &'static str, version: &'static str, kind: &'static str) -> Subresource {
     Subresource {
         name: "status",
         group,
@@ -130,7 +140,8 @@ const fn status(group: &'static str, version: &'static str, kind: &'static str) 
     }
 }
 
-const SCALE: Subresource = Subresource {
+/// The `scale` subresource (an `autoscaling/v1` Scale).
+pub const SCALE: Subresource = Subresource {
     name: "scale",
     group: "autoscaling",
     version: "v1",
@@ -138,273 +149,62 @@ const SCALE: Subresource = Subresource {
     verbs: STATUS_VERBS,
 };
 
-/// Every resource skiff serves, core group first, in discovery order.
-pub const RESOURCES: &[ResourceInfo] = &[
-    ResourceInfo {
-        group: "",
-        version: "v1",
-        kind: "Namespace",
-        plural: "namespaces",
-        singular: "namespace",
-        short_names: &["ns"],
-        namespaced: false,
-        verbs: &[
-            "create", "delete", "get", "list", "patch", "update", "watch",
-        ],
-        subresources: &[status("", "v1", "Namespace")],
-        categories: &[],
-    },
-    ResourceInfo {
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PODS: ResourceInfo = ResourceInfo {
         group: "",
         version: "v1",
         kind: "Pod",
         plural: "pods",
         singular: "pod",
-        short_names: &["po"],
+        short_names: &[],
         namespaced: true,
         verbs: READ_WRITE,
-        subresources: &[
-            status("", "v1", "Pod"),
-            Subresource {
-                name: "binding",
-                group: "",
-                version: "v1",
-                kind: "Binding",
-                verbs: &["create"],
-            },
-            Subresource {
-                name: "log",
-                group: "",
-                version: "v1",
-                kind: "Pod",
-                verbs: &["get"],
-            },
-        ],
-        categories: &["all"],
-    },
-    ResourceInfo {
-        group: "",
-        version: "v1",
+        subresources: &[],
+        categories: &[],
+        selectable_fields: &[],
+    };
+
+    const NODES: ResourceInfo = ResourceInfo {
         kind: "Node",
         plural: "nodes",
         singular: "node",
-        short_names: &["no"],
         namespaced: false,
-        verbs: READ_WRITE,
-        subresources: &[status("", "v1", "Node")],
-        categories: &[],
-    },
-    ResourceInfo {
-        group: "",
-        version: "v1",
-        kind: "Service",
-        plural: "services",
-        singular: "service",
-        short_names: &["svc"],
-        namespaced: true,
-        verbs: READ_WRITE,
-        subresources: &[status("", "v1", "Service")],
-        categories: &["all"],
-    },
-    ResourceInfo {
-        group: "",
-        version: "v1",
-        kind: "Endpoints",
-        plural: "endpoints",
-        singular: "endpoints",
-        short_names: &["ep"],
-        namespaced: true,
-        verbs: READ_WRITE,
-        subresources: &[],
-        categories: &[],
-    },
-    ResourceInfo {
-        group: "",
-        version: "v1",
-        kind: "ConfigMap",
-        plural: "configmaps",
-        singular: "configmap",
-        short_names: &["cm"],
-        namespaced: true,
-        verbs: READ_WRITE,
-        subresources: &[],
-        categories: &[],
-    },
-    ResourceInfo {
-        group: "",
-        version: "v1",
-        kind: "Secret",
-        plural: "secrets",
-        singular: "secret",
-        short_names: &[],
-        namespaced: true,
-        verbs: READ_WRITE,
-        subresources: &[],
-        categories: &[],
-    },
-    ResourceInfo {
-        group: "",
-        version: "v1",
-        kind: "Event",
-        plural: "events",
-        singular: "event",
-        short_names: &["ev"],
-        namespaced: true,
-        verbs: READ_WRITE,
-        subresources: &[],
-        categories: &[],
-    },
-    ResourceInfo {
-        group: "",
-        version: "v1",
-        kind: "ServiceAccount",
-        plural: "serviceaccounts",
-        singular: "serviceaccount",
-        short_names: &["sa"],
-        namespaced: true,
-        verbs: READ_WRITE,
-        subresources: &[],
-        categories: &[],
-    },
-    ResourceInfo {
+        ..PODS
+    };
+
+    const DEPLOYMENTS: ResourceInfo = ResourceInfo {
         group: "apps",
-        version: "v1",
         kind: "Deployment",
         plural: "deployments",
         singular: "deployment",
-        short_names: &["deploy"],
-        namespaced: true,
-        verbs: READ_WRITE,
-        subresources: &[status("apps", "v1", "Deployment"), SCALE],
-        categories: &["all"],
-    },
-    ResourceInfo {
-        group: "apps",
-        version: "v1",
-        kind: "ReplicaSet",
-        plural: "replicasets",
-        singular: "replicaset",
-        short_names: &["rs"],
-        namespaced: true,
-        verbs: READ_WRITE,
-        subresources: &[status("apps", "v1", "ReplicaSet"), SCALE],
-        categories: &["all"],
-    },
-    ResourceInfo {
-        group: "apps",
-        version: "v1",
-        kind: "DaemonSet",
-        plural: "daemonsets",
-        singular: "daemonset",
-        short_names: &["ds"],
-        namespaced: true,
-        verbs: READ_WRITE,
-        subresources: &[status("apps", "v1", "DaemonSet")],
-        categories: &["all"],
-    },
-    ResourceInfo {
-        group: "coordination.k8s.io",
-        version: "v1",
-        kind: "Lease",
-        plural: "leases",
-        singular: "lease",
-        short_names: &[],
-        namespaced: true,
-        verbs: READ_WRITE,
-        subresources: &[],
-        categories: &[],
-    },
-    ResourceInfo {
-        group: "discovery.k8s.io",
-        version: "v1",
-        kind: "EndpointSlice",
-        plural: "endpointslices",
-        singular: "endpointslice",
-        short_names: &[],
-        namespaced: true,
-        verbs: READ_WRITE,
-        subresources: &[],
-        categories: &[],
-    },
-];
-
-/// The resource served under `group`/`version` with URL name `plural`.
-pub fn lookup(group: &str, version: &str, plural: &str) -> Option<&'static ResourceInfo> {
-    RESOURCES
-        .iter()
-        .find(|r| r.group == group && r.version == version && r.plural == plural)
-}
-
-/// The resource of `kind` in `group` (any served version).
-pub fn lookup_kind(group: &str, kind: &str) -> Option<&'static ResourceInfo> {
-    RESOURCES
-        .iter()
-        .find(|r| r.group == group && r.kind == kind)
-}
-
-/// The served API groups (core excluded) in discovery order, each with its versions.
-pub fn groups() -> Vec<(&'static str, Vec<&'static str>)> {
-    let mut out: Vec<(&'static str, Vec<&'static str>)> = Vec::new();
-    for r in RESOURCES.iter().filter(|r| !r.group.is_empty()) {
-        match out.iter_mut().find(|(g, _)| *g == r.group) {
-            Some((_, versions)) => {
-                if !versions.contains(&r.version) {
-                    versions.push(r.version);
-                }
-            }
-            None => out.push((r.group, vec![r.version])),
-        }
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
+        subresources: &[SCALE],
+        ..PODS
+    };
 
     #[test]
     fn keys_and_paths() {
-        let pods = lookup("", "v1", "pods").unwrap();
         assert_eq!(
-            pods.storage_key(Some("default"), "web"),
+            PODS.storage_key(Some("default"), "web"),
             "/registry/core/pods/default/web"
         );
-        assert_eq!(pods.storage_prefix_in(None), "/registry/core/pods/");
+        assert_eq!(PODS.storage_prefix_in(None), "/registry/core/pods/");
         assert_eq!(
-            pods.object_path(Some("default"), "web"),
+            PODS.object_path(Some("default"), "web"),
             "/api/v1/namespaces/default/pods/web"
         );
-        let nodes = lookup_kind("", "Node").unwrap();
         assert_eq!(
-            nodes.storage_key(Some("ignored"), "n1"),
+            NODES.storage_key(Some("ignored"), "n1"),
             "/registry/core/nodes/n1"
         );
-        assert_eq!(nodes.object_path(None, "n1"), "/api/v1/nodes/n1");
-        let deploy = lookup("apps", "v1", "deployments").unwrap();
-        assert_eq!(deploy.api_version(), "apps/v1");
+        assert_eq!(NODES.object_path(None, "n1"), "/api/v1/nodes/n1");
+        assert_eq!(DEPLOYMENTS.api_version(), "apps/v1");
         assert_eq!(
-            deploy.collection_path(Some("bar")),
+            DEPLOYMENTS.collection_path(Some("bar")),
             "/apis/apps/v1/namespaces/bar/deployments"
         );
-        assert_eq!(deploy.subresource("scale").unwrap().kind, "Scale");
-    }
-
-    #[test]
-    fn no_prefix_of_one_resource_contains_another() {
-        // A list of `endpoints` must never see `endpointslices`: prefixes end in '/'.
-        for a in RESOURCES {
-            for b in RESOURCES {
-                if a != b {
-                    assert!(!b.storage_prefix().starts_with(&a.storage_prefix()));
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn groups_in_order() {
-        let groups = groups();
-        assert_eq!(groups[0], ("apps", vec!["v1"]));
-        assert!(groups.iter().any(|(g, _)| *g == "coordination.k8s.io"));
+        assert_eq!(DEPLOYMENTS.subresource("scale").unwrap().kind, "Scale");
     }
 }

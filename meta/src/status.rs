@@ -1161,9 +1161,21 @@ mod tests {
 
     #[test]
     fn resource_info_converts() {
-        let deploy = crate::resources::lookup("apps", "v1", "deployments").unwrap();
-        assert_eq!(GroupResource::from(deploy).to_string(), "deployments.apps");
-        assert_eq!(GroupKind::from(deploy).to_string(), "Deployment.apps");
+        let deploy = ResourceInfo {
+            group: "apps",
+            version: "v1",
+            kind: "Deployment",
+            plural: "deployments",
+            singular: "deployment",
+            short_names: &[],
+            namespaced: true,
+            verbs: crate::resources::READ_WRITE,
+            subresources: &[],
+            categories: &[],
+            selectable_fields: &[],
+        };
+        assert_eq!(GroupResource::from(&deploy).to_string(), "deployments.apps");
+        assert_eq!(GroupKind::from(&deploy).to_string(), "Deployment.apps");
     }
 
     #[test]

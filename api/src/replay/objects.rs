@@ -3,7 +3,7 @@
 //! for diffs.
 
 use serde_json::Value;
-use skiff_meta::{RESOURCES, ResourceInfo};
+use skiff_meta::ResourceInfo;
 use skiff_store::KeyValue;
 
 use crate::registry::set_resource_version;
@@ -41,6 +41,11 @@ impl std::fmt::Display for Operation {
     }
 }
 
+/// The built-in kinds' resources. (Custom resources in the history are not resolved yet.)
+fn builtin_infos() -> impl Iterator<Item = &'static ResourceInfo> {
+    skiff_kinds::builtin::all().iter().map(|k| k.info())
+}
+
 /// The served resource a user means by `name`, as kubectl resolves it: the plural, singular or
 /// kind (any case), a short name, optionally qualified by group (`deployments.apps`, `deploy`).
 pub fn resolve_kind(name: &str) -> Option<&'static ResourceInfo> {
@@ -49,7 +54,7 @@ pub fn resolve_kind(name: &str) -> Option<&'static ResourceInfo> {
         Some((base, group)) => (base.to_string(), Some(group.to_string())),
         None => (lower.clone(), None),
     };
-    RESOURCES.iter().find(|r| {
+    builtin_infos().find(|r| {
         let names = base == r.plural
             || base == r.singular
             || base == r.kind.to_ascii_lowercase()
@@ -70,9 +75,7 @@ pub fn parse_key(key: &[u8]) -> Option<(&'static ResourceInfo, Option<String>, S
     let mut parts = rest.split('/');
     let group = parts.next()?;
     let plural = parts.next()?;
-    let info = RESOURCES
-        .iter()
-        .find(|r| r.storage_group() == group && r.plural == plural)?;
+    let info = builtin_infos().find(|r| r.storage_group() == group && r.plural == plural)?;
     let first = parts.next()?.to_string();
     let second = parts.next();
     if parts.next().is_some() {

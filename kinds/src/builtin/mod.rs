@@ -1,0 +1,99 @@
+//! The built-in kinds, one module each, and the one list that registers them.
+//!
+//! Adding a built-in kind is a new module here (its [`ResourceInfo`](skiff_meta::ResourceInfo) and its [`Kind`]
+//! implementation) plus its line in [`all`]; the tests below check that every registered kind
+//! has every piece.
+
+pub mod config_map;
+pub mod daemon_set;
+pub mod deployment;
+pub mod endpoint_slice;
+pub mod endpoints;
+pub mod event;
+pub mod lease;
+pub mod namespace;
+pub mod node;
+pub mod pod;
+pub mod replica_set;
+pub mod secret;
+pub mod service;
+pub mod service_account;
+
+#[cfg(test)]
+mod tests;
+
+use std::sync::{Arc, LazyLock};
+
+use crate::Kind;
+
+/// What the kind modules use.
+mod prelude {
+    pub use jiff::Timestamp;
+    pub use k8s_openapi::api;
+    pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    pub use schemars::generate::SchemaGenerator;
+    pub use serde_json::{Value, json};
+    pub use skiff_meta::ResourceInfo;
+    pub use skiff_meta::resources::{
+        FieldSource, READ_WRITE, SCALE, SelectableField, Subresource, status,
+    };
+
+    pub use crate::kind::{Checked, Kind, Strategy};
+    pub use crate::patch::schema::{self, Type};
+    pub use crate::table::{self, Column};
+    pub use crate::typed::roundtrip;
+    pub use crate::validation::names::{self, NameFn};
+    pub use crate::{defaults, strategy, validation};
+
+    /// Adds `T`'s schema to `generator` and returns its name.
+    pub fn schema_name<T: schemars::JsonSchema>(generator: &mut SchemaGenerator) -> String {
+        generator.subschema_for::<T>();
+        T::schema_name().into_owned()
+    }
+}
+
+/// Every built-in kind, core group first, in discovery order.
+pub fn all() -> &'static [Arc<dyn Kind>] {
+    static ALL: LazyLock<Vec<Arc<dyn Kind>>> = LazyLock::new(|| {
+        vec![
+            Arc::new(namespace::Namespace),
+            Arc::new(pod::Pod),
+            Arc::new(node::Node),
+            Arc::new(service::Service),
+            Arc::new(endpoints::Endpoints),
+            Arc::new(config_map::ConfigMap),
+            Arc::new(secret::Secret),
+            Arc::new(event::Event),
+            Arc::new(service_account::ServiceAccount),
+            Arc::new(deployment::Deployment),
+            Arc::new(replica_set::ReplicaSet),
+            Arc::new(daemon_set::DaemonSet),
+            Arc::new(lease::Lease),
+            Arc::new(endpoint_slice::EndpointSlice),
+        ]
+    });
+    &ALL
+}
+
+/// The built-in kind with URL name `plural` (for tests and tools that need no server).
+pub fn by_plural(plural: &str) -> Arc<dyn Kind> {
+    all()
+        .iter()
+        .find(|k| k.info().plural == plural)
+        .cloned()
+        .unwrap_or_else(|| panic!("no built-in kind {plural}"))
+}
+
+/// The built-in kind `kind` of `group`.
+pub fn by_kind(group: &str, kind: &str) -> Arc<dyn Kind> {
+    all()
+        .iter()
+        .find(|k| k.info().group == group && k.info().kind == kind)
+        .cloned()
+        .unwrap_or_else(|| panic!("no built-in kind {group}/{kind}"))
+}
+
+/// The built-in kind `info` describes.
+pub fn of(info: &skiff_meta::ResourceInfo) -> Option<&'static Arc<dyn Kind>> {
+    all().iter().find(|k| k.info() == info)
+}

@@ -1,0 +1,108 @@
+//! `core/v1` Pod.
+
+use super::prelude::*;
+
+/// `core/v1` Pod.
+pub struct Pod;
+
+/// Its names, scope, verbs, subresources and selectable fields.
+pub const INFO: ResourceInfo = ResourceInfo {
+    group: "",
+    version: "v1",
+    kind: "Pod",
+    plural: "pods",
+    singular: "pod",
+    short_names: &["po"],
+    namespaced: true,
+    verbs: READ_WRITE,
+    subresources: &[
+        status("", "v1", "Pod"),
+        Subresource {
+            name: "binding",
+            group: "",
+            version: "v1",
+            kind: "Binding",
+            verbs: &["create"],
+        },
+        Subresource {
+            name: "log",
+            group: "",
+            version: "v1",
+            kind: "Pod",
+            verbs: &["get"],
+        },
+    ],
+    categories: &["all"],
+    selectable_fields: &[
+        SelectableField::path("spec.nodeName", &["spec", "nodeName"], ""),
+        SelectableField::path("spec.restartPolicy", &["spec", "restartPolicy"], ""),
+        SelectableField::path("spec.schedulerName", &["spec", "schedulerName"], ""),
+        SelectableField::path(
+            "spec.serviceAccountName",
+            &["spec", "serviceAccountName"],
+            "",
+        ),
+        SelectableField::path("spec.hostNetwork", &["spec", "hostNetwork"], "false"),
+        SelectableField::path("status.phase", &["status", "phase"], ""),
+        SelectableField {
+            name: "status.podIP",
+            source: FieldSource::PodIp,
+        },
+        SelectableField::path(
+            "status.nominatedNodeName",
+            &["status", "nominatedNodeName"],
+            "",
+        ),
+    ],
+};
+
+impl Kind for Pod {
+    fn info(&self) -> &'static ResourceInfo {
+        &INFO
+    }
+
+    fn decode(&self, object: &Value) -> Result<Value, String> {
+        roundtrip::<api::core::v1::Pod>(object)
+    }
+
+    fn openapi_schema(&self, generator: &mut SchemaGenerator) -> Option<String> {
+        Some(schema_name::<api::core::v1::Pod>(generator))
+    }
+
+    fn columns(&self) -> Vec<Column> {
+        table::pod_columns()
+    }
+
+    fn cells(&self, object: &Value, now: Timestamp) -> Option<Vec<Value>> {
+        table::pod_row(object, now)
+    }
+
+    fn merge_schema(&self) -> Option<&'static Type> {
+        Some(&schema::POD)
+    }
+
+    fn default(&self, object: &mut Value) {
+        defaults::pod(object);
+    }
+
+    fn strategy(&self) -> Strategy {
+        Strategy::GENERATION
+    }
+
+    fn validate(&self, new: &Value, old: Option<&Value>, _meta: &ObjectMeta) -> Checked {
+        validation::pod::validate(new, old)
+    }
+
+    fn validate_status(&self, new: &Value, old: &Value) -> Checked {
+        validation::pod::validate_pod_status_update(new, old)
+    }
+
+    fn prepare_for_create(&self, object: &mut Value) {
+        let qos = strategy::pod_qos_class(object);
+        object["status"] = json!({"phase": "Pending", "qosClass": qos});
+    }
+
+    fn row_conditions(&self, object: &Value) -> Option<Value> {
+        table::pod_row_conditions(object)
+    }
+}

@@ -1,0 +1,134 @@
+//! What a served kind is: the [`Kind`] trait, which every kind's module implements once.
+//!
+//! The API server never asks "which kind is this?": it asks the kind. Decoding, defaulting,
+//! validation, the write strategy, Table columns and cells, the strategic-merge schema, the OpenAPI
+//! schema and the selectable fields (in its [`ResourceInfo`]) are all here, so that a kind is one
+//! module plus one registration line (see [`crate::builtin`]), and a kind defined at run time (a
+//! CustomResourceDefinition's, [`crate::custom`]) is one more implementation of the same trait.
+//!
+//! Methods without a default are what every kind must say; a kind that leaves one out does not
+//! compile. The defaults are what Kubernetes does for a kind that says nothing more (no defaults,
+//! no rules beyond metadata, no generation).
+
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use schemars::generate::SchemaGenerator;
+use serde_json::Value;
+use skiff_meta::ResourceInfo;
+
+use crate::patch::schema::Type;
+use crate::table::Column;
+use crate::validation::FieldError;
+use crate::validation::names::{self, NameFn};
+
+/// The outcome of a kind's rules: the field errors found, or the one error that stopped the check
+/// (a part that does not decode).
+pub type Checked = Result<Vec<FieldError>, FieldError>;
+
+/// How writes treat a kind's `status` and `metadata.generation` (Kubernetes' registry strategies).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Strategy {
+    /// Writes to the main resource bump `metadata.generation` when the spec changes.
+    pub tracks_generation: bool,
+    /// The main resource's writes keep the status the client sent (a Node's kubelet registers
+    /// its node with its status); otherwise a kind with a `status` subresource takes status
+    /// from the stored object on update and starts without one on create.
+    pub client_writes_status: bool,
+}
+
+impl Strategy {
+    /// No generation, status owned by the `status` subresource (when there is one).
+    pub const DEFAULT: Strategy = Strategy {
+        tracks_generation: false,
+        client_writes_status: false,
+    };
+
+    /// [`Strategy::DEFAULT`] with generations.
+    pub const GENERATION: Strategy = Strategy {
+        tracks_generation: true,
+        client_writes_status: false,
+    };
+}
+
+/// A served kind.
+pub trait Kind: Send + Sync + 'static {
+    /// Its names, scope, verbs, subresources and selectable fields.
+    fn info(&self) -> &'static ResourceInfo;
+
+    /// The object in canonical form: through the kind's type for built-in kinds (an error says
+    /// where it does not fit, for a 400), through the schema for custom resources. Fields the
+    /// kind does not know are dropped; [`crate::typed::decode`] reports them.
+    fn decode(&self, object: &Value) -> Result<Value, String>;
+
+    /// Adds the kind's OpenAPI schema to `generator` and returns its name, or `None` when the
+    /// kind publishes none.
+    fn openapi_schema(&self, generator: &mut SchemaGenerator) -> Option<String>;
+
+    /// The Table columns `kubectl get` shows, in cell order.
+    fn columns(&self) -> Vec<Column>;
+
+    /// The cells of one object's row, one per column; `None` when the object does not fit the
+    /// kind (the row then shows the name and `<unknown>`s).
+    fn cells(&self, object: &Value, now: Timestamp) -> Option<Vec<Value>>;
+
+    /// The merge keys and list types of strategic merge patch and server-side apply; `None` for a
+    /// kind that has no strategic merge patch (custom resources: the patch is refused as
+    /// Kubernetes refuses it, and server-side apply treats lists as atomic).
+    fn merge_schema(&self) -> Option<&'static Type>;
+
+    /// The kind's defaults (Kubernetes' `SetDefaults_*`), in place; idempotent, applied on every
+    /// create and update before validation.
+    fn default(&self, _object: &mut Value) {}
+
+    /// The kind's create-time fills, after the common ones (uid, timestamps, generation, the
+    /// status reset): a pod's phase, a namespace's finalizer.
+    fn prepare_for_create(&self, _object: &mut Value) {}
+
+    /// The kind's carry-overs on an update of the main resource, after the common ones: a
+    /// service keeps the addresses and ports the cluster allocated.
+    fn prepare_for_update(&self, _new: &mut Value, _old: &Value) {}
+
+    /// How writes treat status and generation.
+    fn strategy(&self) -> Strategy {
+        Strategy::DEFAULT
+    }
+
+    /// The rule for object names (`ValidateNameFunc`).
+    fn name_rule(&self) -> NameFn {
+        names::name_is_dns_subdomain
+    }
+
+    /// Whether metadata is checked only once the kind's own rules pass (Events, whose metadata
+    /// Kubernetes checks last and with the path-segment name rule).
+    fn validates_metadata_last(&self) -> bool {
+        false
+    }
+
+    /// The kind's rules on create (`old` = None) and update, beyond metadata. `meta` is the
+    /// object's metadata with the request's namespace filled in.
+    fn validate(&self, _new: &Value, _old: Option<&Value>, _meta: &ObjectMeta) -> Checked {
+        Ok(Vec::new())
+    }
+
+    /// The kind's rules on an update through the `status` subresource.
+    fn validate_status(&self, _new: &Value, _old: &Value) -> Checked {
+        Ok(Vec::new())
+    }
+
+    /// Conditions of an object's Table row (a finished pod's `Completed`).
+    fn row_conditions(&self, _object: &Value) -> Option<Value> {
+        None
+    }
+
+    /// Whether objects expire after the server's event TTL (Events).
+    fn expires(&self) -> bool {
+        false
+    }
+}
+
+impl std::fmt::Debug for dyn Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let info = self.info();
+        write!(f, "Kind({}/{} {})", info.group, info.version, info.kind)
+    }
+}
