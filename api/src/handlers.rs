@@ -8,7 +8,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 use http::{HeaderMap, Method, StatusCode};
 use serde_json::{Value, json};
-use skiff_kinds::{Kind, Snapshot};
+use skiff_kinds::{Kind, ScalePaths, Snapshot};
 use skiff_meta::ResourceInfo;
 use skiff_store::Revision;
 
@@ -208,8 +208,9 @@ pub async fn handle(server: &Arc<ApiServer>, request: Request, target: Target) -
         }
         (&Method::POST, Some(name), Some("binding")) => bind(server, &request, ns, name).await,
         (&Method::GET, Some(name), Some("scale")) => {
+            let paths = kind.scale().ok_or(Error::NoRoute)?;
             let object = get(server, &request, kind, ns, name).await?;
-            Ok(json_response(StatusCode::OK, &to_scale(&object)))
+            Ok(json_response(StatusCode::OK, &to_scale(&paths, &object)))
         }
         (&Method::PUT | &Method::PATCH, Some(name), Some("scale")) => {
             scale(server, &request, kind, ns, name).await
@@ -607,7 +608,13 @@ impl CachedWatcher {
     /// Appends the event's line: JSON and YAML clients get JSON lines whose object is encoded
     /// once per event for all of them; Tables are rendered per watcher.
     fn append_line(&self, out: &mut Vec<u8>, event: &CachedEvent, seen: Seen) {
+        // The shared JSON is the stored version's; a kind served in another version renders
+        // its own.
+        let shared_json = !skiff_kinds::converts(&*self.kind);
         match self.format {
+            render::Format::Json | render::Format::Yaml if !shared_json => out.extend_from_slice(
+                &watch_line(&self.format, &*self.kind, &event.to_watch_event(seen)),
+            ),
             render::Format::Table { .. } => out.extend_from_slice(&watch_line(
                 &self.format,
                 &*self.kind,
@@ -869,6 +876,11 @@ async fn admit_and_create(
             return Ok(None);
         }
         let lease = server.lease_for(kind).await?;
+        if skiff_kinds::converts(kind) {
+            let mut stored = object.clone();
+            skiff_kinds::to_stored(kind, &mut stored);
+            return server.registry.insert(info, &stored, lease).await.map(Some);
+        }
         server.registry.insert(info, &object, lease).await.map(Some)
     }
     .await;
@@ -951,6 +963,7 @@ async fn admit_update(
     if strategy::ready_to_remove(&new) {
         return Ok(Update::Delete);
     }
+    skiff_kinds::to_stored(kind, &mut new);
     Ok(Update::Write(new))
 }
 
@@ -1004,7 +1017,8 @@ async fn update(
     let dry = dry_run(&request.query)?;
     let outcome = server
         .registry
-        .update(info, ns, name, expected, dry, |current| {
+        .update(info, ns, name, expected, dry, |mut current| {
+            skiff_kinds::to_served(kind, &mut current);
             let object = object.clone();
             async move {
                 admit_update(
@@ -1070,7 +1084,8 @@ async fn patch(
     let warnings = std::sync::Mutex::new(Vec::new());
     let outcome = server
         .registry
-        .update(info, ns, name, None, dry, |current| {
+        .update(info, ns, name, None, dry, |mut current| {
+            skiff_kinds::to_served(kind, &mut current);
             let warnings = &warnings;
             let options = &options;
             async move {
@@ -1524,12 +1539,24 @@ pub fn set_condition(
 }
 
 /// The `autoscaling/v1` Scale of a scalable object.
-fn to_scale(object: &Value) -> Value {
+fn at_path<'a>(object: &'a Value, path: &[String]) -> Option<&'a Value> {
+    path.iter().try_fold(object, |v, k| v.get(k))
+}
+
+/// The `autoscaling/v1` Scale of an object, read where its kind keeps replicas and selector.
+fn to_scale(paths: &ScalePaths, object: &Value) -> Value {
     let meta = &object["metadata"];
-    let selector = object
-        .pointer("/spec/selector")
-        .map(selectors::label_selector_string)
+    let selector = paths
+        .selector
+        .as_ref()
+        .and_then(|p| at_path(object, p))
+        .map(|s| match (paths.selector_is_string, s) {
+            (true, Value::String(s)) => s.clone(),
+            (true, _) => String::new(),
+            (false, s) => selectors::label_selector_string(s),
+        })
         .unwrap_or_default();
+    let replicas = |p: &[String]| at_path(object, p).cloned().unwrap_or(json!(0));
     json!({
         "kind": "Scale",
         "apiVersion": "autoscaling/v1",
@@ -1540,12 +1567,27 @@ fn to_scale(object: &Value) -> Value {
             "resourceVersion": meta["resourceVersion"],
             "creationTimestamp": meta["creationTimestamp"],
         },
-        "spec": {"replicas": object.pointer("/spec/replicas").cloned().unwrap_or(json!(1))},
+        "spec": {"replicas": replicas(&paths.spec_replicas)},
         "status": {
-            "replicas": object.pointer("/status/replicas").cloned().unwrap_or(json!(0)),
+            "replicas": replicas(&paths.status_replicas),
             "selector": selector,
         },
     })
+}
+
+/// Sets the value at `path`, making the objects on the way.
+fn set_path(object: &mut Value, path: &[String], value: Value) {
+    let Some((last, parents)) = path.split_last() else {
+        return;
+    };
+    let mut at = object;
+    for key in parents {
+        if !at.get(key).is_some_and(Value::is_object) {
+            at[key.as_str()] = json!({});
+        }
+        at = &mut at[key.as_str()];
+    }
+    at[last.as_str()] = value;
 }
 
 async fn scale(
@@ -1556,11 +1598,14 @@ async fn scale(
     name: &str,
 ) -> Result<Response> {
     let info = kind.info();
+    let paths = kind.scale().ok_or(Error::NoRoute)?;
+    let paths = &paths;
     let is_put = request.method == Method::PUT;
     let outcome = server
         .registry
-        .update(info, ns, name, None, false, |current| async move {
-            let scale = to_scale(&current);
+        .update(info, ns, name, None, false, |mut current| async move {
+            skiff_kinds::to_served(kind, &mut current);
+            let scale = to_scale(paths, &current);
             let new_scale = if is_put {
                 // kubectl sends a PUT with no Content-Type; it is JSON.
                 let body: Value = serde_json::from_slice(&request.body).map_err(|e| {
@@ -1616,13 +1661,13 @@ async fn scale(
                 ));
             }
             let mut new = current.clone();
-            new["spec"]["replicas"] = json!(replicas);
+            set_path(&mut new, &paths.spec_replicas, json!(replicas));
             admit_update(server, request, kind, ns, name, None, new, &current, true).await
         })
         .await?;
     Ok(json_response(
         StatusCode::OK,
-        &to_scale(&outcome.into_object()),
+        &to_scale(paths, &outcome.into_object()),
     ))
 }
 

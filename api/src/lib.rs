@@ -14,6 +14,7 @@
 //!   admission, watches) and settings.
 //! - What each kind is and how its objects are decoded, defaulted, validated, patched and shown
 //!   is `skiff-kinds`' business; handlers ask the kind ([`skiff_kinds::Kind`]) they were routed to.
+//! - [`crd`]: the definition controller, serving what CustomResourceDefinitions define.
 //! - [`kubernetes_service`]: the `kubernetes` Service pointing at the API server itself.
 //! - [`watch_cache`]: one store watch per resource fanned out to every API watch of it.
 //! - [`discovery`], [`openapi`]: discovery documents and OpenAPI v3 of the kinds served now.
@@ -26,6 +27,7 @@
 pub mod admission;
 pub mod auth;
 pub mod bench;
+pub mod crd;
 pub mod discovery;
 pub mod error;
 pub mod handlers;

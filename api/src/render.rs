@@ -98,7 +98,8 @@ impl Format {
     }
 
     /// One object.
-    pub fn object(&self, kind: &dyn Kind, code: StatusCode, object: Value) -> Response {
+    pub fn object(&self, kind: &dyn Kind, code: StatusCode, mut object: Value) -> Response {
+        skiff_kinds::to_served(kind, &mut object);
         match self {
             Format::Table {
                 api_version,
@@ -122,7 +123,10 @@ impl Format {
     }
 
     /// A list with its metadata.
-    pub fn list(&self, kind: &dyn Kind, metadata: Value, items: Vec<Value>) -> Response {
+    pub fn list(&self, kind: &dyn Kind, metadata: Value, mut items: Vec<Value>) -> Response {
+        for item in &mut items {
+            skiff_kinds::to_served(kind, item);
+        }
         match self {
             Format::Table {
                 api_version,
@@ -145,6 +149,15 @@ impl Format {
 
     /// The `object` of one watch event.
     pub fn watch_object(&self, kind: &dyn Kind, object: &Value) -> Value {
+        if skiff_kinds::converts(kind) {
+            let mut object = object.clone();
+            skiff_kinds::to_served(kind, &mut object);
+            return self.watch_object_as_is(kind, &object);
+        }
+        self.watch_object_as_is(kind, object)
+    }
+
+    fn watch_object_as_is(&self, kind: &dyn Kind, object: &Value) -> Value {
         match self {
             Format::Table {
                 api_version,

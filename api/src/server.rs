@@ -142,6 +142,7 @@ impl ApiServer {
         if server.config.create_system_namespaces {
             server.ensure_system_namespaces().await?;
         }
+        crate::crd::start(&server).await?;
         Ok(server)
     }
 

@@ -50,6 +50,33 @@ impl Strategy {
     };
 }
 
+/// Where the `scale` subresource reads and writes a kind's replicas and reads its selector.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScalePaths {
+    /// The desired replicas (`spec.replicas`).
+    pub spec_replicas: Vec<String>,
+    /// The observed replicas (`status.replicas`).
+    pub status_replicas: Vec<String>,
+    /// The label selector, if the kind has one.
+    pub selector: Option<Vec<String>>,
+    /// Whether the selector is kept as a serialized string (custom resources'
+    /// `labelSelectorPath`) rather than a `metav1.LabelSelector` (built-in workloads).
+    pub selector_is_string: bool,
+}
+
+impl ScalePaths {
+    /// The built-in workloads': `spec.replicas`, `status.replicas`, `spec.selector`.
+    pub fn workload() -> ScalePaths {
+        let path = |p: &[&str]| p.iter().map(|s| s.to_string()).collect();
+        ScalePaths {
+            spec_replicas: path(&["spec", "replicas"]),
+            status_replicas: path(&["status", "replicas"]),
+            selector: Some(path(&["spec", "selector"])),
+            selector_is_string: false,
+        }
+    }
+}
+
 /// A served kind.
 pub trait Kind: Send + Sync + 'static {
     /// Its names, scope, verbs, subresources and selectable fields.
@@ -124,11 +151,51 @@ pub trait Kind: Send + Sync + 'static {
     fn expires(&self) -> bool {
         false
     }
+
+    /// Where the `scale` subresource finds replicas and the selector; `None` for a kind without
+    /// one.
+    fn scale(&self) -> Option<ScalePaths> {
+        self.info()
+            .subresource("scale")
+            .map(|_| ScalePaths::workload())
+    }
+
+    /// The version objects of this kind are stored in. Objects read through another version of
+    /// the same resource are converted by their `apiVersion` alone (`conversion: None`).
+    fn storage_version(&self) -> &'static str {
+        self.info().version
+    }
 }
 
 impl std::fmt::Debug for dyn Kind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let info = self.info();
         write!(f, "Kind({}/{} {})", info.group, info.version, info.kind)
+    }
+}
+
+/// Whether objects of `kind` are stored in another version than the one it serves.
+pub fn converts(kind: &dyn Kind) -> bool {
+    kind.storage_version() != kind.info().version
+}
+
+/// An object read from the log, in the version `kind` serves (`conversion: None`: the
+/// `apiVersion` alone changes).
+pub fn to_served(kind: &dyn Kind, object: &mut Value) {
+    if converts(kind) && object.is_object() {
+        object["apiVersion"] = Value::String(kind.info().api_version());
+    }
+}
+
+/// An object about to be written, in the version `kind`'s objects are stored in.
+pub fn to_stored(kind: &dyn Kind, object: &mut Value) {
+    if converts(kind) && object.is_object() {
+        let info = kind.info();
+        let api_version = if info.group.is_empty() {
+            kind.storage_version().to_string()
+        } else {
+            format!("{}/{}", info.group, kind.storage_version())
+        };
+        object["apiVersion"] = Value::String(api_version);
     }
 }

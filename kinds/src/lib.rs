@@ -7,7 +7,8 @@
 //!
 //! # Layout
 //! - [`Kind`] (`kind`): what a served kind says about itself; [`builtin`]: one module per
-//!   built-in kind; [`registry`]: the served kinds, changing at run time.
+//!   built-in kind; [`custom`]: the kinds CustomResourceDefinitions define; [`registry`]: the
+//!   served kinds, changing at run time.
 //! - [`typed`]: decoding through the k8s-openapi types (type errors, unknown fields).
 //! - [`defaults`], [`validation`]: Kubernetes' defaulting and validation of the served kinds.
 //! - [`strategy`]: what a create, update or status update may change; deletion and finalizers.
@@ -17,6 +18,7 @@
 //! - [`media`]: media ranges of Accept headers.
 
 pub mod builtin;
+pub mod custom;
 pub mod defaults;
 mod kind;
 pub mod media;
@@ -28,5 +30,5 @@ pub mod table;
 pub mod typed;
 pub mod validation;
 
-pub use kind::{Checked, Kind, Strategy};
+pub use kind::{Checked, Kind, ScalePaths, Strategy, converts, to_served, to_stored};
 pub use registry::{Kinds, Snapshot};

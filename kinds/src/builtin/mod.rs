@@ -5,6 +5,7 @@
 //! has every piece.
 
 pub mod config_map;
+pub mod custom_resource_definition;
 pub mod daemon_set;
 pub mod deployment;
 pub mod endpoint_slice;
@@ -70,6 +71,7 @@ pub fn all() -> &'static [Arc<dyn Kind>] {
             Arc::new(daemon_set::DaemonSet),
             Arc::new(lease::Lease),
             Arc::new(endpoint_slice::EndpointSlice),
+            Arc::new(custom_resource_definition::CustomResourceDefinition),
         ]
     });
     &ALL

@@ -364,6 +364,14 @@ mod tests {
                 "EndpointSlice",
                 json!({"metadata": {"name": "web-abc"}, "addressType": "IPv4", "endpoints": [{"addresses": ["10.0.0.5"]}], "ports": [{"port": 80}]}),
             ),
+            (
+                "apiextensions.k8s.io",
+                "CustomResourceDefinition",
+                json!({"metadata": {"name": "widgets.example.com"}, "spec": {"group": "example.com", "scope": "Namespaced",
+                       "names": {"plural": "widgets", "kind": "Widget"},
+                       "versions": [{"name": "v1", "served": true, "storage": true,
+                                     "schema": {"openAPIV3Schema": {"type": "object"}}}]}}),
+            ),
         ];
         let cases_len = cases.len();
         for (group, kind, obj) in cases {

@@ -1,0 +1,211 @@
+//! `x-kubernetes-validations`: CEL rules of a custom resource's schema, compiled once when the
+//! definition is served and evaluated on every create and update with `self` bound to the value
+//! at the rule's node (and `oldSelf` to the value before an update, for transition rules).
+//!
+//! The interpreter is the `cel` crate (cel-rust) with its standard library and string, list and
+//! math extensions; Kubernetes' own libraries (quantity, URL, IP, CIDR, `isSorted`, ...) beyond
+//! what it provides are not available, and a rule that calls one fails to compile when the
+//! definition is written, with the interpreter's message.
+
+use std::sync::{Arc, LazyLock};
+
+use cel::{Context, Env, Program};
+use serde_json::Value;
+
+use crate::validation::{FieldError, FieldErrorType};
+
+/// The environment every rule compiles and runs in.
+fn env() -> &'static Arc<Env> {
+    static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| {
+        let mut env = Env::stdlib();
+        for extension in [
+            cel::extensions::strings as fn(&mut Env) -> _,
+            cel::extensions::lists,
+            cel::extensions::math,
+        ] {
+            // The extensions define functions the standard library does not: adding one can
+            // only fail on a clash, which the tests would show.
+            let _ = env.add_extension(extension);
+        }
+        Arc::new(env)
+    });
+    &ENV
+}
+
+/// One compiled rule.
+pub struct Rule {
+    source: String,
+    program: Program,
+    message: Option<String>,
+    reason: Option<String>,
+    field_path: Option<String>,
+    transition: bool,
+    optional_old_self: bool,
+}
+
+impl std::fmt::Debug for Rule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rule").field("rule", &self.source).finish()
+    }
+}
+
+impl Rule {
+    /// Compiles one entry of `x-kubernetes-validations` (`{rule, message, reason, fieldPath,
+    /// optionalOldSelf}`).
+    pub fn compile(entry: &Value) -> Result<Rule, String> {
+        let source = entry
+            .get("rule")
+            .and_then(Value::as_str)
+            .ok_or("rule must be a string")?
+            .to_string();
+        let program = env()
+            .compile(&source)
+            .map_err(|e| e.to_string().replace('\n', " "))?;
+        let text = |k: &str| {
+            entry
+                .get(k)
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+        };
+        let transition = program.references().has_variable("oldSelf");
+        Ok(Rule {
+            message: text("message"),
+            reason: text("reason"),
+            field_path: text("fieldPath"),
+            optional_old_self: entry
+                .get("optionalOldSelf")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+            transition,
+            source,
+            program,
+        })
+    }
+
+    /// Evaluates the rule on `value` at `path` (`old`: the value there before an update); the
+    /// error to report when it does not hold. A transition rule is skipped when there is no old
+    /// value, as Kubernetes skips it on create.
+    pub fn check(
+        &self,
+        value: &Value,
+        old: Option<&Value>,
+        path: &str,
+        type_name: &str,
+    ) -> Option<FieldError> {
+        if self.transition && old.is_none() && !self.optional_old_self {
+            return None;
+        }
+        let field = match (&self.field_path, path.is_empty()) {
+            (Some(sub), true) => sub.trim_start_matches('.').to_string(),
+            (Some(sub), false) => format!("{path}{}", ensure_dot(sub)),
+            (None, true) => "<root>".to_string(),
+            (None, false) => path.to_string(),
+        };
+        let outcome = self.evaluate(value, old);
+        let message = match outcome {
+            Ok(true) => return None,
+            Ok(false) => self
+                .message
+                .clone()
+                .unwrap_or_else(|| format!("failed rule: {}", self.source)),
+            Err(e) => format!("rule evaluation error: {e}"),
+        };
+        let kind = match self.reason.as_deref() {
+            Some("FieldValueForbidden") => FieldErrorType::Forbidden,
+            Some("FieldValueRequired") => FieldErrorType::Required,
+            Some("FieldValueDuplicate") => FieldErrorType::Duplicate,
+            _ => FieldErrorType::Invalid,
+        };
+        let bad_value = matches!(kind, FieldErrorType::Invalid | FieldErrorType::Duplicate)
+            .then(|| Value::String(type_name.to_string()));
+        Some(FieldError::new(kind, field, bad_value, message))
+    }
+
+    fn evaluate(&self, value: &Value, old: Option<&Value>) -> Result<bool, String> {
+        let mut context = Context::with_env(env().clone());
+        let this = cel::to_value(value).map_err(|e| e.to_string())?;
+        context.add_variable_from_value("self", this);
+        if let Some(old) = old {
+            let before = cel::to_value(old).map_err(|e| e.to_string())?;
+            context.add_variable_from_value("oldSelf", before);
+        }
+        match self.program.execute(&context) {
+            Ok(cel::Value::Bool(b)) => Ok(b),
+            Ok(other) => Err(format!("rule returned {other:?}, not a bool")),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+}
+
+fn ensure_dot(s: &str) -> String {
+    if s.starts_with('.') || s.starts_with('[') {
+        s.to_string()
+    } else {
+        format!(".{s}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn rule(v: Value) -> Rule {
+        Rule::compile(&v).unwrap()
+    }
+
+    #[test]
+    fn a_rule_holds_or_reports_its_message() {
+        let r = rule(
+            json!({"rule": "self.replicas <= self.maxReplicas", "message": "replicas must not exceed maxReplicas"}),
+        );
+        let ok = json!({"replicas": 2, "maxReplicas": 3});
+        assert!(r.check(&ok, None, "spec", "object").is_none());
+        let bad = json!({"replicas": 5, "maxReplicas": 3});
+        assert_eq!(
+            r.check(&bad, None, "spec", "object").unwrap().to_string(),
+            r#"spec: Invalid value: "object": replicas must not exceed maxReplicas"#
+        );
+        let plain = rule(json!({"rule": "size(self) > 2"}));
+        assert_eq!(
+            plain
+                .check(&json!("ab"), None, "spec.name", "string")
+                .unwrap()
+                .to_string(),
+            r#"spec.name: Invalid value: "string": failed rule: size(self) > 2"#
+        );
+    }
+
+    #[test]
+    fn transition_rules_see_the_old_value_and_skip_creates() {
+        let r = rule(json!({"rule": "self == oldSelf", "message": "Value is immutable"}));
+        assert!(r.check(&json!("a"), None, "spec.id", "string").is_none());
+        assert!(
+            r.check(&json!("a"), Some(&json!("a")), "spec.id", "string")
+                .is_none()
+        );
+        let e = r
+            .check(&json!("b"), Some(&json!("a")), "spec.id", "string")
+            .unwrap();
+        assert_eq!(
+            e.to_string(),
+            r#"spec.id: Invalid value: "string": Value is immutable"#
+        );
+    }
+
+    #[test]
+    fn reasons_and_field_paths() {
+        let r = rule(
+            json!({"rule": "has(self.a)", "reason": "FieldValueRequired", "fieldPath": ".a", "message": "a is needed"}),
+        );
+        let e = r.check(&json!({}), None, "spec", "object").unwrap();
+        assert_eq!(e.to_string(), "spec.a: Required value: a is needed");
+    }
+
+    #[test]
+    fn a_rule_that_does_not_parse_is_refused() {
+        assert!(Rule::compile(&json!({"rule": "self.a >"})).is_err());
+        assert!(Rule::compile(&json!({"message": "no rule"})).is_err());
+    }
+}
