@@ -21,6 +21,10 @@ pub enum BenchCommand {
     /// The controllers: a 1,000-replica Deployment on 50 hollow nodes (a kubemark-style hollow
     /// kubelet in this process) to Available, then a rolling update of it to finished.
     Deployment(crate::bench_deployment::DeploymentArgs),
+    /// Custom resources: a definition's create to Established and served (a large published
+    /// schema and a small one), and creates/s of a large-schema custom resource against
+    /// ConfigMaps of the same size, side by side.
+    Crd(crate::bench_crd::CrdArgs),
 }
 
 /// A `skiff` child (`apiserver`, or `server` with every component) on a temporary data dir and
@@ -138,6 +142,7 @@ pub async fn run(command: BenchCommand) -> Result<()> {
     match command {
         BenchCommand::Node(args) => crate::bench_node::run(args).await,
         BenchCommand::Deployment(args) => crate::bench_deployment::run(args).await,
+        BenchCommand::Crd(args) => crate::bench_crd::run(args).await,
         BenchCommand::Scheduler(mut opts) => {
             let (decisions, _) = skiff_scheduler::bench::decide_only(
                 opts.nodes,

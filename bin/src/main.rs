@@ -7,6 +7,7 @@
 //! - [`bench`]: `skiff bench <component>`, against a spawned `skiff apiserver`.
 
 mod bench;
+mod bench_crd;
 mod bench_deployment;
 mod bench_node;
 mod components;

@@ -417,4 +417,6 @@ impl Kind for CustomKind {
 }
 
 #[cfg(test)]
+mod real;
+#[cfg(test)]
 mod tests;

@@ -173,7 +173,7 @@ fn a_definition_is_served_validated_and_removed_with_its_resources() {
         "large"
     );
     k.ok_with_input(
-        &["apply", "--server-side", "--field-manager=e2e", "-f", "-"],
+        &["apply", "--server-side", "--force-conflicts", "--field-manager=e2e", "-f", "-"],
         "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w1, namespace: default}\nspec: {size: large, maxReplicas: 8}\n",
     );
     assert_eq!(
