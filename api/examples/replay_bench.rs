@@ -108,7 +108,7 @@ async fn main() {
     println!("first open: {:.1} s", t.elapsed().as_secs_f64());
     let shared: Arc<dyn Store> = store.clone();
     let replay = Replay::new(shared);
-    let configmaps = skiff_api::replay::objects::resolve_kind("cm").unwrap();
+    let configmaps = replay.resolve_kind("cm").unwrap();
 
     // get --at: every object at a revision (cold, then warm), and one object.
     for at in [objects, revisions / 2, revisions] {

@@ -337,11 +337,15 @@ impl Remote {
 }
 
 impl Backend {
-    fn open(source: &Source) -> Result<Backend> {
+    async fn open(source: &Source) -> Result<Backend> {
         if let Some(dir) = &source.data_dir {
             let store = open_data_dir(dir)?;
             let shared: Arc<dyn Store> = store.clone();
-            return Ok(Backend::Local(Replay::new(shared), store));
+            // The definitions in the log make their custom resources readable too.
+            let replay = Replay::load(shared)
+                .await
+                .map_err(|e| anyhow!("reading the definitions in the log: {e}"))?;
+            return Ok(Backend::Local(replay, store));
         }
         let path = source
             .kubeconfig
@@ -363,6 +367,21 @@ impl Backend {
             Backend::Remote(remote) => remote.ask(action, params).await?,
         };
         serde_json::from_value(body).context("an answer of an unexpected shape")
+    }
+
+    /// The kinds this backend knows: a data dir's built-in and custom ones; for a server, the
+    /// built-in ones (a server resolves the names it is sent with its own kinds).
+    fn kinds(&self) -> Arc<skiff_kinds::Snapshot> {
+        match self {
+            Backend::Local(replay, _) => replay.kinds(),
+            Backend::Remote(_) => skiff_kinds::Kinds::builtin().snapshot(),
+        }
+    }
+
+    /// The resource a user means by `name`.
+    fn kind(&self, name: &str) -> Result<&'static ResourceInfo> {
+        resolve_kind(&self.kinds(), name)
+            .ok_or_else(|| anyhow!("the server doesn't have a resource type \"{name}\""))
     }
 
     async fn close(self) -> Result<()> {
@@ -393,10 +412,6 @@ fn point_param(point: &Point) -> String {
     }
 }
 
-fn kind(name: &str) -> Result<&'static ResourceInfo> {
-    resolve_kind(name).ok_or_else(|| anyhow!("the server doesn't have a resource type \"{name}\""))
-}
-
 /// The namespace a namespaced request means (`-A`: none).
 fn namespace(info: &ResourceInfo, namespace: &Option<String>, all: bool) -> Option<String> {
     if !info.namespaced || all {
@@ -408,9 +423,9 @@ fn namespace(info: &ResourceInfo, namespace: &Option<String>, all: bool) -> Opti
 
 /// `skiff get KIND [NAME] --at POINT`.
 pub async fn get(args: GetArgs) -> Result<()> {
-    let info = kind(&args.kind)?;
+    let backend = Backend::open(&args.source).await?;
+    let info = backend.kind(&args.kind)?;
     let ns = namespace(info, &args.namespace, args.all_namespaces);
-    let backend = Backend::open(&args.source)?;
     let answer: Result<Objects> = backend
         .ask(
             "get",
@@ -422,6 +437,7 @@ pub async fn get(args: GetArgs) -> Result<()> {
             ]),
         )
         .await;
+    let kinds = backend.kinds();
     backend.close().await?;
     let answer = answer?;
     let mut out = std::io::stdout().lock();
@@ -475,10 +491,12 @@ pub async fn get(args: GetArgs) -> Result<()> {
                 .as_deref()
                 .and_then(|t| t.parse().ok())
                 .unwrap_or_else(jiff::Timestamp::now);
-            let kind = skiff_kinds::builtin::of(info)
+            let kind = kinds
+                .of(info)
+                .cloned()
                 .ok_or_else(|| anyhow::anyhow!("no table for {}", info.plural))?;
             let table = skiff_kinds::table::to_table_at(
-                &**kind,
+                &*kind,
                 answer.items.clone(),
                 json!({}),
                 IncludeObject::None,
@@ -621,9 +639,9 @@ pub async fn history(args: HistoryArgs) -> Result<()> {
         .object
         .split_once('/')
         .context("name the object as KIND/NAME (for example deploy/web)")?;
-    let info = kind(kind_name)?;
+    let backend = Backend::open(&args.source).await?;
+    let info = backend.kind(kind_name)?;
     let ns = namespace(info, &args.namespace, false);
-    let backend = Backend::open(&args.source)?;
     let answer: Result<History> = backend
         .ask(
             "history",
@@ -709,8 +727,8 @@ fn object_name(namespace: &Option<String>, name: &str) -> String {
 
 /// `skiff diff --from --to`.
 pub async fn diff(args: DiffArgs) -> Result<()> {
-    let info = args.kind.as_deref().map(kind).transpose()?;
-    let backend = Backend::open(&args.source)?;
+    let backend = Backend::open(&args.source).await?;
+    let info = args.kind.as_deref().map(|k| backend.kind(k)).transpose()?;
     let answer: Result<Diff> = backend
         .ask(
             "diff",
@@ -784,8 +802,8 @@ const FOLLOW_WAIT: Duration = Duration::from_secs(30);
 
 /// `skiff log`.
 pub async fn log(args: LogArgs) -> Result<()> {
-    let info = args.kind.as_deref().map(kind).transpose()?;
-    let backend = Backend::open(&args.source)?;
+    let backend = Backend::open(&args.source).await?;
+    let info = args.kind.as_deref().map(|k| backend.kind(k)).transpose()?;
     let result = log_with(&backend, &args, info).await;
     backend.close().await?;
     result

@@ -125,10 +125,11 @@ fn point(params: &Params, name: &str) -> Result<Option<Point>, Error> {
         .transpose()
 }
 
-fn scope(params: &Params) -> Result<Scope<'_>, Error> {
+fn scope<'a>(replay: &Replay, params: &'a Params) -> Result<Scope<'a>, Error> {
     let resource = match params.get("resource").filter(|s| !s.is_empty()) {
         Some(name) => Some(
-            super::objects::resolve_kind(name)
+            replay
+                .resolve_kind(name)
                 .ok_or_else(|| Error::from(ReplayError::UnknownKind(name.clone())))?,
         ),
         None => None,
@@ -165,7 +166,7 @@ pub async fn answer(
             })
         }
         "get" => {
-            let scope = scope(&params)?;
+            let scope = scope(replay, &params)?;
             let info = scope
                 .resource
                 .ok_or_else(|| Error::BadRequest("resource is required".into()))?;
@@ -187,7 +188,7 @@ pub async fn answer(
             })
         }
         "history" => {
-            let scope = scope(&params)?;
+            let scope = scope(replay, &params)?;
             let info = scope
                 .resource
                 .ok_or_else(|| Error::BadRequest("resource is required".into()))?;
@@ -199,7 +200,7 @@ pub async fn answer(
             ok(&History { versions })
         }
         "log" => {
-            let scope = scope(&params)?;
+            let scope = scope(replay, &params)?;
             // A revision is the first one shown; a time shows what was committed after it.
             let since = match point(&params, "since")? {
                 Some(Point::Revision(r)) => r,
@@ -242,7 +243,7 @@ pub async fn answer(
             })
         }
         "diff" => {
-            let scope = scope(&params)?;
+            let scope = scope(replay, &params)?;
             let from = point(&params, "from")?
                 .ok_or_else(|| Error::BadRequest("from is required".into()))?;
             let to = point(&params, "to")?.unwrap_or(Point::Now);
@@ -302,7 +303,7 @@ async fn wait_for_changes(
 
 /// The debug routes (without authentication: [`crate::routes`] puts them behind it).
 pub fn routes(api: Arc<ApiServer>) -> BoxedFilter<(Response,)> {
-    let replay = Replay::new(api.registry.store().clone());
+    let replay = Replay::with_kinds(api.registry.store().clone(), api.kinds.clone());
     warp::get()
         .and(warp::path("debug"))
         .and(warp::path("skiff"))

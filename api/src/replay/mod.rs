@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use serde_json::Value;
+use skiff_kinds::{Kinds, Snapshot};
 use skiff_meta::ResourceInfo;
 use skiff_store::{KeyRange, KeyValue, LogEntry, RangeRequest, Revision, Store};
 
@@ -193,12 +194,56 @@ pub fn format_time(time: SystemTime) -> String {
 #[derive(Clone)]
 pub struct Replay {
     store: Arc<dyn Store>,
+    kinds: Arc<Kinds>,
 }
 
 impl Replay {
-    /// Reads over `store`.
+    /// Reads over `store` that know the built-in kinds.
     pub fn new(store: Arc<dyn Store>) -> Replay {
-        Replay { store }
+        Replay::with_kinds(store, Arc::new(Kinds::builtin()))
+    }
+
+    /// Reads over `store` that know `kinds` (a server's served kinds, which change with its
+    /// definitions).
+    pub fn with_kinds(store: Arc<dyn Store>, kinds: Arc<Kinds>) -> Replay {
+        Replay { store, kinds }
+    }
+
+    /// Reads over `store` that know the built-in kinds and the custom resources of every
+    /// definition stored in it now (for a data dir read offline).
+    pub async fn load(store: Arc<dyn Store>) -> Result<Replay> {
+        let kinds = Kinds::builtin();
+        let prefix = skiff_kinds::builtin::custom_resource_definition::INFO.storage_prefix();
+        let stored = store
+            .range(RangeRequest::new(KeyRange::prefix(prefix.into_bytes())))
+            .await
+            .map_err(Error::Store)?;
+        for kv in &stored.kvs {
+            let Some(definition) = objects::decode(kv) else {
+                continue;
+            };
+            // A definition that no longer builds (the server refused to serve it) adds nothing.
+            if let Ok(served) = skiff_kinds::custom::kinds_of(&definition) {
+                let group = definition.pointer("/spec/group").and_then(Value::as_str);
+                let plural = definition
+                    .pointer("/spec/names/plural")
+                    .and_then(Value::as_str);
+                if let (Some(group), Some(plural)) = (group, plural) {
+                    kinds.set(group, plural, served);
+                }
+            }
+        }
+        Ok(Replay::with_kinds(store, Arc::new(kinds)))
+    }
+
+    /// The kinds these reads know.
+    pub fn kinds(&self) -> Arc<Snapshot> {
+        self.kinds.snapshot()
+    }
+
+    /// The resource a user means by `name` (see [`objects::resolve_kind`]).
+    pub fn resolve_kind(&self, name: &str) -> Option<&'static ResourceInfo> {
+        objects::resolve_kind(&self.kinds(), name)
     }
 
     /// The log underneath.
@@ -355,11 +400,11 @@ impl Replay {
         Ok(out)
     }
 
-    /// The changes of one log entry to objects `filter` covers.
-    pub fn changes_of(entry: &LogEntry, filter: &Filter<'_>) -> Vec<Change> {
+    /// The changes of one log entry to objects of `kinds` that `filter` covers.
+    pub fn changes_of(kinds: &Snapshot, entry: &LogEntry, filter: &Filter<'_>) -> Vec<Change> {
         let mut out = Vec::new();
         for event in &entry.events {
-            let Some((info, namespace, name)) = objects::parse_key(&event.kv.key) else {
+            let Some((info, namespace, name)) = objects::parse_key(kinds, &event.kv.key) else {
                 continue;
             };
             if !filter.covers(info, namespace.as_deref()) {
@@ -407,9 +452,10 @@ impl Replay {
             .await
             .map_err(|e| self.store_error(e))?;
         let last = entries.last().map_or(to, |e| e.revision);
+        let kinds = self.kinds();
         let changes = entries
             .iter()
-            .flat_map(|e| Replay::changes_of(e, filter))
+            .flat_map(|e| Replay::changes_of(&kinds, e, filter))
             .collect();
         Ok(LogPage {
             changes,
@@ -438,8 +484,9 @@ impl Replay {
         keys.sort();
         keys.dedup();
         let mut out = Vec::new();
+        let kinds = self.kinds();
         for key in keys {
-            let Some((info, namespace, name)) = objects::parse_key(key) else {
+            let Some((info, namespace, name)) = objects::parse_key(&kinds, key) else {
                 continue;
             };
             if !filter.covers(info, namespace.as_deref()) {

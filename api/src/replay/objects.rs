@@ -3,6 +3,7 @@
 //! for diffs.
 
 use serde_json::Value;
+use skiff_kinds::Snapshot;
 use skiff_meta::ResourceInfo;
 use skiff_store::KeyValue;
 
@@ -41,20 +42,16 @@ impl std::fmt::Display for Operation {
     }
 }
 
-/// The built-in kinds' resources. (Custom resources in the history are not resolved yet.)
-fn builtin_infos() -> impl Iterator<Item = &'static ResourceInfo> {
-    skiff_kinds::builtin::all().iter().map(|k| k.info())
-}
-
-/// The served resource a user means by `name`, as kubectl resolves it: the plural, singular or
-/// kind (any case), a short name, optionally qualified by group (`deployments.apps`, `deploy`).
-pub fn resolve_kind(name: &str) -> Option<&'static ResourceInfo> {
+/// The resource a user means by `name` among `kinds`, as kubectl resolves it: the plural,
+/// singular or kind (any case), a short name, optionally qualified by group
+/// (`deployments.apps`, `deploy`, `widgets.example.com`).
+pub fn resolve_kind(kinds: &Snapshot, name: &str) -> Option<&'static ResourceInfo> {
     let lower = name.to_ascii_lowercase();
     let (base, group) = match lower.split_once('.') {
         Some((base, group)) => (base.to_string(), Some(group.to_string())),
         None => (lower.clone(), None),
     };
-    builtin_infos().find(|r| {
+    kinds.infos().find(|r| {
         let names = base == r.plural
             || base == r.singular
             || base == r.kind.to_ascii_lowercase()
@@ -67,15 +64,28 @@ pub fn resolve_kind(name: &str) -> Option<&'static ResourceInfo> {
     })
 }
 
-/// The object a storage key names: its resource, namespace and name. `None` for keys that are
-/// not API objects of a served resource.
-pub fn parse_key(key: &[u8]) -> Option<(&'static ResourceInfo, Option<String>, String)> {
+/// The object a storage key names: its resource (in the version it is stored in), namespace and
+/// name. `None` for keys that are not API objects of a resource among `kinds`.
+pub fn parse_key(
+    kinds: &Snapshot,
+    key: &[u8],
+) -> Option<(&'static ResourceInfo, Option<String>, String)> {
     let key = std::str::from_utf8(key).ok()?;
     let rest = key.strip_prefix("/registry/")?;
     let mut parts = rest.split('/');
     let group = parts.next()?;
     let plural = parts.next()?;
-    let info = builtin_infos().find(|r| r.storage_group() == group && r.plural == plural)?;
+    let stored_here = |k: &&std::sync::Arc<dyn skiff_kinds::Kind>| {
+        let r = k.info();
+        r.storage_group() == group && r.plural == plural
+    };
+    let info = kinds
+        .kinds()
+        .iter()
+        .filter(stored_here)
+        .find(|k| !skiff_kinds::converts(&***k))
+        .or_else(|| kinds.kinds().iter().find(stored_here))?
+        .info();
     let first = parts.next()?.to_string();
     let second = parts.next();
     if parts.next().is_some() {
@@ -192,6 +202,10 @@ pub fn to_yaml(object: &Value) -> String {
 
 #[cfg(test)]
 mod tests {
+    fn builtin() -> std::sync::Arc<skiff_kinds::Snapshot> {
+        skiff_kinds::Kinds::builtin().snapshot()
+    }
+
     use super::*;
     use serde_json::json;
     use skiff_store::Revision;
@@ -206,33 +220,44 @@ mod tests {
             "deployments.apps",
         ] {
             assert_eq!(
-                resolve_kind(name).map(|r| r.kind),
+                resolve_kind(&builtin(), name).map(|r| r.kind),
                 Some("Deployment"),
                 "{name}"
             );
         }
-        assert_eq!(resolve_kind("cm").map(|r| r.kind), Some("ConfigMap"));
-        assert_eq!(resolve_kind("po").map(|r| r.plural), Some("pods"));
-        assert_eq!(resolve_kind("pods.core").map(|r| r.plural), Some("pods"));
-        assert_eq!(resolve_kind("deployments.batch"), None);
-        assert_eq!(resolve_kind("widgets"), None);
+        assert_eq!(
+            resolve_kind(&builtin(), "cm").map(|r| r.kind),
+            Some("ConfigMap")
+        );
+        assert_eq!(
+            resolve_kind(&builtin(), "po").map(|r| r.plural),
+            Some("pods")
+        );
+        assert_eq!(
+            resolve_kind(&builtin(), "pods.core").map(|r| r.plural),
+            Some("pods")
+        );
+        assert_eq!(resolve_kind(&builtin(), "deployments.batch"), None);
+        assert_eq!(resolve_kind(&builtin(), "widgets"), None);
     }
 
     #[test]
     fn storage_keys_name_their_objects() {
-        let (info, ns, name) = parse_key(b"/registry/apps/deployments/default/web").unwrap();
+        let (info, ns, name) =
+            parse_key(&builtin(), b"/registry/apps/deployments/default/web").unwrap();
         assert_eq!(
             (info.kind, ns.as_deref(), name.as_str()),
             ("Deployment", Some("default"), "web")
         );
-        let (info, ns, name) = parse_key(b"/registry/core/namespaces/kube-system").unwrap();
+        let (info, ns, name) =
+            parse_key(&builtin(), b"/registry/core/namespaces/kube-system").unwrap();
         assert_eq!(
             (info.kind, ns, name.as_str()),
             ("Namespace", None, "kube-system")
         );
-        assert!(parse_key(b"/registry/core/pods/default").is_none());
-        assert!(parse_key(b"/registry/core/widgets/default/x").is_none());
-        assert!(parse_key(b"/something/else").is_none());
+        assert!(parse_key(&builtin(), b"/registry/core/pods/default").is_none());
+        assert!(parse_key(&builtin(), b"/registry/core/widgets/default/x").is_none());
+        assert!(parse_key(&builtin(), b"/something/else").is_none());
     }
 
     fn cm(data: &str, rv: &str, status: Option<&str>, managers: Value) -> Value {

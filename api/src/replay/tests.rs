@@ -54,7 +54,7 @@ const B: &str = "/registry/core/configmaps/default/b";
 const D: &str = "/registry/apps/deployments/default/web";
 
 fn configmaps() -> &'static skiff_meta::ResourceInfo {
-    objects::resolve_kind("cm").unwrap()
+    objects::resolve_kind(&skiff_kinds::Kinds::builtin().snapshot(), "cm").unwrap()
 }
 
 /// A small history: a created (r1), b created (r2), a updated by "editor" (r3), web created (r4),
@@ -169,7 +169,8 @@ async fn history_lists_every_version_with_operation_and_manager() {
             (6, Operation::Deleted, None)
         ]
     );
-    let deploys = objects::resolve_kind("deploy").unwrap();
+    let deploys =
+        objects::resolve_kind(&skiff_kinds::Kinds::builtin().snapshot(), "deploy").unwrap();
     let web = replay
         .history(deploys, Some("default"), "web")
         .await
@@ -430,4 +431,62 @@ async fn a_log_long_poll_waits_for_the_next_change_in_scope() {
 
     let bad = ask("1", "soon").await.unwrap_err();
     assert!(bad.to_string().contains("wait=soon"), "{bad}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custom_resources_of_the_definitions_in_the_log_are_read_too() {
+    let dir = TempDir::new();
+    let store = open(&dir);
+    let definition = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {"group": "example.com", "scope": "Namespaced",
+                 "names": {"plural": "widgets", "kind": "Widget", "shortNames": ["wd"]},
+                 "versions": [{"name": "v1", "served": true, "storage": true,
+                               "schema": {"openAPIV3Schema": {"type": "object",
+                                   "x-kubernetes-preserve-unknown-fields": true}}}]}
+    });
+    put(
+        store.as_ref(),
+        "/registry/apiextensions.k8s.io/customresourcedefinitions/widgets.example.com",
+        &definition,
+    )
+    .await;
+    let widget = |size: &str| {
+        json!({"apiVersion": "example.com/v1", "kind": "Widget",
+               "metadata": {"name": "w1", "namespace": "default"}, "spec": {"size": size}})
+    };
+    let key = "/registry/example.com/widgets/default/w1";
+    let small = put(store.as_ref(), key, &widget("small")).await;
+    put(store.as_ref(), key, &widget("large")).await;
+
+    // Built-in reads know nothing of widgets; reads that loaded the definitions do.
+    assert!(Replay::new(store.clone()).resolve_kind("widgets").is_none());
+    let replay = Replay::load(store.clone()).await.unwrap();
+    let widgets = replay.resolve_kind("wd").unwrap();
+    assert_eq!((widgets.group, widgets.kind), ("example.com", "Widget"));
+    let then = replay
+        .get(widgets, Some("default"), "w1", small)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(then["spec"]["size"], "small");
+    let history = replay
+        .history(widgets, Some("default"), "w1")
+        .await
+        .unwrap();
+    assert_eq!(history.len(), 2);
+    let log = replay
+        .log(
+            Revision(1),
+            None,
+            &Filter {
+                resource: Some(widgets),
+                namespace: None,
+            },
+            10,
+        )
+        .await
+        .unwrap();
+    assert_eq!(log.changes.len(), 2, "{:?}", log.changes);
 }
