@@ -987,7 +987,7 @@ impl Worker {
                 );
                 // The error shows for a moment, then the back-off (as the Kubernetes kubelet's
                 // next sync shows it).
-                self.wake_in(delay.min(Duration::from_secs(1)));
+                self.wake_in((delay / 2).min(Duration::from_secs(1)));
                 false
             }
         }
@@ -1212,6 +1212,11 @@ impl Worker {
         let rt = self.shared.runtime.clone();
         futures::future::join_all(running.iter().map(|c| rt.stop(&c.id, grace))).await;
         self.report(None);
+        // The pod's network goes before the API is told the pod is gone, so a pod of the same
+        // name that follows does not meet its IP still in use.
+        if let Err(err) = rt.remove_sandbox(&self.uid).await {
+            tracing::warn!(%err, pod = %self.name, "removing the pod's sandbox");
+        }
         let _ = self.shared.events.send(Event::Terminated {
             namespace: self.namespace.clone(),
             name: self.name.clone(),
@@ -1219,9 +1224,6 @@ impl Worker {
         });
         for c in rt.list(Some(&self.uid)) {
             let _ = rt.remove(&c.id).await;
-        }
-        if let Err(err) = rt.remove_sandbox(&self.uid).await {
-            tracing::warn!(%err, pod = %self.name, "removing the pod's sandbox");
         }
         self.shared.ipam.release(&self.uid);
         let _ = std::fs::remove_dir_all(&self.pod_dir);
