@@ -355,6 +355,9 @@ struct PullBackoff {
     retry_at: Timestamp,
     /// The failed pull's message.
     message: String,
+    /// The image is absent under `imagePullPolicy: Never`: no pull to back off from, the
+    /// container keeps waiting in `ErrImageNeverPull`.
+    never: bool,
 }
 
 /// Per-container back-off bookkeeping.
@@ -939,13 +942,18 @@ impl Worker {
         if let Some(b) = self.pull_backoff.get(&c.name) {
             if now < b.retry_at {
                 let (retry_at, message) = (b.retry_at, b.message.clone());
-                self.waiting.insert(
-                    c.name.clone(),
+                let waiting = if b.never {
+                    Waiting {
+                        reason: "ErrImageNeverPull".into(),
+                        message: Some(message),
+                    }
+                } else {
                     Waiting {
                         reason: "ImagePullBackOff".into(),
                         message: Some(format!("Back-off pulling image {image:?}: {message}")),
-                    },
-                );
+                    }
+                };
+                self.waiting.insert(c.name.clone(), waiting);
                 self.wake_in(until(now, retry_at));
                 return false;
             }
@@ -962,9 +970,11 @@ impl Worker {
                 true
             }
             Err(e) => {
-                let reason = match e {
-                    runtime::Error::ImageNeverPull(_) => "ErrImageNeverPull",
-                    _ => "ErrImagePull",
+                let never = matches!(e, runtime::Error::ImageNeverPull(_));
+                let reason = if never {
+                    "ErrImageNeverPull"
+                } else {
+                    "ErrImagePull"
                 };
                 let message = e.to_string();
                 self.record("Warning", "Failed", format!("Error: {message}"));
@@ -976,6 +986,7 @@ impl Worker {
                         delay,
                         retry_at: to_timestamp_after(now, delay),
                         message: message.clone(),
+                        never,
                     },
                 );
                 self.waiting.insert(
