@@ -194,8 +194,12 @@ pub struct Options {
     /// The CRI runtime's socket (`unix:///run/containerd/containerd.sock`), or `process` for
     /// the process runtime (containers as host processes). Unset: containerd at its default
     /// socket when it answers there, else the process runtime.
-    #[arg(long)]
+    #[arg(long, env = "SKIFF_CONTAINER_RUNTIME_ENDPOINT")]
     pub container_runtime_endpoint: Option<String>,
+    /// The cgroup under which a CRI runtime puts pods (`<root>/pod<uid>`, cgroupfs syntax);
+    /// unset leaves it to the runtime. The process runtime ignores it.
+    #[arg(long)]
+    pub cgroup_root: Option<String>,
 }
 
 /// Where containerd listens unless told otherwise.
@@ -221,13 +225,16 @@ pub async fn open_runtime(
         Some(endpoint) => {
             let socket = cri::parse_endpoint(endpoint).map_err(Error::Endpoint)?;
             tracing::info!(socket = %socket.display(), "container runtime: CRI");
-            let rt = CriRuntime::connect(cri::Config::new(socket, node_name)).await;
-            Ok(Arc::new(rt))
+            let mut config = cri::Config::new(socket, node_name);
+            config.cgroup_parent = options.cgroup_root.clone();
+            Ok(Arc::new(CriRuntime::connect(config).await))
         }
         None => {
             let socket = Path::new(DEFAULT_CRI_SOCKET);
             if socket.exists() {
-                let rt = CriRuntime::new(cri::Config::new(socket, node_name));
+                let mut config = cri::Config::new(socket, node_name);
+                config.cgroup_parent = options.cgroup_root.clone();
+                let rt = CriRuntime::new(config);
                 match rt.version().await {
                     Ok(v) => {
                         tracing::info!(

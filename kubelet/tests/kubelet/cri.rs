@@ -22,6 +22,8 @@ use tokio_util::sync::CancellationToken;
 use crate::cri_lab::{self, Lab};
 
 const LIMIT: Duration = Duration::from_secs(60);
+/// The node of the kubelet run against the API server.
+const API_NODE: &str = "cri-node";
 
 struct Node {
     manager: Manager,
@@ -154,11 +156,16 @@ async fn pods_run_in_containerd_with_ips_restarts_and_pull_errors() {
     config.cgroup_parent = Some(lab.cgroup_parent.clone());
     let runtime = CriRuntime::connect(config).await;
 
-    let result =
-        tokio::time::timeout(Duration::from_secs(150), scenario(&lab, &root, &runtime)).await;
+    let result = tokio::time::timeout(Duration::from_secs(150), async {
+        scenario(&lab, &root, &runtime).await;
+        api_scenario(&lab).await;
+    })
+    .await;
     // Clean-up through CRI first (stops and removes sandboxes, so containerd reaps them), then
     // the lab itself, whatever the outcome.
     let removed = runtime.remove_all().await;
+    let api_node = CriRuntime::new(cri::Config::new(&lab.socket, API_NODE));
+    let removed = removed.and(api_node.remove_all().await);
     lab.teardown();
     let left = lab.leftovers();
     match result {
@@ -401,4 +408,133 @@ async fn a_runtime_that_does_not_answer_is_unhealthy_not_fatal() {
     assert!(err.to_string().contains("CRI Status"), "{err}");
     assert!(rt.version().await.is_err());
     assert!(rt.list(None).is_empty());
+}
+
+#[derive(clap::Parser)]
+struct Cli {
+    #[command(flatten)]
+    options: skiff_kubelet::Options,
+}
+
+/// The whole kubelet (`skiff_kubelet::run`) on containerd against a real API server: the node
+/// reports containerd's version and gets Ready, a pod created through the API runs with an IP
+/// on the bridge, and its deletion completes.
+async fn api_scenario(lab: &Lab) {
+    use clap::Parser;
+    use skiff_client::Api;
+    use skiff_client::api::{DeleteParams, PostParams};
+
+    skiff_tests::install_crypto();
+    let cluster = tokio::task::spawn_blocking(|| skiff_tests::TestCluster::start(&[]))
+        .await
+        .unwrap();
+    let client = skiff_client::connect(&skiff_client::ClientConfig {
+        kubeconfig: Some(cluster.kubeconfig.clone()),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let root = lab.dir.path().join("kubelet-api");
+    let endpoint = format!("unix://{}", lab.socket.display());
+    let options = Cli::parse_from([
+        "kubelet",
+        "--node-name",
+        API_NODE,
+        "--root-dir",
+        root.to_str().unwrap(),
+        "--node-status-update-frequency",
+        "1s",
+        "--sync-frequency",
+        "1s",
+        "--container-runtime-endpoint",
+        &endpoint,
+        "--cgroup-root",
+        &lab.cgroup_parent,
+    ])
+    .options;
+    let shutdown = CancellationToken::new();
+    let kubelet = tokio::spawn(skiff_kubelet::run(
+        client.clone(),
+        options,
+        shutdown.clone(),
+    ));
+
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    let node = wait(LIMIT, "node Ready on containerd", || async {
+        let node = nodes.get_opt(API_NODE).await.ok().flatten()?;
+        let status = node.status.clone()?;
+        let ready = status
+            .conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        ready.then_some(node)
+    })
+    .await;
+    let version = node
+        .status
+        .unwrap()
+        .node_info
+        .unwrap()
+        .container_runtime_version;
+    let answered = CriRuntime::new(cri::Config::new(&lab.socket, API_NODE))
+        .version()
+        .await
+        .unwrap();
+    assert_eq!(version, format!("containerd://{}", answered.version));
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let mut p = pod(
+        "api",
+        vec![],
+        vec![sh("c", &lab.image, "while true; do sleep 1; done")],
+    );
+    p.metadata.uid = None;
+    p.spec.as_mut().unwrap().node_name = Some(API_NODE.into());
+    pods.create(&PostParams::default(), &p).await.unwrap();
+    let running = wait(LIMIT, "API pod Running", || async {
+        let p = pods.get_opt("pod-api").await.ok().flatten()?;
+        let status = p.status.clone()?;
+        (status.phase.as_deref() == Some("Running") && status.pod_ip.is_some()).then_some(status)
+    })
+    .await;
+    let ip = running.pod_ip.clone().unwrap();
+    assert!(ip.starts_with(&lab.subnet_prefix), "{ip}");
+    let c = container(&running, "c");
+    assert!(
+        c.container_id
+            .as_deref()
+            .unwrap()
+            .starts_with("containerd://")
+    );
+    assert!(!c.image_id.is_empty());
+
+    pods.delete("pod-api", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait(LIMIT, "API pod deleted", || async {
+        match pods.get_opt("pod-api").await {
+            Ok(None) => Some(()),
+            _ => None,
+        }
+    })
+    .await;
+    shutdown.cancel();
+    kubelet.await.unwrap().unwrap();
+    drop(cluster);
+}
+
+async fn wait<T, F, Fut>(limit: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
