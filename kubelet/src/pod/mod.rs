@@ -939,24 +939,24 @@ impl Worker {
     /// `ErrImagePull`, `ImagePullBackOff` or `ErrImageNeverPull`) when it is not.
     async fn image_ready(&mut self, c: &Container, now: Timestamp) -> bool {
         let image = c.image.clone().unwrap_or_default();
-        if let Some(b) = self.pull_backoff.get(&c.name) {
-            if now < b.retry_at {
-                let (retry_at, message) = (b.retry_at, b.message.clone());
-                let waiting = if b.never {
-                    Waiting {
-                        reason: "ErrImageNeverPull".into(),
-                        message: Some(message),
-                    }
-                } else {
-                    Waiting {
-                        reason: "ImagePullBackOff".into(),
-                        message: Some(format!("Back-off pulling image {image:?}: {message}")),
-                    }
-                };
-                self.waiting.insert(c.name.clone(), waiting);
-                self.wake_in(until(now, retry_at));
-                return false;
-            }
+        if let Some(b) = self.pull_backoff.get(&c.name)
+            && now < b.retry_at
+        {
+            let (retry_at, message) = (b.retry_at, b.message.clone());
+            let waiting = if b.never {
+                Waiting {
+                    reason: "ErrImageNeverPull".into(),
+                    message: Some(message),
+                }
+            } else {
+                Waiting {
+                    reason: "ImagePullBackOff".into(),
+                    message: Some(format!("Back-off pulling image {image:?}: {message}")),
+                }
+            };
+            self.waiting.insert(c.name.clone(), waiting);
+            self.wake_in(until(now, retry_at));
+            return false;
         }
         let policy = PullPolicy::of(c);
         match self

@@ -320,10 +320,10 @@ impl CriRuntime {
                 cache.containers.insert(status.id.clone(), container);
             }
             for id in before.keys() {
-                if !listed_ids.contains(id.as_str()) {
-                    if let Some(gone) = cache.containers.remove(id) {
-                        changed_pods.insert(gone.config.pod_uid);
-                    }
+                if !listed_ids.contains(id.as_str())
+                    && let Some(gone) = cache.containers.remove(id)
+                {
+                    changed_pods.insert(gone.config.pod_uid);
                 }
             }
         }

@@ -51,13 +51,13 @@ impl Node {
             loop {
                 let ev = self.events.recv().await.expect("manager alive");
                 self.seen.push(ev.clone());
-                if let Event::Status { uid: u, status, .. } = ev {
-                    if u == uid {
-                        if pred(&status) {
-                            return status;
-                        }
-                        last = Some(status);
+                if let Event::Status { uid: u, status, .. } = ev
+                    && u == uid
+                {
+                    if pred(&status) {
+                        return status;
                     }
+                    last = Some(status);
                 }
             }
         };

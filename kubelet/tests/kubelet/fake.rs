@@ -258,10 +258,11 @@ impl Node {
             loop {
                 let ev = self.events.recv().await.expect("manager alive");
                 self.seen.push(ev.clone());
-                if let Event::Status { uid: u, status, .. } = ev {
-                    if u == uid && pred(&status) {
-                        return status;
-                    }
+                if let Event::Status { uid: u, status, .. } = ev
+                    && u == uid
+                    && pred(&status)
+                {
+                    return status;
                 }
             }
         };
@@ -299,10 +300,9 @@ impl Node {
                     .as_ref()
                     .and_then(|s| s.waiting.as_ref())
                     .and_then(|w| w.reason.clone())
+                    && out.last() != Some(&r)
                 {
-                    if out.last() != Some(&r) {
-                        out.push(r);
-                    }
+                    out.push(r);
                 }
             }
         }
