@@ -1,5 +1,6 @@
 //! The kubelet: registers its Node, heartbeats with a Lease, reports status on change or on its
-//! report interval, and runs this node's pods with a process runtime.
+//! report interval, and runs this node's pods in a container runtime (containerd over CRI, or
+//! host processes).
 //!
 //! # Layout
 //! - [`agent`]: [`Options`] and [`run`]: the kubelet against the API server (Node, Lease,
