@@ -33,8 +33,17 @@ fn help_documents_every_flag_and_version_prints() {
         "--config",
         "--log-format",
         "--history-revisions",
+        "--container-runtime-endpoint",
     ] {
         assert!(text.contains(flag), "server --help lacks {flag}:\n{text}");
+    }
+    // The kubelet's runtime is chosen alike wherever a kubelet runs.
+    for command in ["agent", "kubelet"] {
+        let (ok, text) = skiff(&[command, "--help"]);
+        assert!(
+            ok && text.contains("--container-runtime-endpoint"),
+            "{command} --help:\n{text}"
+        );
     }
 }
 

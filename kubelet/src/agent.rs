@@ -33,6 +33,7 @@ use crate::ipam::{self, Range};
 use crate::node_status::{self, Context, Thresholds};
 use crate::pod::{self, Event, Manager, backoff};
 use crate::runtime::Runtime;
+use crate::runtime::cri::{self, CriRuntime};
 use crate::runtime::process::{self, ProcessRuntime};
 use crate::server;
 use crate::spec::Sources;
@@ -52,6 +53,9 @@ pub enum Error {
     /// The runtime's state could not be opened.
     #[error(transparent)]
     Runtime(#[from] crate::runtime::Error),
+    /// `--container-runtime-endpoint` is not a unix socket.
+    #[error("{0}")]
+    Endpoint(String),
     /// The pod IP allocator could not be opened.
     #[error(transparent)]
     Ipam(#[from] ipam::Error),
@@ -187,6 +191,75 @@ pub struct Options {
     /// usefully: the next one would kill them as orphans.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub shutdown_grace_period: Duration,
+    /// The CRI runtime's socket (`unix:///run/containerd/containerd.sock`), or `process` for
+    /// the process runtime (containers as host processes). Unset: containerd at its default
+    /// socket when it answers there, else the process runtime.
+    #[arg(long, env = "SKIFF_CONTAINER_RUNTIME_ENDPOINT")]
+    pub container_runtime_endpoint: Option<String>,
+    /// The cgroup under which a CRI runtime puts pods (`<root>/pod<uid>`, cgroupfs syntax);
+    /// unset leaves it to the runtime. The process runtime ignores it.
+    #[arg(long)]
+    pub cgroup_root: Option<String>,
+}
+
+/// Where containerd listens unless told otherwise.
+pub const DEFAULT_CRI_SOCKET: &str = "/run/containerd/containerd.sock";
+
+/// The runtime `--container-runtime-endpoint` names (see [`Options`]), logged.
+pub async fn open_runtime(
+    options: &Options,
+    root: &Path,
+    node_name: &str,
+) -> Result<Arc<dyn Runtime>> {
+    let process = || -> Result<Arc<dyn Runtime>> {
+        let mut config = process::Config::new(root);
+        config.log_max_size = options.container_log_max_size;
+        config.log_max_files = options.container_log_max_files;
+        Ok(Arc::new(ProcessRuntime::open(config)?))
+    };
+    match options.container_runtime_endpoint.as_deref() {
+        Some("process") => {
+            tracing::info!("container runtime: process (--container-runtime-endpoint process)");
+            process()
+        }
+        Some(endpoint) => {
+            let socket = cri::parse_endpoint(endpoint).map_err(Error::Endpoint)?;
+            tracing::info!(socket = %socket.display(), "container runtime: CRI");
+            let mut config = cri::Config::new(socket, node_name);
+            config.cgroup_parent = options.cgroup_root.clone();
+            Ok(Arc::new(CriRuntime::connect(config).await))
+        }
+        None => {
+            let socket = Path::new(DEFAULT_CRI_SOCKET);
+            if socket.exists() {
+                let mut config = cri::Config::new(socket, node_name);
+                config.cgroup_parent = options.cgroup_root.clone();
+                let rt = CriRuntime::new(config);
+                match rt.version().await {
+                    Ok(v) => {
+                        tracing::info!(
+                            socket = DEFAULT_CRI_SOCKET,
+                            runtime = %v.name,
+                            version = %v.version,
+                            "container runtime: CRI, found at the default socket"
+                        );
+                        return Ok(Arc::new(rt));
+                    }
+                    Err(err) => tracing::info!(
+                        socket = DEFAULT_CRI_SOCKET,
+                        %err,
+                        "container runtime: process (nothing answers at the default CRI socket)"
+                    ),
+                }
+            } else {
+                tracing::info!(
+                    socket = DEFAULT_CRI_SOCKET,
+                    "container runtime: process (no CRI socket at the default path)"
+                );
+            }
+            process()
+        }
+    }
 }
 
 fn hostname() -> String {
@@ -222,10 +295,7 @@ pub async fn run_with_host(
         path: root.clone(),
         source,
     })?;
-    let mut rt_config = process::Config::new(&root);
-    rt_config.log_max_size = options.container_log_max_size;
-    rt_config.log_max_files = options.container_log_max_files;
-    let runtime: Arc<dyn Runtime> = Arc::new(ProcessRuntime::open(rt_config)?);
+    let runtime = open_runtime(&options, &root, &node_name).await?;
     let address = std::net::SocketAddr::new(options.address, options.port);
     let listener = tokio::net::TcpListener::bind(address)
         .await
@@ -563,6 +633,7 @@ async fn status_loop(
     let mut last_report: Option<Instant> = None;
     let mut range: Option<Range> = None;
     let mut runtime_error: Option<String> = None;
+    let mut runtime_version = String::new();
     loop {
         let health = runtime
             .health()
@@ -576,6 +647,9 @@ async fn status_loop(
             }
             runtime_error = health;
         }
+        if let Ok(v) = runtime.version().await {
+            runtime_version = format!("{}://{}", v.name, v.version);
+        }
         let ctx = Context {
             readings: (settings.host)(&settings.root),
             node_ip: settings.node_ip,
@@ -584,6 +658,7 @@ async fn status_loop(
             max_pods: settings.max_pods,
             thresholds: Thresholds::default(),
             runtime_error: runtime_error.clone(),
+            runtime_version: runtime_version.clone(),
             now: Timestamp::now(),
         };
         let mut ready = false;

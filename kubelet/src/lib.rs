@@ -1,5 +1,6 @@
 //! The kubelet: registers its Node, heartbeats with a Lease, reports status on change or on its
-//! report interval, and runs this node's pods with a process runtime.
+//! report interval, and runs this node's pods in a container runtime (containerd over CRI, or
+//! host processes).
 //!
 //! # Layout
 //! - [`agent`]: [`Options`] and [`run`]: the kubelet against the API server (Node, Lease,
@@ -7,7 +8,8 @@
 //! - [`host`]: readings of the host (CPUs, memory, PIDs, disk, kernel/OS identity).
 //! - [`node_status`]: the Node status as a list of setter functions, and change detection.
 //! - [`logs`]: container log files (CRI line format, rotation, reading for `kubectl logs`).
-//! - [`runtime`]: the container runtime trait and the process runtime.
+//! - [`runtime`]: the container runtime trait, the CRI runtime (containerd) and the process
+//!   runtime.
 //! - [`spec`]: env resolution, `$(VAR)` expansion, limits and the spec hash of a container.
 //! - [`volumes`]: emptyDir, hostPath, configMap and secret volumes and per-container roots.
 //! - [`ipam`]: pod IPs in the loopback block.

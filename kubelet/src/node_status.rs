@@ -19,7 +19,8 @@ use crate::host::Readings;
 
 /// The kubelet version this crate reports (the Kubernetes API level it follows).
 pub const KUBELET_VERSION: &str = concat!("v1.33.0-skiff.", env!("CARGO_PKG_VERSION"));
-/// The container runtime reported in `nodeInfo.containerRuntimeVersion`.
+/// `nodeInfo.containerRuntimeVersion` of the process runtime (a CRI runtime reports
+/// `<name>://<version>` from its `Version` answer).
 pub const RUNTIME_VERSION: &str = concat!("process://", env!("CARGO_PKG_VERSION"));
 
 /// Hard eviction thresholds: below these the node reports pressure, and allocatable excludes
@@ -62,6 +63,8 @@ pub struct Context {
     pub thresholds: Thresholds,
     /// `None` when the runtime works; otherwise why the node is not Ready.
     pub runtime_error: Option<String>,
+    /// `nodeInfo.containerRuntimeVersion`: `<name>://<version>`, empty until the runtime said.
+    pub runtime_version: String,
     /// The time of this computation (heartbeat and transition times).
     pub now: Timestamp,
 }
@@ -172,7 +175,7 @@ pub fn set_version_info(status: &mut NodeStatus, ctx: &Context) {
     info.operating_system = r.operating_system.clone();
     info.architecture = r.architecture.clone();
     info.kubelet_version = KUBELET_VERSION.to_string();
-    info.container_runtime_version = RUNTIME_VERSION.to_string();
+    info.container_runtime_version = ctx.runtime_version.clone();
 }
 
 /// The kubelet's HTTP port, where the API server proxies logs.
@@ -308,6 +311,7 @@ mod tests {
             max_pods: 110,
             thresholds: Thresholds::default(),
             runtime_error: None,
+            runtime_version: RUNTIME_VERSION.into(),
             now: Timestamp::from_second(now).unwrap(),
         }
     }

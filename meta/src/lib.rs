@@ -10,8 +10,10 @@
 //! - [`status`]: `Status` error bodies, field errors and the typed [`ApiError`].
 //! - [`labels`]: label selectors (`labelSelector=`, `metav1.LabelSelector`) and label name checks.
 //! - [`fields`]: field selectors (`fieldSelector=`) and selectable fields.
+//! - [`images`]: the default pull policy of an image reference.
 
 pub mod fields;
+pub mod images;
 pub mod intern;
 pub mod labels;
 pub mod resources;

@@ -210,6 +210,7 @@ impl TestCluster {
                 "RUST_LOG",
                 std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
             )
+            .env("SKIFF_CONTAINER_RUNTIME_ENDPOINT", container_runtime())
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log handle"))
             .stderr(log)
@@ -359,6 +360,7 @@ impl TestCluster {
                 "RUST_LOG",
                 std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
             )
+            .env("SKIFF_CONTAINER_RUNTIME_ENDPOINT", container_runtime())
             .stdin(Stdio::null())
             .stdout(file.try_clone().expect("log handle"))
             .stderr(file)
@@ -407,6 +409,14 @@ impl Drop for TestCluster {
         }
         self.stop();
     }
+}
+
+/// The container runtime of the kubelets the harness starts: the process runtime, so that a
+/// containerd that happens to answer at its default socket does not change what the tests run
+/// (their pods are host shell loops); `SKIFF_CONTAINER_RUNTIME_ENDPOINT` in the test's
+/// environment overrides it.
+pub fn container_runtime() -> String {
+    std::env::var("SKIFF_CONTAINER_RUNTIME_ENDPOINT").unwrap_or_else(|_| "process".into())
 }
 
 /// Installs the ring crypto provider for rustls once per process.

@@ -97,18 +97,10 @@ pub(super) fn default_pod_only(spec: &mut PodSpec) {
     }
 }
 
-/// `Always` when the image has no tag or the `latest` tag (and no digest), else `IfNotPresent`.
+/// `Always` when the image has no tag or the `latest` tag (and no digest), else `IfNotPresent`
+/// (the rule lives in `skiff-meta`, which the kubelet shares for static pods).
 pub fn default_container_image_pull_policy(image: &str) -> &'static str {
-    if image.is_empty() || image.contains('@') {
-        return "IfNotPresent";
-    }
-    // The tag follows the last ':' after the last '/' (a ':' before it is a registry port).
-    let last = image.rsplit('/').next().unwrap_or(image);
-    match last.rsplit_once(':') {
-        None => "Always",
-        Some((_, "latest")) => "Always",
-        Some(_) => "IfNotPresent",
-    }
+    skiff_meta::images::default_pull_policy(image)
 }
 
 fn default_container(c: &mut Container) {

@@ -6,10 +6,10 @@
 //!
 //! ```text
 //!  terminating? ── yes ──> stop probes, stop containers (SIGTERM, grace, SIGKILL),
-//!      │                   report final status, Event::Terminated, free IP and pod dir
-//!      no
+//!      │                   report final status, Event::Terminated, remove the sandbox,
+//!      no                  free IP and pod dir
 //!      v
-//!  pod IP, volumes ──> init containers in order, each to exit 0 ──> containers:
+//!  sandbox and pod IP, volumes ──> init containers in order, each to exit 0 ──> containers:
 //!                      (restart by policy,                          none       -> start
 //!                       Never + failure = Failed)                   running    -> restart if spec hash changed
 //!                                                                                 or liveness/startup failed
@@ -17,15 +17,22 @@
 //!  ──> probe tasks for running containers ──> status (sent only when changed)
 //! ```
 //!
+//! The sandbox comes from the runtime ([`Runtime::run_sandbox`]); its IP is the pod's, or the node's
+//! for `hostNetwork`. A runtime without sandboxes of its own (the process runtime) gets a pod IP
+//! from the kubelet's loopback allocator instead. Before a container starts, its image is made
+//! present by its pull policy; a failed pull waits in `ErrImagePull`, then `ImagePullBackOff`
+//! until the image back-off (the crash-loop back-off's settings) passes.
+//!
 //! What leaves the manager goes out as [`Event`]s (status, terminated, pod events), which the API
 //! side turns into requests; the manager itself knows nothing of the API client.
 
 pub mod backoff;
 pub mod probe;
+pub mod sandbox;
 pub mod status;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -36,7 +43,7 @@ use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use crate::ipam::{self, Allocator, Range};
-use crate::runtime::{self, ContainerConfig, Runtime, State};
+use crate::runtime::{self, ContainerConfig, DnsConfig, PullPolicy, Runtime, State};
 use crate::spec::{self, Sources};
 use crate::volumes;
 use status::Waiting;
@@ -158,6 +165,8 @@ struct Shared {
     /// The pod range; replaced when node IPAM assigns a podCIDR.
     range: Mutex<Range>,
     sources: Arc<dyn SourceProvider>,
+    /// The host's resolver settings (`/etc/resolv.conf`), the base of pods' own.
+    host_dns: DnsConfig,
     events: mpsc::UnboundedSender<Event>,
     shutdown: CancellationToken,
     /// The worker tasks, awaited by [`Manager::shutdown`].
@@ -194,6 +203,9 @@ impl Manager {
                 ipam,
                 range: Mutex::new(range),
                 sources,
+                host_dns: runtime::cri::parse_resolv_conf(
+                    &std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default(),
+                ),
                 events,
                 shutdown,
                 tasks: tokio_util::task::TaskTracker::new(),
@@ -204,9 +216,10 @@ impl Manager {
     }
 
     /// The kubelet's graceful shutdown: cancels the workers' token and waits for them (they end
-    /// at once, a sync in progress is dropped), then stops every running container, each with
-    /// its pod's termination grace period capped by `cap` (`--shutdown-grace-period`), then
-    /// SIGKILL. Processes cannot be adopted by the next kubelet, so none are left behind.
+    /// at once, a sync in progress is dropped), then hands the runtime its shutdown with each
+    /// pod's termination grace period capped by `cap` (`--shutdown-grace-period`): the process
+    /// runtime stops every container (processes cannot be adopted by the next kubelet), a CRI
+    /// runtime leaves them to the next kubelet.
     pub async fn shutdown(&self, cap: Duration) {
         self.shared.shutdown.cancel();
         self.shared.tasks.close();
@@ -320,12 +333,31 @@ impl Manager {
                 }
             }
         }
+        match rt.sandbox_pods().await {
+            Ok(pods) => uids.extend(pods.into_iter().filter(|uid| !keep(uid))),
+            Err(err) => tracing::warn!(%err, "listing pod sandboxes"),
+        }
         for uid in uids {
             tracing::info!(%uid, "cleaning up pod unknown to the API");
+            if let Err(err) = rt.remove_sandbox(&uid).await {
+                tracing::warn!(%err, %uid, "removing the sandbox of a pod unknown to the API");
+            }
             self.shared.ipam.release(&uid);
             let _ = std::fs::remove_dir_all(self.shared.config.root_dir.join("pods").join(&uid));
         }
     }
+}
+
+/// Per-container image pull back-off.
+#[derive(Clone, Debug)]
+struct PullBackoff {
+    delay: Duration,
+    retry_at: Timestamp,
+    /// The failed pull's message.
+    message: String,
+    /// The image is absent under `imagePullPolicy: Never`: no pull to back off from, the
+    /// container keeps waiting in `ErrImageNeverPull`.
+    never: bool,
 }
 
 /// Per-container back-off bookkeeping.
@@ -345,7 +377,9 @@ struct Worker {
     name: String,
     pod_dir: PathBuf,
     start_time: Timestamp,
-    pod_ip: Option<Ipv4Addr>,
+    pod_ip: Option<IpAddr>,
+    /// Failed image pulls by container name.
+    pull_backoff: HashMap<String, PullBackoff>,
     /// Grace period once termination started.
     terminating: Option<Duration>,
     init_failed: bool,
@@ -404,6 +438,7 @@ impl Worker {
             pod_dir,
             start_time,
             pod_ip: None,
+            pull_backoff: HashMap::new(),
             terminating,
             init_failed: false,
             waiting: HashMap::new(),
@@ -556,10 +591,9 @@ impl Worker {
         self.wake = self.shared.config.resync;
         let mut error = None;
         if self.pod_ip.is_none() {
-            let range = *self.shared.range.lock().expect("range poisoned");
-            match self.shared.ipam.allocate(range, &self.uid) {
+            match self.pod_network().await {
                 Ok(ip) => self.pod_ip = Some(ip),
-                Err(e) => error = Some(("FailedCreatePodSandBox", e.to_string())),
+                Err(e) => error = Some(("FailedCreatePodSandBox", e)),
             }
         }
         let mut ready = None;
@@ -587,8 +621,39 @@ impl Worker {
         Some(self.wake)
     }
 
+    /// The pod's sandbox and IP: the sandbox's own, the node's for `hostNetwork` in a sandboxed
+    /// runtime, else one from the kubelet's allocator.
+    async fn pod_network(&mut self) -> Result<IpAddr, String> {
+        let rt = self.shared.runtime.clone();
+        let config = sandbox::config(
+            &self.pod,
+            &self.shared.config.root_dir,
+            &self.shared.host_dns,
+        );
+        let sandbox = rt
+            .run_sandbox(&config)
+            .await
+            .map_err(|e| format!("Failed to create pod sandbox: {e}"))?;
+        if let Some(ip) = sandbox.ips.first() {
+            return Ok(*ip);
+        }
+        if rt.sandboxed() {
+            return if config.host_network {
+                Ok(self.shared.config.host_ip)
+            } else {
+                Err(format!("pod sandbox {} has no IP", sandbox.id))
+            };
+        }
+        let range = *self.shared.range.lock().expect("range poisoned");
+        self.shared
+            .ipam
+            .allocate(range, &self.uid)
+            .map(IpAddr::V4)
+            .map_err(|e| e.to_string())
+    }
+
     /// Starts, restarts and kills containers towards the spec.
-    async fn drive(&mut self, ip: Ipv4Addr, vols: &BTreeMap<String, PathBuf>, sources: &Sources) {
+    async fn drive(&mut self, ip: IpAddr, vols: &BTreeMap<String, PathBuf>, sources: &Sources) {
         let spec = self.pod.spec.clone().unwrap_or_default();
         let policy = self.restart_policy();
         let runs = self.runs();
@@ -688,7 +753,7 @@ impl Worker {
         &mut self,
         c: &Container,
         run: &runtime::Container,
-        ip: Ipv4Addr,
+        ip: IpAddr,
         vols: &BTreeMap<String, PathBuf>,
         sources: &Sources,
     ) {
@@ -763,7 +828,7 @@ impl Worker {
         &mut self,
         c: &Container,
         attempt: u32,
-        ip: Ipv4Addr,
+        ip: IpAddr,
         vols: &BTreeMap<String, PathBuf>,
         sources: &Sources,
     ) {
@@ -775,6 +840,10 @@ impl Worker {
                 return;
             }
         }
+        if !self.image_ready(c, now).await {
+            return;
+        }
+        let sandboxed = self.shared.runtime.sandboxed();
         let retry = self.shared.config.backoff.base;
         let host_ip = self.shared.config.host_ip.to_string();
         let fail = |this: &mut Self, reason: &str, message: String| {
@@ -799,16 +868,24 @@ impl Worker {
             Ok(m) => m,
             Err(e) => return fail(self, "CreateContainerError", e.to_string()),
         };
-        let working_dir = match volumes::working_dir(c, &root) {
-            Ok(w) => w,
-            Err(e) => return fail(self, "CreateContainerError", e.to_string()),
+        // In a sandbox the container has its own root, hostname and working directory; on
+        // the host it gets a directory of the pod's instead.
+        let working_dir = if sandboxed {
+            c.working_dir.clone().filter(|w| !w.is_empty())
+        } else {
+            match volumes::working_dir(c, &root) {
+                Ok(w) => Some(w.display().to_string()),
+                Err(e) => return fail(self, "CreateContainerError", e.to_string()),
+            }
         };
-        for (k, v) in [
-            ("POD_ROOT", root.display().to_string()),
-            ("HOSTNAME", self.name.clone()),
-        ] {
-            if !env.iter().any(|(name, _)| name == k) {
-                env.push((k.to_string(), v));
+        if !sandboxed {
+            for (k, v) in [
+                ("POD_ROOT", root.display().to_string()),
+                ("HOSTNAME", self.name.clone()),
+            ] {
+                if !env.iter().any(|(name, _)| name == k) {
+                    env.push((k.to_string(), v));
+                }
             }
         }
         let vars: BTreeMap<&str, &str> =
@@ -828,8 +905,8 @@ impl Worker {
             image: c.image.clone().unwrap_or_default(),
             command: expand(&c.command),
             args: expand(&c.args),
-            working_dir: Some(working_dir.display().to_string()),
-            pod_ip: IpAddr::V4(ip),
+            working_dir,
+            pod_ip: ip,
             mounts,
             limits: spec::limits(c),
             spec_hash: spec::spec_hash(c),
@@ -855,6 +932,75 @@ impl Worker {
                 }
             }
             Err(e) => fail(self, "RunContainerError", e.to_string()),
+        }
+    }
+
+    /// Makes `c`'s image present by its pull policy; false (the container waiting in
+    /// `ErrImagePull`, `ImagePullBackOff` or `ErrImageNeverPull`) when it is not.
+    async fn image_ready(&mut self, c: &Container, now: Timestamp) -> bool {
+        let image = c.image.clone().unwrap_or_default();
+        if let Some(b) = self.pull_backoff.get(&c.name)
+            && now < b.retry_at
+        {
+            let (retry_at, message) = (b.retry_at, b.message.clone());
+            let waiting = if b.never {
+                Waiting {
+                    reason: "ErrImageNeverPull".into(),
+                    message: Some(message),
+                }
+            } else {
+                Waiting {
+                    reason: "ImagePullBackOff".into(),
+                    message: Some(format!("Back-off pulling image {image:?}: {message}")),
+                }
+            };
+            self.waiting.insert(c.name.clone(), waiting);
+            self.wake_in(until(now, retry_at));
+            return false;
+        }
+        let policy = PullPolicy::of(c);
+        match self
+            .shared
+            .runtime
+            .ensure_image(&self.uid, &image, policy)
+            .await
+        {
+            Ok(_) => {
+                self.pull_backoff.remove(&c.name);
+                true
+            }
+            Err(e) => {
+                let never = matches!(e, runtime::Error::ImageNeverPull(_));
+                let reason = if never {
+                    "ErrImageNeverPull"
+                } else {
+                    "ErrImagePull"
+                };
+                let message = e.to_string();
+                self.record("Warning", "Failed", format!("Error: {message}"));
+                let previous = self.pull_backoff.get(&c.name).map(|b| b.delay);
+                let delay = self.shared.config.backoff.next(previous, Duration::ZERO);
+                self.pull_backoff.insert(
+                    c.name.clone(),
+                    PullBackoff {
+                        delay,
+                        retry_at: to_timestamp_after(now, delay),
+                        message: message.clone(),
+                        never,
+                    },
+                );
+                self.waiting.insert(
+                    c.name.clone(),
+                    Waiting {
+                        reason: reason.into(),
+                        message: Some(message),
+                    },
+                );
+                // The error shows for a moment, then the back-off (as the Kubernetes kubelet's
+                // next sync shows it).
+                self.wake_in((delay / 2).min(Duration::from_secs(1)));
+                false
+            }
         }
     }
 
@@ -914,7 +1060,7 @@ impl Worker {
                             runtime: self.shared.runtime.clone(),
                             container_id: run.id.clone(),
                             container: c.clone(),
-                            pod_ip: IpAddr::V4(ip),
+                            pod_ip: ip,
                         };
                         let task = tokio::spawn(probe::run(kind, p, target, self.probe_tx.clone()));
                         self.probes.insert(key, (run.id.clone(), task));
@@ -1077,6 +1223,11 @@ impl Worker {
         let rt = self.shared.runtime.clone();
         futures::future::join_all(running.iter().map(|c| rt.stop(&c.id, grace))).await;
         self.report(None);
+        // The pod's network goes before the API is told the pod is gone, so a pod of the same
+        // name that follows does not meet its IP still in use.
+        if let Err(err) = rt.remove_sandbox(&self.uid).await {
+            tracing::warn!(%err, pod = %self.name, "removing the pod's sandbox");
+        }
         let _ = self.shared.events.send(Event::Terminated {
             namespace: self.namespace.clone(),
             name: self.name.clone(),

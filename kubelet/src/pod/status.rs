@@ -39,7 +39,7 @@ pub fn container_status(
                 reason,
             } => Some(ContainerState {
                 terminated: Some(ContainerStateTerminated {
-                    container_id: Some(format!("process://{}", c.id)),
+                    container_id: Some(c.container_id()),
                     exit_code: *exit_code,
                     reason: Some(reason.clone()),
                     started_at: Some(Time(*started_at)),
@@ -95,12 +95,8 @@ pub fn container_status(
     ContainerStatus {
         name: spec.name.clone(),
         image: image.clone(),
-        image_id: if latest.is_some() {
-            format!("process://{image}")
-        } else {
-            String::new()
-        },
-        container_id: latest.map(|c| format!("process://{}", c.id)),
+        image_id: latest.map(|c| c.image_id()).unwrap_or_default(),
+        container_id: latest.map(|c| c.container_id()),
         state: Some(state),
         last_state: Some(last_state.unwrap_or_default()),
         ready: ready && is_running,
@@ -328,6 +324,8 @@ mod tests {
     fn run(attempt: u32, state: State) -> runtime::Container {
         runtime::Container {
             id: format!("u-c-{attempt}"),
+            runtime: "process".into(),
+            image_id: String::new(),
             config: ContainerConfig {
                 pod_uid: "u".into(),
                 pod_namespace: "ns".into(),

@@ -1,11 +1,19 @@
 //! The container runtime interface: what the pod sync loop asks of a runtime.
 //!
-//! The kubelet resolves everything Kubernetes-shaped (env sources, volumes, the pod IP) before it
-//! calls the runtime, so a runtime only runs, stops, lists and execs into containers. The embedded
-//! implementation is [`process::ProcessRuntime`]; tests of the sync loop can use a fake.
+//! The kubelet resolves everything Kubernetes-shaped (env sources, volumes, the pull policy)
+//! before it calls the runtime, so a runtime only runs, stops, lists and execs into containers,
+//! and, when it isolates pods ([`Runtime::sandboxed`]), gives each pod a sandbox (its network
+//! namespace and IP) and pulls images. Two implementations:
+//! - [`process::ProcessRuntime`]: host processes; no sandbox, no images, the kubelet hands out
+//!   pod IPs on loopback. The defaults of the sandbox and image methods are its behaviour.
+//! - [`cri::CriRuntime`]: a CRI v1 runtime (containerd) over its unix socket.
+//!
+//! Tests of the sync loop can use a fake.
 
+pub mod cri;
 pub mod process;
 
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -51,6 +59,40 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// A CRI call failed.
+    #[error("CRI {call}: {}", source.message())]
+    Cri {
+        /// The RPC (`RunPodSandbox`, `CreateContainer`...).
+        call: &'static str,
+        /// The gRPC status.
+        #[source]
+        source: Box<tonic::Status>,
+    },
+    /// The CRI runtime did not answer within the time given.
+    #[error("CRI {call}: no answer within {timeout:?}")]
+    CriTimeout {
+        /// The RPC.
+        call: &'static str,
+        /// How long it was given.
+        timeout: Duration,
+    },
+    /// The runtime answers but says it cannot run pods (its `RuntimeReady`/`NetworkReady`).
+    #[error("runtime not ready: {0}")]
+    NotReady(String),
+    /// A container was started for a pod that has no sandbox in this runtime.
+    #[error("pod {0} has no sandbox")]
+    NoSandbox(String),
+    /// Pulling the image failed (`ErrImagePull`); `message` is the runtime's.
+    #[error("failed to pull image {image:?}: {message}")]
+    ImagePull {
+        /// The image.
+        image: String,
+        /// The runtime's message.
+        message: String,
+    },
+    /// The image is not present and the pull policy is `Never` (`ErrImageNeverPull`).
+    #[error("container image {0:?} is not present with pull policy of Never")]
+    ImageNeverPull(String),
     /// Reading or writing the runtime's state failed.
     #[error("runtime state at {path}: {source}")]
     State {
@@ -146,8 +188,16 @@ pub enum State {
 /// One container as the runtime knows it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Container {
-    /// Unique id (`process://<pod uid>-<name>-<attempt>` style, without the scheme).
+    /// Unique id within its runtime, without the scheme (`<pod uid>-<name>-<attempt>` for the
+    /// process runtime, containerd's id for CRI).
     pub id: String,
+    /// The runtime's name, the scheme of `containerID` (`process`, `containerd`).
+    #[serde(default = "process_scheme")]
+    pub runtime: String,
+    /// The image the runtime ran (`imageID`); empty when it has none of its own, which reports
+    /// `<runtime>://<image>`.
+    #[serde(default)]
+    pub image_id: String,
     /// The configuration it was started with.
     pub config: ContainerConfig,
     /// Its state.
@@ -156,11 +206,113 @@ pub struct Container {
     pub warnings: Vec<String>,
 }
 
+fn process_scheme() -> String {
+    "process".into()
+}
+
 impl Container {
     /// Whether it is running.
     pub fn is_running(&self) -> bool {
         matches!(self.state, State::Running { .. })
     }
+
+    /// `containerID` of the container status: `<runtime>://<id>`.
+    pub fn container_id(&self) -> String {
+        format!("{}://{}", self.runtime, self.id)
+    }
+
+    /// `imageID` of the container status.
+    pub fn image_id(&self) -> String {
+        if self.image_id.is_empty() {
+            format!("{}://{}", self.runtime, self.config.image)
+        } else {
+            self.image_id.clone()
+        }
+    }
+}
+
+/// What the kubelet asks of a pod's sandbox, from the pod.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SandboxConfig {
+    /// The pod's UID.
+    pub pod_uid: String,
+    /// The pod's namespace.
+    pub pod_namespace: String,
+    /// The pod's name.
+    pub pod_name: String,
+    /// How many sandboxes this pod had before.
+    pub attempt: u32,
+    /// The pod's labels.
+    pub labels: BTreeMap<String, String>,
+    /// The pod's annotations.
+    pub annotations: BTreeMap<String, String>,
+    /// The pod's hostname (its name, or `spec.hostname`).
+    pub hostname: String,
+    /// Where the pod's container logs go (`<root>/logs/<namespace>_<name>_<uid>`).
+    pub log_dir: PathBuf,
+    /// Resolver settings of the pod.
+    pub dns: DnsConfig,
+    /// `hostNetwork: true`: the pod shares the node's network namespace.
+    pub host_network: bool,
+}
+
+/// A pod's resolver settings (`/etc/resolv.conf` in its containers).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DnsConfig {
+    /// `nameserver` lines.
+    pub servers: Vec<String>,
+    /// `search` domains.
+    pub searches: Vec<String>,
+    /// `options`.
+    pub options: Vec<String>,
+}
+
+/// A pod's sandbox as the runtime made it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sandbox {
+    /// The runtime's id for it.
+    pub id: String,
+    /// The pod's IPs from the runtime's network, first the primary; empty when the runtime has
+    /// no network of its own (the process runtime) or the pod uses the node's.
+    pub ips: Vec<IpAddr>,
+}
+
+/// `imagePullPolicy`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PullPolicy {
+    /// Pull on every container start.
+    Always,
+    /// Pull when the image is not present.
+    IfNotPresent,
+    /// Never pull; fail when the image is not present.
+    Never,
+}
+
+impl PullPolicy {
+    /// The container's policy; when unset (a static pod, which the API server did not default),
+    /// the API server's default for its image.
+    pub fn of(container: &k8s_openapi::api::core::v1::Container) -> Self {
+        let image = container.image.as_deref().unwrap_or("");
+        let policy = container
+            .image_pull_policy
+            .as_deref()
+            .filter(|p| !p.is_empty())
+            .unwrap_or_else(|| skiff_meta::images::default_pull_policy(image));
+        match policy {
+            "Always" => Self::Always,
+            "Never" => Self::Never,
+            _ => Self::IfNotPresent,
+        }
+    }
+}
+
+/// The runtime's name and version (`nodeInfo.containerRuntimeVersion` is `<name>://<version>`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Version {
+    /// `process`, `containerd`...
+    pub name: String,
+    /// Its version.
+    pub version: String,
 }
 
 /// Output of an exec.
@@ -196,6 +348,49 @@ pub trait Runtime: Send + Sync + 'static {
     /// fails with [`Error::ShuttingDown`]. The exits are recorded with reason `Shutdown`, which
     /// the next kubelet restarts without back-off, as it does `Orphaned` runs.
     async fn shutdown(&self, grace: &(dyn for<'c> Fn(&'c Container) -> Duration + Send + Sync));
+
+    /// The runtime's name and version. The process runtime's is this crate's version.
+    async fn version(&self) -> Result<Version> {
+        Ok(Version {
+            name: "process".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+        })
+    }
+    /// Whether pods get sandboxes of their own (network, mounts, hostname): then volumes are
+    /// mounted at their paths, the working directory is the container's own, the pod IP comes
+    /// from [`Runtime::run_sandbox`], and images are pulled. The process runtime runs on the host.
+    fn sandboxed(&self) -> bool {
+        false
+    }
+    /// Makes the pod's sandbox, or finds the ready one it has (after a kubelet restart); the
+    /// containers of the pod are started in it. The default has nothing to make.
+    async fn run_sandbox(&self, config: &SandboxConfig) -> Result<Sandbox> {
+        Ok(Sandbox {
+            id: config.pod_uid.clone(),
+            ips: Vec::new(),
+        })
+    }
+    /// Stops and removes every sandbox of the pod (and with them its containers).
+    async fn remove_sandbox(&self, pod_uid: &str) -> Result<()> {
+        let _ = pod_uid;
+        Ok(())
+    }
+    /// The UIDs of the pods that have sandboxes (for cleaning up pods deleted while the kubelet
+    /// was down).
+    async fn sandbox_pods(&self) -> Result<Vec<String>> {
+        Ok(Vec::new())
+    }
+    /// Makes `image` present by `policy` for a container of pod `pod_uid`; returns the runtime's
+    /// image reference. The default has no images: nothing to pull.
+    async fn ensure_image(
+        &self,
+        pod_uid: &str,
+        image: &str,
+        policy: PullPolicy,
+    ) -> Result<Option<String>> {
+        let _ = (pod_uid, image, policy);
+        Ok(None)
+    }
 }
 
 /// Reasons of runs the kubelet ended itself (its shutdown, its restart): restarted whatever the

@@ -391,6 +391,8 @@ impl Runtime for ProcessRuntime {
         let record = Record {
             container: Container {
                 id: id.clone(),
+                runtime: "process".into(),
+                image_id: String::new(),
                 config,
                 state: State::Running { started_at },
                 warnings,

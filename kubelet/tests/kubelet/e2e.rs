@@ -40,6 +40,8 @@ fn options(root: &Path, manifests: &Path) -> Options {
         manifests.to_str().unwrap(),
         "--file-check-frequency",
         "1s",
+        "--container-runtime-endpoint",
+        &skiff_tests::container_runtime(),
     ])
     .options
 }

@@ -98,6 +98,8 @@ async fn lease_renews_and_status_is_patched_only_on_change() {
         "1h",
         "--node-lease-renew-interval",
         "200ms",
+        "--container-runtime-endpoint",
+        "process",
     ])
     .options;
     let shutdown = CancellationToken::new();
@@ -114,6 +116,16 @@ async fn lease_renews_and_status_is_patched_only_on_change() {
         node.is_some_and(|n| condition(&n, "Ready").as_deref() == Some("True"))
     })
     .await;
+    let node = nodes.get("hb").await.unwrap();
+    assert_eq!(
+        node.status
+            .unwrap()
+            .node_info
+            .unwrap()
+            .container_runtime_version,
+        skiff_kubelet::node_status::RUNTIME_VERSION,
+        "the process runtime reports process://<version>"
+    );
 
     // The Lease: renewed again and again, its renewTime moving forward each time.
     let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
