@@ -12,6 +12,7 @@ pub const CONTROLLERS: &[&str] = &[
     "replicaset",
     "deployment",
     "daemonset",
+    "job",
     "namespace",
     "garbagecollector",
     "serviceaccount",
@@ -23,7 +24,7 @@ pub const CONTROLLERS: &[&str] = &[
 #[derive(clap::Args, Clone, Debug)]
 pub struct Options {
     /// Controllers to run: `*` for all, a name to add one, `-name` to leave one out (e.g.
-    /// `*,-nodeipam`). Names: endpoints, endpointslice, replicaset, deployment, daemonset, namespace,
+    /// `*,-nodeipam`). Names: endpoints, endpointslice, replicaset, deployment, daemonset, job, namespace,
     /// garbagecollector, serviceaccount, nodeipam, nodelifecycle.
     #[arg(long = "controllers", value_delimiter = ',', default_value = "*")]
     pub controllers: Vec<String>,
