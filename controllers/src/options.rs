@@ -22,6 +22,9 @@ pub const CONTROLLERS: &[&str] = &[
 
 /// Options of the controller manager.
 #[derive(clap::Args, Clone, Debug)]
+// Every component's flags are `Options`: clap's default group id (the struct name) would
+// collide when `skiff server` flattens them together.
+#[group(skip)]
 pub struct Options {
     /// Controllers to run: `*` for all, a name to add one, `-name` to leave one out (e.g.
     /// `*,-nodeipam`). Names: endpoints, endpointslice, replicaset, deployment, daemonset, job, namespace,
