@@ -596,7 +596,16 @@ mod tests {
             .iter()
             .map(|g| g["name"].as_str().unwrap())
             .collect();
-        assert_eq!(names, ["apps", "coordination.k8s.io", "discovery.k8s.io"]);
+        assert_eq!(
+            names,
+            [
+                "apps",
+                "batch",
+                "coordination.k8s.io",
+                "discovery.k8s.io",
+                "apiextensions.k8s.io"
+            ]
+        );
 
         for (path, key) in [
             ("/api/v1", "GET /api/v1"),
