@@ -600,6 +600,7 @@ mod tests {
             names,
             [
                 "apps",
+                "batch",
                 "coordination.k8s.io",
                 "discovery.k8s.io",
                 "apiextensions.k8s.io"

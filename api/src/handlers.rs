@@ -1754,7 +1754,7 @@ mod tests {
             Some(Err(Error::NoRoute))
         ));
         assert!(matches!(
-            parse_path(&Kinds::builtin().snapshot(), "/apis/batch/v1/jobs"),
+            parse_path(&Kinds::builtin().snapshot(), "/apis/batch/v1/cronjobs"),
             Some(Err(Error::NoRoute))
         ));
         assert!(parse_path(&Kinds::builtin().snapshot(), "/api/v1").is_none());

@@ -1,4 +1,4 @@
-//! The controllers: endpoints, ReplicaSet, Deployment, DaemonSet, node lifecycle, namespaces and
+//! The controllers: endpoints, ReplicaSet, Deployment, DaemonSet, Job, node lifecycle, namespaces and
 //! garbage collection, each comparing desired with observed state through the API.
 //!
 //! A crate of its own (rather than one per controller) because the controllers share informers and
@@ -10,6 +10,8 @@
 //! - [`endpoints`]: Endpoints and EndpointSlices of Services with a selector.
 //! - [`replicaset`]: expectations, the create/delete diff and the ReplicaSet status.
 //! - [`daemonset`]: one pod per eligible node, rolling update by template hash.
+//! - [`job`]: a Job's pods (indexes, parallelism), counting through tracking finalizers,
+//!   backoff limit, deadline, suspend, pod failure policy and the terminal conditions.
 //! - [`deployment`]: one rollout step (RollingUpdate, Recreate, revisions, cleanup, conditions).
 //! - [`namespace`]: what a terminating namespace must lose before it is finalized.
 //! - [`gc`]: owner references with background, foreground and orphan propagation.
@@ -20,6 +22,7 @@ pub mod daemonset;
 pub mod deployment;
 pub mod endpoints;
 pub mod gc;
+pub mod job;
 pub mod namespace;
 pub mod nodeipam;
 pub mod nodelifecycle;

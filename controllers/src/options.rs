@@ -12,6 +12,7 @@ pub const CONTROLLERS: &[&str] = &[
     "replicaset",
     "deployment",
     "daemonset",
+    "job",
     "namespace",
     "garbagecollector",
     "serviceaccount",
@@ -21,9 +22,12 @@ pub const CONTROLLERS: &[&str] = &[
 
 /// Options of the controller manager.
 #[derive(clap::Args, Clone, Debug)]
+// Every component's flags are `Options`: clap's default group id (the struct name) would
+// collide when `skiff server` flattens them together.
+#[group(skip)]
 pub struct Options {
     /// Controllers to run: `*` for all, a name to add one, `-name` to leave one out (e.g.
-    /// `*,-nodeipam`). Names: endpoints, endpointslice, replicaset, deployment, daemonset, namespace,
+    /// `*,-nodeipam`). Names: endpoints, endpointslice, replicaset, deployment, daemonset, job, namespace,
     /// garbagecollector, serviceaccount, nodeipam, nodelifecycle.
     #[arg(long = "controllers", value_delimiter = ',', default_value = "*")]
     pub controllers: Vec<String>,

@@ -15,6 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::Kind;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet};
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
     ConfigMap, Container, Endpoints, Event, Namespace, Node, Pod, Secret, Service, ServiceAccount,
@@ -466,6 +467,28 @@ pub fn daemon_set_columns() -> Vec<Column> {
     ]
 }
 
+/// The columns of Job, in cell order (the Kubernetes printer's, with its wide ones).
+pub fn job_columns() -> Vec<Column> {
+    vec![
+        NAME,
+        col("Status", "string", "Status of the job."),
+        col(
+            "Completions",
+            "string",
+            "The number of pods which reached phase Succeeded, out of the desired completions.",
+        ),
+        col("Duration", "string", "Time required to complete the job."),
+        AGE,
+        CONTAINERS,
+        IMAGES,
+        wide(
+            "Selector",
+            "string",
+            "A label query over pods that should match the pod count.",
+        ),
+    ]
+}
+
 /// The columns of Lease, in cell order.
 pub fn lease_columns() -> Vec<Column> {
     vec![
@@ -649,6 +672,11 @@ pub fn replica_set_row(object: &Value, now: Timestamp) -> Option<Vec<Value>> {
 /// The cells of a DaemonSet's row; `None` when the object does not decode as one.
 pub fn daemon_set_row(object: &Value, now: Timestamp) -> Option<Vec<Value>> {
     typed::<DaemonSet>(object).map(|o| daemon_set_cells(&o, now))
+}
+
+/// The cells of a Job's row; `None` when the object does not decode as one.
+pub fn job_row(object: &Value, now: Timestamp) -> Option<Vec<Value>> {
+    typed::<Job>(object).map(|o| job_cells(&o, now))
 }
 
 /// The cells of a Lease's row; `None` when the object does not decode as one.
@@ -1367,6 +1395,71 @@ fn daemon_set_cells(ds: &DaemonSet, now: Timestamp) -> Vec<Value> {
     ]
 }
 
+/// Whether a Job has a condition of `type_` with status `True`.
+fn job_condition(job: &Job, type_: &str) -> bool {
+    job.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .any(|c| c.type_ == type_ && c.status == "True")
+}
+
+/// The Job row: STATUS from the conditions in the printer's order of precedence, COMPLETIONS
+/// as `succeeded/completions` (`succeeded/1 of parallelism` for a work-queue Job), DURATION from
+/// start to completion (or to now while it runs).
+fn job_cells(job: &Job, now: Timestamp) -> Vec<Value> {
+    let spec = job.spec.clone().unwrap_or_default();
+    let status = job.status.clone().unwrap_or_default();
+    let succeeded = status.succeeded.unwrap_or(0);
+    let completions = match spec.completions {
+        Some(c) => format!("{succeeded}/{c}"),
+        None => match spec.parallelism.unwrap_or(0) {
+            p if p > 1 => format!("{succeeded}/1 of {p}"),
+            _ => format!("{succeeded}/1"),
+        },
+    };
+    let duration = match (&status.start_time, &status.completion_time) {
+        (None, _) => String::new(),
+        (Some(start), None) => since(Some(start), now),
+        (Some(start), Some(end)) => human_duration(end.0.duration_since(start.0)),
+    };
+    let state = if job_condition(job, "Complete") {
+        "Complete"
+    } else if job_condition(job, "Failed") {
+        "Failed"
+    } else if job.metadata.deletion_timestamp.is_some() {
+        "Terminating"
+    } else if job_condition(job, "Suspended") {
+        "Suspended"
+    } else if job_condition(job, "FailureTarget") {
+        "FailureTarget"
+    } else if job_condition(job, "SuccessCriteriaMet") {
+        "SuccessCriteriaMet"
+    } else {
+        "Running"
+    };
+    let containers = spec
+        .template
+        .spec
+        .as_ref()
+        .map(|s| s.containers.clone())
+        .unwrap_or_default();
+    let (names, images) = container_cells(&containers);
+    vec![
+        name(&job.metadata),
+        json!(state),
+        json!(completions),
+        json!(duration),
+        age(&job.metadata, now),
+        names,
+        images,
+        json!(or_none(
+            spec.selector.as_ref().map(format_selector).as_deref()
+        )),
+    ]
+}
+
 fn lease_cells(lease: &Lease, now: Timestamp) -> Vec<Value> {
     let holder = lease
         .spec
@@ -1524,6 +1617,79 @@ mod tests {
         // Sub-second parts are dropped, as Go's int(d.Seconds()) does.
         assert_eq!(human_duration(SignedDuration::from_millis(-1500)), "0s");
         assert_eq!(human_duration(SignedDuration::from_millis(59_999)), "59s");
+    }
+
+    #[test]
+    fn job_rows_as_kubectl_prints_them() {
+        let job = |spec: Value, status: Value| {
+            json!({
+                "apiVersion": "batch/v1", "kind": "Job",
+                "metadata": {"name": "pi", "namespace": "default", "creationTimestamp": ago(600)},
+                "spec": spec, "status": status,
+            })
+        };
+        let template = json!({"spec": {"containers": [
+            {"name": "pi", "image": "perl"}, {"name": "side", "image": "busybox"}]}});
+        let cols: Vec<&str> = job_columns().iter().map(|c| c.name).collect();
+        assert_eq!(
+            cols,
+            [
+                "Name",
+                "Status",
+                "Completions",
+                "Duration",
+                "Age",
+                "Containers",
+                "Images",
+                "Selector"
+            ]
+        );
+        let done = job(
+            json!({"completions": 5, "parallelism": 2, "template": template,
+                   "selector": {"matchLabels": {"batch.kubernetes.io/controller-uid": "u"}}}),
+            json!({"succeeded": 5, "startTime": ago(300), "completionTime": ago(200),
+                   "conditions": [{"type": "SuccessCriteriaMet", "status": "True"},
+                                  {"type": "Complete", "status": "True"}]}),
+        );
+        assert_eq!(
+            row("batch", "Job", done),
+            vec![
+                json!("pi"),
+                json!("Complete"),
+                json!("5/5"),
+                json!("100s"),
+                json!("10m"),
+                json!("pi,side"),
+                json!("perl,busybox"),
+                json!("batch.kubernetes.io/controller-uid=u"),
+            ]
+        );
+        let running = job(
+            json!({"parallelism": 3, "template": template}),
+            json!({"succeeded": 1, "startTime": ago(90)}),
+        );
+        let cells = row("batch", "Job", running);
+        assert_eq!(
+            cells[1..4],
+            [json!("Running"), json!("1/1 of 3"), json!("90s")]
+        );
+        assert_eq!(cells[7], json!("<none>"));
+        let failed = job(
+            json!({"completions": 1, "template": template}),
+            json!({"failed": 7, "conditions": [
+                {"type": "FailureTarget", "status": "True"},
+                {"type": "Failed", "status": "True"}]}),
+        );
+        assert_eq!(
+            row("batch", "Job", failed)[1..4],
+            [json!("Failed"), json!("0/1"), json!("")]
+        );
+        let suspended = job(
+            json!({"completions": 2, "template": template}),
+            json!({"conditions": [{"type": "Suspended", "status": "True"},
+                                  {"type": "Complete", "status": "False"}]}),
+        );
+        assert_eq!(row("batch", "Job", suspended)[1], json!("Suspended"));
     }
 
     #[test]

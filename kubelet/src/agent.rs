@@ -117,6 +117,9 @@ fn parse_bytes(text: &str) -> Result<u64, String> {
 
 /// The kubelet's flags (`skiff kubelet`), with the Kubernetes kubelet's defaults.
 #[derive(clap::Args, Clone, Debug)]
+// Every component's flags are `Options`: clap's default group id (the struct name) would
+// collide when `skiff server` flattens them together.
+#[group(skip)]
 pub struct Options {
     /// The Node's name; defaults to the host name.
     #[arg(long)]

@@ -19,6 +19,9 @@ use crate::proxier::{Config, Proxier};
 
 /// Flags of `skiff proxy` (and of the proxy inside `skiff server` / `skiff agent`).
 #[derive(clap::Args, Clone, Debug)]
+// Every component's flags are `Options`: clap's default group id (the struct name) would
+// collide when `skiff server` flattens them together.
+#[group(skip)]
 pub struct Options {
     /// The address NodePorts listen on (kube-proxy listens on every node address).
     #[arg(long, default_value = "0.0.0.0")]

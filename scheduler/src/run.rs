@@ -24,6 +24,9 @@ use crate::{DEFAULT_SCHEDULER_NAME, Error, Result};
 
 /// The scheduler's flags.
 #[derive(clap::Args, Clone, Debug)]
+// Every component's flags are `Options`: clap's default group id (the struct name) would
+// collide when `skiff server` flattens them together.
+#[group(skip)]
 pub struct Options {
     /// The scheduler name this scheduler answers to (pods' `spec.schedulerName`; pods naming
     /// none get `default-scheduler`).

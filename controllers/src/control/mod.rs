@@ -16,6 +16,7 @@ mod daemonset;
 mod deployment;
 mod endpoints;
 mod gc;
+mod job;
 mod namespace;
 mod nodes;
 mod replicaset;
@@ -121,6 +122,9 @@ pub async fn run(client: Client, options: Options, shutdown: CancellationToken) 
     }
     if options.enabled("deployment")? {
         started.push(deployment::start(&factory, workers));
+    }
+    if options.enabled("job")? {
+        started.push(job::start(&factory, workers));
     }
     let endpoints = options.enabled("endpoints")?;
     let slices = options.enabled("endpointslice")?;

@@ -11,6 +11,7 @@ pub mod deployment;
 pub mod endpoint_slice;
 pub mod endpoints;
 pub mod event;
+pub mod job;
 pub mod lease;
 pub mod namespace;
 pub mod node;
@@ -69,6 +70,7 @@ pub fn all() -> &'static [Arc<dyn Kind>] {
             Arc::new(deployment::Deployment),
             Arc::new(replica_set::ReplicaSet),
             Arc::new(daemon_set::DaemonSet),
+            Arc::new(job::Job),
             Arc::new(lease::Lease),
             Arc::new(endpoint_slice::EndpointSlice),
             Arc::new(custom_resource_definition::CustomResourceDefinition),

@@ -12,6 +12,7 @@
 mod pod;
 
 use k8s_openapi::api::apps::v1::{DaemonSetSpec, DeploymentSpec, ReplicaSetSpec};
+use k8s_openapi::api::batch::v1::JobSpec;
 use k8s_openapi::api::core::v1::{PodSpec, PodTemplateSpec, Toleration};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::Serialize;
@@ -122,6 +123,137 @@ pub fn daemon_set(obj: &mut Value) {
         default_template(&mut spec.template);
     });
 }
+
+/// The v1 defaults of a Job, in place (`SetDefaults_Job`): completions and parallelism 1 when
+/// both are unset (a work-queue Job that sets only parallelism keeps no completions), a backoff
+/// limit of 6 (unlimited with a per-index limit), NonIndexed, not suspended, pods replaced once
+/// terminal when a pod failure policy says how failures count (once terminating otherwise),
+/// a generated selector, and the template's labels on a Job that has none.
+pub fn job(obj: &mut Value) {
+    let Some(map) = obj.as_object_mut() else {
+        return;
+    };
+    with_spec_keeping_selector(map, |spec: &mut JobSpec| {
+        if spec.completions.is_none() && spec.parallelism.is_none() {
+            spec.completions = Some(1);
+        }
+        spec.parallelism.get_or_insert(1);
+        if spec.backoff_limit.is_none() {
+            spec.backoff_limit = Some(if spec.backoff_limit_per_index.is_some() {
+                i32::MAX
+            } else {
+                6
+            });
+        }
+        if spec.completion_mode.as_deref().unwrap_or("").is_empty() {
+            spec.completion_mode = Some("NonIndexed".into());
+        }
+        spec.suspend.get_or_insert(false);
+        if let Some(policy) = spec.pod_failure_policy.as_mut() {
+            for rule in &mut policy.rules {
+                for pattern in rule.on_pod_conditions.iter_mut().flatten() {
+                    if pattern.status.is_empty() {
+                        pattern.status = "True".into();
+                    }
+                }
+            }
+        }
+        if spec.pod_replacement_policy.is_none() {
+            spec.pod_replacement_policy = Some(if spec.pod_failure_policy.is_some() {
+                "Failed".into()
+            } else {
+                "TerminatingOrFailed".into()
+            });
+        }
+        spec.manual_selector.get_or_insert(false);
+        default_template(&mut spec.template);
+    });
+    let template_labels = map
+        .get("spec")
+        .and_then(|s| s.pointer("/template/metadata/labels"))
+        .filter(|l| l.as_object().is_some_and(|l| !l.is_empty()))
+        .cloned();
+    if let Some(labels) = template_labels
+        && let Some(meta) = map.get_mut("metadata").and_then(Value::as_object_mut)
+        && meta
+            .get("labels")
+            .and_then(Value::as_object)
+            .is_none_or(|l| l.is_empty())
+    {
+        meta.insert("labels".into(), labels);
+    }
+}
+
+/// The labels kube-apiserver's Job strategy puts on a new Job's pod template, and the selector
+/// it generates from them, unless the Job says `manualSelector: true`: the Job's name
+/// (`batch.kubernetes.io/job-name` and the legacy `job-name`) and uid
+/// (`batch.kubernetes.io/controller-uid` and the legacy `controller-uid`); labels the client set
+/// are kept, for validation to judge. Runs after the uid is assigned.
+pub fn generate_job_selector(obj: &mut Value) {
+    if obj.pointer("/spec/manualSelector") == Some(&Value::Bool(true)) {
+        return;
+    }
+    let name = obj.pointer("/metadata/name").cloned().unwrap_or(json!(""));
+    let uid = obj.pointer("/metadata/uid").cloned().unwrap_or(json!(""));
+    let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let template = spec.entry("template").or_insert_with(|| json!({}));
+    if !template.is_object() {
+        return;
+    }
+    let meta = template
+        .as_object_mut()
+        .expect("checked to be an object")
+        .entry("metadata")
+        .or_insert_with(|| json!({}));
+    if meta.is_null() {
+        *meta = json!({});
+    }
+    let Some(meta) = meta.as_object_mut() else {
+        return;
+    };
+    let labels = meta.entry("labels").or_insert_with(|| json!({}));
+    if labels.is_null() {
+        *labels = json!({});
+    }
+    let Some(labels) = labels.as_object_mut() else {
+        return;
+    };
+    for (key, value) in [
+        (JOB_NAME_LEGACY_LABEL, &name),
+        (JOB_NAME_LABEL, &name),
+        (CONTROLLER_UID_LEGACY_LABEL, &uid),
+        (CONTROLLER_UID_LABEL, &uid),
+    ] {
+        labels.entry(key).or_insert_with(|| value.clone());
+    }
+    let selector = spec.entry("selector").or_insert_with(|| json!({}));
+    if selector.is_null() {
+        *selector = json!({});
+    }
+    let Some(selector) = selector.as_object_mut() else {
+        return;
+    };
+    let match_labels = selector.entry("matchLabels").or_insert_with(|| json!({}));
+    if match_labels.is_null() {
+        *match_labels = json!({});
+    }
+    if let Some(match_labels) = match_labels.as_object_mut() {
+        match_labels
+            .entry(CONTROLLER_UID_LABEL)
+            .or_insert_with(|| uid.clone());
+    }
+}
+
+/// The label naming the Job a pod belongs to.
+pub const JOB_NAME_LABEL: &str = "batch.kubernetes.io/job-name";
+/// The label with the uid of the Job a pod belongs to (what the generated selector selects).
+pub const CONTROLLER_UID_LABEL: &str = "batch.kubernetes.io/controller-uid";
+/// [`JOB_NAME_LABEL`] before the `batch.kubernetes.io/` prefix.
+pub const JOB_NAME_LEGACY_LABEL: &str = "job-name";
+/// [`CONTROLLER_UID_LABEL`] before the `batch.kubernetes.io/` prefix.
+pub const CONTROLLER_UID_LEGACY_LABEL: &str = "controller-uid";
 
 /// The v1 defaults of a Secret, in place.
 pub fn secret(obj: &mut Value) {

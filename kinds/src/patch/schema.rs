@@ -2,7 +2,7 @@
 //! (the Go struct tags `patchStrategy`/`patchMergeKey`) and how server-side apply tracks it
 //! (`+listType`, `+listMapKey`, `+mapType`).
 //!
-//! Derived by hand from `k8s.io/api` v0.33 (`core/v1`, `apps/v1`, `coordination/v1`,
+//! Derived by hand from `k8s.io/api` v0.33 (`core/v1`, `apps/v1`, `batch/v1`, `coordination/v1`,
 //! `discovery/v1`) and `metav1.ObjectMeta`. Only fields whose behaviour differs from the
 //! defaults are listed: an unlisted object field merges key by key, an unlisted list is
 //! replaced whole (atomic) by both patch kinds, and an unlisted field's children are unlisted.
@@ -386,6 +386,27 @@ pub static WORKLOAD: Type = Type {
         object("metadata", &OBJECT_META),
         object("spec", &WORKLOAD_SPEC),
         object("status", &CONDITIONS_ONLY),
+    ],
+};
+
+static JOB_SPEC: Type = Type {
+    fields: &[
+        object("template", &POD_TEMPLATE_SPEC),
+        atomic_struct("selector"),
+    ],
+};
+
+/// `JobStatus.conditions`: merged by type in strategic merge, atomic in apply.
+static JOB_STATUS: Type = Type {
+    fields: &[smp_only_list("conditions", "type")],
+};
+
+/// `batch/v1.Job`.
+pub static JOB: Type = Type {
+    fields: &[
+        object("metadata", &OBJECT_META),
+        object("spec", &JOB_SPEC),
+        object("status", &JOB_STATUS),
     ],
 };
 

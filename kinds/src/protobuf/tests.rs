@@ -19,8 +19,8 @@ const FIXTURES: &[&str] = &[
     "service-nodeport",
     "service-headless",
     "serviceaccount",
-    // Kinds the API server does not serve, for more of the table.
     "job",
+    // Kinds the API server does not serve, for more of the table.
     "cronjob",
     "ingress",
     "pdb",

@@ -12,12 +12,14 @@
 //! - [`names`]: DNS labels and subdomains, qualified names, label values, config keys, ports.
 //! - [`quantity`]: `resource.Quantity` parsing, shared with the scheduler.
 //! - `meta`: object metadata (names, namespace, labels, annotations, owners, finalizers).
-//! - `pod`: pod specs and templates, pod updates; `service`, `apps`, `core` (the other kinds).
+//! - `pod`: pod specs and templates, pod updates; `service`, `apps`, `batch`, `core` (the other
+//!   kinds).
 
 pub mod names;
 pub mod quantity;
 
 pub(crate) mod apps;
+pub(crate) mod batch;
 pub(crate) mod core;
 mod meta;
 pub(crate) mod pod;
@@ -353,6 +355,12 @@ mod tests {
                 "apps",
                 "DaemonSet",
                 json!({"metadata": {"name": "web"}, "spec": {"selector": {"matchLabels": {"app": "web"}}, "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}}),
+            ),
+            (
+                "batch",
+                "Job",
+                // Without the server's create-time fills, only a manual selector is complete.
+                json!({"metadata": {"name": "pi"}, "spec": {"manualSelector": true, "selector": {"matchLabels": {"app": "pi"}}, "template": {"metadata": {"labels": {"app": "pi"}}, "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}}}),
             ),
             (
                 "coordination.k8s.io",

@@ -156,7 +156,9 @@ async fn bad_requests_get_the_right_status_and_write_nothing() {
     assert_eq!(status["details"]["causes"][0]["field"], "metadata.name");
 
     // 404 for a kind the server does not serve, and for a missing object.
-    let (code, status) = client.get("/apis/batch/v1/namespaces/default/jobs").await;
+    let (code, status) = client
+        .get("/apis/batch/v1/namespaces/default/cronjobs")
+        .await;
     assert_eq!(code, 404, "{status}");
     assert_eq!(status["kind"], "Status");
     let (code, status) = client.get(&format!("{CM}/nope")).await;

@@ -1,7 +1,8 @@
 //! Workloads of real pods through kubectl against `skiff server`: a Deployment scales, rolls out,
 //! rolls back and cascades on delete; a DaemonSet follows a node joining with `skiff agent`; a
 //! node whose kubelet stops goes NotReady, its pods are evicted and replaced on the other node,
-//! and it recovers; deleting a namespace stops and removes everything in it.
+//! and it recovers; deleting a namespace stops and removes everything in it; Jobs run to
+//! completion by index, fail by their backoff limit, and ignore what their failure policy says.
 //!
 //! The pods are `sh -c` sleep loops run by the kubelets as host processes. Every test deletes what
 //! it made and waits for the kubelets to stop it; a [`Fixture`] kills whatever a failed test left
@@ -537,4 +538,164 @@ fn nodes_join_and_fail_daemonsets_follow_and_pods_move() {
         );
     }
     cluster.stop_agent();
+}
+
+/// A Job `name` in `namespace` running `script` with `sh -c`, and `spec` (YAML lines at the
+/// spec's indentation) before its template.
+fn job(namespace: &str, name: &str, spec: &str, script: &str) -> String {
+    format!(
+        r#"
+apiVersion: batch/v1
+kind: Job
+metadata: {{name: {name}, namespace: {namespace}}}
+spec:
+{spec}
+  template:
+    spec:
+      restartPolicy: Never
+      terminationGracePeriodSeconds: 1
+      containers:
+      - name: main
+        image: busybox:1.36
+        command: ["sh", "-c", {script:?}]
+"#
+    )
+}
+
+fn jsonpath(k: &Kubectl, namespace: &str, target: &str, path: &str) -> String {
+    k.ok(&[
+        "-n",
+        namespace,
+        "get",
+        target,
+        "-o",
+        &format!("jsonpath={path}"),
+    ])
+}
+
+#[test]
+fn jobs_complete_by_index_fail_by_backoff_limit_and_ignore_what_their_policy_says() {
+    let cluster = Fixture::start(&[]);
+    let k = cluster.kubectl();
+    k.ok(&["create", "namespace", "batch"]);
+
+    // An Indexed Job of 5 completions, 2 at a time: each pod sees its own index.
+    k.ok_with_input(
+        &["apply", "-f", "-"],
+        &job(
+            "batch",
+            "idx",
+            "  completionMode: Indexed\n  completions: 5\n  parallelism: 2",
+            "echo index=$JOB_COMPLETION_INDEX",
+        ),
+    );
+    k.ok(&[
+        "-n",
+        "batch",
+        "wait",
+        "--for=condition=complete",
+        "job/idx",
+        "--timeout=90s",
+    ]);
+    assert_eq!(
+        jsonpath(&k, "batch", "job/idx", "{.status.completedIndexes}"),
+        "0-4"
+    );
+    assert_eq!(jsonpath(&k, "batch", "job/idx", "{.status.succeeded}"), "5");
+    let row = k.ok(&["-n", "batch", "get", "job/idx", "--no-headers"]);
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cells[..3], ["idx", "Complete", "5/5"], "{row}");
+    let pods: Value = serde_json::from_str(&k.ok(&[
+        "-n",
+        "batch",
+        "get",
+        "pods",
+        "-l",
+        "batch.kubernetes.io/job-name=idx",
+        "-o",
+        "json",
+    ]))
+    .expect("pod list JSON");
+    let mut seen = Vec::new();
+    for pod in pods["items"].as_array().expect("items") {
+        let name = pod["metadata"]["name"].as_str().expect("name");
+        let index = pod["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]
+            .as_str()
+            .expect("an index annotation")
+            .to_string();
+        assert_eq!(pod["status"]["phase"], "Succeeded", "{name}");
+        let finalizers = pod["metadata"]["finalizers"].as_array().map_or(0, Vec::len);
+        assert_eq!(finalizers, 0, "{name} still has its tracking finalizer");
+        let logs = k.ok(&["-n", "batch", "logs", name]);
+        assert_eq!(logs.trim(), format!("index={index}"), "{name}");
+        seen.push(index);
+    }
+    seen.sort();
+    assert_eq!(seen, ["0", "1", "2", "3", "4"]);
+
+    // Pods that exit 1: the Job fails once its backoff limit is passed, and says why.
+    k.ok_with_input(
+        &["apply", "-f", "-"],
+        &job("batch", "bad", "  backoffLimit: 1", "exit 1"),
+    );
+    k.ok(&[
+        "-n",
+        "batch",
+        "wait",
+        "--for=condition=failed",
+        "job/bad",
+        "--timeout=90s",
+    ]);
+    assert_eq!(
+        jsonpath(
+            &k,
+            "batch",
+            "job/bad",
+            r#"{.status.conditions[?(@.type=="Failed")].reason}"#
+        ),
+        "BackoffLimitExceeded"
+    );
+    assert_eq!(jsonpath(&k, "batch", "job/bad", "{.status.failed}"), "2");
+    let row = k.ok(&["-n", "batch", "get", "job/bad", "--no-headers"]);
+    assert!(row.contains("Failed"), "{row}");
+
+    // A policy that ignores exit code 42: the first pod's failure is not counted against a
+    // backoff limit of 0, its replacement succeeds.
+    let marker = cluster.dir.path().join("ran-once");
+    let script = format!(
+        "if [ -e {m} ]; then exit 0; fi; touch {m}; exit 42",
+        m = marker.display()
+    );
+    k.ok_with_input(
+        &["apply", "-f", "-"],
+        &job(
+            "batch",
+            "flaky",
+            "  backoffLimit: 0\n  podFailurePolicy:\n    rules:\n    - action: Ignore\n      onExitCodes: {operator: In, values: [42]}",
+            &script,
+        ),
+    );
+    k.ok(&[
+        "-n",
+        "batch",
+        "wait",
+        "--for=condition=complete",
+        "job/flaky",
+        "--timeout=90s",
+    ]);
+    assert!(marker.exists());
+    assert_eq!(jsonpath(&k, "batch", "job/flaky", "{.status.failed}"), "0");
+    assert_eq!(
+        jsonpath(&k, "batch", "job/flaky", "{.status.succeeded}"),
+        "1"
+    );
+
+    // Deleting the Jobs takes their pods with them (the tracking finalizers are gone).
+    k.ok(&["-n", "batch", "delete", "jobs", "--all", "--wait=true"]);
+    wait_for(&k, "the Jobs' pods to go", 60, || {
+        k.ok(&["-n", "batch", "get", "pods", "-o", "name"])
+            .trim()
+            .is_empty()
+    });
+    k.ok(&["delete", "namespace", "batch", "--timeout=60s"]);
 }
