@@ -205,6 +205,11 @@ fn classify(e: &ec::Error) -> Kind {
             } else if m.contains("request timed out") || s.code() as i32 == 4 {
                 Kind::Timeout
             } else if s.code() as i32 == 14
+                // A connection that broke under the request comes back as Cancelled or Unknown
+                // with the transport error as its source.
+                || std::error::Error::source(s).is_some()
+                || s.code() as i32 == 1
+                || m.contains("transport error")
                 || m.contains("no leader")
                 || m.contains("leader changed")
                 || m.contains("not capable")

@@ -346,6 +346,8 @@ async fn a_watch_resumes_across_an_etcd_restart_without_gap_or_duplicate() {
     let mut got = collect_until(&mut stream, base + 10).await;
     // Kill etcd under the live watch, write nothing while it is down, restart on the same data.
     server.kill();
+    // Regression: a write on the connection etcd's death broke came back as a gRPC Cancelled
+    // or Unknown status wrapping the transport error, mapped to Error::Etcd, not Unavailable.
     let down = store.put(b"w/x".to_vec(), b"lost".to_vec(), None).await;
     assert!(
         matches!(down, Err(Error::Unavailable { .. } | Error::Timeout { .. })),
