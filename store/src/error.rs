@@ -71,6 +71,35 @@ pub enum Error {
     /// An I/O error.
     #[error("i/o error: {0}")]
     Io(#[from] std::io::Error),
+    /// The external datastore (etcd) cannot serve requests now: unreachable, or without quorum
+    /// (no leader). The API answers 503. A write that failed this way may have committed.
+    #[error("datastore unavailable: {reason}")]
+    Unavailable {
+        /// What failed, and whether a write may have committed.
+        reason: String,
+        /// The client's error, when there is one.
+        #[source]
+        source: Option<etcd_client::Error>,
+    },
+    /// The external datastore did not answer in time (the API answers 504). A write that timed
+    /// out may have committed.
+    #[error("datastore request timed out after {after:?}: {what}")]
+    Timeout {
+        /// The request.
+        what: String,
+        /// How long it was given.
+        after: std::time::Duration,
+    },
+    /// Another error from the etcd client or server.
+    #[error("etcd error: {0}")]
+    Etcd(#[source] etcd_client::Error),
+    /// A key the store keeps for itself (the etcd backend reserves keys that are empty or begin
+    /// with a zero byte); nothing was written.
+    #[error("key {:?} is reserved by the store", String::from_utf8_lossy(.0))]
+    ReservedKey(Vec<u8>),
+    /// A configuration that cannot work.
+    #[error("invalid store configuration: {0}")]
+    InvalidConfig(String),
     /// An error from sled.
     #[error("storage engine error: {0}")]
     Sled(#[source] sled::Error),

@@ -14,6 +14,9 @@
 //!   batching, applying, group commit), `read` (MVCC reads), `watch` (watcher tasks and the ring of recent entries),
 //!   `maintenance` (lease expiry, retention, compaction), `snapshot` (backup and restore), `import`
 //!   (building a data dir from exported log entries, revisions and times kept).
+//! - [`EtcdStore`] (`etcd/`): the same contract over an external etcd v3 cluster — key layout
+//!   under a prefix, commit times in a reserved clock key, replays through etcd watches (see
+//!   [`etcd`]).
 //! - [`archive`]: the portable archive of log entries (export, import) and copying a window of
 //!   the log into a new data dir.
 //! - `keys`, `record`: the on-disk key spaces and records.
@@ -65,6 +68,7 @@ pub mod archive;
 pub mod bench;
 mod engine;
 pub mod error;
+pub mod etcd;
 mod keys;
 mod record;
 pub mod types;
@@ -77,6 +81,7 @@ use futures::Stream;
 
 pub use engine::{Config, Importer, PrefixRetention, Retention, SledStore};
 pub use error::{Error, Result};
+pub use etcd::EtcdStore;
 pub use types::*;
 
 /// An ordered stream of watch deliveries. It ends after an `Err` (for example

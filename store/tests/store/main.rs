@@ -1,11 +1,14 @@
-//! Integration tests of the store: reads and writes, the model check, crashes, concurrency, archives and a full disk.
+//! Integration tests of the store: reads and writes, the model check (both backends: sled and
+//! etcd), the etcd backend, crashes, concurrency, archives and a full disk.
 //!
 //! One test binary per crate, its areas as modules: every integration binary links the whole
 //! dependency tree again, and on a 2-core CI machine those links cost more than the tests run.
 
 mod archive;
 mod concurrency;
+mod contract;
 mod crash;
+mod etcd;
 mod model;
 mod nospace;
 mod store;

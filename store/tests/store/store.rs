@@ -56,6 +56,31 @@ async fn collect_until(stream: &mut WatchStream, until: u64) -> Vec<WatchRespons
     }
 }
 
+/// The contract tests the etcd backend runs too (see `contract.rs`), on fresh sled stores.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sled_passes_the_shared_contract() {
+    use crate::contract;
+    let fresh = || {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir);
+        (dir, store)
+    };
+    let (_d, s) = fresh();
+    contract::revisions_versions_and_tombstones(&s, 0).await;
+    let (_d, s) = fresh();
+    contract::ranges_with_limits_continuation_count_and_intervals(&s, 0).await;
+    let (_d, s) = fresh();
+    contract::transactions_compare_and_branch(&s, 0).await;
+    let (_d, s) = fresh();
+    contract::compaction_makes_old_revisions_unreadable(&s, 0).await;
+    let (_d, s) = fresh();
+    contract::commit_times_map_back_to_revisions(&s, 0).await;
+    let (_d, s) = fresh();
+    contract::watch_replays_history_then_goes_live(Arc::new(s), 0).await;
+    let (_d, s) = fresh();
+    contract::progress_notifications_carry_the_current_revision(&s, 0).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn revisions_versions_and_tombstones() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,0 +1,173 @@
+//! How the store's keys and ranges map into etcd's key space under the configured prefix.
+//!
+//! ```text
+//!  etcd key space                     what it holds
+//!  P                                  (the empty store key: refused)
+//!  P \x00 skiff/clock                 reserved: the commit-time key written by every write txn
+//!  P \x01 ..                          store keys k, stored as P + k (today's layout under P)
+//!  prefix_end(P)                      first key of the next prefix
+//! ```
+//!
+//! Every range the caller can name is clamped to start at `P \x01`, so the reserved area never
+//! shows in reads, counts, deletes or watches. The price: store keys that are empty or begin with
+//! a zero byte are refused ([`Error::ReservedKey`]); Kubernetes keys begin with `/`.
+
+use crate::error::{Error, Result};
+use crate::types::{KeyRange, RangeEnd, prefix_end};
+
+/// The sub-key of the commit-time key, after `P \x00`.
+const CLOCK: &[u8] = b"skiff/clock";
+
+/// A key range in etcd's terms: `end` empty means only `start`; `[0]` means every key from
+/// `start` on (etcd's convention).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct EtcdRange {
+    pub start: Vec<u8>,
+    pub end: Vec<u8>,
+}
+
+/// The mapping for one prefix.
+#[derive(Debug, Clone)]
+pub(crate) struct Layout {
+    prefix: Vec<u8>,
+}
+
+impl Layout {
+    pub fn new(prefix: Vec<u8>) -> Layout {
+        Layout { prefix }
+    }
+
+    /// The first etcd key a store key can have.
+    fn user_start(&self) -> Vec<u8> {
+        let mut k = self.prefix.clone();
+        k.push(1);
+        k
+    }
+
+    /// The end of everything under the prefix, in etcd's encoding.
+    fn end(&self) -> Vec<u8> {
+        prefix_end(&self.prefix).unwrap_or_else(|| vec![0])
+    }
+
+    /// The reserved commit-time key.
+    pub fn clock_key(&self) -> Vec<u8> {
+        let mut k = self.prefix.clone();
+        k.push(0);
+        k.extend_from_slice(CLOCK);
+        k
+    }
+
+    /// The whole prefix with the reserved area: what the log replays.
+    pub fn everything(&self) -> EtcdRange {
+        EtcdRange {
+            start: self.clock_key(),
+            end: self.end(),
+        }
+    }
+
+    /// The etcd key of a store key that may be written.
+    pub fn key(&self, key: &[u8]) -> Result<Vec<u8>> {
+        if key.first().is_none_or(|&b| b == 0) {
+            return Err(Error::ReservedKey(key.to_vec()));
+        }
+        Ok(self.wrap(key))
+    }
+
+    /// The etcd key of a store key taken out of a converted key-value (inverse of `strip`).
+    pub fn key_of(&self, stripped: &[u8]) -> Vec<u8> {
+        self.wrap(stripped)
+    }
+
+    fn wrap(&self, key: &[u8]) -> Vec<u8> {
+        let mut k = Vec::with_capacity(self.prefix.len() + key.len());
+        k.extend_from_slice(&self.prefix);
+        k.extend_from_slice(key);
+        k
+    }
+
+    /// The store key of an etcd key under the prefix.
+    pub fn strip(&self, key: &[u8]) -> Vec<u8> {
+        key.strip_prefix(self.prefix.as_slice())
+            .unwrap_or(key)
+            .to_vec()
+    }
+
+    /// Whether an etcd key is the reserved commit-time key.
+    pub fn is_clock(&self, key: &[u8]) -> bool {
+        key.len() == self.prefix.len() + 1 + CLOCK.len()
+            && key.starts_with(&self.prefix)
+            && key[self.prefix.len()] == 0
+            && key.ends_with(CLOCK)
+    }
+
+    /// The etcd range of a store range, clamped to the store keys; `None` when it holds none.
+    pub fn range(&self, range: &KeyRange) -> Option<EtcdRange> {
+        let user_start = self.user_start();
+        let start = self.wrap(&range.start).max(user_start);
+        let end = match &range.end {
+            RangeEnd::Single => {
+                if range.start.first().is_none_or(|&b| b == 0) {
+                    return None;
+                }
+                return Some(EtcdRange { start, end: vec![] });
+            }
+            RangeEnd::Prefix => match prefix_end(&range.start) {
+                Some(e) => self.wrap(&e),
+                None => self.end(),
+            },
+            RangeEnd::Before(e) => self.wrap(e),
+            RangeEnd::Unbounded => self.end(),
+        };
+        if end != [0] && end <= start {
+            return None;
+        }
+        Some(EtcdRange { start, end })
+    }
+}
+
+/// Encodes a commit time (nanoseconds since the epoch) as the clock key's value.
+pub(crate) fn encode_time(nanos: u64) -> Vec<u8> {
+    nanos.to_be_bytes().to_vec()
+}
+
+/// Decodes the clock key's value; a value that is not 8 bytes reads as the epoch.
+pub(crate) fn decode_time(value: &[u8]) -> u64 {
+    value.try_into().map(u64::from_be_bytes).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_stay_inside_the_prefix_and_outside_the_reserved_area() {
+        let l = Layout::new(b"/s".to_vec());
+        assert_eq!(l.key(b"/a").unwrap(), b"/s/a");
+        assert!(matches!(l.key(b""), Err(Error::ReservedKey(_))));
+        assert!(matches!(l.key(b"\0x"), Err(Error::ReservedKey(_))));
+        let all = l.range(&KeyRange::prefix("")).unwrap();
+        assert_eq!(all.start, b"/s\x01");
+        assert_eq!(all.end, b"/t");
+        assert!(all.start > l.clock_key());
+        let p = l.range(&KeyRange::prefix("/p/")).unwrap();
+        assert_eq!(
+            (p.start.as_slice(), p.end.as_slice()),
+            (&b"/s/p/"[..], &b"/s/p0"[..])
+        );
+        let from = l.range(&KeyRange::from("b")).unwrap();
+        assert_eq!(
+            (from.start.as_slice(), from.end.as_slice()),
+            (&b"/sb"[..], &b"/t"[..])
+        );
+        assert_eq!(l.range(&KeyRange::interval("b", "a")), None);
+        assert_eq!(l.range(&KeyRange::key("")), None);
+        assert_eq!(l.range(&KeyRange::key("k")).unwrap().end, Vec::<u8>::new());
+        assert!(l.is_clock(&l.clock_key()));
+        assert!(!l.is_clock(b"/s/skiff/clock"));
+        assert_eq!(l.strip(b"/s/a"), b"/a");
+        // An all-0xff prefix has no end: etcd's "to the end of the key space".
+        let l = Layout::new(vec![0xff]);
+        assert_eq!(l.range(&KeyRange::prefix("")).unwrap().end, vec![0]);
+        assert_eq!(decode_time(&encode_time(42)), 42);
+    }
+}
