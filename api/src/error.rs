@@ -104,9 +104,13 @@ pub enum Error {
     /// Something broke inside the server.
     #[error("{0}")]
     Internal(String),
-    /// The server cannot serve the request now (for example while shutting down).
+    /// The server cannot serve the request now (for example while shutting down, or its
+    /// datastore has no quorum).
     #[error("{0}")]
     Unavailable(String),
+    /// The datastore did not answer in time; a write may still have committed.
+    #[error("{0}")]
+    StorageTimeout(String),
     /// A `Status` built elsewhere (patches, selectors), passed through as it is.
     #[error("{0}")]
     Api(#[from] skiff_meta::status::ApiError),
@@ -217,6 +221,7 @@ impl Error {
             Error::TooLargeResourceVersion { .. } => StatusCode::GATEWAY_TIMEOUT,
             Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Error::StorageTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
             Error::Api(e) => {
                 StatusCode::from_u16(e.code()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
             }
@@ -241,6 +246,7 @@ impl Error {
             Error::TooLargeResourceVersion { .. } => "Timeout",
             Error::Internal(_) => "InternalError",
             Error::Unavailable(_) => "ServiceUnavailable",
+            Error::StorageTimeout(_) => "Timeout",
             Error::Api(_) => "",
         }
     }
@@ -325,6 +331,8 @@ impl From<skiff_store::Error> for Error {
             },
             S::ValueTooLarge { limit, .. } => Error::TooLarge { limit },
             S::Closed => Error::Unavailable("the server is shutting down".into()),
+            e @ S::Unavailable { .. } => Error::Unavailable(e.to_string()),
+            e @ S::Timeout { .. } => Error::StorageTimeout(e.to_string()),
             other => Error::Internal(other.to_string()),
         }
     }
@@ -377,5 +385,23 @@ mod tests {
         assert_eq!(e.code(), StatusCode::GONE);
         assert_eq!(e.reason(), "Expired");
         assert_eq!(e.to_string(), "too old resource version: 3 (9)");
+        let e: Error = skiff_store::Error::Unavailable {
+            reason: "no leader".into(),
+            source: None,
+        }
+        .into();
+        assert_eq!(
+            (e.code(), e.reason()),
+            (StatusCode::SERVICE_UNAVAILABLE, "ServiceUnavailable")
+        );
+        let e: Error = skiff_store::Error::Timeout {
+            what: "put".into(),
+            after: std::time::Duration::from_secs(5),
+        }
+        .into();
+        assert_eq!(
+            (e.code(), e.reason()),
+            (StatusCode::GATEWAY_TIMEOUT, "Timeout")
+        );
     }
 }
