@@ -396,10 +396,11 @@ fn bookmark(info: &ResourceInfo, revision: Revision, initial_events_end: bool) -
     json!({"kind": info.kind, "apiVersion": info.api_version(), "metadata": metadata})
 }
 
+/// A watch `ERROR` event: the error's `Status` as kube-apiserver writes it, inside the event.
 fn error_line(error: &Error) -> Bytes {
-    let mut line = serde_json::to_vec(&json!({"type": "ERROR", "object": error.to_status()}))
-        .unwrap_or_default();
-    line.push(b'\n');
+    let mut line = b"{\"type\":\"ERROR\",\"object\":".to_vec();
+    skiff_meta::status::write_status(&mut line, &error.to_api_error().to_status());
+    line.extend_from_slice(b"}\n");
     Bytes::from(line)
 }
 
@@ -1459,9 +1460,11 @@ async fn bind(
             std::future::ready(assign_node(pods, name, pod, expected_uid.as_deref(), &node))
         })
         .await?;
-    Ok(json_response(
+    let mut created = skiff_meta::status::success();
+    created.code = Some(201);
+    Ok(crate::routes::status_response(
+        skiff_meta::status::status_body(&created),
         StatusCode::CREATED,
-        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
     ))
 }
 

@@ -159,17 +159,26 @@ where
     Ok(buffer.freeze())
 }
 
-/// The `Status` response for an error.
+/// The `Status` response for an error, its body as kube-apiserver writes it ([`Error::body`]).
 pub fn error_response(error: &Error) -> Response {
-    let mut response =
-        warp::reply::with_status(warp::reply::json(&error.to_status()), error.code())
-            .into_response();
+    let mut response = status_response(error.body(), error.code());
     if matches!(error, Error::TooLargeResourceVersion { .. }) {
         response.headers_mut().insert(
             http::header::RETRY_AFTER,
             http::HeaderValue::from_static("1"),
         );
     }
+    response
+}
+
+/// A response with a `Status` body of [`skiff_meta::status::status_body`].
+pub fn status_response(body: Vec<u8>, code: http::StatusCode) -> Response {
+    let mut response = Response::new(body.into());
+    *response.status_mut() = code;
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
     response
 }
 
