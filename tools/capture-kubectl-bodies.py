@@ -5,8 +5,10 @@ A loopback-only fake API server: answers /version and aggregated discovery for t
 fixtures need, records every POST/PUT body (with its Content-Type) into OUT_DIR, and answers 201
 with a small JSON object so kubectl is satisfied.
 
-Usage: capture-kubectl-bodies.py PORT OUT_DIR MINOR
+Usage: capture-kubectl-bodies.py PORT OUT_DIR MINOR [no-eviction]
   then point kubectl at http://127.0.0.1:PORT (plain HTTP, no credentials).
+  With `no-eviction` discovery lists no pods/eviction subresource, so `kubectl drain` deletes the
+  pods (DELETE with a DeleteOptions body) instead of evicting them.
 """
 import json
 import os
@@ -14,6 +16,7 @@ import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 PORT, OUT, MINOR = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+EVICTION = sys.argv[4:5] != ["no-eviction"]
 VERBS = ["get", "list", "watch", "create", "update", "patch", "delete"]
 
 
@@ -42,7 +45,8 @@ CORE = [
     res("serviceaccounts", "ServiceAccount", "", short=["sa"],
         subs=[("token", "authentication.k8s.io", "TokenRequest", ["create"])]),
     res("pods", "Pod", "", short=["po"],
-        subs=[("eviction", "policy", "Eviction", ["create"]), ("binding", "", "Binding", ["create"])]),
+        subs=([("eviction", "policy", "Eviction", ["create"])] if EVICTION else [])
+        + [("binding", "", "Binding", ["create"])]),
     res("events", "Event", "", short=["ev"]),
     res("nodes", "Node", "", scoped=False, short=["no"]),
 ]
@@ -124,10 +128,10 @@ class Handler(BaseHTTPRequestHandler):
             self.reply(200, {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "v1",
                              "resources": [
                                  {"name": "pods", "singularName": "pod", "namespaced": True,
-                                  "kind": "Pod", "verbs": VERBS},
-                                 {"name": "pods/eviction", "singularName": "", "namespaced": True,
+                                  "kind": "Pod", "verbs": VERBS}]
+                             + ([{"name": "pods/eviction", "singularName": "", "namespaced": True,
                                   "group": "policy", "version": "v1", "kind": "Eviction",
-                                  "verbs": ["create"]}]})
+                                  "verbs": ["create"]}] if EVICTION else [])})
         elif path == "/api/v1/namespaces/default/pods/p":
             # Evicted: drain's wait ends at once.
             self.reply(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure",

@@ -2,13 +2,14 @@
 # Regenerates kinds/testdata/protobuf/: for each kubectl version (1.32, 1.33) and each command below,
 # the protobuf body kubectl POSTs (<name>.v1_3X.pb) and the JSON kubectl prints with
 # `--dry-run=client -o json` for the same command (<name>.v1_3X.json).
-# Needs python3 and the machine's /usr/bin/kubectl dispatcher; uses loopback ports 18481/18482.
+# Needs python3 and the machine's /usr/bin/kubectl dispatcher; uses loopback ports 18481-18484.
 set -euo pipefail
 set -f # commands are split on spaces, never globbed
 repo=$(cd "$(dirname "$0")/.." && pwd)
 out="$repo/kinds/testdata/protobuf"
 work=$(mktemp -d)
-trap 'kill $(cat "$work/srv.32.pid" "$work/srv.33.pid" 2>/dev/null) 2>/dev/null || true; rm -rf "$work"' EXIT
+pids="$work/srv.32.pid $work/srv.33.pid $work/srv.delete.32.pid $work/srv.delete.33.pid"
+trap 'for p in $pids; do kill "$(cat "$p" 2>/dev/null)" 2>/dev/null || true; done; rm -rf "$work"' EXIT
 mkdir -p "$out"
 printf 'binary\0\x01\x02\xff\xfe data' > "$work/blob.bin"
 printf 'line one\nline two\n' > "$work/notes.txt"
@@ -36,6 +37,12 @@ commands=(
 # Commands without --dry-run: only the protobuf body is recorded (tests spell out the JSON).
 raw_commands=(
   "token|create token sa --audience=api --duration=1h --bound-object-kind=Pod --bound-object-name=p --bound-object-uid=u-1"
+)
+# Against a fake without pods/eviction, so that drain DELETEs its pods with a DeleteOptions body.
+delete_commands=(
+  "deleteoptions-empty|drain n1 --force"
+  "deleteoptions-grace0|drain n1 --force --grace-period=0"
+  "deleteoptions-dryrun|drain n1 --force --grace-period=5 --dry-run=server"
 )
 
 port=18480
@@ -74,5 +81,19 @@ EOC
     KUBECONFIG=$cfg kubectl --cache-dir "$work/cache.$minor" $cmd > /dev/null
     cp "$rec/$(ls "$rec" | grep '\.bin$' | head -n1)" "$out/$name.v1_$minor.pb"
   done
+  kill "$(cat "$work/srv.$minor.pid")"
+  port=$((port + 2))
+  rec="$work/rec-delete.$minor"
+  python3 "$repo/tools/capture-kubectl-bodies.py" "$port" "$rec" "$minor" no-eviction & echo $! > "$work/srv.delete.$minor.pid"
+  sleep 1
+  sed -i "s|127.0.0.1:$((port - 2))|127.0.0.1:$port|" "$cfg"
+  for entry in "${delete_commands[@]}"; do
+    name=${entry%%|*}; cmd=${entry#*|}
+    find "$rec" -name 'req*' -delete
+    # shellcheck disable=SC2086
+    KUBECONFIG=$cfg kubectl --cache-dir "$work/cache.$minor" $cmd > /dev/null
+    cp "$rec/$(ls "$rec" | grep '\.bin$' | head -n1)" "$out/$name.v1_$minor.pb"
+  done
+  port=$((port - 2))
 done
 echo "fixtures written to $out"

@@ -13,7 +13,6 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
 use sha2::{Digest as _, Sha256};
 use warp::Filter;
 use warp::filters::BoxedFilter;
@@ -358,12 +357,7 @@ impl warp::reject::Reject for Unauthorized {}
 impl Unauthorized {
     /// The 401 response: a `Status` with reason `Unauthorized`, as kube-apiserver sends.
     pub fn response(&self) -> warp::reply::Response {
-        use warp::Reply as _;
-        warp::reply::with_status(
-            warp::reply::json(&unauthorized_status()),
-            StatusCode::UNAUTHORIZED,
-        )
-        .into_response()
+        crate::routes::status_response(unauthorized_status(), StatusCode::UNAUTHORIZED)
     }
 }
 
@@ -376,22 +370,9 @@ pub async fn recover(rejection: warp::Rejection) -> Result<warp::reply::Response
     }
 }
 
-/// The 401 body. (To be replaced by the shared `Status` builders.)
-fn unauthorized_status() -> serde_json::Value {
-    let status = Status {
-        status: Some("Failure".to_string()),
-        message: Some("Unauthorized".to_string()),
-        reason: Some("Unauthorized".to_string()),
-        code: Some(401),
-        ..Default::default()
-    };
-    let mut value = serde_json::to_value(&status).expect("Status serializes");
-    // k8s-openapi leaves the type meta to the caller for Status.
-    if let Some(object) = value.as_object_mut() {
-        object.insert("kind".into(), "Status".into());
-        object.insert("apiVersion".into(), "v1".into());
-    }
-    value
+/// The 401 body kube-apiserver sends: reason and message `Unauthorized`.
+fn unauthorized_status() -> Vec<u8> {
+    skiff_meta::status::ApiError::unauthorized("Unauthorized").to_body()
 }
 
 #[cfg(test)]

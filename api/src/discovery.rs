@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     APIGroup, APIGroupList, APIResource, APIResourceList, APIVersions, GroupVersionForDiscovery,
-    ServerAddressByClientCIDR, Status,
+    ServerAddressByClientCIDR,
 };
 use serde_json::{Value, json};
 use skiff_kinds::media::media_ranges;
@@ -20,7 +20,6 @@ use skiff_meta::ResourceInfo;
 use warp::Filter;
 use warp::Reply as _;
 use warp::filters::BoxedFilter;
-use warp::http::StatusCode;
 use warp::reply::Response;
 
 /// The group of aggregated discovery documents.
@@ -382,17 +381,9 @@ fn json_reply<T: serde::Serialize>(body: &T) -> Response {
     with_vary(warp::reply::json(body).into_response())
 }
 
-/// A 404 `Status` as kube-apiserver sends for an unknown path. (To be replaced by the shared
-/// `Status` builders.)
+/// A 404 `Status` as kube-apiserver sends for a path it does not serve.
 fn not_found() -> Response {
-    let status = Status {
-        status: Some("Failure".to_string()),
-        message: Some("the server could not find the requested resource".to_string()),
-        reason: Some("NotFound".to_string()),
-        code: Some(404),
-        ..Default::default()
-    };
-    warp::reply::with_status(warp::reply::json(&status), StatusCode::NOT_FOUND).into_response()
+    crate::routes::error_response(&crate::error::Error::NoRoute)
 }
 
 #[cfg(test)]

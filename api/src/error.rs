@@ -1,8 +1,14 @@
 //! The API server's errors, and the one place they become Kubernetes `Status` responses.
+//!
+//! Every error becomes a [`skiff_meta::status::ApiError`] ([`Error::to_api_error`]) and so the
+//! body kube-apiserver writes for it ([`Error::body`]): members in Go's field order, names of
+//! grouped resources and kinds with their group (`deployments.apps "web" already exists`).
 
 use http::StatusCode;
-use serde_json::{Value, json};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{StatusCause, StatusDetails};
+use serde_json::Value;
 use skiff_meta::ResourceInfo;
+use skiff_meta::status::{ApiError, GroupKind, GroupResource, Reason, quote};
 
 /// One cause of an `Invalid` error: a field path, a cause reason and the message without the
 /// field path (`Invalid value: "x": ...`), as `metav1.StatusCause` carries it.
@@ -20,7 +26,7 @@ pub struct Cause {
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// No such object.
-    #[error("{resource} \"{name}\" not found")]
+    #[error("{} {} not found", GroupResource::new(group, resource), quote(name))]
     NotFound {
         /// The resource's group.
         group: String,
@@ -33,7 +39,11 @@ pub enum Error {
     #[error("the server could not find the requested resource")]
     NoRoute,
     /// Create of a name that exists.
-    #[error("{resource} \"{name}\" already exists")]
+    #[error(
+        "{} {} already exists",
+        GroupResource::new(group, resource),
+        quote(name)
+    )]
     AlreadyExists {
         /// The resource's group.
         group: String,
@@ -43,7 +53,11 @@ pub enum Error {
         name: String,
     },
     /// A write based on a stale resourceVersion, or another precondition that failed.
-    #[error("Operation cannot be fulfilled on {resource} \"{name}\": {message}")]
+    #[error(
+        "Operation cannot be fulfilled on {} {}: {message}",
+        GroupResource::new(group, resource),
+        quote(name)
+    )]
     Conflict {
         /// The resource's group.
         group: String,
@@ -55,7 +69,7 @@ pub enum Error {
         message: String,
     },
     /// The object is invalid.
-    #[error("{kind} \"{name}\" is invalid: {}", aggregate(causes))]
+    #[error("{}", invalid_message(group, kind, name, causes))]
     Invalid {
         /// The group of the kind.
         group: String,
@@ -114,6 +128,16 @@ pub enum Error {
     /// A `Status` built elsewhere (patches, selectors), passed through as it is.
     #[error("{0}")]
     Api(#[from] skiff_meta::status::ApiError),
+}
+
+/// `NewInvalid`'s message: `Deployment.apps "web" is invalid: <causes>`.
+fn invalid_message(group: &str, kind: &str, name: &str, causes: &[Cause]) -> String {
+    let gk = GroupKind::new(group, kind);
+    if causes.is_empty() {
+        format!("{gk} {} is invalid", quote(name))
+    } else {
+        format!("{gk} {} is invalid: {}", quote(name), aggregate(causes))
+    }
 }
 
 /// Kubernetes' `utilerrors.Aggregate` wording: one error as it is, several in brackets.
@@ -251,21 +275,13 @@ impl Error {
         }
     }
 
-    /// The `metav1.Status` body for this error.
-    pub fn to_status(&self) -> Value {
-        if let Error::Api(e) = self {
-            return e.to_json();
-        }
-        let mut status = json!({
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": self.to_string(),
-            "reason": self.reason(),
-            "code": self.code().as_u16(),
-        });
+    /// This error as the shared `Status` error type, with the details Kubernetes sends for it.
+    pub fn to_api_error(&self) -> ApiError {
+        let opt = |s: &str| (!s.is_empty()).then(|| s.to_string());
+        let code = self.code().as_u16();
+        let message = self.to_string();
         let details = match self {
+            Error::Api(e) => return e.clone(),
             Error::NotFound {
                 group,
                 resource,
@@ -281,36 +297,52 @@ impl Error {
                 resource,
                 name,
                 ..
-            } => Some(json!({"name": name, "group": group, "kind": resource})),
+            } => Some(StatusDetails {
+                name: opt(name),
+                group: opt(group),
+                kind: opt(resource),
+                ..StatusDetails::default()
+            }),
             Error::Invalid {
                 group,
                 kind,
                 name,
                 causes,
-            } => Some(json!({
-                "name": name,
-                "group": group,
-                "kind": kind,
-                "causes": causes.iter().map(|c| json!({
-                    "reason": c.reason,
-                    "message": c.message,
-                    "field": c.field,
-                })).collect::<Vec<_>>(),
-            })),
-            Error::TooLargeResourceVersion { .. } => Some(json!({"retryAfterSeconds": 1})),
+            } => Some(StatusDetails {
+                name: opt(name),
+                group: opt(group),
+                kind: opt(kind),
+                causes: Some(
+                    causes
+                        .iter()
+                        .map(|c| StatusCause {
+                            reason: opt(&c.reason),
+                            message: opt(&c.message),
+                            field: opt(&c.field),
+                        })
+                        .collect(),
+                ),
+                ..StatusDetails::default()
+            }),
+            Error::TooLargeResourceVersion { .. } => Some(StatusDetails {
+                retry_after_seconds: Some(1),
+                ..StatusDetails::default()
+            }),
+            // kube-apiserver's 404 for a path it does not serve has empty details.
+            Error::NoRoute => Some(StatusDetails::default()),
             _ => None,
         };
-        if let Some(mut details) = details {
-            // Kubernetes leaves out empty strings (an unnamed object, the core group).
-            if let Some(map) = details.as_object_mut() {
-                map.retain(|_, v| v.as_str() != Some(""));
-            }
-            status["details"] = details;
-        }
-        if matches!(self, Error::NoRoute) {
-            status["details"] = json!({});
-        }
-        status
+        ApiError::new(code, Reason::parse(self.reason()), message, details)
+    }
+
+    /// The `metav1.Status` body for this error, as JSON.
+    pub fn to_status(&self) -> Value {
+        self.to_api_error().to_json()
+    }
+
+    /// The `metav1.Status` body for this error, byte for byte as kube-apiserver writes it.
+    pub fn body(&self) -> Vec<u8> {
+        self.to_api_error().to_body()
     }
 }
 
@@ -341,6 +373,109 @@ impl From<skiff_store::Error> for Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    fn body(e: &Error) -> String {
+        String::from_utf8(e.body()).unwrap()
+    }
+
+    // Expected bodies: metav1.Status in Go's field order (kind, apiVersion, metadata, status,
+    // message, reason, details{name, group, kind, uid, causes, retryAfterSeconds}, code), as
+    // kube-apiserver's JSON encoder writes it, newline included.
+
+    #[test]
+    fn grouped_resources_are_named_with_their_group() {
+        let deployments = &skiff_kinds::builtin::deployment::INFO;
+        assert_eq!(
+            body(&Error::already_exists(deployments, "web")),
+            concat!(
+                r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","#,
+                r#""message":"deployments.apps \"web\" already exists","reason":"AlreadyExists","#,
+                r#""details":{"name":"web","group":"apps","kind":"deployments"},"code":409}"#,
+                "\n"
+            )
+        );
+        assert_eq!(
+            Error::not_found(deployments, "web").to_string(),
+            r#"deployments.apps "web" not found"#
+        );
+        assert_eq!(
+            Error::stale(deployments, "web").to_string(),
+            r#"Operation cannot be fulfilled on deployments.apps "web": the object has been modified; please apply your changes to the latest version and try again"#
+        );
+        // A custom resource is named the same way.
+        let widgets = &crate::test_kinds::INFO;
+        assert_eq!(
+            body(&Error::not_found(widgets, "w")),
+            concat!(
+                r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","#,
+                r#""message":"widgets.example.com \"w\" not found","reason":"NotFound","#,
+                r#""details":{"name":"w","group":"example.com","kind":"widgets"},"code":404}"#,
+                "\n"
+            )
+        );
+        // Names are quoted as Go's %q quotes them.
+        assert_eq!(
+            Error::not_found(&skiff_kinds::builtin::pod::INFO, "a\"b").to_string(),
+            r#"pods "a\"b" not found"#
+        );
+    }
+
+    #[test]
+    fn invalid_names_the_group_kind_and_lists_causes_in_order() {
+        let deployments = &skiff_kinds::builtin::deployment::INFO;
+        let e = Error::invalid_field(
+            deployments,
+            "web",
+            "spec.replicas",
+            "FieldValueInvalid",
+            "Invalid value: -1: must be greater than or equal to 0",
+        );
+        assert_eq!(
+            body(&e),
+            concat!(
+                r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","#,
+                r#""message":"Deployment.apps \"web\" is invalid: spec.replicas: Invalid value: -1: must be greater than or equal to 0","#,
+                r#""reason":"Invalid","details":{"name":"web","group":"apps","kind":"Deployment","#,
+                r#""causes":[{"reason":"FieldValueInvalid","message":"Invalid value: -1: must be greater than or equal to 0","#,
+                r#""field":"spec.replicas"}]},"code":422}"#,
+                "\n"
+            )
+        );
+    }
+
+    #[test]
+    fn routes_timeouts_and_plain_errors_in_go_field_order() {
+        assert_eq!(
+            body(&Error::NoRoute),
+            concat!(
+                r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","#,
+                r#""message":"the server could not find the requested resource","reason":"NotFound","#,
+                r#""details":{},"code":404}"#,
+                "\n"
+            )
+        );
+        assert_eq!(
+            body(&Error::TooLargeResourceVersion {
+                requested: 9,
+                current: 3
+            }),
+            concat!(
+                r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","#,
+                r#""message":"Too large resource version: 9, current: 3","reason":"Timeout","#,
+                r#""details":{"retryAfterSeconds":1},"code":504}"#,
+                "\n"
+            )
+        );
+        assert_eq!(
+            body(&Error::BadRequest("bad <input> & more".into())),
+            concat!(
+                r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","#,
+                r#""message":"bad \u003cinput\u003e \u0026 more","reason":"BadRequest","code":400}"#,
+                "\n"
+            )
+        );
+    }
 
     #[test]
     fn not_found_status_has_kubernetes_shape() {

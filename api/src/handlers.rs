@@ -397,10 +397,11 @@ fn bookmark(info: &ResourceInfo, revision: Revision, initial_events_end: bool) -
     json!({"kind": info.kind, "apiVersion": info.api_version(), "metadata": metadata})
 }
 
+/// A watch `ERROR` event: the error's `Status` as kube-apiserver writes it, inside the event.
 fn error_line(error: &Error) -> Bytes {
-    let mut line = serde_json::to_vec(&json!({"type": "ERROR", "object": error.to_status()}))
-        .unwrap_or_default();
-    line.push(b'\n');
+    let mut line = b"{\"type\":\"ERROR\",\"object\":".to_vec();
+    skiff_meta::status::write_status(&mut line, &error.to_api_error().to_status());
+    line.extend_from_slice(b"}\n");
     Bytes::from(line)
 }
 
@@ -1172,16 +1173,37 @@ fn field_manager(request: &Request, apply: bool) -> String {
         .unwrap_or_else(|| "unknown".to_string())
 }
 
-/// Delete options from the body (a `DeleteOptions`) or the query.
-fn delete_options(
-    request: &Request,
-) -> Result<(strategy::DeleteOptions, Option<String>, Option<Revision>)> {
-    let body: Value = if request.body.iter().all(u8::is_ascii_whitespace) {
-        json!({})
-    } else {
-        serde_json::from_slice(&request.body)
-            .map_err(|e| Error::BadRequest(format!("invalid DeleteOptions: {e}")))?
-    };
+/// An options body (`DeleteOptions`) in any encoding [`parse_body`] reads: typed clients, such as
+/// `kubectl drain`'s delete of a pod, send it as protobuf. An empty body is no options.
+fn options_body(request: &Request, kind: &str) -> Result<Value> {
+    if request.body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(json!({}));
+    }
+    let body = parse_body(request).map_err(|e| match e {
+        Error::BadRequest(message) => Error::BadRequest(format!("invalid {kind}: {message}")),
+        other => other,
+    })?;
+    match body.get("kind").and_then(Value::as_str) {
+        Some(given) if !given.is_empty() && given != kind => Err(Error::BadRequest(format!(
+            "invalid {kind}: the body is a {given}"
+        ))),
+        _ => Ok(body),
+    }
+}
+
+/// What a delete asks for: the options of the body (a `DeleteOptions`) or the query.
+struct DeleteRequest {
+    options: strategy::DeleteOptions,
+    /// `preconditions.uid`.
+    uid: Option<String>,
+    /// `preconditions.resourceVersion`.
+    resource_version: Option<Revision>,
+    /// `dryRun: [All]` in the body or `dryRun=All` in the query.
+    dry_run: bool,
+}
+
+fn delete_options(request: &Request) -> Result<DeleteRequest> {
+    let body = options_body(request, "DeleteOptions")?;
     let q = &request.query;
     let grace_period = match body.get("gracePeriodSeconds").and_then(Value::as_i64) {
         Some(g) => Some(g),
@@ -1208,11 +1230,28 @@ fn delete_options(
             "propagationPolicy: Unsupported value: {p:?}: supported values: \"Foreground\", \"Background\", \"Orphan\""
         )));
     }
+    let mut dry = dry_run(q)?;
+    for value in body
+        .get("dryRun")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        match value.as_str() {
+            Some("All") => dry = true,
+            other => {
+                return Err(Error::BadRequest(format!(
+                    "dryRun: Unsupported value: {:?}: supported values: \"All\"",
+                    other.unwrap_or_default()
+                )));
+            }
+        }
+    }
     let uid = body
         .pointer("/preconditions/uid")
         .and_then(Value::as_str)
         .map(str::to_string);
-    let rv = match body
+    let resource_version = match body
         .pointer("/preconditions/resourceVersion")
         .and_then(Value::as_str)
     {
@@ -1221,14 +1260,15 @@ fn delete_options(
         })?)),
         None => None,
     };
-    Ok((
-        strategy::DeleteOptions {
+    Ok(DeleteRequest {
+        options: strategy::DeleteOptions {
             grace_period,
             propagation,
         },
         uid,
-        rv,
-    ))
+        resource_version,
+        dry_run: dry,
+    })
 }
 
 /// Deletes one object by the rules of its kind; `Ok(None)` when there is nothing to delete.
@@ -1238,12 +1278,17 @@ async fn delete_one(
     kind: &dyn Kind,
     ns: Option<&str>,
     name: &str,
-    options: &strategy::DeleteOptions,
-    uid: Option<&str>,
-    expected: Option<Revision>,
+    delete: &DeleteRequest,
+    preconditions: bool,
 ) -> Result<(StatusCode, Value)> {
     let info = kind.info();
-    let dry = dry_run(&request.query)?;
+    let dry = delete.dry_run;
+    let options = &delete.options;
+    let (uid, expected) = if preconditions {
+        (delete.uid.as_deref(), delete.resource_version)
+    } else {
+        (None, None)
+    };
     loop {
         let current = server.registry.get(info, ns, name, None).await?;
         let current_rev = resource_version(&current);
@@ -1339,18 +1384,8 @@ async fn delete(
     if !info.verbs.contains(&"delete") {
         return Err(Error::MethodNotAllowed);
     }
-    let (options, uid, expected) = delete_options(request)?;
-    let (code, object) = delete_one(
-        server,
-        request,
-        kind,
-        ns,
-        name,
-        &options,
-        uid.as_deref(),
-        expected,
-    )
-    .await?;
+    let delete = delete_options(request)?;
+    let (code, object) = delete_one(server, request, kind, ns, name, &delete, true).await?;
     Ok(format.object(kind, code, object))
 }
 
@@ -1362,7 +1397,7 @@ async fn delete_collection(
     format: render::Format,
 ) -> Result<Response> {
     let info = kind.info();
-    let (options, _, _) = delete_options(request)?;
+    let delete = delete_options(request)?;
     let filter = selectors::filter(info, &request.query)?;
     let ns_narrowed = selectors::narrow_namespace(info, ns, &request.query);
     let page = server
@@ -1386,9 +1421,8 @@ async fn delete_collection(
             kind,
             obj_ns.as_deref(),
             &name,
-            &options,
-            None,
-            None,
+            &delete,
+            false,
         )
         .await
         {
@@ -1441,9 +1475,11 @@ async fn bind(
             std::future::ready(assign_node(pods, name, pod, expected_uid.as_deref(), &node))
         })
         .await?;
-    Ok(json_response(
+    let mut created = skiff_meta::status::success();
+    created.code = Some(201);
+    Ok(crate::routes::status_response(
+        skiff_meta::status::status_body(&created),
         StatusCode::CREATED,
-        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
     ))
 }
 
@@ -1607,11 +1643,8 @@ async fn scale(
             skiff_kinds::to_served(kind, &mut current);
             let scale = to_scale(paths, &current);
             let new_scale = if is_put {
-                // kubectl sends a PUT with no Content-Type; it is JSON.
-                let body: Value = serde_json::from_slice(&request.body).map_err(|e| {
-                    Error::BadRequest(format!("couldn't get version/kind; json parse error: {e}"))
-                })?;
-                body
+                // kubectl sends a PUT with no Content-Type (JSON); typed clients send protobuf.
+                parse_body(request)?
             } else {
                 let content_type = request
                     .headers

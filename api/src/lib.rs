@@ -17,7 +17,8 @@
 //! - [`crd`]: the definition controller, serving what CustomResourceDefinitions define.
 //! - [`kubernetes_service`]: the `kubernetes` Service pointing at the API server itself.
 //! - [`watch_cache`]: one store watch per resource fanned out to every API watch of it.
-//! - [`discovery`], [`openapi`]: discovery documents and OpenAPI v3 of the kinds served now.
+//! - [`discovery`], [`openapi`]: discovery documents and OpenAPI (v3, and v2 in JSON or protobuf)
+//!   of the kinds served now.
 //! - [`replay`]: the cluster's past from the log (objects at a point, history, changes, diffs)
 //!   and its `/debug/skiff/` endpoints.
 //! - [`bench`](mod@bench): `skiff bench api`, skiff's API against etcd 3.4 side by side.
@@ -41,6 +42,8 @@ pub mod replay;
 pub mod routes;
 pub mod selectors;
 pub mod server;
+#[cfg(test)]
+mod test_kinds;
 pub mod tls;
 pub mod version;
 pub mod watch_cache;

@@ -1,7 +1,9 @@
-//! OpenAPI v3: the `/openapi/v3` index and one document per served group-version
-//! (`/openapi/v3/api/v1`, `/openapi/v3/apis/apps/v1`, ...), driven by the served kinds ([`skiff_kinds::Kinds`]) and rebuilt when they change.
+//! OpenAPI: the `/openapi/v3` index, one v3 document per served group-version
+//! (`/openapi/v3/api/v1`, `/openapi/v3/apis/apps/v1`, ...) and the Swagger 2.0 document of
+//! everything at `/openapi/v2` ([`v2`], in JSON or gnostic's protobuf, [`gnostic`]), all driven
+//! by the served kinds ([`skiff_kinds::Kinds`]) and rebuilt when they change.
 //!
-//! Each document has
+//! Each v3 document has
 //! - `components.schemas` generated from the k8s-openapi types (their `schemars` feature) with
 //!   OpenAPI 3 settings: names like `io.k8s.api.core.v1.Pod`, `$ref`s to
 //!   `#/components/schemas/...`, `allOf` around referencing fields that carry a description
@@ -10,11 +12,18 @@
 //! - `paths` for every served resource and subresource, each operation carrying
 //!   `x-kubernetes-group-version-kind`; `patch`, `post` and `put` declare the `fieldValidation`
 //!   query parameter, which is what makes kubectl send `fieldValidation=Strict` instead of
-//!   validating client-side against `/openapi/v2` (which skiff does not serve: 404).
+//!   validating client-side against `/openapi/v2`.
+//!
+//! The v2 document is made of the same paths and schemas. kubectl fetches it (as protobuf only)
+//! to validate a kind its v3 index does not list, such as one the server does not serve, and
+//! for the patch metadata of `apply`; without it such an `apply -f` stops at the first
+//! unserved object with "failed to download openapi".
 //!
 //! The documents are built on first use and again after the served kinds change, and served
-//! with an ETag; the index
-//! links each document with `?hash=` so clients can cache them.
+//! with an ETag; the index links each document with `?hash=` so clients can cache them.
+
+mod gnostic;
+pub mod v2;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -724,18 +733,16 @@ fn insert_path(
     paths.insert(path, Value::Object(item));
 }
 
-/// The OpenAPI v3 document of one served group-version, or `None` if it is not served.
-pub fn document(kinds: &Snapshot, group: &str, version: &str) -> Option<Value> {
-    let resources: Vec<&ResourceInfo> = kinds
-        .infos()
-        .filter(|r| r.group == group && r.version == version)
-        .collect();
-    if resources.is_empty() {
-        return None;
-    }
+/// The paths and schemas (OpenAPI 3 form) of the resources in `resources`, with the patch
+/// metadata of each served kind: what the v3 document of a group-version and the v2 document
+/// of everything are made of.
+fn paths_and_schemas(
+    kinds: &Snapshot,
+    resources: &[&'static ResourceInfo],
+) -> (Map<String, Value>, Map<String, Value>) {
     let mut schemas = Schemas::new(kinds);
     let mut paths = Map::new();
-    for info in &resources {
+    for info in resources {
         resource_paths(info, &mut schemas, &mut paths);
     }
     let served: Vec<(&'static ResourceInfo, Option<String>)> = resources
@@ -757,6 +764,19 @@ pub fn document(kinds: &Snapshot, group: &str, version: &str) -> Option<Value> {
             annotate_patch_meta(&mut definitions, &name, merge_schema, &mut seen);
         }
     }
+    (paths, definitions)
+}
+
+/// The OpenAPI v3 document of one served group-version, or `None` if it is not served.
+pub fn document(kinds: &Snapshot, group: &str, version: &str) -> Option<Value> {
+    let resources: Vec<&'static ResourceInfo> = kinds
+        .infos()
+        .filter(|r| r.group == group && r.version == version)
+        .collect();
+    if resources.is_empty() {
+        return None;
+    }
+    let (paths, definitions) = paths_and_schemas(kinds, &resources);
     Some(json!({
         "openapi": "3.0.0",
         "info": { "title": "Kubernetes", "version": crate::version::git_version() },
@@ -875,7 +895,11 @@ pub struct Built {
 
 impl Built {
     fn new(value: &Value) -> Built {
-        let body = Bytes::from(serde_json::to_vec(value).expect("OpenAPI serializes"));
+        Built::from_bytes(serde_json::to_vec(value).expect("OpenAPI serializes"))
+    }
+
+    fn from_bytes(body: Vec<u8>) -> Built {
+        let body = Bytes::from(body);
         let hash = hex::encode_upper(Sha256::digest(&body));
         Built { body, hash }
     }
@@ -890,10 +914,15 @@ pub struct Documents {
     pub index: Built,
     /// Keyed by [`group_version_path`].
     pub group_versions: BTreeMap<String, Built>,
+    /// `/openapi/v2` as JSON.
+    pub v2_json: Built,
+    /// `/openapi/v2` as gnostic's protobuf, from the same document.
+    pub v2_protobuf: Built,
 }
 
 /// Builds the documents of `kinds` (a few tens of milliseconds of CPU).
 pub fn documents(kinds: &Snapshot) -> Documents {
+    let v2 = v2::document(kinds);
     let mut built = BTreeMap::new();
     for (group, version) in group_versions(kinds) {
         let doc = document(kinds, group, version).expect("served group-version");
@@ -912,6 +941,8 @@ pub fn documents(kinds: &Snapshot) -> Documents {
         generation: kinds.generation(),
         index: Built::new(&json!({ "paths": paths })),
         group_versions: built,
+        v2_protobuf: Built::from_bytes(gnostic::encode(&v2)),
+        v2_json: Built::new(&v2),
     }
 }
 
@@ -968,7 +999,7 @@ impl OpenApi {
 }
 
 /// The OpenAPI routes (GET, no authentication of their own): `/openapi/v3`,
-/// `/openapi/v3/api/{version}`, `/openapi/v3/apis/{group}/{version}`; `/openapi/v2` and
+/// `/openapi/v3/api/{version}`, `/openapi/v3/apis/{group}/{version}` and `/openapi/v2`;
 /// unserved group-versions get a 404 `Status`.
 pub fn routes(openapi: Arc<OpenApi>) -> BoxedFilter<(Response,)> {
     let if_none_match = warp::header::optional::<String>("if-none-match");
@@ -1005,7 +1036,15 @@ pub fn routes(openapi: Arc<OpenApi>) -> BoxedFilter<(Response,)> {
                 serve_gv(&docs, &group_version_path(&group, &version), inm, hash)
             },
         );
-    let v2 = warp::path!("openapi" / "v2").map(not_found);
+    let v2 = warp::path!("openapi" / "v2")
+        .and(if_none_match)
+        .and(warp::header::optional::<String>("accept"))
+        .and(built_documents())
+        .map(
+            |inm: Option<String>, accept: Option<String>, docs: Arc<Documents>| {
+                serve_v2(&docs, accept.as_deref(), inm.as_deref())
+            },
+        );
     warp::get()
         .and(index.or(core).unify().or(named).unify().or(v2).unify())
         .boxed()
@@ -1035,7 +1074,65 @@ fn serve_gv(
     }
 }
 
+/// The media types `/openapi/v2` is asked for, each with the Content-Type it is answered with
+/// and whether that is the protobuf: JSON, and gnostic's protobuf under the name kubectl asks
+/// for and the one kube-apiserver answers with (Go's `mime` refuses the `@` of the first in a
+/// Content-Type, so kubectl only parses an answer that names the second).
+const V2_MEDIA_TYPES: [(&str, &str, bool); 3] = [
+    ("application/json", "application/json", false),
+    (PROTOBUF_V2, PROTOBUF_V2_RESPONSE, true),
+    (PROTOBUF_V2_RESPONSE, PROTOBUF_V2_RESPONSE, true),
+];
+
+/// The media type kubectl asks `/openapi/v2` for.
+pub const PROTOBUF_V2: &str = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf";
+
+/// The Content-Type of `/openapi/v2` in protobuf.
+pub const PROTOBUF_V2_RESPONSE: &str = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf";
+
+/// `/openapi/v2` in the first media type of `accept` it is served in (JSON when there is no
+/// Accept), 406 when none.
+fn serve_v2(docs: &Documents, accept: Option<&str>, if_none_match: Option<&str>) -> Response {
+    let accept = accept.filter(|a| !a.trim().is_empty()).unwrap_or("*/*");
+    let chosen = skiff_kinds::media::media_ranges(accept)
+        .into_iter()
+        .filter(|range| range.quality > 0.0)
+        .find_map(|range| {
+            let (kind, sub) = range.essence.split_once('/')?;
+            V2_MEDIA_TYPES.into_iter().find(|(media, _, _)| {
+                let (k, s) = media.split_once('/').expect("a type/subtype");
+                (kind == "*" || kind == k) && (sub == "*" || sub == s)
+            })
+        });
+    let Some((_, media_type, protobuf)) = chosen else {
+        let status = skiff_meta::status::ApiError::not_acceptable(&[
+            V2_MEDIA_TYPES[0].0,
+            V2_MEDIA_TYPES[2].0,
+        ]);
+        return crate::routes::error_response(&crate::error::Error::Api(status));
+    };
+    let built = if protobuf {
+        &docs.v2_protobuf
+    } else {
+        &docs.v2_json
+    };
+    let mut response = serve_as(built, if_none_match, false, media_type);
+    response
+        .headers_mut()
+        .insert(http::header::VARY, http::HeaderValue::from_static("Accept"));
+    response
+}
+
 fn serve(built: &Built, if_none_match: Option<&str>, immutable: bool) -> Response {
+    serve_as(built, if_none_match, immutable, "application/json")
+}
+
+fn serve_as(
+    built: &Built,
+    if_none_match: Option<&str>,
+    immutable: bool,
+    media_type: &'static str,
+) -> Response {
     let etag = format!("\"{}\"", built.hash);
     let mut response = if if_none_match.is_some_and(|v| v.split(',').any(|t| t.trim() == etag)) {
         warp::reply::with_status(warp::reply(), StatusCode::NOT_MODIFIED).into_response()
@@ -1043,7 +1140,7 @@ fn serve(built: &Built, if_none_match: Option<&str>, immutable: bool) -> Respons
         let mut r = Response::new(built.body.clone().into());
         r.headers_mut().insert(
             http::header::CONTENT_TYPE,
-            http::HeaderValue::from_static("application/json"),
+            http::HeaderValue::from_static(media_type),
         );
         r
     };
@@ -1063,16 +1160,9 @@ fn serve(built: &Built, if_none_match: Option<&str>, immutable: bool) -> Respons
     response
 }
 
-/// A 404 `Status`. (To be replaced by the shared `Status` builders.)
+/// A 404 `Status` as kube-apiserver sends for a path it does not serve.
 fn not_found() -> Response {
-    let status = Status {
-        status: Some("Failure".to_string()),
-        message: Some("the server could not find the requested resource".to_string()),
-        reason: Some("NotFound".to_string()),
-        code: Some(404),
-        ..Default::default()
-    };
-    warp::reply::with_status(warp::reply::json(&status), StatusCode::NOT_FOUND).into_response()
+    crate::routes::error_response(&crate::error::Error::NoRoute)
 }
 
 #[cfg(test)]
@@ -1374,11 +1464,7 @@ mod tests {
         assert_eq!(again.status(), 304);
         assert!(again.body().is_empty());
 
-        for path in [
-            "/openapi/v2",
-            "/openapi/v3/apis/nope/v1",
-            "/openapi/v3/api/v2",
-        ] {
+        for path in ["/openapi/v3/apis/nope/v1", "/openapi/v3/api/v2"] {
             let missing = call(
                 routes(Arc::new(OpenApi::new(Arc::new(Kinds::builtin())))),
                 get(path, &[]),
@@ -1386,6 +1472,105 @@ mod tests {
             .await;
             assert_eq!(missing.status(), 404, "{path}");
             assert_eq!(body_json(&missing)["reason"], "NotFound");
+        }
+    }
+
+    #[tokio::test]
+    async fn v2_is_served_as_protobuf_or_json_as_asked() {
+        let routes = || routes(Arc::new(OpenApi::new(Arc::new(Kinds::builtin()))));
+        // What kubectl sends.
+        let pb = call(
+            routes(),
+            get("/openapi/v2?timeout=32s", &[("accept", PROTOBUF_V2)]),
+        )
+        .await;
+        assert_eq!(pb.status(), 200);
+        assert_eq!(pb.headers()["content-type"], PROTOBUF_V2_RESPONSE);
+        assert_eq!(pb.headers()["vary"], "Accept");
+        assert_eq!(pb.body(), &documents().v2_protobuf.body);
+        let decoded = gnostic::tests::Message::parse(pb.body());
+        assert_eq!(decoded.string(1), "2.0");
+        let etag = pb.headers()["etag"].to_str().unwrap().to_string();
+        let again = call(
+            routes(),
+            get(
+                "/openapi/v2",
+                &[("accept", PROTOBUF_V2), ("if-none-match", &etag)],
+            ),
+        )
+        .await;
+        assert_eq!(again.status(), 304);
+
+        for accept in [
+            None,
+            Some("application/json"),
+            Some("*/*"),
+            Some("application/*;q=0.5"),
+        ] {
+            let headers: Vec<(&str, &str)> = accept.iter().map(|a| ("accept", *a)).collect();
+            let json_doc = call(routes(), get("/openapi/v2", &headers)).await;
+            assert_eq!(json_doc.status(), 200, "{accept:?}");
+            assert_eq!(json_doc.headers()["content-type"], "application/json");
+            assert_eq!(body_json(&json_doc)["swagger"], "2.0");
+            // The two forms have their own ETags.
+            assert_ne!(json_doc.headers()["etag"].to_str().unwrap(), etag);
+        }
+        // The client's preference decides.
+        let preferred = call(
+            routes(),
+            get(
+                "/openapi/v2",
+                &[("accept", &format!("application/json;q=0.9, {PROTOBUF_V2}"))],
+            ),
+        )
+        .await;
+        assert_eq!(preferred.headers()["content-type"], PROTOBUF_V2_RESPONSE);
+        let current = call(
+            routes(),
+            get("/openapi/v2", &[("accept", PROTOBUF_V2_RESPONSE)]),
+        )
+        .await;
+        assert_eq!(current.body(), pb.body());
+
+        let refused = call(routes(), get("/openapi/v2", &[("accept", "text/html")])).await;
+        assert_eq!(refused.status(), 406);
+        assert_eq!(body_json(&refused)["reason"], "NotAcceptable");
+    }
+
+    #[test]
+    fn v2_follows_the_served_kinds() {
+        let kinds = Arc::new(Kinds::builtin());
+        let openapi = OpenApi::new(kinds.clone());
+        let before = openapi.documents();
+        assert!(
+            Arc::ptr_eq(&before, &openapi.documents()),
+            "cached while nothing changes"
+        );
+        crate::test_kinds::serve_widgets(&kinds);
+        let after = openapi.documents();
+        assert_ne!(after.generation, before.generation);
+        assert_eq!(before.v2_json.body, documents().v2_json.body);
+        assert_ne!(after.v2_protobuf.hash, before.v2_protobuf.hash);
+        let v2: Value = serde_json::from_slice(&after.v2_json.body).unwrap();
+        assert_eq!(
+            v2["definitions"]["com.example.v1.Widget"]["x-kubernetes-group-version-kind"],
+            json!([{"group": "example.com", "version": "v1", "kind": "Widget"}])
+        );
+        let patch =
+            &v2["paths"]["/apis/example.com/v1/namespaces/{namespace}/widgets/{name}"]["patch"];
+        assert_eq!(patch["x-kubernetes-group-version-kind"]["kind"], "Widget");
+        assert!(after.group_versions.contains_key("apis/example.com/v1"));
+    }
+
+    #[test]
+    fn documents_are_the_same_bytes_for_the_same_kinds() {
+        // ETags and the index's hashes stay valid across a rebuild that changes nothing.
+        let kinds = Kinds::builtin();
+        let again = super::documents(&kinds.snapshot());
+        assert_eq!(again.v2_json.hash, documents().v2_json.hash);
+        assert_eq!(again.v2_protobuf.hash, documents().v2_protobuf.hash);
+        for (key, built) in &again.group_versions {
+            assert_eq!(built.hash, documents().group_versions[key].hash, "{key}");
         }
     }
 }

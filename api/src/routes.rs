@@ -159,17 +159,26 @@ where
     Ok(buffer.freeze())
 }
 
-/// The `Status` response for an error.
+/// The `Status` response for an error, its body as kube-apiserver writes it ([`Error::body`]).
 pub fn error_response(error: &Error) -> Response {
-    let mut response =
-        warp::reply::with_status(warp::reply::json(&error.to_status()), error.code())
-            .into_response();
+    let mut response = status_response(error.body(), error.code());
     if matches!(error, Error::TooLargeResourceVersion { .. }) {
         response.headers_mut().insert(
             http::header::RETRY_AFTER,
             http::HeaderValue::from_static("1"),
         );
     }
+    response
+}
+
+/// A response with a `Status` body of [`skiff_meta::status::status_body`].
+pub fn status_response(body: Vec<u8>, code: http::StatusCode) -> Response {
+    let mut response = Response::new(body.into());
+    *response.status_mut() = code;
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
     response
 }
 
@@ -191,4 +200,145 @@ async fn recover(rejection: Rejection) -> Result<Response, Infallible> {
         Error::Internal(format!("unhandled rejection: {rejection:?}"))
     };
     Ok(error_response(&error))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use serde_json::{Value, json};
+    use skiff_store::Store;
+    use tokio_util::sync::CancellationToken;
+
+    use crate::server::{ApiServer, Config};
+    use crate::tls::testing::{TempDir, call};
+
+    /// An API server on a fresh log, its routes without authentication, and its data dir.
+    pub(crate) struct Harness {
+        pub(crate) api: Arc<ApiServer>,
+        store: Arc<dyn Store>,
+        _dir: TempDir,
+    }
+
+    impl Harness {
+        pub(crate) async fn new() -> Harness {
+            let dir = TempDir::new("routes");
+            let store = skiff_store::SledStore::open(skiff_store::Config::new(&dir.0)).unwrap();
+            let store: Arc<dyn Store> = Arc::new(store);
+            let api = ApiServer::new(store.clone(), Config::default(), CancellationToken::new())
+                .await
+                .unwrap();
+            Harness {
+                api,
+                store,
+                _dir: dir,
+            }
+        }
+
+        /// One request through every route; the response with its whole body.
+        pub(crate) async fn send(
+            &self,
+            method: &str,
+            uri: &str,
+            content_type: Option<&str>,
+            body: impl Into<Vec<u8>>,
+        ) -> http::Response<bytes::Bytes> {
+            let mut builder = http::Request::builder().method(method).uri(uri);
+            if let Some(content_type) = content_type {
+                builder = builder.header("content-type", content_type);
+            }
+            // The test helper's bodies are strings; protobuf bodies here are ASCII bytes.
+            let body = String::from_utf8(body.into()).expect("an ASCII body");
+            call(
+                super::insecure_routes(self.api.clone()),
+                builder.body(body).unwrap(),
+            )
+            .await
+        }
+
+        pub(crate) async fn create_config_map(&self, name: &str) {
+            let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}});
+            let created = self
+                .send(
+                    "POST",
+                    "/api/v1/namespaces/default/configmaps",
+                    Some("application/json"),
+                    body.to_string(),
+                )
+                .await;
+            assert_eq!(created.status(), 201, "{:?}", created.body());
+        }
+
+        pub(crate) async fn shutdown(self) {
+            self.api.shutdown.cancel();
+            self.store.close().await.unwrap();
+        }
+    }
+
+    fn fixture(name: &str) -> Vec<u8> {
+        let path = format!(
+            "{}/../kinds/testdata/protobuf/{name}.v1_33.pb",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+    }
+
+    #[tokio::test]
+    async fn deletes_take_kubectl_drains_protobuf_delete_options() {
+        let h = Harness::new().await;
+        let protobuf = Some("application/vnd.kubernetes.protobuf");
+        let uri = "/api/v1/namespaces/default/configmaps/c";
+        h.create_config_map("c").await;
+
+        // --dry-run=server: dryRun [All] in the body; the object stays.
+        let dry = h
+            .send("DELETE", uri, protobuf, fixture("deleteoptions-dryrun"))
+            .await;
+        assert_eq!(dry.status(), 200, "{:?}", dry.body());
+        assert_eq!(h.send("GET", uri, None, "").await.status(), 200);
+
+        for options in ["deleteoptions-grace0", "deleteoptions-empty"] {
+            let deleted = h.send("DELETE", uri, protobuf, fixture(options)).await;
+            assert_eq!(deleted.status(), 200, "{options}: {:?}", deleted.body());
+            let object: Value = serde_json::from_slice(deleted.body()).unwrap();
+            assert_eq!(object["metadata"]["name"], "c");
+            assert_eq!(h.send("GET", uri, None, "").await.status(), 404);
+            h.create_config_map("c").await;
+        }
+
+        // Options of another kind, or a body that is not protobuf, are refused.
+        // The drain body with `kind: ConfigMap` in its envelope (typeMeta 15 bytes long).
+        let wrong = b"k8s\0\x0a\x0f\x0a\x02v1\x12\x09ConfigMap\x12\x00\x1a\x00\x22\x00";
+        let refused = h.send("DELETE", uri, protobuf, wrong.to_vec()).await;
+        assert_eq!(refused.status(), 400);
+        let status: Value = serde_json::from_slice(refused.body()).unwrap();
+        assert_eq!(
+            status["message"],
+            "invalid DeleteOptions: the body is a ConfigMap"
+        );
+        let refused = h.send("DELETE", uri, protobuf, "{}").await;
+        assert_eq!(refused.status(), 400);
+        let status: Value = serde_json::from_slice(refused.body()).unwrap();
+        assert!(
+            status["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("invalid DeleteOptions: "),
+            "{status}"
+        );
+        // JSON options still work, dryRun in the body included.
+        let json_dry = h
+            .send(
+                "DELETE",
+                uri,
+                Some("application/json"),
+                r#"{"dryRun":["All"],"propagationPolicy":"Background"}"#,
+            )
+            .await;
+        assert_eq!(json_dry.status(), 200);
+        assert_eq!(h.send("GET", uri, None, "").await.status(), 200);
+        let bad_dry = h.send("DELETE", uri, None, r#"{"dryRun":["Some"]}"#).await;
+        assert_eq!(bad_dry.status(), 400);
+        h.shutdown().await;
+    }
 }

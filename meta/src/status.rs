@@ -1042,6 +1042,11 @@ impl ApiError {
         }
     }
 
+    /// The `Status` body as kube-apiserver writes it ([`status_body`]).
+    pub fn to_body(&self) -> Vec<u8> {
+        status_body(&self.to_status())
+    }
+
     /// The `Status` body as JSON.
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::to_value(self.to_status()).expect("a Status always serialises")
@@ -1124,6 +1129,154 @@ pub fn parse_status(body: &[u8]) -> Option<Status> {
     }
     obj.insert("apiVersion".into(), "v1".into());
     serde_json::from_value(v).ok()
+}
+
+/// The bytes kube-apiserver writes for `status`: Go's `encoding/json` of `metav1.Status` through
+/// a `json.Encoder`, so members in the Go struct's field order, empty ones left out as
+/// `omitempty` says, `<`, `>` and `&` escaped as `\u003c`-style sequences, and a closing newline:
+///
+/// ```text
+/// Status        kind apiVersion metadata{selfLink resourceVersion continue remainingItemCount}
+///               status message reason details code
+/// StatusDetails name group kind uid causes retryAfterSeconds
+/// StatusCause   reason message field
+/// ```
+///
+/// (`k8s.io/apimachinery/pkg/apis/meta/v1/types.go`; `metadata` is a struct, which `omitempty`
+/// never leaves out, so it is `{}` at least.) `serde_json` would sort the members by name.
+pub fn status_body(status: &Status) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256);
+    write_status(&mut out, status);
+    out.push(b'\n');
+    out
+}
+
+/// [`status_body`] without the newline: the `object` of a watch `ERROR` event.
+pub fn write_status(out: &mut Vec<u8>, status: &Status) {
+    let mut o = GoObject::new(out);
+    o.string("kind", "Status");
+    o.string("apiVersion", "v1");
+    o.key("metadata");
+    {
+        let m = &status.metadata;
+        let mut meta = GoObject::new(o.out);
+        meta.opt_string("selfLink", m.self_link.as_deref());
+        meta.opt_string("resourceVersion", m.resource_version.as_deref());
+        meta.opt_string("continue", m.continue_.as_deref());
+        if let Some(n) = m.remaining_item_count {
+            meta.number("remainingItemCount", n);
+        }
+        meta.end();
+    }
+    o.opt_string("status", status.status.as_deref());
+    o.opt_string("message", status.message.as_deref());
+    o.opt_string("reason", status.reason.as_deref());
+    if let Some(d) = &status.details {
+        o.key("details");
+        let mut details = GoObject::new(o.out);
+        details.opt_string("name", d.name.as_deref());
+        details.opt_string("group", d.group.as_deref());
+        details.opt_string("kind", d.kind.as_deref());
+        details.opt_string("uid", d.uid.as_deref());
+        if let Some(causes) = d.causes.as_ref().filter(|c| !c.is_empty()) {
+            details.key("causes");
+            details.out.push(b'[');
+            for (i, c) in causes.iter().enumerate() {
+                if i > 0 {
+                    details.out.push(b',');
+                }
+                let mut cause = GoObject::new(details.out);
+                cause.opt_string("reason", c.reason.as_deref());
+                cause.opt_string("message", c.message.as_deref());
+                cause.opt_string("field", c.field.as_deref());
+                cause.end();
+            }
+            details.out.push(b']');
+        }
+        if let Some(n) = d.retry_after_seconds.filter(|n| *n != 0) {
+            details.number("retryAfterSeconds", i64::from(n));
+        }
+        details.end();
+    }
+    if let Some(code) = status.code.filter(|c| *c != 0) {
+        o.number("code", i64::from(code));
+    }
+    o.end();
+}
+
+/// A JSON object being written member by member, in the caller's order.
+struct GoObject<'a> {
+    out: &'a mut Vec<u8>,
+    first: bool,
+}
+
+impl<'a> GoObject<'a> {
+    fn new(out: &'a mut Vec<u8>) -> Self {
+        out.push(b'{');
+        GoObject { out, first: true }
+    }
+
+    fn key(&mut self, name: &str) {
+        if !self.first {
+            self.out.push(b',');
+        }
+        self.first = false;
+        go_json_string(self.out, name);
+        self.out.push(b':');
+    }
+
+    fn string(&mut self, name: &str, value: &str) {
+        self.key(name);
+        go_json_string(self.out, value);
+    }
+
+    /// A string member with `omitempty`: absent and `""` are both left out.
+    fn opt_string(&mut self, name: &str, value: Option<&str>) {
+        if let Some(v) = value.filter(|v| !v.is_empty()) {
+            self.string(name, v);
+        }
+    }
+
+    fn number(&mut self, name: &str, value: i64) {
+        self.key(name);
+        self.out.extend_from_slice(value.to_string().as_bytes());
+    }
+
+    fn end(self) {
+        self.out.push(b'}');
+    }
+}
+
+/// A JSON string as Go's `encoding/json` writes it with HTML escaping on (its default, which
+/// kube-apiserver keeps): `\b \f \n \r \t` short, other control characters and `< > &` and
+/// U+2028/U+2029 as `\u00XX`, with lowercase hex.
+pub fn go_json_string(out: &mut Vec<u8>, s: &str) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.push(b'"');
+    for c in s.chars() {
+        match c {
+            '"' => out.extend_from_slice(b"\\\""),
+            '\\' => out.extend_from_slice(b"\\\\"),
+            '\n' => out.extend_from_slice(b"\\n"),
+            '\r' => out.extend_from_slice(b"\\r"),
+            '\t' => out.extend_from_slice(b"\\t"),
+            '\u{08}' => out.extend_from_slice(b"\\b"),
+            '\u{0c}' => out.extend_from_slice(b"\\f"),
+            c if (c as u32) < 0x20 || matches!(c, '<' | '>' | '&') => {
+                let n = c as u32;
+                out.extend_from_slice(b"\\u00");
+                out.push(HEX[(n >> 4) as usize]);
+                out.push(HEX[(n & 0xf) as usize]);
+            }
+            '\u{2028}' => out.extend_from_slice(b"\\u2028"),
+            '\u{2029}' => out.extend_from_slice(b"\\u2029"),
+            c => {
+                let mut buf = [0u8; 4];
+                out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+            }
+        }
+    }
+    out.push(b'"');
 }
 
 /// A `Status` body of success (`status: Success`), as a delete of a collection returns.
@@ -1544,6 +1697,170 @@ mod tests {
         assert_eq!(
             serde_json::to_value(success()).unwrap(),
             json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"})
+        );
+    }
+
+    /// The body as text, for byte-exact comparisons with what kube-apiserver writes.
+    fn body_text(e: &ApiError) -> String {
+        String::from_utf8(e.to_body()).unwrap()
+    }
+
+    // The expected bodies below are written out from the Go types' field order
+    // (k8s.io/apimachinery/pkg/apis/meta/v1/types.go: Status, StatusDetails, StatusCause) and
+    // encoding/json's rules, not from this encoder.
+
+    #[test]
+    fn bodies_are_in_go_field_order_with_a_newline() {
+        assert_eq!(
+            body_text(&ApiError::already_exists(
+                GroupResource::new("apps", "deployments"),
+                "web"
+            )),
+            concat!(
+                r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","#,
+                r#""message":"deployments.apps \"web\" already exists","reason":"AlreadyExists","#,
+                r#""details":{"name":"web","group":"apps","kind":"deployments"},"code":409}"#,
+                "\n"
+            )
+        );
+        assert_eq!(
+            body_text(&ApiError::not_found(PODS, "nginx")),
+            concat!(
+                r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","#,
+                r#""message":"pods \"nginx\" not found","reason":"NotFound","#,
+                r#""details":{"name":"nginx","kind":"pods"},"code":404}"#,
+                "\n"
+            )
+        );
+        assert_eq!(
+            body_text(&ApiError::conflict_modified(
+                GroupResource::new("example.com", "widgets"),
+                "w"
+            )),
+            concat!(
+                r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","#,
+                r#""message":"Operation cannot be fulfilled on widgets.example.com \"w\": "#,
+                r#"the object has been modified; please apply your changes to the latest version and try again","#,
+                r#""reason":"Conflict","details":{"name":"w","group":"example.com","kind":"widgets"},"code":409}"#,
+                "\n"
+            )
+        );
+    }
+
+    #[test]
+    fn invalid_causes_and_retry_hints_in_go_field_order() {
+        let errs = [FieldError::invalid(
+            "spec.replicas",
+            -1,
+            "must be greater than or equal to 0",
+        )];
+        assert_eq!(
+            body_text(&ApiError::invalid(
+                GroupKind::new("apps", "Deployment"),
+                "web",
+                &errs
+            )),
+            concat!(
+                r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","#,
+                r#""message":"Deployment.apps \"web\" is invalid: spec.replicas: Invalid value: -1: must be greater than or equal to 0","#,
+                r#""reason":"Invalid","details":{"name":"web","group":"apps","kind":"Deployment","#,
+                r#""causes":[{"reason":"FieldValueInvalid","message":"Invalid value: -1: must be greater than or equal to 0","#,
+                r#""field":"spec.replicas"}]},"code":422}"#,
+                "\n"
+            )
+        );
+        // uid sits between kind and causes; retryAfterSeconds after causes.
+        let mut details = StatusDetails {
+            name: Some("n".into()),
+            uid: Some("u-1".into()),
+            retry_after_seconds: Some(3),
+            causes: Some(vec![StatusCause {
+                field: Some("f".into()),
+                ..StatusCause::default()
+            }]),
+            ..StatusDetails::default()
+        };
+        assert_eq!(
+            body_text(&ApiError::new(
+                500,
+                Reason::ServerTimeout,
+                "m",
+                Some(details.clone())
+            )),
+            concat!(
+                r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"m","#,
+                r#""reason":"ServerTimeout","details":{"name":"n","uid":"u-1","causes":[{"field":"f"}],"#,
+                r#""retryAfterSeconds":3},"code":500}"#,
+                "\n"
+            )
+        );
+        // omitempty: empty strings, an empty cause list and a zero hint are left out; an empty
+        // details struct behind its pointer is not.
+        details = StatusDetails {
+            name: Some(String::new()),
+            causes: Some(Vec::new()),
+            retry_after_seconds: Some(0),
+            ..StatusDetails::default()
+        };
+        assert_eq!(
+            body_text(&ApiError::new(404, Reason::NotFound, "gone", Some(details))),
+            concat!(
+                r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"gone","#,
+                r#""reason":"NotFound","details":{},"code":404}"#,
+                "\n"
+            )
+        );
+        assert_eq!(
+            body_text(&ApiError::too_many_requests("slow down", 1)),
+            concat!(
+                r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","#,
+                r#""message":"slow down","reason":"TooManyRequests","details":{"retryAfterSeconds":1},"code":429}"#,
+                "\n"
+            )
+        );
+        // No reason, no details.
+        assert_eq!(
+            body_text(&ApiError::new(418, Reason::Unknown, "teapot", None)),
+            concat!(
+                r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"teapot","code":418}"#,
+                "\n"
+            )
+        );
+    }
+
+    #[test]
+    fn strings_are_escaped_as_go_escapes_them() {
+        let e = ApiError::internal_error("a<b && c>d \"q\" \\ \u{1}\u{8}\u{c}\n\t é \u{2028}");
+        let escaped = r#"a\u003cb \u0026\u0026 c\u003ed \"q\" \\ \u0001\b\f\n\t é \u2028"#;
+        assert_eq!(
+            body_text(&e),
+            format!(
+                "{}{escaped}{}{escaped}{}\n",
+                r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Internal error occurred: "#,
+                r#"","reason":"InternalError","details":{"causes":[{"message":""#,
+                r#""}]},"code":500}"#,
+            )
+        );
+        // And it is still the same Status to a JSON reader.
+        let read: Status = serde_json::from_slice(&e.to_body()).unwrap();
+        assert_eq!(read, e.to_status());
+    }
+
+    #[test]
+    fn success_and_list_metadata_in_go_field_order() {
+        let mut s = success();
+        s.code = Some(201);
+        s.metadata.resource_version = Some("7".into());
+        s.metadata.continue_ = Some("c".into());
+        s.metadata.self_link = Some("/x".into());
+        s.metadata.remaining_item_count = Some(2);
+        assert_eq!(
+            String::from_utf8(status_body(&s)).unwrap(),
+            concat!(
+                r#"{"kind":"Status","apiVersion":"v1","metadata":{"selfLink":"/x","resourceVersion":"7","#,
+                r#""continue":"c","remainingItemCount":2},"status":"Success","code":201}"#,
+                "\n"
+            )
         );
     }
 }

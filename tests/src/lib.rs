@@ -301,6 +301,7 @@ impl TestCluster {
     /// kubectl pointed at this cluster.
     pub fn kubectl(&self) -> Kubectl {
         Kubectl {
+            program: PathBuf::from("kubectl"),
             kubeconfig: self.kubeconfig.clone(),
             cache: self.dir.path().join("kube-cache"),
         }
@@ -426,9 +427,13 @@ pub fn install_crypto() {
 
 /// The machine's kubectl against one cluster.
 pub struct Kubectl {
+    program: PathBuf,
     kubeconfig: PathBuf,
     cache: PathBuf,
 }
+
+/// Where the kubectl dispatcher keeps the clients it bundles (`kubectl.1.32`, ...).
+pub const BUNDLED_KUBECTL_DIR: &str = "/usr/lib/google-cloud-sdk/bin";
 
 /// What one kubectl run printed.
 #[derive(Debug)]
@@ -452,8 +457,24 @@ impl From<Output> for Run {
 }
 
 impl Kubectl {
+    /// The same cluster through the bundled client `kubectl.<version>` (`"1.32"`) instead of
+    /// the one the dispatcher picks from the server's version, with a cache dir of its own.
+    pub fn bundled(&self, version: &str) -> Kubectl {
+        let program = Path::new(BUNDLED_KUBECTL_DIR).join(format!("kubectl.{version}"));
+        assert!(
+            program.exists(),
+            "{} is missing on this machine",
+            program.display()
+        );
+        Kubectl {
+            program,
+            kubeconfig: self.kubeconfig.clone(),
+            cache: self.cache.with_file_name(format!("kube-cache-{version}")),
+        }
+    }
+
     fn command(&self, args: &[&str]) -> Command {
-        let mut command = Command::new("kubectl");
+        let mut command = Command::new(&self.program);
         command
             .arg("--kubeconfig")
             .arg(&self.kubeconfig)

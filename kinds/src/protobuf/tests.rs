@@ -79,6 +79,36 @@ fn kubectl_create_token_decodes_to_a_token_request() {
     }
 }
 
+#[test]
+fn kubectl_drain_delete_options_decode() {
+    // `kubectl drain` without an eviction subresource DELETEs each pod with its typed client, the
+    // DeleteOptions as protobuf. No dry-run prints these, so the JSON is spelled out: Go's
+    // encoding of the options drain builds (a nil gracePeriodSeconds pointer is left out, a 0
+    // is kept).
+    let cases = [
+        (
+            "deleteoptions-empty",
+            json!({"apiVersion": "v1", "kind": "DeleteOptions"}),
+        ),
+        (
+            "deleteoptions-grace0",
+            json!({"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0}),
+        ),
+        (
+            "deleteoptions-dryrun",
+            json!({"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 5,
+                   "dryRun": ["All"]}),
+        ),
+    ];
+    for (name, want) in cases {
+        for version in ["v1_32", "v1_33"] {
+            let got = decode(&fixture(name, &format!("{version}.pb")))
+                .unwrap_or_else(|e| panic!("{name} {version}: {e}"));
+            assert_eq!(got, want, "{name} {version}");
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // A minimal protobuf encoder for hand-built bodies.
 // ---------------------------------------------------------------------------------------------

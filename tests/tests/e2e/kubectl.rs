@@ -480,6 +480,119 @@ fn both_bundled_clients_work() {
     }
 }
 
+/// Objects of kinds skiff does not serve, then one it does.
+const UNSERVED_THEN_CONFIGMAP: &str = r#"
+apiVersion: batch/v1
+kind: Job
+metadata: {name: once}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers: [{name: c, image: busybox}]
+---
+apiVersion: example.com/v1
+kind: Widget
+metadata: {name: w}
+spec: {size: 3}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: after-unserved}
+data: {a: "1"}
+"#;
+
+#[test]
+fn apply_reports_unserved_kinds_and_applies_the_rest() {
+    // kubectl validates a kind its /openapi/v3 index does not list against /openapi/v2, which
+    // it reads only as protobuf; without it the whole apply stopped at the Job with "failed to
+    // download openapi".
+    let cluster = TestCluster::start(&[]);
+    let default = cluster.kubectl();
+    for (client, k) in [
+        ("1.32", default.bundled("1.32")),
+        ("1.33", default.bundled("1.33")),
+    ] {
+        let run = k.run_with_input(&["apply", "-f", "-"], UNSERVED_THEN_CONFIGMAP);
+        assert!(!run.ok, "{client}: {run:?}");
+        assert_eq!(
+            run.stdout.trim(),
+            "configmap/after-unserved created",
+            "{client}: {run:?}"
+        );
+        for line in [
+            r#"resource mapping not found for name: "once" namespace: "" from "STDIN": no matches for kind "Job" in version "batch/v1""#,
+            r#"resource mapping not found for name: "w" namespace: "" from "STDIN": no matches for kind "Widget" in version "example.com/v1""#,
+            "ensure CRDs are installed first",
+        ] {
+            assert!(
+                run.stderr.contains(line),
+                "{client}: {line}\n{}",
+                run.stderr
+            );
+        }
+        assert!(!run.stderr.contains("openapi"), "{client}: {}", run.stderr);
+        assert_eq!(
+            k.ok(&[
+                "get",
+                "configmap",
+                "after-unserved",
+                "-o",
+                "jsonpath={.data.a}"
+            ]),
+            "1"
+        );
+
+        // Strict validation of a served kind is still the server's, and still refuses.
+        let strict = k.run_with_input(
+            &["apply", "--validate=strict", "-f", "-"],
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: strict}\nbogus: field\n",
+        );
+        assert!(!strict.ok, "{client}: {strict:?}");
+        assert!(
+            strict
+                .stderr
+                .contains(r#"strict decoding error: unknown field "bogus""#),
+            "{client}: {}",
+            strict.stderr
+        );
+        assert!(!k.run(&["get", "configmap", "strict"]).ok);
+        k.ok(&["delete", "configmap", "after-unserved"]);
+    }
+}
+
+#[test]
+fn drain_deletes_pods_with_protobuf_delete_options() {
+    // Without a pods/eviction subresource drain DELETEs each pod through its typed client,
+    // which sends the DeleteOptions as protobuf.
+    let cluster = TestCluster::start(&[]);
+    let default = cluster.kubectl();
+    for (client, k) in [
+        ("1.32", default.bundled("1.32")),
+        ("1.33", default.bundled("1.33")),
+    ] {
+        k.ok_with_input(
+            &["apply", "-f", "-"],
+            "apiVersion: v1\nkind: Node\nmetadata: {name: drained}\n---\n\
+             apiVersion: v1\nkind: Pod\nmetadata: {name: victim, namespace: default}\n\
+             spec: {nodeName: drained, containers: [{name: c, image: busybox}]}\n",
+        );
+        let drained = k.ok(&[
+            "drain",
+            "drained",
+            "--force",
+            "--grace-period=0",
+            "--timeout=60s",
+        ]);
+        assert!(
+            drained.contains("pod/victim deleted") && drained.contains("node/drained drained"),
+            "{client}: {drained}"
+        );
+        assert!(!k.run(&["get", "pod", "victim"]).ok, "{client}");
+        k.ok(&["uncordon", "drained"]);
+    }
+}
+
 /// Fields of the Deployment `bar/web`, as `kubectl get -o jsonpath=` prints them.
 fn web_jsonpath(k: &Kubectl, path: &str) -> String {
     k.ok(&[
