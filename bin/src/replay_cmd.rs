@@ -748,6 +748,12 @@ pub async fn diff(args: DiffArgs) -> Result<()> {
         return Ok(());
     }
     let colour = colour();
+    for p in &answer.pruned {
+        eprintln!(
+            "{}s are left out: their history is kept only from revision {} (they change too often to keep every version)",
+            p.kind, p.compacted
+        );
+    }
     for d in &answer.objects {
         let what = match d.diff {
             DiffKind::Created => "created",

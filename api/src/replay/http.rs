@@ -85,6 +85,9 @@ pub struct Diff {
     pub to: u64,
     /// The objects that differ.
     pub objects: Vec<ObjectDiff>,
+    /// The kinds left out because their history at `from` is pruned (a diff of every kind only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pruned: Vec<super::Pruned>,
 }
 
 /// The most log entries one `log` request reads.
@@ -96,7 +99,9 @@ pub const MAX_LOG_WAIT: Duration = Duration::from_secs(60);
 impl From<ReplayError> for Error {
     fn from(e: ReplayError) -> Error {
         match e {
-            ReplayError::Compacted { .. } => Error::Gone(e.to_string()),
+            ReplayError::Compacted { .. } | ReplayError::Pruned { .. } => {
+                Error::Gone(e.to_string())
+            }
             ReplayError::UnknownKind(_) => Error::Api(skiff_meta::status::ApiError::new(
                 404,
                 skiff_meta::status::Reason::NotFound,
@@ -248,11 +253,12 @@ pub async fn answer(
                 .ok_or_else(|| Error::BadRequest("from is required".into()))?;
             let to = point(&params, "to")?.unwrap_or(Point::Now);
             let (from, to) = (replay.resolve(&from).await?, replay.resolve(&to).await?);
-            let objects = replay.diff(from, to, &scope).await?;
+            let page = replay.diff(from, to, &scope).await?;
             ok(&Diff {
                 from: from.0,
                 to: to.0,
-                objects,
+                objects: page.objects,
+                pruned: page.pruned,
             })
         }
         _ => Err(Error::NoRoute),

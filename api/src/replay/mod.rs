@@ -47,6 +47,19 @@ pub enum Error {
         /// The commit time of the oldest retained entry.
         oldest_time: Option<SystemTime>,
     },
+    /// The point is inside the retained history, but a tighter retention of the keys under
+    /// `prefix` (a high-churn prefix: node Leases, Events) has pruned their state there.
+    #[error(
+        "revision {requested} of {prefix} is no longer kept: keys under it keep only their newest versions, the oldest readable revision is {compacted}"
+    )]
+    Pruned {
+        /// The revision asked for.
+        requested: Revision,
+        /// The pruned key prefix.
+        prefix: String,
+        /// The oldest revision readable under it.
+        compacted: Revision,
+    },
     /// The revision has not been written yet.
     #[error("revision {requested} is in the future (the newest revision is {current})")]
     Future {
@@ -157,6 +170,24 @@ pub struct ObjectDiff {
     /// At the second point.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub after: Option<Value>,
+}
+
+/// What [`Replay::diff`] found.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DiffPage {
+    /// The objects that differ, in key order.
+    pub objects: Vec<ObjectDiff>,
+    /// The kinds left out of a diff of every kind because their history at its start is pruned.
+    pub pruned: Vec<Pruned>,
+}
+
+/// A kind a diff left out: a tighter retention has pruned its history at the diff's start.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Pruned {
+    /// The kind.
+    pub kind: String,
+    /// The oldest revision at which its objects can be read.
+    pub compacted: u64,
 }
 
 /// Which objects a read covers: a resource (all when `None`) and a namespace (all when `None`).
@@ -270,6 +301,15 @@ impl Replay {
                 requested: format!("revision {requested}"),
                 compacted,
                 oldest_time: self.store.status().oldest_time,
+            },
+            skiff_store::Error::Compacted {
+                requested,
+                compacted,
+                prefix: Some(prefix),
+            } => Error::Pruned {
+                requested,
+                prefix: String::from_utf8_lossy(&prefix).into_owned(),
+                compacted,
             },
             skiff_store::Error::FutureRevision { requested, current } => {
                 Error::Future { requested, current }
@@ -465,16 +505,63 @@ impl Replay {
     }
 
     /// The objects `filter` covers that differ between `from` and `to`, in key order.
+    ///
+    /// A diff of one kind reads it at both points or fails. A diff of every kind reads them one by
+    /// one (all at the same two revisions), and a kind whose history at `from` a tighter
+    /// retention has pruned (node Leases, Events: see the server's high-churn prefixes) is left
+    /// out and named in [`DiffPage::pruned`], so the churn of Leases does not make the rest of
+    /// the cluster's history unreadable.
     pub async fn diff(
         &self,
         from: Revision,
         to: Revision,
         filter: &Filter<'_>,
-    ) -> Result<Vec<ObjectDiff>> {
+    ) -> Result<DiffPage> {
         if from > to {
             return Err(Error::EmptyWindow { from, to });
         }
-        let range = filter.range();
+        let kinds = self.kinds();
+        let mut page = DiffPage::default();
+        if filter.resource.is_some() {
+            page.objects = self
+                .diff_range(&kinds, filter.range(), from, to, filter)
+                .await?;
+            return Ok(page);
+        }
+        let mut prefixes: Vec<(&'static ResourceInfo, String)> = Vec::new();
+        for info in kinds.infos() {
+            if !filter.covers(info, filter.namespace.filter(|_| info.namespaced)) {
+                continue;
+            }
+            let prefix = info.storage_prefix_in(filter.namespace);
+            // Versions of one custom resource share their storage.
+            if !prefixes.iter().any(|(_, p)| *p == prefix) {
+                prefixes.push((info, prefix));
+            }
+        }
+        prefixes.sort_by(|a, b| a.1.cmp(&b.1));
+        for (info, prefix) in prefixes {
+            let range = KeyRange::prefix(prefix.into_bytes());
+            match self.diff_range(&kinds, range, from, to, filter).await {
+                Ok(objects) => page.objects.extend(objects),
+                Err(Error::Pruned { compacted, .. }) => page.pruned.push(Pruned {
+                    kind: info.kind.to_string(),
+                    compacted: compacted.0,
+                }),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(page)
+    }
+
+    async fn diff_range(
+        &self,
+        kinds: &Snapshot,
+        range: KeyRange,
+        from: Revision,
+        to: Revision,
+        filter: &Filter<'_>,
+    ) -> Result<Vec<ObjectDiff>> {
         let index = |kvs: Vec<KeyValue>| -> BTreeMap<Vec<u8>, KeyValue> {
             kvs.into_iter().map(|kv| (kv.key.clone(), kv)).collect()
         };
@@ -484,9 +571,8 @@ impl Replay {
         keys.sort();
         keys.dedup();
         let mut out = Vec::new();
-        let kinds = self.kinds();
         for key in keys {
-            let Some((info, namespace, name)) = objects::parse_key(&kinds, key) else {
+            let Some((info, namespace, name)) = objects::parse_key(kinds, key) else {
                 continue;
             };
             if !filter.covers(info, namespace.as_deref()) {

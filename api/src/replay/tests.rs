@@ -286,7 +286,8 @@ async fn the_log_and_diffs_name_exactly_what_changed() {
     let diff = replay
         .diff(Revision(2), Revision(6), &Filter::default())
         .await
-        .unwrap();
+        .unwrap()
+        .objects;
     let named: Vec<(DiffKind, &str)> = diff.iter().map(|d| (d.diff, d.name.as_str())).collect();
     assert_eq!(
         named,
@@ -301,6 +302,7 @@ async fn the_log_and_diffs_name_exactly_what_changed() {
             .diff(Revision(3), Revision(3), &Filter::default())
             .await
             .unwrap()
+            .objects
             .is_empty()
     );
     assert!(matches!(
@@ -489,4 +491,70 @@ async fn custom_resources_of_the_definitions_in_the_log_are_read_too() {
         .await
         .unwrap();
     assert_eq!(log.changes.len(), 2, "{:?}", log.changes);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_diff_of_every_kind_leaves_out_kinds_whose_history_is_pruned() {
+    const EVENT: &str = "/registry/core/events/default/e";
+    let dir = TempDir::new();
+    let mut config = Config::new(dir.0.join("db"));
+    config.retention.max_revisions = None;
+    config.retention.max_age = None;
+    config.fsync = false;
+    config.prefix_retention = vec![skiff_store::PrefixRetention {
+        prefix: b"/registry/core/events/".to_vec(),
+        max_versions: 1,
+    }];
+    let store: Arc<dyn Store> = Arc::new(SledStore::open(config).unwrap());
+    let event = |count: u64| {
+        json!({"apiVersion": "v1", "kind": "Event", "count": count,
+            "metadata": {"name": "e", "namespace": "default"}})
+    };
+    let first = put(store.as_ref(), EVENT, &event(1)).await;
+    for count in 2..=4 {
+        put(store.as_ref(), EVENT, &event(count)).await;
+    }
+    let created = put(
+        store.as_ref(),
+        A,
+        &cm("a", "1", "kubectl-create", "2026-01-01T00:00:00Z"),
+    )
+    .await;
+    let replay = Replay::new(store.clone());
+
+    let page = replay
+        .diff(first, created, &Filter::default())
+        .await
+        .unwrap();
+    let named: Vec<(DiffKind, &str, &str)> = page
+        .objects
+        .iter()
+        .map(|d| (d.diff, d.kind.as_str(), d.name.as_str()))
+        .collect();
+    assert_eq!(named, vec![(DiffKind::Created, "ConfigMap", "a")]);
+    assert_eq!(page.pruned.len(), 1, "{:?}", page.pruned);
+    assert_eq!(page.pruned[0].kind, "Event");
+    assert!(page.pruned[0].compacted > first.0, "{:?}", page.pruned);
+
+    // Asked for Events alone, the diff says why it cannot answer.
+    let events = Filter {
+        resource: Some(objects::resolve_kind(&replay.kinds(), "events").unwrap()),
+        namespace: Some("default"),
+    };
+    match replay.diff(first, created, &events).await {
+        Err(e @ Error::Pruned { .. }) => {
+            assert!(e.to_string().contains("/registry/core/events/"), "{e}")
+        }
+        other => panic!("{other:?}"),
+    }
+    // From a revision still kept for Events, they are read as usual.
+    let page = replay
+        .diff(
+            Revision(page.pruned[0].compacted),
+            created,
+            &Filter::default(),
+        )
+        .await
+        .unwrap();
+    assert!(page.pruned.is_empty(), "{:?}", page.pruned);
 }

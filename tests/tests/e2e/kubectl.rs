@@ -482,14 +482,10 @@ fn both_bundled_clients_work() {
 
 /// Objects of kinds skiff does not serve, then one it does.
 const UNSERVED_THEN_CONFIGMAP: &str = r#"
-apiVersion: batch/v1
-kind: Job
+apiVersion: toys.example.org/v1alpha1
+kind: Gizmo
 metadata: {name: once}
-spec:
-  template:
-    spec:
-      restartPolicy: Never
-      containers: [{name: c, image: busybox}]
+spec: {colour: red}
 ---
 apiVersion: example.com/v1
 kind: Widget
@@ -505,7 +501,7 @@ data: {a: "1"}
 #[test]
 fn apply_reports_unserved_kinds_and_applies_the_rest() {
     // kubectl validates a kind its /openapi/v3 index does not list against /openapi/v2, which
-    // it reads only as protobuf; without it the whole apply stopped at the Job with "failed to
+    // it reads only as protobuf; without it the whole apply stopped at the first unserved kind with "failed to
     // download openapi".
     let cluster = TestCluster::start(&[]);
     let default = cluster.kubectl();
@@ -521,7 +517,7 @@ fn apply_reports_unserved_kinds_and_applies_the_rest() {
             "{client}: {run:?}"
         );
         for line in [
-            r#"resource mapping not found for name: "once" namespace: "" from "STDIN": no matches for kind "Job" in version "batch/v1""#,
+            r#"resource mapping not found for name: "once" namespace: "" from "STDIN": no matches for kind "Gizmo" in version "toys.example.org/v1alpha1""#,
             r#"resource mapping not found for name: "w" namespace: "" from "STDIN": no matches for kind "Widget" in version "example.com/v1""#,
             "ensure CRDs are installed first",
         ] {
