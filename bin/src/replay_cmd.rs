@@ -846,6 +846,12 @@ async fn log_with(backend: &Backend, args: &LogArgs, info: Option<&ResourceInfo>
             }
             out.flush()?;
         }
+        if answer.pruned > 0 {
+            eprintln!(
+                "{} changes to node Leases and Events left out: they keep only their newest versions",
+                answer.pruned
+            );
+        }
         // Continue right after the last revision read: no gap and no repeat between pages,
         // nor between history and live changes.
         since = Some((answer.revision + 1).to_string());

@@ -74,6 +74,14 @@ pub struct Log {
     pub revision: u64,
     /// Whether the window holds more entries after `revision`.
     pub more: bool,
+    /// How many changes were left out because their versions are pruned (node Leases and
+    /// Events keep only their newest versions).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub pruned: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// The answer of `diff`.
@@ -245,6 +253,7 @@ pub async fn answer(
                 changes: page.changes,
                 revision: page.last.0,
                 more: page.more,
+                pruned: page.pruned,
             })
         }
         "diff" => {

@@ -138,6 +138,9 @@ pub struct LogPage {
     pub last: Revision,
     /// Whether the window holds entries after `last`.
     pub more: bool,
+    /// How many changes were left out because a tighter retention (node Leases, Events) has
+    /// pruned the versions they wrote or replaced.
+    pub pruned: usize,
 }
 
 /// How an object differs between two points.
@@ -486,11 +489,13 @@ impl Replay {
             return Err(self.compacted(format!("revision {from}")));
         }
         let to = to.unwrap_or(status.revision).min(status.revision);
-        let entries = self
-            .store
-            .log(from, Some(to), limit)
-            .await
-            .map_err(|e| self.store_error(e))?;
+        let (entries, pruned) = match self.store.log(from, Some(to), limit).await {
+            Ok(entries) => (entries, 0),
+            Err(skiff_store::Error::Compacted {
+                prefix: Some(_), ..
+            }) => self.log_without_pruned(from, to, limit).await?,
+            Err(e) => return Err(self.store_error(e)),
+        };
         let last = entries.last().map_or(to, |e| e.revision);
         let kinds = self.kinds();
         let changes = entries
@@ -501,7 +506,54 @@ impl Replay {
             changes,
             last,
             more: last < to,
+            pruned,
         })
+    }
+
+    /// The log of `from..=to` when some of its versions are pruned (the high-churn prefixes keep
+    /// only their newest versions): every event whose version, or whose previous version, is
+    /// gone is left out, and counted; the others get their previous values read one by one.
+    async fn log_without_pruned(
+        &self,
+        from: Revision,
+        to: Revision,
+        limit: usize,
+    ) -> Result<(Vec<LogEntry>, usize)> {
+        let retained = self
+            .store
+            .log_retained(from, Some(to), limit)
+            .await
+            .map_err(|e| self.store_error(e))?;
+        let mut left_out = 0;
+        let mut entries = Vec::with_capacity(retained.len());
+        for (mut entry, pruned) in retained {
+            let mut events = Vec::with_capacity(entry.events.len());
+            for (i, mut event) in entry.events.into_iter().enumerate() {
+                if pruned.contains(&i) {
+                    left_out += 1;
+                    continue;
+                }
+                let replaced = event.kind == skiff_store::EventKind::Delete || event.kv.version > 1;
+                if replaced {
+                    let before = Revision(entry.revision.0 - 1);
+                    match self
+                        .range_at(KeyRange::key(event.kv.key.clone()), before)
+                        .await
+                    {
+                        Ok(mut kvs) if !kvs.is_empty() => event.prev_kv = Some(kvs.remove(0)),
+                        Ok(_) | Err(Error::Pruned { .. }) => {
+                            left_out += 1;
+                            continue;
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+                events.push(event);
+            }
+            entry.events = events;
+            entries.push(entry);
+        }
+        Ok((entries, left_out))
     }
 
     /// The objects `filter` covers that differ between `from` and `to`, in key order.

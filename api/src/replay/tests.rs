@@ -547,6 +547,26 @@ async fn a_diff_of_every_kind_leaves_out_kinds_whose_history_is_pruned() {
         }
         other => panic!("{other:?}"),
     }
+    // The log of the same window leaves out the changes whose versions are gone, and says how
+    // many.
+    let log = replay
+        .log(first, None, &Filter::default(), usize::MAX)
+        .await
+        .unwrap();
+    let changes: Vec<(u64, &str, &str)> = log
+        .changes
+        .iter()
+        .map(|c| (c.revision, c.kind.as_str(), c.name.as_str()))
+        .collect();
+    assert_eq!(changes.last(), Some(&(created.0, "ConfigMap", "a")));
+    assert!(
+        changes
+            .iter()
+            .all(|(r, kind, _)| *kind == "ConfigMap" || *r > first.0 + 1),
+        "{changes:?}"
+    );
+    assert!(log.pruned >= 2, "{}", log.pruned);
+    assert_eq!(log.changes.len() + log.pruned, 5);
     // From a revision still kept for Events, they are read as usual.
     let page = replay
         .diff(
