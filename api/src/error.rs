@@ -102,7 +102,7 @@ pub enum Error {
     #[error("{0}")]
     Gone(String),
     /// The request body is over the limit.
-    #[error("the request body is too large (limit {limit} bytes)")]
+    #[error("Request entity too large: limit is {limit}")]
     TooLarge {
         /// The limit in bytes.
         limit: usize,
@@ -538,5 +538,16 @@ mod tests {
             (e.code(), e.reason()),
             (StatusCode::GATEWAY_TIMEOUT, "Timeout")
         );
+        // A value over etcd's request limit: 413 as kube-apiserver words it.
+        let e: Error = skiff_store::Error::ValueTooLarge {
+            size: 2 << 20,
+            limit: 1536 * 1024,
+        }
+        .into();
+        assert_eq!(
+            (e.code(), e.reason()),
+            (StatusCode::PAYLOAD_TOO_LARGE, "RequestEntityTooLarge")
+        );
+        assert_eq!(e.to_string(), "Request entity too large: limit is 1572864");
     }
 }

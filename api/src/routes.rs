@@ -19,7 +19,7 @@ use crate::version;
 /// Every route, with bearer-token authentication on all but `/version` and the health checks.
 pub fn routes(api: Arc<ApiServer>, authenticator: Arc<Authenticator>) -> BoxedFilter<(Response,)> {
     let ready_api = api.clone();
-    let public = version::routes(move || !ready_api.shutdown.is_cancelled());
+    let public = version::routes(move || readiness(&ready_api));
     let ca_pem = api.config.ca_pem.clone();
     let cacerts = warp::path!("cacerts").and(warp::get()).and_then(move || {
         let ca_pem = ca_pem.clone();
@@ -47,12 +47,24 @@ pub fn routes(api: Arc<ApiServer>, authenticator: Arc<Authenticator>) -> BoxedFi
 /// (kubectl sends no token over plain HTTP).
 pub fn insecure_routes(api: Arc<ApiServer>) -> BoxedFilter<(Response,)> {
     let ready_api = api.clone();
-    version::routes(move || !ready_api.shutdown.is_cancelled())
+    version::routes(move || readiness(&ready_api))
         .or(api_routes(api, warp::any().map(User::admin).boxed()))
         .unify()
         .recover(recover)
         .unify()
         .boxed()
+}
+
+/// What `/readyz` says: not ready while shutting down, or while the store cannot serve writes
+/// (the store logs why). Reads the store's last health check: never waits on the datastore.
+fn readiness(api: &ApiServer) -> Result<(), version::NotReady> {
+    if api.shutdown.is_cancelled() {
+        Err(version::NotReady::Server)
+    } else if api.registry.store().ready().is_err() {
+        Err(version::NotReady::Datastore)
+    } else {
+        Ok(())
+    }
 }
 
 /// Discovery, OpenAPI and the resources. The authenticated user's name reaches the handlers.

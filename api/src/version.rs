@@ -57,11 +57,23 @@ fn go_arch() -> &'static str {
     }
 }
 
-/// `GET /version`, `/healthz`, `/livez` (always `ok` while the process serves) and `/readyz`
-/// (`ok` when `ready()` says so, else 500 like kube-apiserver). No authentication.
+/// Why `/readyz` fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotReady {
+    /// The server is starting or shutting down.
+    Server,
+    /// The datastore cannot serve writes (an etcd unreachable or without quorum). The reason
+    /// goes to the server's log, not to this unauthenticated endpoint (as kube-apiserver's
+    /// `[-]etcd failed: reason withheld`).
+    Datastore,
+}
+
+/// `GET /version`, `/healthz`, `/livez` (always `ok` while the process serves: a datastore
+/// outage is not a reason to restart the server) and `/readyz` (`ok` when `ready()` says so,
+/// else 500 naming the failed check, like kube-apiserver). No authentication.
 pub fn routes<R>(ready: R) -> BoxedFilter<(Response,)>
 where
-    R: Fn() -> bool + Clone + Send + Sync + 'static,
+    R: Fn() -> Result<(), NotReady> + Clone + Send + Sync + 'static,
 {
     let version = warp::path!("version")
         .and(warp::get())
@@ -71,16 +83,19 @@ where
         .unify()
         .and(warp::get())
         .map(|| plain(StatusCode::OK, "ok"));
-    let readyz = warp::path!("readyz").and(warp::get()).map(move || {
-        if ready() {
-            plain(StatusCode::OK, "ok")
-        } else {
-            plain(
+    let readyz = warp::path!("readyz")
+        .and(warp::get())
+        .map(move || match ready() {
+            Ok(()) => plain(StatusCode::OK, "ok"),
+            Err(NotReady::Server) => plain(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "[-]skiff-ready failed: not ready yet\nreadyz check failed",
-            )
-        }
-    });
+            ),
+            Err(NotReady::Datastore) => plain(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "[+]skiff-ready ok\n[-]etcd failed: reason withheld\nreadyz check failed",
+            ),
+        });
     version.or(healthz).unify().or(readyz).unify().boxed()
 }
 
@@ -120,7 +135,7 @@ mod tests {
 
     #[tokio::test]
     async fn version_body_has_major_minor_and_git_version() {
-        let response = call(routes(|| true), get("/version?timeout=5s", &[])).await;
+        let response = call(routes(|| Ok(())), get("/version?timeout=5s", &[])).await;
         assert_eq!(response.status(), 200);
         let body = json(&response);
         assert_eq!(body["major"], MAJOR);
@@ -132,9 +147,18 @@ mod tests {
     #[tokio::test]
     async fn health_endpoints_and_readiness() {
         let ready = Arc::new(AtomicBool::new(false));
+        let datastore = Arc::new(AtomicBool::new(true));
         let check = {
-            let ready = ready.clone();
-            move || ready.load(Ordering::SeqCst)
+            let (ready, datastore) = (ready.clone(), datastore.clone());
+            move || {
+                if !ready.load(Ordering::SeqCst) {
+                    Err(NotReady::Server)
+                } else if !datastore.load(Ordering::SeqCst) {
+                    Err(NotReady::Datastore)
+                } else {
+                    Ok(())
+                }
+            }
         };
         let filter = routes(check);
         for path in ["/healthz", "/livez"] {
@@ -148,6 +172,14 @@ mod tests {
         let now_ready = call(filter.clone(), get("/readyz", &[])).await;
         assert_eq!(now_ready.status(), 200);
         assert_eq!(now_ready.body().as_ref(), b"ok");
+        datastore.store(false, Ordering::SeqCst);
+        let no_quorum = call(filter.clone(), get("/readyz", &[])).await;
+        assert_eq!(no_quorum.status(), 500);
+        let body = String::from_utf8_lossy(no_quorum.body()).into_owned();
+        assert!(body.contains("[-]etcd failed"), "{body}");
+        // Liveness does not follow the datastore.
+        let live = call(filter.clone(), get("/livez", &[])).await;
+        assert_eq!(live.status(), 200);
         // Nothing else is answered here.
         let other = call(filter, get("/api", &[])).await;
         assert_eq!(other.status(), 404);

@@ -4,6 +4,7 @@
 //! - `main.rs`: the command line, logging and the runtime.
 //! - [`server`]: `skiff server` / `skiff apiserver`: the data dir, the log, the PKI and tokens, the
 //!   API server on its listener, and graceful shutdown.
+//! - [`datastore`]: `--datastore-*`, the embedded log or an external etcd, and waiting for it.
 //! - [`bench`]: `skiff bench <component>`, against a spawned `skiff apiserver`.
 
 mod bench;
@@ -12,6 +13,7 @@ mod bench_deployment;
 mod bench_node;
 mod components;
 mod config_file;
+mod datastore;
 mod replay_cmd;
 mod server;
 
@@ -46,9 +48,10 @@ enum LogFormat {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run the whole control plane in one process on an embedded data dir.
+    /// Run the whole control plane in one process (on the embedded log, or etcd with
+    /// `--datastore-endpoint`).
     Server(server::ServerArgs),
-    /// Run only the API server (over the embedded log).
+    /// Run only the API server (over the embedded log, or etcd with `--datastore-endpoint`).
     Apiserver(server::ApiArgs),
     /// Run the controllers as a process of their own, against an API server.
     Controllers(ControllersArgs),

@@ -89,6 +89,9 @@ pub struct ApiArgs {
     /// How often the history retention policy runs.
     #[arg(long, default_value = "10s", value_parser = parse_duration, env = "SKIFF_COMPACT_INTERVAL")]
     pub compact_interval: Duration,
+
+    #[command(flatten, next_help_heading = "Datastore")]
+    pub datastore: crate::datastore::DatastoreArgs,
 }
 
 /// What runs in this process besides the API server.
@@ -166,12 +169,14 @@ pub async fn run(args: ApiArgs, plan: Plan) -> Result<()> {
     if plan.paused {
         tracing::info!("paused: the log is not compacted and the server writes nothing of its own");
     }
+    let retention = skiff_store::Retention {
+        max_revisions: Some(args.history_revisions).filter(|_| !plan.paused),
+        max_age: Some(args.history_age).filter(|_| !plan.paused),
+        interval: args.compact_interval,
+    };
+    let etcd = args.datastore.etcd_config(retention.clone())?;
     let store_config = skiff_store::Config {
-        retention: skiff_store::Retention {
-            max_revisions: Some(args.history_revisions).filter(|_| !plan.paused),
-            max_age: Some(args.history_age).filter(|_| !plan.paused),
-            interval: args.compact_interval,
-        },
+        retention,
         prefix_retention: skiff_api::server::HIGH_CHURN_PREFIXES
             .iter()
             .filter(|_| !plan.paused)
@@ -186,15 +191,26 @@ pub async fn run(args: ApiArgs, plan: Plan) -> Result<()> {
     if skiff_api::metrics::install().is_none() {
         tracing::warn!("another metrics recorder is installed: /metrics will be unavailable");
     }
-    let store = skiff_store::SledStore::open(store_config).map_err(|e| match e {
-        skiff_store::Error::Locked { .. } => anyhow::anyhow!(
-            "data dir {} is locked: another skiff server is already using it",
-            data_dir.display()
-        ),
-        other => anyhow::Error::new(other)
-            .context(format!("cannot open the log in {}", data_dir.display())),
-    })?;
-    let store: Arc<dyn Store> = Arc::new(store);
+    let store: Arc<dyn Store> = match etcd {
+        Some(config) => {
+            tracing::info!(
+                endpoints = %config.endpoints.join(","),
+                prefix = %args.datastore.datastore_prefix,
+                "the log is on etcd"
+            );
+            Arc::new(crate::datastore::connect(config, args.datastore.datastore_wait).await?)
+        }
+        None => Arc::new(skiff_store::SledStore::open(store_config).map_err(|e| {
+            match e {
+                skiff_store::Error::Locked { .. } => anyhow::anyhow!(
+                    "data dir {} is locked: another skiff server is already using it",
+                    data_dir.display()
+                ),
+                other => anyhow::Error::new(other)
+                    .context(format!("cannot open the log in {}", data_dir.display())),
+            }
+        })?),
+    };
 
     let pki = tls::Pki::load_or_create(&data_dir.join("pki"), &tls::default_sans(&args.tls_san))
         .context("cannot set up the cluster's certificates")?;

@@ -97,6 +97,15 @@ pub enum Error {
     /// with a zero byte); nothing was written.
     #[error("key {:?} is reserved by the store", String::from_utf8_lossy(.0))]
     ReservedKey(Vec<u8>),
+    /// The etcd prefix holds keys this store did not write (no skiff marker, or another one):
+    /// another application's, or another skiff's that is not this layout. Nothing was written.
+    #[error("etcd prefix {:?} is not a skiff store's: {reason}; choose another prefix", String::from_utf8_lossy(.prefix))]
+    ForeignPrefix {
+        /// The prefix.
+        prefix: Vec<u8>,
+        /// What was found there.
+        reason: String,
+    },
     /// A configuration that cannot work.
     #[error("invalid store configuration: {0}")]
     InvalidConfig(String),

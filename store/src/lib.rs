@@ -226,6 +226,13 @@ pub trait Store: Send + Sync + 'static {
     /// The current and compacted revision and the size on disk.
     fn status(&self) -> StoreStatus;
 
+    /// Whether the store could serve a write when last checked, without waiting: `Err` says why
+    /// not (an external datastore unreachable or without quorum). For readiness checks; the
+    /// embedded log is always ready while open.
+    fn ready(&self) -> Result<(), String> {
+        Ok(())
+    }
+
     /// Flushes and stops background work; later calls fail with [`Error::Closed`].
     async fn close(&self) -> Result<()>;
 }

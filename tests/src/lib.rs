@@ -7,6 +7,9 @@
 //! - [`TestCluster`]: one running server; its log is printed when a test fails (on drop while
 //!   panicking).
 //! - [`Kubectl`]: runs the machine's kubectl against a cluster and captures what it prints.
+//! - [`etcd`]: a throwaway etcd member on loopback for the clusters that run on etcd.
+
+pub mod etcd;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -167,7 +170,21 @@ impl TestCluster {
 
     /// Starts `skiff <command>` (`server` or `apiserver`) with extra `args`.
     pub fn start_command(command: &'static str, args: &[&str]) -> TestCluster {
+        TestCluster::start_prepared(command, args, |_| {})
+    }
+
+    /// Like [`TestCluster::start_command`], with `prepare` given the data dir (created, empty)
+    /// before the server starts on it: to hand a second API server the first one's PKI and
+    /// tokens, say.
+    pub fn start_prepared(
+        command: &'static str,
+        args: &[&str],
+        prepare: impl FnOnce(&Path),
+    ) -> TestCluster {
         let dir = tempfile::tempdir().expect("temp data dir");
+        let data = dir.path().join("data");
+        std::fs::create_dir_all(&data).expect("data dir");
+        prepare(&data);
         let port = free_port();
         let log = dir.path().join("server.log");
         let mut cluster = TestCluster {

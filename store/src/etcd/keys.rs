@@ -3,6 +3,7 @@
 //! ```text
 //!  etcd key space                     what it holds
 //!  P                                  (the empty store key: refused)
+//!  P \x00 marker                      reserved: `skiff-etcd/1`, written by the first connect
 //!  P \x00 skiff/clock                 reserved: the commit-time key written by every write txn
 //!  P \x01 ..                          store keys k, stored as P + k (today's layout under P)
 //!  prefix_end(P)                      first key of the next prefix
@@ -17,6 +18,13 @@ use crate::types::{KeyRange, RangeEnd, prefix_end};
 
 /// The sub-key of the commit-time key, after `P \x00`.
 const CLOCK: &[u8] = b"skiff/clock";
+
+/// The sub-key of the marker that says the prefix is a skiff store's, after `P \x00`. It sorts
+/// before the clock key, so the log's replay range (which starts at the clock key) never sees it.
+const MARKER: &[u8] = b"marker";
+
+/// The marker's value: what a store on this prefix is, and the layout's version.
+pub(crate) const MARKER_VALUE: &[u8] = b"skiff-etcd/1";
 
 /// A key range in etcd's terms: `end` empty means only `start`; `[0]` means every key from
 /// `start` on (etcd's convention).
@@ -55,6 +63,28 @@ impl Layout {
         k.push(0);
         k.extend_from_slice(CLOCK);
         k
+    }
+
+    /// The reserved marker key (see [`MARKER_VALUE`]).
+    pub fn marker_key(&self) -> Vec<u8> {
+        let mut k = self.prefix.clone();
+        k.push(0);
+        k.extend_from_slice(MARKER);
+        k
+    }
+
+    /// Every etcd key under the prefix, the reserved ones and the prefix itself included: what
+    /// must be empty before a first connect claims the prefix.
+    pub fn whole(&self) -> EtcdRange {
+        EtcdRange {
+            start: self.prefix.clone(),
+            end: self.end(),
+        }
+    }
+
+    /// The prefix as written (for messages).
+    pub fn prefix(&self) -> &[u8] {
+        &self.prefix
     }
 
     /// The whole prefix with the reserved area: what the log replays.
@@ -163,6 +193,10 @@ mod tests {
         assert_eq!(l.range(&KeyRange::key("")), None);
         assert_eq!(l.range(&KeyRange::key("k")).unwrap().end, Vec::<u8>::new());
         assert!(l.is_clock(&l.clock_key()));
+        // The marker is reserved, and outside what the log replays.
+        assert!(l.marker_key() < l.everything().start);
+        assert!(l.marker_key() < all.start);
+        assert!(l.whole().start <= l.marker_key() && l.marker_key() < l.whole().end);
         assert!(!l.is_clock(b"/s/skiff/clock"));
         assert_eq!(l.strip(b"/s/a"), b"/a");
         // An all-0xff prefix has no end: etcd's "to the end of the key space".

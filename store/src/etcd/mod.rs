@@ -6,6 +6,11 @@
 //!   can share one etcd with prefixes that are not prefixes of each other (`/skiff/a/`,
 //!   `/skiff/b/`). Keys `P \x00 ..` are reserved for the store and never show in ranges,
 //!   counts, deletes or watches.
+//! - **Ownership.** The first connect to a prefix writes the reserved marker `P \x00 marker`
+//!   (`skiff-etcd/1`), and only if the whole prefix is empty; a later connect finds it. A prefix
+//!   holding keys but no marker (another application's, or a sibling prefix: `/skiff` spans
+//!   `/skiff2/..` too) or another marker is refused with [`Error::ForeignPrefix`], before
+//!   anything is written.
 //! - **Revisions** are etcd's: a key's mod revision is the revision of the write that made it,
 //!   and a transaction is one etcd txn (compares on value, version, create and mod revision).
 //!   With a shared etcd the revisions one prefix sees have gaps (the other prefix's writes):
@@ -73,6 +78,10 @@
 //! [`Error::Timeout`] (both say whether a write may have committed; writes are never retried,
 //! reads are retried until the request timeout). A request over etcd's `--max-request-bytes` is
 //! [`Error::ValueTooLarge`].
+//!
+//! [`Store::ready`] answers from a background check: a linearizable read (which needs a quorum)
+//! every [`Config::health_interval`]; a failed or slow one makes the store not ready until one
+//! succeeds again, each change logged once.
 
 mod keys;
 mod watch;
@@ -127,6 +136,8 @@ pub struct Config {
     /// Global retention, applied by compacting etcd (see the module docs). Default: none, as
     /// etcd is often compacted by its own `--auto-compaction`.
     pub retention: Retention,
+    /// How often [`Store::ready`]'s quorum read runs; it gets twice this to answer. Default 1 s.
+    pub health_interval: Duration,
 }
 
 impl Config {
@@ -145,6 +156,7 @@ impl Config {
                 max_age: None,
                 interval: Duration::from_secs(10),
             },
+            health_interval: Duration::from_secs(1),
         }
     }
 }
@@ -170,6 +182,8 @@ struct Inner {
     last_time: Mutex<u64>,
     /// Leases granted through this handle with their TTLs (for [`Store::leases`]).
     leases: Mutex<HashMap<LeaseId, Duration>>,
+    /// Why the last health check failed; `None` while healthy (set by `health_loop` only).
+    unready: Mutex<Option<String>>,
     closed: AtomicBool,
     cancel: CancellationToken,
     tasks: TaskTracker,
@@ -299,6 +313,7 @@ impl EtcdStore {
             oldest_time: Mutex::new(None),
             last_time: Mutex::new(0),
             leases: Mutex::new(HashMap::new()),
+            unready: Mutex::new(None),
             closed: AtomicBool::new(false),
             cancel: CancellationToken::new(),
             tasks: TaskTracker::new(),
@@ -323,6 +338,7 @@ impl EtcdStore {
                 });
             }
         }
+        inner.claim_prefix().await?;
         inner.learn_compaction().await?;
         inner.refresh_oldest_time().await;
         let store = EtcdStore { inner };
@@ -339,6 +355,10 @@ impl EtcdStore {
         self.inner
             .tasks
             .spawn(async move { inner.refresh_size_loop().await });
+        let inner = self.inner.clone();
+        self.inner
+            .tasks
+            .spawn(async move { inner.health_loop().await });
         let r = &self.inner.config.retention;
         if r.max_revisions.is_some() || r.max_age.is_some() {
             let inner = self.inner.clone();
@@ -746,7 +766,8 @@ impl Inner {
                             clocks.insert(delivery.revision.0, decode_time(&e.kv.value));
                             false
                         } else {
-                            true
+                            // Any other reserved key is the store's own, never a change.
+                            e.kv.key.first() != Some(&0)
                         }
                     });
                     if !delivery.events.is_empty() {
@@ -765,6 +786,113 @@ impl Inner {
             }
         }
         Ok((out, clocks))
+    }
+
+    /// Makes sure the prefix is this store's (see "Ownership" in the module docs): finds the
+    /// marker, or writes it where the whole prefix is empty, in a txn that does nothing if
+    /// another server's first connect won the race. The marker's revision carries no clock:
+    /// like a revision of another prefix it has no time of its own and no log entry.
+    async fn claim_prefix(&self) -> Result<()> {
+        let prefix = || self.layout.prefix().to_vec();
+        let marker = self.layout.marker_key();
+        let found = self.get(ec::GetOptions::new(), marker.clone()).await?;
+        if let Some(kv) = found.kvs().first() {
+            if kv.value() == keys::MARKER_VALUE {
+                return Ok(());
+            }
+            return Err(Error::ForeignPrefix {
+                prefix: prefix(),
+                reason: format!(
+                    "its marker says {:?}, not {:?}",
+                    String::from_utf8_lossy(kv.value()),
+                    String::from_utf8_lossy(keys::MARKER_VALUE)
+                ),
+            });
+        }
+        // One keys-only read of at most one key: etcd's count is the whole range's.
+        let whole = self.layout.whole();
+        let options = ec::GetOptions::new()
+            .with_keys_only()
+            .with_limit(1)
+            .with_range(whole.end.clone());
+        let found = self.get(options, whole.start.clone()).await?;
+        if let Some(kv) = found.kvs().first() {
+            return Err(Error::ForeignPrefix {
+                prefix: prefix(),
+                reason: format!(
+                    "it holds {} keys and no skiff marker (the first: {:?})",
+                    found.count(),
+                    String::from_utf8_lossy(kv.key())
+                ),
+            });
+        }
+        let txn = ec::Txn::new()
+            .when(vec![ec::Compare::create_revision(
+                marker.clone(),
+                ec::CompareOp::Equal,
+                0,
+            )])
+            .and_then(vec![ec::TxnOp::put(
+                marker,
+                keys::MARKER_VALUE.to_vec(),
+                None,
+            )]);
+        let mut kv = self.client.kv_client();
+        match tokio::time::timeout(self.config.request_timeout, kv.txn(txn)).await {
+            Ok(Ok(r)) => {
+                self.saw(r.header());
+                if r.succeeded() {
+                    tracing::info!(prefix = %String::from_utf8_lossy(self.layout.prefix()), "claimed a new etcd prefix for skiff");
+                }
+                Ok(())
+            }
+            Ok(Err(e)) => Err(failure(e, "writing the prefix marker", true)),
+            Err(_) => Err(Error::Timeout {
+                what: "writing the prefix marker".into(),
+                after: self.config.request_timeout,
+            }),
+        }
+    }
+
+    /// Checks quorum with a linearizable read every [`Config::health_interval`] for
+    /// [`Store::ready`], logging each change between ready and not.
+    async fn health_loop(self: Arc<Self>) {
+        let interval = self.config.health_interval;
+        loop {
+            tokio::select! {
+                _ = self.cancel.cancelled() => return,
+                _ = tokio::time::sleep(interval) => {}
+            }
+            let mut kv = self.client.kv_client();
+            let read = kv.get(
+                self.layout.clock_key(),
+                Some(ec::GetOptions::new().with_count_only()),
+            );
+            let failed = match tokio::time::timeout(interval * 2, read).await {
+                Ok(Ok(r)) => {
+                    self.saw(r.header());
+                    None
+                }
+                Ok(Err(e)) => Some(format!("etcd does not answer a quorum read: {e}")),
+                Err(_) => Some(format!(
+                    "etcd did not answer a quorum read within {:?} (no leader?)",
+                    interval * 2
+                )),
+            };
+            let endpoints = self.config.endpoints.join(",");
+            let mut unready = self.unready.lock().expect("health lock poisoned");
+            match (&*unready, &failed) {
+                (None, Some(reason)) => tracing::warn!(
+                    %endpoints, %reason,
+                    "the datastore is unavailable: writes fail with 503/504 and /readyz says not ready until it is back"
+                ),
+                (Some(_), None) => {
+                    tracing::info!(%endpoints, "the datastore is available again")
+                }
+                _ => {}
+            }
+            *unready = failed;
+        }
     }
 
     /// Writes a revision holding only the clock key, so that a replay gets a response.
@@ -1574,6 +1702,16 @@ impl Store for EtcdStore {
         drop(file);
         tokio::fs::rename(&tmp, path).await?;
         Ok(Revision(revision))
+    }
+
+    fn ready(&self) -> std::result::Result<(), String> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err("the store is closed".into());
+        }
+        match &*self.inner.unready.lock().expect("health lock poisoned") {
+            None => Ok(()),
+            Some(reason) => Err(reason.clone()),
+        }
     }
 
     fn status(&self) -> StoreStatus {

@@ -498,3 +498,101 @@ async fn etcd_snapshot_writes_an_etcd_backend_file() {
     let len = std::fs::metadata(&path).unwrap().len();
     assert!(len >= 4096, "{len}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_prefix_is_refused_before_anything_is_written() {
+    let Some(server) = EtcdServer::start() else {
+        return;
+    };
+    let raw = etcd_client::Client::connect([server.endpoint()], None)
+        .await
+        .unwrap();
+    let count = |prefix: &'static str| {
+        let mut kv = raw.kv_client();
+        async move {
+            kv.get(
+                prefix,
+                Some(
+                    etcd_client::GetOptions::new()
+                        .with_prefix()
+                        .with_count_only(),
+                ),
+            )
+            .await
+            .unwrap()
+            .count()
+        }
+    };
+    // Another application's keys under the prefix, no marker: refused, and nothing written.
+    raw.kv_client().put("/app/config", "x", None).await.unwrap();
+    let err = EtcdStore::connect(config(&server, b"/app".to_vec()))
+        .await
+        .err()
+        .expect("a foreign prefix");
+    assert!(matches!(err, Error::ForeignPrefix { .. }), "{err}");
+    assert!(err.to_string().contains("/app/config"), "{err}");
+    assert_eq!(count("/app").await, 1);
+    // A first connect claims an empty prefix; a later one finds its marker and its keys.
+    let own = EtcdStore::connect(config(&server, b"/sk".to_vec()))
+        .await
+        .unwrap();
+    put(&own, "/registry/x", "1").await;
+    own.close().await.unwrap();
+    let again = EtcdStore::connect(config(&server, b"/sk".to_vec()))
+        .await
+        .unwrap();
+    let got = again
+        .range(RangeRequest::new(KeyRange::key("/registry/x")))
+        .await
+        .unwrap();
+    assert_eq!(got.kvs[0].value, b"1");
+    // The marker is reserved: not in ranges, counts or the log.
+    let mut all = RangeRequest::new(KeyRange::prefix(""));
+    all.count = true;
+    assert_eq!(again.range(all).await.unwrap().count, Some(1));
+    let log = again.log(Revision(1), None, 100).await.unwrap();
+    assert_eq!(log.len(), 1, "{log:?}");
+    // A prefix that is a prefix of a skiff store's spans its keys: refused too.
+    let err = EtcdStore::connect(config(&server, b"/s".to_vec()))
+        .await
+        .err()
+        .expect("a sibling prefix");
+    assert!(matches!(err, Error::ForeignPrefix { .. }), "{err}");
+    // A marker that is not skiff's.
+    raw.kv_client()
+        .put(b"/other\0marker".to_vec(), "someone-else/7", None)
+        .await
+        .unwrap();
+    let err = EtcdStore::connect(config(&server, b"/other".to_vec()))
+        .await
+        .err()
+        .expect("another marker");
+    assert!(err.to_string().contains("someone-else/7"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_follows_etcd_going_away_and_coming_back() {
+    let Some(mut server) = EtcdServer::start() else {
+        return;
+    };
+    let mut config = config(&server, fresh_prefix());
+    config.health_interval = Duration::from_millis(200);
+    let store = EtcdStore::connect(config).await.unwrap();
+    assert_eq!(store.ready(), Ok(()));
+    server.kill();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while store.ready().is_ok() {
+        assert!(Instant::now() < deadline, "still ready with etcd gone");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let why = store.ready().unwrap_err();
+    assert!(why.contains("etcd"), "{why}");
+    server.restart();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while store.ready().is_err() {
+        assert!(Instant::now() < deadline, "not ready again with etcd back");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    store.close().await.unwrap();
+    assert!(store.ready().is_err());
+}

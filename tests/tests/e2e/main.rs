@@ -5,6 +5,7 @@
 
 mod api;
 mod crd;
+mod etcd;
 mod kubectl;
 mod replay;
 mod services;

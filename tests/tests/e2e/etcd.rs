@@ -1,0 +1,638 @@
+//! `skiff server` and `skiff apiserver` on an external etcd (`--datastore-endpoint`): a
+//! throwaway 1-member etcd on loopback per test, kubectl driving the cluster, and the faults
+//! the datastore brings: an etcd unreachable at start (retried, then a clear error), a foreign
+//! prefix (refused), a value over etcd's request limit (413), and etcd killed under a running
+//! server (writes 503/504, `/readyz` not ready, watches still served; all well once it is back).
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use skiff_tests::etcd::Etcd;
+use skiff_tests::{TestCluster, eventually, kill_pod_processes, skiff_binary};
+
+/// Sleep loops (the kubelet runs them as host processes) that stop quickly when deleted.
+const DEPLOYMENT: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: default}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      terminationGracePeriodSeconds: 2
+      containers:
+      - name: main
+        image: busybox:1
+        command: ["sh", "-c", "while true; do sleep 1; done"]
+"#;
+
+const CM: &str = "/api/v1/namespaces/default/configmaps";
+
+/// Kills the pod processes a kubelet under this root dir left running, after the server is
+/// gone: declared before it, it is dropped after it, passed or failed.
+struct PodCleanup(PathBuf);
+
+impl Drop for PodCleanup {
+    fn drop(&mut self) {
+        let killed = kill_pod_processes(&self.0);
+        if killed > 0 {
+            eprintln!(
+                "killed {killed} pod processes left under {}",
+                self.0.display()
+            );
+        }
+    }
+}
+
+/// `skiff <args>` run to completion: (exit ok, stdout, stderr).
+fn skiff(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(skiff_binary())
+        .args(args)
+        .env("NO_COLOR", "1")
+        .env_remove("KUBECONFIG")
+        .stdin(Stdio::null())
+        .output()
+        .expect("running skiff");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn skiff_ok(args: &[&str]) -> String {
+    let (ok, stdout, stderr) = skiff(args);
+    assert!(ok, "skiff {} failed:\n{stdout}\n{stderr}", args.join(" "));
+    stdout
+}
+
+fn json_of(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+fn now_rfc3339() -> String {
+    let out = Command::new("date")
+        .args(["-u", "+%Y-%m-%dT%H:%M:%S.%NZ"])
+        .output()
+        .expect("date");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// One blocking HTTPS request with the admin token: (status code, body as JSON or a string).
+fn request(cluster: &TestCluster, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let mut request = cluster
+            .http()
+            .request(method, format!("{}{path}", cluster.server))
+            .bearer_auth(&cluster.token)
+            .timeout(Duration::from_secs(60));
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.expect("request");
+        let code = response.status().as_u16();
+        let text = response.text().await.expect("body");
+        (
+            code,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
+    })
+}
+
+fn configmap(name: &str, value: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"v": value}})
+}
+
+fn ready_replicas(cluster: &TestCluster) -> i64 {
+    let run = cluster.kubectl().run(&[
+        "get",
+        "deployment",
+        "web",
+        "-o",
+        "jsonpath={.status.readyReplicas}",
+    ]);
+    run.stdout.trim().parse().unwrap_or(0)
+}
+
+#[test]
+fn kubectl_works_on_etcd_and_a_restart_keeps_everything() {
+    let Some(etcd) = Etcd::start(&[]) else {
+        return;
+    };
+    let pods = tempfile::tempdir().unwrap();
+    let root = pods.path().join("kubelet");
+    let _cleanup = PodCleanup(root.clone());
+    let endpoint = etcd.endpoint();
+    let mut cluster = TestCluster::start_server(&[
+        "--datastore-endpoint",
+        &endpoint,
+        "--root-dir",
+        root.to_str().unwrap(),
+    ]);
+    let k = cluster.kubectl();
+    let kubeconfig = cluster.kubeconfig.to_str().unwrap().to_string();
+
+    // Create, get, list.
+    k.ok(&["create", "configmap", "one", "--from-literal=v=1"]);
+    k.ok(&["create", "configmap", "two", "--from-literal=v=2"]);
+    assert_eq!(
+        k.ok(&["get", "configmap", "one", "-o", "jsonpath={.data.v}"]),
+        "1"
+    );
+    let names = k.ok(&["get", "configmaps", "-o", "name"]);
+    assert!(
+        names.contains("configmap/one") && names.contains("configmap/two"),
+        "{names}"
+    );
+    // The objects are etcd's keys under the default prefix, today's layout below it.
+    let keys: Vec<String> = etcd
+        .keys(b"/skiff/registry/")
+        .iter()
+        .map(|k| String::from_utf8_lossy(k).into_owned())
+        .collect();
+    assert!(
+        keys.iter().any(|k| k.ends_with("/configmaps/default/one")),
+        "{keys:?}"
+    );
+    assert_eq!(
+        etcd.get(b"/skiff\0marker").as_deref(),
+        Some(&b"skiff-etcd/1"[..])
+    );
+    // resourceVersion is etcd's mod revision.
+    let rv1: u64 = k
+        .ok(&[
+            "get",
+            "configmap",
+            "one",
+            "-o",
+            "jsonpath={.metadata.resourceVersion}",
+        ])
+        .parse()
+        .unwrap();
+
+    // Watch: the initial list, then a change made after it started.
+    let out = cluster.dir.path().join("watch.out");
+    let mut watch = k.spawn(&["get", "configmaps", "-w", "-o", "name"], &out);
+    let listed = eventually(Duration::from_secs(15), || {
+        std::fs::read_to_string(&out).is_ok_and(|s| s.contains("configmap/one"))
+    });
+    k.ok(&["create", "configmap", "three"]);
+    let seen = eventually(Duration::from_secs(15), || {
+        std::fs::read_to_string(&out).is_ok_and(|s| s.contains("configmap/three"))
+    });
+    let _ = watch.kill();
+    let _ = watch.wait();
+    assert!(
+        listed && seen,
+        "{}",
+        std::fs::read_to_string(&out).unwrap_or_default()
+    );
+
+    // Delete.
+    k.ok(&["delete", "configmap", "two"]);
+    assert!(k.fails(&["get", "configmap", "two"]).contains("NotFound"));
+
+    // Time travel within etcd's history: by revision and by time, over the running server.
+    std::thread::sleep(Duration::from_millis(1100));
+    let before_change = now_rfc3339();
+    std::thread::sleep(Duration::from_millis(1100));
+    k.ok(&[
+        "patch",
+        "configmap",
+        "one",
+        "-p",
+        r#"{"data":{"v":"changed"}}"#,
+    ]);
+    let at = |point: &str| {
+        let text = skiff_ok(&[
+            "get",
+            "configmaps",
+            "--at",
+            point,
+            "-o",
+            "json",
+            "--kubeconfig",
+            &kubeconfig,
+        ]);
+        json_of(&text)["items"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .find(|o| o["metadata"]["name"] == "one")
+            .map(|o| o["data"]["v"].as_str().unwrap_or_default().to_string())
+    };
+    assert_eq!(at(&rv1.to_string()).as_deref(), Some("1"));
+    assert_eq!(at(&before_change).as_deref(), Some("1"));
+    assert_eq!(at("now").as_deref(), Some("changed"));
+    let history = |args: &[&str]| {
+        let text = skiff_ok(&[&["history", "configmap/one", "-o", "json"], args].concat());
+        json_of(&text)["versions"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    };
+    let versions = history(&["--kubeconfig", &kubeconfig]);
+    assert_eq!(versions.len(), 2, "{versions:?}");
+    assert_eq!(versions[0]["revision"].as_u64(), Some(rv1));
+    assert!(versions[1]["revision"].as_u64().unwrap() > rv1);
+
+    // A Deployment reaches its replicas.
+    k.ok_with_input(&["apply", "-f", "-"], DEPLOYMENT);
+    assert!(
+        eventually(Duration::from_secs(120), || ready_replicas(&cluster) == 2),
+        "the Deployment did not become ready:\n{}",
+        k.run(&["get", "pods", "-o", "wide"]).stdout
+    );
+
+    // A restart (SIGTERM, then the same flags) keeps everything: the log is etcd's.
+    cluster.restart();
+    let k = cluster.kubectl();
+    assert_eq!(
+        k.ok(&["get", "configmap", "one", "-o", "jsonpath={.data.v}"]),
+        "changed"
+    );
+    let names = k.ok(&["get", "configmaps", "-o", "name"]);
+    assert!(
+        names.contains("configmap/three") && !names.contains("configmap/two"),
+        "{names}"
+    );
+    assert_eq!(history(&["--kubeconfig", &kubeconfig]).len(), 2);
+    assert_eq!(at(&rv1.to_string()).as_deref(), Some("1"));
+    assert!(
+        eventually(Duration::from_secs(120), || ready_replicas(&cluster) == 2),
+        "the Deployment is not ready again after the restart"
+    );
+    let status = cluster.stop().expect("running");
+    assert!(status.success(), "skiff exited with {status}");
+}
+
+#[test]
+fn an_etcd_that_comes_up_late_is_waited_for() {
+    let Some(mut etcd) = Etcd::new(&[]) else {
+        return;
+    };
+    let endpoint = etcd.endpoint();
+    let cluster = std::thread::scope(|s| {
+        let late = s.spawn(|| {
+            // Later than one connect attempt (5 s) takes.
+            std::thread::sleep(Duration::from_secs(8));
+            etcd.spawn();
+        });
+        let cluster = TestCluster::start(&["--datastore-endpoint", &endpoint]);
+        late.join().expect("etcd started");
+        cluster
+    });
+    let log = cluster.log_text();
+    assert!(
+        log.contains("etcd cannot be reached yet; retrying"),
+        "no retry logged:\n{log}"
+    );
+    assert!(log.contains("connected to etcd"), "{log}");
+    cluster.kubectl().ok(&["create", "configmap", "late"]);
+}
+
+#[test]
+fn an_etcd_that_never_comes_is_a_clear_error_after_the_wait() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = skiff_tests::free_port();
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let started = Instant::now();
+    let (ok, _, stderr) = skiff(&[
+        "apiserver",
+        "--data-dir",
+        dir.path().join("data").to_str().unwrap(),
+        "--bind-address",
+        "127.0.0.1",
+        "--port",
+        &skiff_tests::free_port().to_string(),
+        "--datastore-endpoint",
+        &endpoint,
+        "--datastore-wait",
+        "12s",
+    ]);
+    let took = started.elapsed();
+    assert!(!ok, "skiff started without etcd:\n{stderr}");
+    assert!(
+        stderr.contains(&format!("cannot reach etcd at {endpoint}")) && stderr.contains("gave up"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.matches("retrying").count() >= 2,
+        "fewer than two retries logged:\n{stderr}"
+    );
+    assert!(
+        took >= Duration::from_secs(12) && took < Duration::from_secs(40),
+        "took {took:?}"
+    );
+    // Plain HTTP beyond loopback is refused before any attempt.
+    let (ok, _, stderr) = skiff(&[
+        "apiserver",
+        "--data-dir",
+        dir.path().join("data").to_str().unwrap(),
+        "--datastore-endpoint",
+        "http://192.0.2.1:2379",
+    ]);
+    assert!(!ok);
+    assert!(stderr.contains("loopback only"), "{stderr}");
+}
+
+#[test]
+fn a_foreign_etcd_prefix_is_refused() {
+    let Some(etcd) = Etcd::start(&[]) else {
+        return;
+    };
+    etcd.put(b"/skiff/app/settings", b"not skiff's");
+    let dir = tempfile::tempdir().unwrap();
+    let (ok, _, stderr) = skiff(&[
+        "apiserver",
+        "--data-dir",
+        dir.path().join("data").to_str().unwrap(),
+        "--bind-address",
+        "127.0.0.1",
+        "--port",
+        &skiff_tests::free_port().to_string(),
+        "--datastore-endpoint",
+        &etcd.endpoint(),
+    ]);
+    assert!(!ok, "skiff used a foreign prefix:\n{stderr}");
+    assert!(
+        stderr.contains("is not a skiff store's") && stderr.contains("/skiff/app/settings"),
+        "{stderr}"
+    );
+    // Nothing was written: the foreign key is alone under the prefix.
+    assert_eq!(etcd.keys(b"/skiff"), vec![b"/skiff/app/settings".to_vec()]);
+    // Another prefix on the same etcd is fine.
+    let cluster = TestCluster::start(&[
+        "--datastore-endpoint",
+        &etcd.endpoint(),
+        "--datastore-prefix",
+        "/cluster-b",
+    ]);
+    cluster.kubectl().ok(&["create", "configmap", "b"]);
+    assert_eq!(
+        etcd.get(b"/skiff/app/settings").as_deref(),
+        Some(&b"not skiff's"[..])
+    );
+}
+
+#[test]
+fn a_value_over_etcds_request_limit_is_413_and_writes_nothing() {
+    // etcd refuses requests over 512 KiB; skiff is told 768 KiB, so a 600 KiB ConfigMap reaches
+    // etcd and is refused there, and a 900 KiB one is refused by skiff first (both under the
+    // 1 MiB a ConfigMap may hold, and the 3 MiB body limit).
+    let Some(etcd) = Etcd::start(&["--max-request-bytes=524288"]) else {
+        return;
+    };
+    let cluster = TestCluster::start(&[
+        "--datastore-endpoint",
+        &etcd.endpoint(),
+        "--datastore-max-request-bytes",
+        "786432",
+    ]);
+    for (name, size) in [("by-etcd", 600 * 1024), ("by-skiff", 900 * 1024)] {
+        let (code, status) = request(
+            &cluster,
+            "POST",
+            CM,
+            Some(configmap(name, &"x".repeat(size))),
+        );
+        assert_eq!(code, 413, "{name}: {status}");
+        assert_eq!(status["kind"], "Status", "{status}");
+        assert_eq!(status["reason"], "RequestEntityTooLarge", "{status}");
+        assert!(
+            status["message"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("Request entity too large"),
+            "{status}"
+        );
+        let (code, _) = request(&cluster, "GET", &format!("{CM}/{name}"), None);
+        assert_eq!(code, 404, "{name} was written");
+    }
+    // A value that fits is written; growing it past the limit is refused and keeps the old one.
+    let (code, created) = request(&cluster, "POST", CM, Some(configmap("fits", "small")));
+    assert_eq!(code, 201, "{created}");
+    let mut bigger = created.clone();
+    bigger["data"]["v"] = json!("y".repeat(600 * 1024));
+    let (code, status) = request(&cluster, "PUT", &format!("{CM}/fits"), Some(bigger));
+    assert_eq!(code, 413, "{status}");
+    let (_, now) = request(&cluster, "GET", &format!("{CM}/fits"), None);
+    assert_eq!(now["data"]["v"], "small");
+    assert_eq!(
+        now["metadata"]["resourceVersion"],
+        created["metadata"]["resourceVersion"]
+    );
+}
+
+/// `/readyz` without a token: (status code, body).
+fn readyz(cluster: &TestCluster) -> (u16, String) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let response = cluster
+            .http()
+            .get(format!("{}/readyz", cluster.server))
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await
+            .expect("readyz");
+        (
+            response.status().as_u16(),
+            response.text().await.unwrap_or_default(),
+        )
+    })
+}
+
+#[test]
+fn while_etcd_is_down_writes_fail_503_and_watches_go_on() {
+    let Some(mut etcd) = Etcd::start(&[]) else {
+        return;
+    };
+    let cluster = TestCluster::start(&["--datastore-endpoint", &etcd.endpoint()]);
+    let k = cluster.kubectl();
+    k.ok(&["create", "configmap", "before"]);
+    // A watch running through the outage (it also starts the watch cache for ConfigMaps).
+    let through = cluster.dir.path().join("through.out");
+    let mut through_watch = k.spawn(&["get", "configmaps", "-w", "-o", "name"], &through);
+    assert!(eventually(Duration::from_secs(15), || {
+        std::fs::read_to_string(&through).is_ok_and(|s| s.contains("configmap/before"))
+    }));
+    assert_eq!(readyz(&cluster).0, 200);
+    // A revision the cache holds from: the list's, read after the watch above is running.
+    std::thread::sleep(Duration::from_secs(1));
+    let (_, list) = request(&cluster, "GET", CM, None);
+    let rv = list["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    etcd.kill();
+    // Not ready within a few health checks, and the log says why.
+    assert!(
+        eventually(Duration::from_secs(10), || readyz(&cluster).0 != 200),
+        "still ready with etcd gone"
+    );
+    let (_, body) = readyz(&cluster);
+    assert!(body.contains("[-]etcd failed"), "{body}");
+    assert!(
+        eventually(Duration::from_secs(5), || cluster
+            .log_text()
+            .contains("the datastore is unavailable")),
+        "{}",
+        cluster.log_text()
+    );
+    // Writes fail with a Status: 503 (or 504 when etcd does not answer in time).
+    let started = Instant::now();
+    let (code, status) = request(&cluster, "POST", CM, Some(configmap("during", "x")));
+    assert!(code == 503 || code == 504, "{code}: {status}");
+    assert_eq!(status["kind"], "Status", "{status}");
+    assert!(
+        matches!(
+            status["reason"].as_str(),
+            Some("ServiceUnavailable" | "Timeout")
+        ),
+        "{status}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(30));
+    let run = k.run(&["create", "configmap", "during-kubectl"]);
+    assert!(!run.ok, "a write succeeded with etcd down: {}", run.stdout);
+    // Watches are still served from the watch cache: a new one from a revision it holds.
+    let during = cluster.dir.path().join("during.out");
+    let mut during_watch = k.spawn(
+        &[
+            "get",
+            "--raw",
+            &format!("{CM}?watch=1&resourceVersion={rv}"),
+        ],
+        &during,
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        matches!(during_watch.try_wait(), Ok(None)),
+        "the watch opened during the outage ended: {}",
+        std::fs::read_to_string(&during).unwrap_or_default()
+    );
+    // The health and version endpoints answer as before.
+    assert!(k.ok(&["get", "--raw", "/livez"]).contains("ok"));
+
+    // etcd back on the same data: ready again, writes succeed, both watches see them.
+    etcd.spawn();
+    assert!(
+        eventually(Duration::from_secs(30), || readyz(&cluster).0 == 200),
+        "not ready again with etcd back:\n{}",
+        cluster.log_text()
+    );
+    assert!(
+        cluster
+            .log_text()
+            .contains("the datastore is available again")
+    );
+    assert!(
+        eventually(Duration::from_secs(30), || k
+            .run(&["create", "configmap", "after"])
+            .ok),
+        "writes still fail with etcd back"
+    );
+    for (name, file, after) in [
+        ("through", &through, "configmap/after"),
+        ("during", &during, r#""name":"after""#),
+    ] {
+        assert!(
+            eventually(Duration::from_secs(20), || {
+                std::fs::read_to_string(file).is_ok_and(|s| s.contains(after))
+            }),
+            "the {name} watch missed the write after the outage: {}",
+            std::fs::read_to_string(file).unwrap_or_default()
+        );
+    }
+    for watch in [&mut through_watch, &mut during_watch] {
+        let _ = watch.kill();
+        let _ = watch.wait();
+    }
+    // Nothing written during the outage exists; what was written before and after does.
+    let names = k.ok(&["get", "configmaps", "-o", "name"]);
+    assert!(names.contains("configmap/before") && names.contains("configmap/after"));
+    assert!(!names.contains("configmap/during"), "{names}");
+}
+
+#[test]
+fn two_api_servers_on_one_etcd_see_each_others_writes() {
+    let Some(etcd) = Etcd::start(&[]) else {
+        return;
+    };
+    let endpoint = etcd.endpoint();
+    let a = TestCluster::start(&["--datastore-endpoint", &endpoint]);
+    // The second server gets the first one's CA and tokens, as a second machine of one
+    // cluster would.
+    let b = TestCluster::start_prepared("apiserver", &["--datastore-endpoint", &endpoint], |dir| {
+        let from = a.data_dir();
+        std::fs::create_dir_all(dir.join("pki")).unwrap();
+        for entry in std::fs::read_dir(from.join("pki")).unwrap() {
+            let entry = entry.unwrap();
+            std::fs::copy(entry.path(), dir.join("pki").join(entry.file_name())).unwrap();
+        }
+        std::fs::copy(from.join("tokens.csv"), dir.join("tokens.csv")).unwrap();
+    });
+    assert_eq!(a.token, b.token);
+    let (ka, kb) = (a.kubectl(), b.kubectl());
+    // A watch on B, fed by B's watch cache, sees a write made through A, and the other way.
+    let out_b = b.dir.path().join("watch-b.out");
+    let mut watch_b = kb.spawn(&["get", "configmaps", "-w", "-o", "name"], &out_b);
+    let out_a = a.dir.path().join("watch-a.out");
+    let mut watch_a = ka.spawn(&["get", "configmaps", "-w", "-o", "name"], &out_a);
+    std::thread::sleep(Duration::from_secs(2));
+    ka.ok(&["create", "configmap", "from-a", "--from-literal=v=a"]);
+    kb.ok(&["create", "configmap", "from-b", "--from-literal=v=b"]);
+    let saw = |file: &PathBuf, name: &str| {
+        eventually(Duration::from_secs(15), || {
+            std::fs::read_to_string(file).is_ok_and(|s| s.contains(name))
+        })
+    };
+    let b_saw_a = saw(&out_b, "configmap/from-a");
+    let a_saw_b = saw(&out_a, "configmap/from-b");
+    for w in [&mut watch_a, &mut watch_b] {
+        let _ = w.kill();
+        let _ = w.wait();
+    }
+    assert!(
+        b_saw_a,
+        "B's watch: {}",
+        std::fs::read_to_string(&out_b).unwrap_or_default()
+    );
+    assert!(
+        a_saw_b,
+        "A's watch: {}",
+        std::fs::read_to_string(&out_a).unwrap_or_default()
+    );
+    assert_eq!(
+        kb.ok(&["get", "configmap", "from-a", "-o", "jsonpath={.data.v}"]),
+        "a"
+    );
+    // Updates are compare-and-swap in etcd: a stale resourceVersion through A after an update
+    // through B is a conflict, whichever server took the first.
+    let (_, stale) = request(&a, "GET", &format!("{CM}/from-b"), None);
+    let mut via_b = stale.clone();
+    via_b["data"]["v"] = json!("b2");
+    let (code, _) = request(&b, "PUT", &format!("{CM}/from-b"), Some(via_b));
+    assert_eq!(code, 200);
+    let mut via_a = stale;
+    via_a["data"]["v"] = json!("a2");
+    let (code, status) = request(&a, "PUT", &format!("{CM}/from-b"), Some(via_a));
+    assert_eq!(code, 409, "{status}");
+    assert_eq!(
+        ka.ok(&["get", "configmap", "from-b", "-o", "jsonpath={.data.v}"]),
+        "b2"
+    );
+}
