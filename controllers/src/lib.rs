@@ -28,6 +28,7 @@ pub mod nodeipam;
 pub mod nodelifecycle;
 pub mod pods;
 pub mod replicaset;
+pub mod runtime;
 pub mod serviceaccount;
 
 mod control;

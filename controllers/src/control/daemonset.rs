@@ -17,7 +17,7 @@ use tokio_util::task::TaskTracker;
 use super::{Started, conflict, not_found, queue, spawn_workers};
 use crate::daemonset as logic;
 use crate::pods::{self, Claim};
-use crate::replicaset::Expectations;
+use crate::runtime::Expectations;
 use crate::{Error, Result};
 
 struct Controller {

@@ -18,7 +18,7 @@ use tokio_util::task::TaskTracker;
 use super::{Started, conflict, not_found, queue, spawn_workers};
 use crate::job as logic;
 use crate::pods;
-use crate::replicaset::Expectations;
+use crate::runtime::Expectations;
 use crate::{Error, Result};
 
 struct Controller {

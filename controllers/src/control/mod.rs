@@ -5,7 +5,6 @@
 use std::future::Future;
 use std::time::Duration;
 
-use kube::discovery::{Discovery, Scope};
 use skiff_client::{Client, SharedInformerFactory, WorkQueue};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -25,38 +24,7 @@ mod serviceaccount;
 /// A key is retried with backoff this many times before it waits for its next event.
 const MAX_RETRIES: u32 = 15;
 
-/// Every resource the API server serves, from its discovery documents (preferred versions
-/// first, subresources left out).
-pub(crate) async fn discover(client: &Client) -> Result<Vec<crate::namespace::Resource>> {
-    let discovery = Discovery::new(client.clone())
-        .run()
-        .await
-        .map_err(crate::Error::Discovery)?;
-    let mut out = Vec::new();
-    for group in discovery.groups() {
-        for (ar, caps) in group.recommended_resources() {
-            out.push(crate::namespace::Resource {
-                group: ar.group.clone(),
-                version: ar.version.clone(),
-                plural: ar.plural.clone(),
-                kind: ar.kind.clone(),
-                namespaced: caps.scope == Scope::Namespaced,
-                verbs: caps.operations.clone(),
-            });
-        }
-    }
-    Ok(out)
-}
-
-/// Whether a kube error is a 404.
-pub(crate) fn not_found(e: &kube::Error) -> bool {
-    skiff_client::status_code(e) == Some(404)
-}
-
-/// Whether a kube error is a 409 (AlreadyExists or Conflict).
-pub(crate) fn conflict(e: &kube::Error) -> bool {
-    skiff_client::status_code(e) == Some(409)
-}
+pub(crate) use crate::runtime::{conflict, discover, not_found};
 
 /// A new work queue with client-go's controller rate limiter.
 pub(crate) fn queue() -> WorkQueue<String> {

@@ -16,7 +16,8 @@ use tokio_util::task::TaskTracker;
 
 use super::{Started, conflict, not_found, queue, spawn_workers};
 use crate::pods::{self, Claim};
-use crate::replicaset::{self as logic, Expectations, Scale};
+use crate::replicaset::{self as logic, Scale};
+use crate::runtime::Expectations;
 use crate::{Error, Result};
 
 struct Controller {
