@@ -4,6 +4,9 @@
 //! none is left calls the namespace's `finalize` subresource without that finalizer, after which
 //! the API server removes the namespace.
 
+/// The shell: what the controller watches, and its reconcile through the API.
+pub(crate) mod controller;
+
 use k8s_openapi::api::core::v1::{Namespace, NamespaceSpec};
 
 /// The finalizer the API server puts on every namespace and this controller removes.

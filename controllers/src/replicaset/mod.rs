@@ -2,6 +2,9 @@
 //! status a ReplicaSet reports. Its creates and deletes are held back by the runtime's
 //! [`Expectations`](crate::runtime::Expectations) while in flight, so it never overshoots.
 
+/// The shell: what the controller watches, and its reconcile through the API.
+pub(crate) mod controller;
+
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetStatus};
 use k8s_openapi::api::core::v1::Pod;
