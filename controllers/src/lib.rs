@@ -15,6 +15,7 @@
 //! - [`endpoints`]: Endpoints and EndpointSlices of Services with a selector.
 //! - [`replicaset`]: the create/delete diff and the ReplicaSet status.
 //! - [`daemonset`]: one pod per eligible node, rolling update by template hash.
+//! - [`statefulset`]: stable pod names, ordered or parallel, partitioned rolling updates.
 //! - [`job`]: a Job's pods (indexes, parallelism), counting through tracking finalizers,
 //!   backoff limit, deadline, suspend, pod failure policy and the terminal conditions.
 //! - [`deployment`]: one rollout step (RollingUpdate, Recreate, revisions, cleanup, conditions).
@@ -37,6 +38,7 @@ pub mod pods;
 pub mod replicaset;
 pub mod runtime;
 pub mod serviceaccount;
+pub mod statefulset;
 
 mod options;
 

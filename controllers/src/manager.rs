@@ -10,7 +10,7 @@ use crate::runtime::Started;
 use crate::{Options, Result};
 use crate::{
     daemonset, deployment, endpoints, gc, job, namespace, nodeipam, nodelifecycle, replicaset,
-    serviceaccount,
+    serviceaccount, statefulset,
 };
 
 /// What a controller's shell is registered with.
@@ -44,6 +44,10 @@ pub const CONTROLLERS: &[Entry] = &[
     Entry {
         name: "deployment",
         start: deployment::controller::start,
+    },
+    Entry {
+        name: "statefulset",
+        start: statefulset::controller::start,
     },
     Entry {
         name: "job",
