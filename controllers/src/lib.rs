@@ -5,16 +5,23 @@
 //! a work queue and run together as `skiff controllers`, as kube-controller-manager does.
 //!
 //! # Layout
-//! Each controller's decisions are pure functions over k8s-openapi types, unit-tested without I/O:
+//! A controller is one folder: its `mod.rs` holds the pure decisions (state in, actions out,
+//! unit-tested without I/O), its `controller.rs` the thin shell that says what it watches and
+//! carries a reconcile out through the API. Every shell is built on one [`runtime`], and the
+//! [`manager`] holds the one table of controllers by name.
+//! - [`runtime`]: watches, owners and expectations, the rate-limited queue, workers, resync.
+//! - [`manager`]: the table `--controllers` selects from, and [`run`].
 //! - [`pods`]: readiness, availability, controller references, claims and the deletion ranking.
 //! - [`endpoints`]: Endpoints and EndpointSlices of Services with a selector.
-//! - [`replicaset`]: expectations, the create/delete diff and the ReplicaSet status.
+//! - [`replicaset`]: the create/delete diff and the ReplicaSet status.
 //! - [`daemonset`]: one pod per eligible node, rolling update by template hash.
+//! - [`statefulset`]: stable pod names, ordered or parallel, partitioned rolling updates.
 //! - [`job`]: a Job's pods (indexes, parallelism), counting through tracking finalizers,
 //!   backoff limit, deadline, suspend, pod failure policy and the terminal conditions.
 //! - [`deployment`]: one rollout step (RollingUpdate, Recreate, revisions, cleanup, conditions).
 //! - [`namespace`]: what a terminating namespace must lose before it is finalized.
 //! - [`gc`]: owner references with background, foreground and orphan propagation.
+//! - [`serviceaccount`]: the `default` ServiceAccount of every namespace.
 //! - [`nodelifecycle`]: silent nodes, NoExecute taints and taint-based eviction.
 //! - [`nodeipam`]: pod ranges for nodes.
 
@@ -23,17 +30,19 @@ pub mod deployment;
 pub mod endpoints;
 pub mod gc;
 pub mod job;
+pub mod manager;
 pub mod namespace;
 pub mod nodeipam;
 pub mod nodelifecycle;
 pub mod pods;
 pub mod replicaset;
+pub mod runtime;
 pub mod serviceaccount;
+pub mod statefulset;
 
-mod control;
 mod options;
 
-pub use control::run;
+pub use manager::run;
 pub use options::Options;
 
 /// What can go wrong running the controllers.

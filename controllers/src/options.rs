@@ -3,22 +3,8 @@
 
 use std::time::Duration;
 
+use crate::manager::{self, CONTROLLERS};
 use crate::{Error, Result};
-
-/// Every controller, by the name `--controllers` uses.
-pub const CONTROLLERS: &[&str] = &[
-    "endpoints",
-    "endpointslice",
-    "replicaset",
-    "deployment",
-    "daemonset",
-    "job",
-    "namespace",
-    "garbagecollector",
-    "serviceaccount",
-    "nodeipam",
-    "nodelifecycle",
-];
 
 /// Options of the controller manager.
 #[derive(clap::Args, Clone, Debug)]
@@ -27,9 +13,13 @@ pub const CONTROLLERS: &[&str] = &[
 #[group(skip)]
 pub struct Options {
     /// Controllers to run: `*` for all, a name to add one, `-name` to leave one out (e.g.
-    /// `*,-nodeipam`). Names: endpoints, endpointslice, replicaset, deployment, daemonset, job, namespace,
-    /// garbagecollector, serviceaccount, nodeipam, nodelifecycle.
-    #[arg(long = "controllers", value_delimiter = ',', default_value = "*")]
+    /// `*,-nodeipam`); the names are those of [`crate::manager::CONTROLLERS`].
+    #[arg(
+        long = "controllers",
+        value_delimiter = ',',
+        default_value = "*",
+        help = controllers_help()
+    )]
     pub controllers: Vec<String>,
     /// Workers per controller: how many objects of one kind are synced at once.
     #[arg(long = "concurrent-syncs", default_value_t = 5)]
@@ -72,10 +62,10 @@ impl Options {
                 Some(n) => (true, n),
                 None => (false, item),
             };
-            if n != "*" && !CONTROLLERS.contains(&n) {
+            if n != "*" && !CONTROLLERS.iter().any(|c| c.name == n) {
                 return Err(Error::UnknownController {
                     name: n.to_string(),
-                    known: CONTROLLERS.join(", "),
+                    known: manager::names(),
                 });
             }
             if n == name || (n == "*" && !negate) {
@@ -84,6 +74,15 @@ impl Options {
         }
         Ok(on)
     }
+}
+
+/// The `--controllers` help, naming every controller of the table.
+fn controllers_help() -> String {
+    format!(
+        "Controllers to run: `*` for all, a name to add one, `-name` to leave one out (e.g. \
+         `*,-nodeipam`). Names: {}.",
+        manager::names()
+    )
 }
 
 /// Parses a duration like `40s`, `5m`, `1m30s` or `500ms` (a bare number is seconds).

@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::Kind;
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
@@ -467,6 +467,17 @@ pub fn daemon_set_columns() -> Vec<Column> {
     ]
 }
 
+/// The columns of StatefulSet, in cell order (the Kubernetes printer's, with its wide ones).
+pub fn stateful_set_columns() -> Vec<Column> {
+    vec![
+        NAME,
+        col("Ready", "string", "Number of the pod with ready state."),
+        AGE,
+        CONTAINERS,
+        IMAGES,
+    ]
+}
+
 /// The columns of Job, in cell order (the Kubernetes printer's, with its wide ones).
 pub fn job_columns() -> Vec<Column> {
     vec![
@@ -672,6 +683,11 @@ pub fn replica_set_row(object: &Value, now: Timestamp) -> Option<Vec<Value>> {
 /// The cells of a DaemonSet's row; `None` when the object does not decode as one.
 pub fn daemon_set_row(object: &Value, now: Timestamp) -> Option<Vec<Value>> {
     typed::<DaemonSet>(object).map(|o| daemon_set_cells(&o, now))
+}
+
+/// The cells of a StatefulSet's row; `None` when the object does not decode as one.
+pub fn stateful_set_row(object: &Value, now: Timestamp) -> Option<Vec<Value>> {
+    typed::<StatefulSet>(object).map(|o| stateful_set_cells(&o, now))
 }
 
 /// The cells of a Job's row; `None` when the object does not decode as one.
@@ -1392,6 +1408,24 @@ fn daemon_set_cells(ds: &DaemonSet, now: Timestamp) -> Vec<Value> {
         names,
         images,
         json!(format_selector(&spec.selector)),
+    ]
+}
+
+fn stateful_set_cells(set: &StatefulSet, now: Timestamp) -> Vec<Value> {
+    let spec = set.spec.clone().unwrap_or_default();
+    let status = set.status.clone().unwrap_or_default();
+    let pod_spec = spec.template.spec.clone().unwrap_or_default();
+    let (names, images) = container_cells(&pod_spec.containers);
+    vec![
+        name(&set.metadata),
+        json!(format!(
+            "{}/{}",
+            status.ready_replicas.unwrap_or(0),
+            spec.replicas.unwrap_or(1)
+        )),
+        age(&set.metadata, now),
+        names,
+        images,
     ]
 }
 

@@ -20,6 +20,7 @@ pub mod replica_set;
 pub mod secret;
 pub mod service;
 pub mod service_account;
+pub mod stateful_set;
 
 #[cfg(test)]
 mod tests;
@@ -70,6 +71,7 @@ pub fn all() -> &'static [Arc<dyn Kind>] {
             Arc::new(deployment::Deployment),
             Arc::new(replica_set::ReplicaSet),
             Arc::new(daemon_set::DaemonSet),
+            Arc::new(stateful_set::StatefulSet),
             Arc::new(job::Job),
             Arc::new(lease::Lease),
             Arc::new(endpoint_slice::EndpointSlice),

@@ -11,7 +11,10 @@
 
 mod pod;
 
-use k8s_openapi::api::apps::v1::{DaemonSetSpec, DeploymentSpec, ReplicaSetSpec};
+use k8s_openapi::api::apps::v1::{
+    DaemonSetSpec, DeploymentSpec, ReplicaSetSpec, RollingUpdateStatefulSetStrategy,
+    StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetSpec,
+};
 use k8s_openapi::api::batch::v1::JobSpec;
 use k8s_openapi::api::core::v1::{PodSpec, PodTemplateSpec, Toleration};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -119,6 +122,46 @@ pub fn daemon_set(obj: &mut Value) {
             ru.max_unavailable.get_or_insert(IntOrString::Int(1));
             ru.max_surge.get_or_insert(IntOrString::Int(0));
         }
+        spec.revision_history_limit.get_or_insert(10);
+        default_template(&mut spec.template);
+    });
+}
+
+/// The v1 defaults of a StatefulSet, in place (`SetDefaults_StatefulSet`): OrderedReady pod
+/// management, a RollingUpdate at partition 0, one replica, a history of 10, claims retained
+/// when the set is deleted or scaled down.
+pub fn stateful_set(obj: &mut Value) {
+    let Some(map) = obj.as_object_mut() else {
+        return;
+    };
+    with_spec_keeping_selector(map, |spec: &mut StatefulSetSpec| {
+        if spec
+            .pod_management_policy
+            .as_deref()
+            .unwrap_or("")
+            .is_empty()
+        {
+            spec.pod_management_policy = Some("OrderedReady".into());
+        }
+        let strategy = spec.update_strategy.get_or_insert_with(Default::default);
+        if strategy.type_.as_deref().unwrap_or("").is_empty() {
+            strategy.type_ = Some("RollingUpdate".into());
+        }
+        if strategy.type_.as_deref() == Some("RollingUpdate") {
+            let ru = strategy
+                .rolling_update
+                .get_or_insert_with(RollingUpdateStatefulSetStrategy::default);
+            ru.partition.get_or_insert(0);
+        }
+        let retention = spec
+            .persistent_volume_claim_retention_policy
+            .get_or_insert_with(StatefulSetPersistentVolumeClaimRetentionPolicy::default);
+        for policy in [&mut retention.when_deleted, &mut retention.when_scaled] {
+            if policy.as_deref().unwrap_or("").is_empty() {
+                *policy = Some("Retain".into());
+            }
+        }
+        spec.replicas.get_or_insert(1);
         spec.revision_history_limit.get_or_insert(10);
         default_template(&mut spec.template);
     });

@@ -1,10 +1,10 @@
-//! apps/v1 rules: Deployments, ReplicaSets and DaemonSets (`pkg/apis/apps/validation`): selector
+//! apps/v1 rules: Deployments, ReplicaSets, DaemonSets and StatefulSets (`pkg/apis/apps/validation`): selector
 //! required, non-empty, matching the template and immutable; templates as pod templates that
 //! restart Always; strategies; counts.
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -483,6 +483,138 @@ pub(crate) fn validate_daemon_set(
     Ok(errs)
 }
 
+/// `ValidateStatefulSet` and, for an update, `ValidateStatefulSetUpdate`: the selector and
+/// template as for the other workloads, the pod management and update strategies, the counts,
+/// and a spec that may change only in `replicas`, `ordinals`, `template`, `updateStrategy`,
+/// `persistentVolumeClaimRetentionPolicy`, `minReadySeconds` and `revisionHistoryLimit`.
+pub(crate) fn validate_stateful_set(
+    new: &Value,
+    old: Option<&Value>,
+) -> Result<Vec<FieldError>, FieldError> {
+    let set: StatefulSet = decode(new, "")?;
+    let raw_spec = new.get("spec").cloned().unwrap_or(Value::Null);
+    let spec = set.spec.unwrap_or_default();
+    let sp = Path::new("spec");
+    let mut errs = Vec::new();
+    match s(&spec.pod_management_policy) {
+        "OrderedReady" | "Parallel" => {}
+        other => errs.push(FieldError::not_supported(
+            sp.child("podManagementPolicy"),
+            other,
+            &["OrderedReady", "Parallel"],
+        )),
+    }
+    let strategy = spec.update_strategy.clone().unwrap_or_default();
+    let st_path = sp.child("updateStrategy");
+    match s(&strategy.type_) {
+        "OnDelete" => {
+            if strategy.rolling_update.is_some() {
+                errs.push(FieldError::invalid(
+                    st_path.child("rollingUpdate"),
+                    serde_json::to_value(&strategy.rolling_update).unwrap_or(Value::Null),
+                    "only allowed for updateStrategy 'RollingUpdate'",
+                ));
+            }
+        }
+        "RollingUpdate" => {
+            if let Some(ru) = &strategy.rolling_update {
+                let p = st_path.child("rollingUpdate");
+                nonnegative(
+                    &mut errs,
+                    p.child("partition"),
+                    i64::from(ru.partition.unwrap_or(0)),
+                );
+                if ru.max_unavailable.is_some() {
+                    errs.extend(validate_int_or_percent(
+                        ru.max_unavailable.as_ref(),
+                        p.child("maxUnavailable"),
+                        true,
+                    ));
+                    if int_or_percent(ru.max_unavailable.as_ref()).0 == 0 {
+                        errs.push(FieldError::invalid(
+                            p.child("maxUnavailable"),
+                            ios_value(ru.max_unavailable.as_ref()),
+                            "must be greater than 0",
+                        ));
+                    }
+                }
+            }
+        }
+        other => errs.push(FieldError::not_supported(
+            st_path,
+            other,
+            &["OnDelete", "RollingUpdate"],
+        )),
+    }
+    nonnegative(
+        &mut errs,
+        sp.child("replicas"),
+        i64::from(spec.replicas.unwrap_or(1)),
+    );
+    nonnegative(
+        &mut errs,
+        sp.child("minReadySeconds"),
+        i64::from(spec.min_ready_seconds.unwrap_or(0)),
+    );
+    if let Some(start) = spec.ordinals.as_ref().and_then(|o| o.start) {
+        nonnegative(
+            &mut errs,
+            sp.child("ordinals").child("start"),
+            i64::from(start),
+        );
+    }
+    if let Some(limit) = spec.revision_history_limit {
+        nonnegative(
+            &mut errs,
+            sp.child("revisionHistoryLimit"),
+            i64::from(limit),
+        );
+    }
+    let usable = validate_selector(
+        &raw_spec,
+        &spec.selector,
+        &sp.child("selector"),
+        "statefulset",
+        &mut errs,
+    );
+    errs.extend(validate_template(
+        &spec.template,
+        usable.then_some(&spec.selector),
+        &sp.child("template"),
+        "StatefulSet",
+    ));
+    if let Some(old) = old {
+        // Everything but the mutable fields must stay as it was.
+        let mutable = [
+            "replicas",
+            "ordinals",
+            "template",
+            "updateStrategy",
+            "persistentVolumeClaimRetentionPolicy",
+            "minReadySeconds",
+            "revisionHistoryLimit",
+        ];
+        let frozen = |v: &Value| -> Value {
+            let mut v = v.get("spec").cloned().unwrap_or(Value::Null);
+            if let Some(m) = v.as_object_mut() {
+                for f in mutable {
+                    m.remove(f);
+                }
+            }
+            v
+        };
+        if frozen(new) != frozen(old) {
+            errs.push(FieldError::forbidden(
+                sp,
+                "updates to statefulset spec for fields other than 'replicas', 'ordinals', \
+                 'template', 'updateStrategy', 'persistentVolumeClaimRetentionPolicy' and \
+                 'minReadySeconds' are forbidden",
+            ));
+        }
+    }
+    Ok(errs)
+}
+
 /// `/status` updates of the apps kinds: counts are non-negative and never exceed `replicas`
 /// where Kubernetes says so, and `collisionCount` does not go down.
 pub(crate) fn validate_status(
@@ -499,6 +631,7 @@ pub(crate) fn validate_status(
     match info.kind {
         "Deployment" => drop(decode::<Deployment>(new, "")?),
         "ReplicaSet" => drop(decode::<ReplicaSet>(new, "")?),
+        "StatefulSet" => drop(decode::<StatefulSet>(new, "")?),
         _ => drop(decode::<DaemonSet>(new, "")?),
     }
     let fields: &[&str] = match info.kind {
@@ -510,6 +643,13 @@ pub(crate) fn validate_status(
             "updatedNumberScheduled",
             "numberAvailable",
             "numberUnavailable",
+        ],
+        "StatefulSet" => &[
+            "replicas",
+            "readyReplicas",
+            "currentReplicas",
+            "updatedReplicas",
+            "availableReplicas",
         ],
         "Deployment" => &[
             "replicas",

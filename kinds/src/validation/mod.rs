@@ -357,6 +357,11 @@ mod tests {
                 json!({"metadata": {"name": "web"}, "spec": {"selector": {"matchLabels": {"app": "web"}}, "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}}),
             ),
             (
+                "apps",
+                "StatefulSet",
+                json!({"metadata": {"name": "web"}, "spec": {"serviceName": "web", "selector": {"matchLabels": {"app": "web"}}, "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}}),
+            ),
+            (
                 "batch",
                 "Job",
                 // Without the server's create-time fills, only a manual selector is complete.

@@ -2,12 +2,14 @@
 //! rolls back and cascades on delete; a DaemonSet follows a node joining with `skiff agent`; a
 //! node whose kubelet stops goes NotReady, its pods are evicted and replaced on the other node,
 //! and it recovers; deleting a namespace stops and removes everything in it; Jobs run to
-//! completion by index, fail by their backoff limit, and ignore what their failure policy says.
+//! completion by index, fail by their backoff limit, and ignore what their failure policy says; a
+//! StatefulSet comes up in order, updates above its partition and scales down from the top.
 //!
 //! The pods are `sh -c` sleep loops run by the kubelets as host processes. Every test deletes what
 //! it made and waits for the kubelets to stop it; a [`Fixture`] kills whatever a failed test left
 //! running.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -698,4 +700,167 @@ fn jobs_complete_by_index_fail_by_backoff_limit_and_ignore_what_their_policy_say
             .is_empty()
     });
     k.ok(&["delete", "namespace", "batch", "--timeout=60s"]);
+}
+
+/// A StatefulSet `web` in `namespace` of `replicas` sleep loops that first print `message`,
+/// governed by the headless Service `web`, with `extra` lines added to its spec.
+fn statefulset(namespace: &str, replicas: u32, message: &str, extra: &str) -> String {
+    format!(
+        r#"
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {{name: web, namespace: {namespace}}}
+spec:
+  replicas: {replicas}
+  serviceName: web
+  selector: {{matchLabels: {{app: sts}}}}
+{extra}
+  template:
+    metadata: {{labels: {{app: sts}}}}
+    spec:
+      terminationGracePeriodSeconds: 2
+      containers:
+      - name: main
+        image: busybox:1.36
+        command: ["sh", "-c", "echo {message}; while true; do sleep 1; done"]
+"#
+    )
+}
+
+/// Each pod of `namespace` matching `selector`, by name: its uid, creation time, the time it
+/// became Ready (empty when it is not), and its command.
+fn members(k: &Kubectl, namespace: &str, selector: &str) -> BTreeMap<String, [String; 4]> {
+    let run = k.run(&["-n", namespace, "get", "pods", "-l", selector, "-o", "json"]);
+    let list: Value = serde_json::from_str(&run.stdout).unwrap_or_default();
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            let ready = p["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|c| c["type"] == "Ready" && c["status"] == "True")
+                .map(|c| text(&c["lastTransitionTime"]))
+                .unwrap_or_default();
+            (
+                text(&p["metadata"]["name"]),
+                [
+                    text(&p["metadata"]["uid"]),
+                    text(&p["metadata"]["creationTimestamp"]),
+                    ready,
+                    p["spec"]["containers"][0]["command"].to_string(),
+                ],
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_statefulset_comes_up_in_order_updates_above_its_partition_and_scales_down_from_the_top() {
+    let cluster = Fixture::start(&[]);
+    let k = cluster.kubectl();
+    k.ok(&["create", "namespace", "sts"]);
+    k.ok_with_input(&["apply", "-f", "-"], &statefulset("sts", 3, "v1", ""));
+    wait_for(&k, "three ready pods web-0..2", 120, || {
+        settled(&k, "sts", "app=sts", 3).is_some()
+    });
+    let first = members(&k, "sts", "app=sts");
+    assert_eq!(
+        first.keys().collect::<Vec<_>>(),
+        ["web-0", "web-1", "web-2"],
+        "stable names"
+    );
+    // OrderedReady: each pod was created only once its predecessor was Ready (RFC 3339 in UTC
+    // compares as text).
+    for (prev, next) in [("web-0", "web-1"), ("web-1", "web-2")] {
+        assert!(
+            first[next][1] >= first[prev][2],
+            "{next} created at {} before {prev} was ready at {}",
+            first[next][1],
+            first[prev][2]
+        );
+    }
+    let status = k.ok(&[
+        "-n",
+        "sts",
+        "rollout",
+        "status",
+        "statefulset/web",
+        "--timeout=60s",
+    ]);
+    assert!(status.contains("complete"), "{status}");
+    let row = k.ok(&["-n", "sts", "get", "sts/web", "--no-headers"]);
+    assert_eq!(
+        row.split_whitespace().take(2).collect::<Vec<_>>(),
+        ["web", "3/3"],
+        "{row}"
+    );
+    let hostname = k.ok(&[
+        "-n",
+        "sts",
+        "get",
+        "pod/web-1",
+        "-o",
+        "jsonpath={.spec.hostname}.{.spec.subdomain}",
+    ]);
+    assert_eq!(hostname, "web-1.web");
+
+    // A rolling update with partition 2: only web-2 gets the new template.
+    k.ok_with_input(
+        &["apply", "-f", "-"],
+        &statefulset(
+            "sts",
+            3,
+            "v2",
+            "  updateStrategy:\n    type: RollingUpdate\n    rollingUpdate: {partition: 2}",
+        ),
+    );
+    wait_for(&k, "web-2 replaced at the new revision", 120, || {
+        let now = members(&k, "sts", "app=sts");
+        settled(&k, "sts", "app=sts", 3).is_some()
+            && now
+                .get("web-2")
+                .is_some_and(|p| p[0] != first["web-2"][0] && p[3].contains("v2"))
+    });
+    let updated = members(&k, "sts", "app=sts");
+    for name in ["web-0", "web-1"] {
+        assert_eq!(
+            updated[name][0], first[name][0],
+            "{name} is below the partition"
+        );
+        assert!(
+            updated[name][3].contains("v1"),
+            "{name}: {}",
+            updated[name][3]
+        );
+    }
+    let revisions = k.ok(&[
+        "-n",
+        "sts",
+        "get",
+        "sts/web",
+        "-o",
+        "jsonpath={.status.currentRevision} {.status.updateRevision} {.status.updatedReplicas}",
+    ]);
+    let cells: Vec<&str> = revisions.split_whitespace().collect();
+    assert_ne!(cells[0], cells[1], "{revisions}");
+    assert_eq!(cells[2], "1", "{revisions}");
+
+    // Scaling down goes from the highest ordinal and keeps web-0.
+    k.ok(&["-n", "sts", "scale", "statefulset/web", "--replicas=1"]);
+    wait_for(&k, "one pod left", 120, || {
+        settled(&k, "sts", "app=sts", 1).is_some()
+    });
+    let left = members(&k, "sts", "app=sts");
+    assert_eq!(left.keys().collect::<Vec<_>>(), ["web-0"]);
+    assert_eq!(left["web-0"][0], first["web-0"][0]);
+
+    // Deleting the set takes its pods with it.
+    k.ok(&["-n", "sts", "delete", "statefulset/web"]);
+    wait_for(&k, "the set's pods gone", 120, || {
+        pods(&k, "sts", "app=sts").is_empty()
+    });
 }

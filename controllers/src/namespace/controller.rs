@@ -1,49 +1,55 @@
-//! The namespace controller: empties a terminating namespace across every served resource it
-//! discovers, then finalizes it.
+//! The namespace controller's shell: empties a terminating namespace across every served
+//! resource it discovers, then finalizes it.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams, PostParams};
-use skiff_client::{Api, Informer, SharedInformerFactory, WorkQueue, handler_fn, key_of};
-use tokio_util::task::TaskTracker;
+use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams};
+use skiff_client::{Api, Informer, key_of};
 
-use super::{Started, discover, not_found, queue, spawn_workers};
-use crate::namespace as logic;
+use super as logic;
+use crate::manager::Context;
+use crate::runtime::{Action, Controller, Event, Reconcile, Started, discover, not_found};
 use crate::{Error, Result};
 
 /// How soon a namespace whose objects are still going away is looked at again.
 const RECHECK: Duration = Duration::from_secs(1);
 
-struct Controller {
+struct Namespaces {
     namespaces: Informer<Namespace>,
-    queue: WorkQueue<String>,
     client: skiff_client::Client,
 }
 
-impl Controller {
-    async fn sync(&self, name: &str) -> Result<Option<Duration>> {
+/// Registers the controller on the shared informers.
+pub(crate) fn start(ctx: &Context) -> Result<Started> {
+    let namespaces = ctx.factory.informer::<Namespace>();
+    // Only a terminating namespace has work; a deleted one has none left.
+    let controller = Controller::new("namespace", ctx.workers).watches(
+        &namespaces,
+        |e: Event<'_, Namespace>| match e {
+            Event::Deleted(_) => Vec::new(),
+            e if logic::needs_cleanup(e.object()) => vec![key_of(e.object())],
+            _ => Vec::new(),
+        },
+    );
+    Ok(controller.run(Arc::new(Namespaces {
+        namespaces,
+        client: ctx.factory.client().clone(),
+    })))
+}
+
+impl Reconcile for Namespaces {
+    async fn reconcile(&self, name: &str) -> Result<Action> {
         let Some(ns) = self.namespaces.cache().get(None, name) else {
-            return Ok(None);
+            return Ok(Action::AwaitChange);
         };
         if !logic::needs_cleanup(&ns) {
-            return Ok(None);
+            return Ok(Action::AwaitChange);
         }
         let mut remaining = 0usize;
         for r in logic::purgeable(&discover(&self.client).await?) {
-            let api_version = if r.group.is_empty() {
-                r.version.clone()
-            } else {
-                format!("{}/{}", r.group, r.version)
-            };
-            let ar = ApiResource {
-                group: r.group.clone(),
-                version: r.version.clone(),
-                api_version,
-                kind: r.kind.clone(),
-                plural: r.plural.clone(),
-            };
+            let ar = r.api_resource();
             let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), name, &ar);
             let what = format!("{} in namespace {name}", r.plural);
             let listed = match api.list(&ListParams::default()).await {
@@ -60,7 +66,7 @@ impl Controller {
             if live.is_empty() {
                 continue;
             }
-            if r.verbs.iter().any(|v| v == "deletecollection") {
+            if r.can("deletecollection") {
                 match api
                     .delete_collection(&DeleteParams::background(), &ListParams::default())
                     .await
@@ -82,7 +88,7 @@ impl Controller {
         }
         if remaining > 0 {
             tracing::debug!(namespace = name, remaining, "namespace not empty yet");
-            return Ok(Some(RECHECK));
+            return Ok(Action::Requeue(RECHECK));
         }
         let api: Api<Namespace> = Api::all(self.client.clone());
         match api
@@ -94,42 +100,9 @@ impl Controller {
             )
             .await
         {
-            Ok(_) => Ok(None),
-            Err(e) if not_found(&e) => Ok(None),
+            Ok(_) => Ok(Action::AwaitChange),
+            Err(e) if not_found(&e) => Ok(Action::AwaitChange),
             Err(e) => Err(Error::api(format!("finalizing namespace {name}"))(e)),
         }
-    }
-}
-
-/// Registers the controller's handlers on `factory`.
-pub(crate) fn start(factory: &SharedInformerFactory, workers: usize) -> Started {
-    let c = Arc::new(Controller {
-        namespaces: factory.informer::<Namespace>(),
-        queue: queue(),
-        client: factory.client().clone(),
-    });
-    let (a, u) = (c.clone(), c.clone());
-    c.namespaces.add_handler(handler_fn(
-        move |n: &Arc<Namespace>| {
-            if logic::needs_cleanup(n) {
-                a.queue.add(key_of(n.as_ref()))
-            }
-        },
-        move |_: &Arc<Namespace>, n: &Arc<Namespace>| {
-            if logic::needs_cleanup(n) {
-                u.queue.add(key_of(n.as_ref()))
-            }
-        },
-        |_: &Arc<Namespace>| {},
-    ));
-    Started {
-        queue: c.queue.clone(),
-        start: Box::new(move |tracker: &TaskTracker| {
-            let q = c.queue.clone();
-            spawn_workers(tracker, "namespace", &q, workers, move |key: String| {
-                let c = c.clone();
-                async move { c.sync(&key).await }
-            });
-        }),
     }
 }

@@ -7,6 +7,9 @@
 //! `publishNotReadyAddresses`). Named target ports are resolved per pod against its container
 //! ports, so pods of one Service may listen on different numbers.
 
+/// The shell: what the controller watches, and its reconcile through the API.
+pub(crate) mod controller;
+
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{

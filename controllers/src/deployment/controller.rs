@@ -1,5 +1,5 @@
-//! The Deployment controller: claims the ReplicaSets a Deployment selects, applies one rollout step
-//! of [`crate::deployment::plan`], and writes the status `kubectl rollout status` reads.
+//! The Deployment controller's shell: claims the ReplicaSets a Deployment selects, applies one
+//! rollout step of [`super::plan`], and writes the status `kubectl rollout status` reads.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,20 +9,23 @@ use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
-use skiff_client::{Api, Informer, SharedInformerFactory, WorkQueue, handler_fn, index, key_of};
+use skiff_client::{Api, Informer, index, key_of};
 use skiff_meta::labels::Selector;
-use tokio_util::task::TaskTracker;
 
-use super::{Started, conflict, not_found, queue, spawn_workers};
-use crate::deployment::{self as logic, RsChange};
-use crate::pods::{self, Claim};
+use super::{self as logic, RsChange};
+use crate::manager::Context;
+use crate::pods;
+use crate::runtime::children::{self, Claims};
+use crate::runtime::{Action, Controller, Event, Reconcile, Started, conflict, not_found, owners};
 use crate::{Error, Result};
 
-struct Controller {
+/// The kind this controller owns ReplicaSets for.
+const KIND: &str = "Deployment";
+
+struct Deployments {
     deployments: Informer<Deployment>,
     sets: Informer<ReplicaSet>,
     pods: Informer<Pod>,
-    queue: WorkQueue<String>,
     client: skiff_client::Client,
 }
 
@@ -31,104 +34,81 @@ fn selector(d: &Deployment) -> Option<Selector> {
     (!sel.is_empty()).then_some(sel)
 }
 
-impl Controller {
-    fn rs_changed(&self, rs: &ReplicaSet) {
-        let ns = rs.metadata.namespace.clone().unwrap_or_default();
-        match pods::controller_of(&rs.metadata) {
-            Some(r) if r.kind == "Deployment" => self.queue.add(format!("{ns}/{}", r.name)),
-            Some(_) => {}
-            None => {
-                let labels = pods::labels(&rs.metadata);
-                for d in self.deployments.cache().by_index(index::NAMESPACE, &ns) {
-                    if selector(&d).is_some_and(|s| s.matches(labels)) {
-                        self.queue.add(key_of(d.as_ref()));
-                    }
-                }
+/// The Deployments in a ReplicaSet's namespace whose selector matches it (which may adopt it).
+fn matching(deployments: &Informer<Deployment>, rs: &ReplicaSet) -> Vec<String> {
+    let ns = rs.metadata.namespace.clone().unwrap_or_default();
+    let labels = pods::labels(&rs.metadata);
+    deployments
+        .cache()
+        .by_index(index::NAMESPACE, &ns)
+        .iter()
+        .filter(|d| selector(d).is_some_and(|s| s.matches(labels)))
+        .map(|d| key_of(d.as_ref()))
+        .collect()
+}
+
+/// Registers the controller on the shared informers.
+pub(crate) fn start(ctx: &Context) -> Result<Started> {
+    let deployments = ctx.factory.informer::<Deployment>();
+    let sets = ctx.factory.informer::<ReplicaSet>();
+    let pods = ctx.factory.informer::<Pod>();
+    let (for_orphans, for_pods, sets_for_pods) =
+        (deployments.clone(), deployments.clone(), sets.clone());
+    let controller = Controller::new("deployment", ctx.workers)
+        .primary(&deployments)
+        .owns(&sets, KIND, None)
+        .adopts(&sets, move |rs: &ReplicaSet| matching(&for_orphans, rs))
+        // A pod of a Recreate rollout went away: its Deployment may now start the new pods.
+        .watches(&pods, move |e: Event<'_, Pod>| {
+            let Event::Deleted(pod) = e else {
+                return Vec::new();
+            };
+            let ns = pod.metadata.namespace.clone().unwrap_or_default();
+            let Some(r) = pods::controller_of(&pod.metadata).filter(|r| r.kind == "ReplicaSet")
+            else {
+                return Vec::new();
+            };
+            let Some(rs) = sets_for_pods.cache().get(Some(&ns), &r.name) else {
+                return Vec::new();
+            };
+            match owners::controller_key(&rs.metadata, KIND) {
+                Some(k) => vec![k],
+                None if owners::is_orphan(&rs.metadata) => matching(&for_pods, &rs),
+                None => Vec::new(),
             }
-        }
-    }
+        });
+    Ok(controller.run(Arc::new(Deployments {
+        deployments,
+        sets,
+        pods,
+        client: ctx.factory.client().clone(),
+    })))
+}
 
-    /// A pod of a Recreate rollout went away: its Deployment may now start the new pods.
-    fn pod_deleted(&self, pod: &Pod) {
-        let ns = pod.metadata.namespace.clone().unwrap_or_default();
-        let Some(r) = pods::controller_of(&pod.metadata).filter(|r| r.kind == "ReplicaSet") else {
-            return;
-        };
-        if let Some(rs) = self.sets.cache().get(Some(&ns), &r.name) {
-            self.rs_changed(&rs);
-        }
-    }
-
-    async fn sync(&self, key: &str) -> Result<Option<Duration>> {
+impl Reconcile for Deployments {
+    async fn reconcile(&self, key: &str) -> Result<Action> {
         let Some(d) = self.deployments.cache().get_by_key(key) else {
-            return Ok(None);
+            return Ok(Action::AwaitChange);
         };
         let ns = d.metadata.namespace.clone().unwrap_or_default();
         let name = d.metadata.name.clone().unwrap_or_default();
         let Some(sel) = selector(&d) else {
             tracing::warn!(%key, "Deployment without a usable selector; ignored");
-            return Ok(None);
+            return Ok(Action::AwaitChange);
         };
         let uid = d.metadata.uid.clone().unwrap_or_default();
         let deleting = pods::is_deleting(&d.metadata);
         let rs_api: Api<ReplicaSet> = Api::namespaced(self.client.clone(), &ns);
 
-        let mut owned: Vec<Arc<ReplicaSet>> = Vec::new();
-        for rs in self.sets.cache().by_index(index::NAMESPACE, &ns) {
-            let labels = pods::labels(&rs.metadata);
-            let rs_name = rs.metadata.name.as_deref().unwrap_or_default();
-            match pods::claim(&uid, deleting, sel.matches(labels), &rs.metadata) {
-                Claim::Owned => owned.push(rs),
-                Claim::Adopt => {
-                    let mut refs = rs.metadata.owner_references.clone().unwrap_or_default();
-                    refs.push(pods::controller_ref("apps/v1", "Deployment", &d.metadata));
-                    let patch =
-                        json!({"metadata": {"ownerReferences": refs, "uid": rs.metadata.uid}});
-                    match rs_api
-                        .patch(&rs_name, &PatchParams::default(), &Patch::Merge(&patch))
-                        .await
-                    {
-                        Ok(r) => owned.push(Arc::new(r)),
-                        Err(e) if not_found(&e) => {}
-                        Err(e) => {
-                            return Err(Error::api(format!("adopting ReplicaSet {ns}/{rs_name}"))(
-                                e,
-                            ));
-                        }
-                    }
-                }
-                Claim::Release => {
-                    let refs: Vec<_> = rs
-                        .metadata
-                        .owner_references
-                        .iter()
-                        .flatten()
-                        .filter(|r| r.uid != uid)
-                        .cloned()
-                        .collect();
-                    let refs = if refs.is_empty() {
-                        serde_json::Value::Null
-                    } else {
-                        json!(refs)
-                    };
-                    let patch =
-                        json!({"metadata": {"ownerReferences": refs, "uid": rs.metadata.uid}});
-                    match rs_api
-                        .patch(&rs_name, &PatchParams::default(), &Patch::Merge(&patch))
-                        .await
-                    {
-                        Ok(_) => {}
-                        Err(e) if not_found(&e) => {}
-                        Err(e) => {
-                            return Err(
-                                Error::api(format!("releasing ReplicaSet {ns}/{rs_name}"))(e),
-                            );
-                        }
-                    }
-                }
-                Claim::Ignore => {}
-            }
-        }
+        let claims = Claims {
+            owner: pods::controller_ref("apps/v1", KIND, &d.metadata),
+            deleting,
+            selects: |rs: &ReplicaSet| sel.matches(pods::labels(&rs.metadata)),
+            may_adopt: |_: &ReplicaSet| true,
+            release: true,
+        };
+        let candidates = self.sets.cache().by_index(index::NAMESPACE, &ns);
+        let owned = children::claim(&rs_api, &claims, candidates).await?;
         let owned_uids: Vec<String> = owned
             .iter()
             .filter_map(|rs| rs.metadata.uid.clone())
@@ -190,7 +170,7 @@ impl Controller {
                                     "recording a hash collision of {key}"
                                 )))?;
                         }
-                        return Ok(Some(Duration::from_millis(100)));
+                        return Ok(Action::Requeue(Duration::from_millis(100)));
                     }
                     Err(e) => return Err(Error::api(format!("creating ReplicaSet for {key}"))(e)),
                 },
@@ -227,7 +207,7 @@ impl Controller {
                 .await
             {
                 Ok(_) => {}
-                Err(e) if not_found(&e) => return Ok(None),
+                Err(e) if not_found(&e) => return Ok(Action::AwaitChange),
                 Err(e) => return Err(Error::api(format!("annotating Deployment {key}"))(e)),
             }
         }
@@ -248,52 +228,6 @@ impl Controller {
                 }
             }
         }
-        Ok(plan.requeue_after)
-    }
-}
-
-/// Registers the controller's handlers on `factory`.
-pub(crate) fn start(factory: &SharedInformerFactory, workers: usize) -> Started {
-    let c = Arc::new(Controller {
-        deployments: factory.informer::<Deployment>(),
-        sets: factory.informer::<ReplicaSet>(),
-        pods: factory.informer::<Pod>(),
-        queue: queue(),
-        client: factory.client().clone(),
-    });
-    let (a, u, d) = (c.clone(), c.clone(), c.clone());
-    c.deployments.add_handler(handler_fn(
-        move |x: &Arc<Deployment>| a.queue.add(key_of(x.as_ref())),
-        move |_: &Arc<Deployment>, x: &Arc<Deployment>| u.queue.add(key_of(x.as_ref())),
-        move |x: &Arc<Deployment>| d.queue.add(key_of(x.as_ref())),
-    ));
-    let (a, u, d) = (c.clone(), c.clone(), c.clone());
-    c.sets.add_handler(handler_fn(
-        move |rs: &Arc<ReplicaSet>| a.rs_changed(rs),
-        move |old: &Arc<ReplicaSet>, rs: &Arc<ReplicaSet>| {
-            if pods::controller_of(&old.metadata).map(|r| &r.uid)
-                != pods::controller_of(&rs.metadata).map(|r| &r.uid)
-            {
-                u.rs_changed(old);
-            }
-            u.rs_changed(rs)
-        },
-        move |rs: &Arc<ReplicaSet>| d.rs_changed(rs),
-    ));
-    let p = c.clone();
-    c.pods.add_handler(handler_fn(
-        |_: &Arc<Pod>| {},
-        |_: &Arc<Pod>, _: &Arc<Pod>| {},
-        move |pod: &Arc<Pod>| p.pod_deleted(pod),
-    ));
-    Started {
-        queue: c.queue.clone(),
-        start: Box::new(move |tracker: &TaskTracker| {
-            let q = c.queue.clone();
-            spawn_workers(tracker, "deployment", &q, workers, move |key: String| {
-                let c = c.clone();
-                async move { c.sync(&key).await }
-            });
-        }),
+        Ok(plan.requeue_after.into())
     }
 }

@@ -18,6 +18,9 @@
 //! has no finalizer, so it is never taken up again) and none loses one (a pod with the
 //! finalizer is not deleted).
 
+/// The shell: what the controller watches, and its reconcile through the API.
+pub(crate) mod controller;
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use jiff::Timestamp;

@@ -9,6 +9,9 @@
 //! - Orphan: the API server keeps the owner with the `orphan` finalizer; the collector removes the
 //!   owner's reference from every dependent, then the finalizer.
 
+/// The shell: what the controller watches, and its reconcile through the API.
+pub(crate) mod controller;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 use crate::namespace::Resource;

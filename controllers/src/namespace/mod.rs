@@ -4,33 +4,15 @@
 //! none is left calls the namespace's `finalize` subresource without that finalizer, after which
 //! the API server removes the namespace.
 
+/// The shell: what the controller watches, and its reconcile through the API.
+pub(crate) mod controller;
+
 use k8s_openapi::api::core::v1::{Namespace, NamespaceSpec};
 
 /// The finalizer the API server puts on every namespace and this controller removes.
 pub const FINALIZER: &str = "kubernetes";
 
-/// One served resource as discovery describes it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Resource {
-    /// API group (`""` for the core group).
-    pub group: String,
-    /// The version to use.
-    pub version: String,
-    /// Plural resource name (`pods`; subresources contain a `/`).
-    pub plural: String,
-    /// Kind.
-    pub kind: String,
-    /// Whether objects live in namespaces.
-    pub namespaced: bool,
-    /// The verbs the API serves for it.
-    pub verbs: Vec<String>,
-}
-
-impl Resource {
-    fn can(&self, verb: &str) -> bool {
-        self.verbs.iter().any(|v| v == verb)
-    }
-}
+pub use crate::runtime::Resource;
 
 /// Whether `ns` is being deleted and still waits for this controller.
 pub fn needs_cleanup(ns: &Namespace) -> bool {

@@ -16,6 +16,9 @@
 //! `revisionHistoryLimit` once complete; compute the status and the Progressing and Available
 //! conditions. The informer events of what the step changes bring the next call.
 
+/// The shell: what the controller watches, and its reconcile through the API.
+pub(crate) mod controller;
+
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 

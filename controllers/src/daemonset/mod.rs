@@ -5,6 +5,9 @@
 //! Daemon pods are bound to their node by `spec.nodeName` when created, so they run even on
 //! nodes the scheduler would skip (cordoned or not ready), as DaemonSets always have.
 
+/// The shell: what the controller watches, and its reconcile through the API.
+pub(crate) mod controller;
+
 use std::collections::BTreeMap;
 
 use jiff::Timestamp;

@@ -1,6 +1,9 @@
 //! Node IPAM: hands each node a pod range (`spec.podCIDR`) carved out of the cluster's pod range,
 //! by default `/24`s of `127.100.0.0/16` inside the loopback block.
 
+/// The shell: what the controller watches, and its reconcile through the API.
+pub(crate) mod controller;
+
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
 

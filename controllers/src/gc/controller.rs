@@ -1,4 +1,4 @@
-//! The garbage collector: a graph of every watched object by UID with its owner references (and
+//! The garbage collector's shell: a graph of every watched object by UID with its owner references (and
 //! the reverse edges), fed by informers of every resource discovery says is served with list,
 //! watch and delete; work items are UIDs whose owners or dependents changed. An owner missing from the graph is confirmed missing by a live read before
 //! anything is deleted, so a lagging cache never costs an object.
@@ -17,13 +17,14 @@ use kube::api::{
 };
 use serde_json::json;
 use skiff_client::informer::{Informable, Reflectable};
-use skiff_client::{Api, Informer, SharedInformerFactory, WorkQueue, handler_fn};
+use skiff_client::{Api, Informer, SharedInformerFactory, WorkQueue};
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
-use super::{Started, conflict, discover, not_found, queue, spawn_workers};
-use crate::gc::{self as logic, Decision, OwnerState, OwnerWork, Propagation};
-use crate::namespace::Resource;
+use super::{self as logic, Decision, OwnerState, OwnerWork, Propagation};
+use crate::manager::Context;
+use crate::runtime::{
+    Action, Controller, Enqueue, Event, Reconcile, Resource, Started, conflict, discover, not_found,
+};
 use crate::{Error, Result};
 
 /// One object of the graph.
@@ -66,6 +67,7 @@ struct Collector {
     // Short critical sections only; never held across an await; never both at once.
     graph: Mutex<Graph>,
     kinds: Mutex<Kinds>,
+    /// The controller's queue, for the monitors discovery adds later.
     queue: WorkQueue<String>,
     client: skiff_client::Client,
 }
@@ -89,9 +91,16 @@ fn group_of(api_version: &str) -> &str {
 }
 
 impl Collector {
-    fn observe(&self, resource: &ApiResource, namespaced: bool, meta: &ObjectMeta, deleted: bool) {
+    /// Updates the graph with one object's event; returns the UIDs to look at again.
+    fn observe(
+        &self,
+        resource: &ApiResource,
+        namespaced: bool,
+        meta: &ObjectMeta,
+        deleted: bool,
+    ) -> Vec<String> {
         let Some(uid) = meta.uid.clone() else {
-            return;
+            return Vec::new();
         };
         let mut enqueue: Vec<String> = Vec::new();
         {
@@ -164,9 +173,7 @@ impl Collector {
                 enqueue.extend(old_owners.into_iter().filter(|o| !owners.contains(o)));
             }
         }
-        for k in enqueue {
-            self.queue.add(k);
-        }
+        enqueue
     }
 
     fn dynamic(
@@ -285,65 +292,6 @@ impl Collector {
             Err(e) => Err(Error::api(format!("deleting {}", v.describe()))(e)),
         }
     }
-
-    async fn sync(&self, uid: &str) -> Result<Option<Duration>> {
-        let Some(v) = self
-            .graph
-            .lock()
-            .expect("graph lock")
-            .objects
-            .get(uid)
-            .cloned()
-        else {
-            return Ok(None);
-        };
-        match logic::owner_work(&v.meta) {
-            OwnerWork::Nothing => {}
-            OwnerWork::Orphan => {
-                for d in self.dependents_of(uid) {
-                    self.remove_owners(&d, &[uid.to_string()]).await?;
-                }
-                self.remove_finalizer(&v, logic::ORPHAN).await?;
-                return Ok(None);
-            }
-            OwnerWork::Foreground => {
-                let blocking: Vec<Vertex> = self
-                    .dependents_of(uid)
-                    .into_iter()
-                    .filter(|d| logic::blocks(&d.meta, uid))
-                    .collect();
-                if blocking.is_empty() {
-                    self.remove_finalizer(&v, logic::FOREGROUND).await?;
-                    return Ok(None);
-                }
-                for d in blocking
-                    .iter()
-                    .filter(|d| d.meta.deletion_timestamp.is_none())
-                {
-                    self.delete(d, Propagation::Foreground).await?;
-                }
-                // Their deletions bring this owner back.
-                return Ok(None);
-            }
-        }
-        let refs = v.meta.owner_references.clone().unwrap_or_default();
-        if refs.is_empty() || v.meta.deletion_timestamp.is_some() {
-            return Ok(None);
-        }
-        let mut states: HashMap<String, OwnerState> = HashMap::new();
-        for r in &refs {
-            let s = self.owner_state(r, v.meta.namespace.as_deref()).await?;
-            states.insert(r.uid.clone(), s);
-        }
-        match logic::decide(&v.meta, |r| {
-            states.get(&r.uid).copied().unwrap_or(OwnerState::Present)
-        }) {
-            Decision::Keep => {}
-            Decision::RemoveOwners(uids) => self.remove_owners(&v, &uids).await?,
-            Decision::Delete(p) => self.delete(&v, p).await?,
-        }
-        Ok(None)
-    }
 }
 
 /// How often the served resources are discovered again, so that resources served later join
@@ -353,33 +301,16 @@ const REDISCOVER: Duration = Duration::from_secs(30);
 /// Waits until one monitor's informer has listed once.
 type Synced = BoxFuture<'static, ()>;
 
-fn api_resource(r: &Resource) -> ApiResource {
-    ApiResource {
-        group: r.group.clone(),
-        version: r.version.clone(),
-        api_version: if r.group.is_empty() {
-            r.version.clone()
-        } else {
-            format!("{}/{}", r.group, r.version)
-        },
-        kind: r.kind.clone(),
-        plural: r.plural.clone(),
-    }
-}
-
 fn register<K: Reflectable>(
     c: &Arc<Collector>,
     informer: &Informer<K>,
     resource: ApiResource,
     namespaced: bool,
 ) -> Synced {
-    let (a, u, d) = (c.clone(), c.clone(), c.clone());
-    let (ra, ru, rd) = (resource.clone(), resource.clone(), resource);
-    informer.add_handler(handler_fn(
-        move |o: &Arc<K>| a.observe(&ra, namespaced, o.meta(), false),
-        move |_: &Arc<K>, o: &Arc<K>| u.observe(&ru, namespaced, o.meta(), false),
-        move |o: &Arc<K>| d.observe(&rd, namespaced, o.meta(), true),
-    ));
+    let observer = c.clone();
+    informer.add_handler(Enqueue::new(c.queue.clone(), move |e: Event<'_, K>| {
+        observer.observe(&resource, namespaced, e.object().meta(), e.is_delete())
+    }));
     let informer = informer.clone();
     Box::pin(async move { informer.wait_for_sync().await })
 }
@@ -410,7 +341,7 @@ fn monitor(c: &Arc<Collector>, factory: &SharedInformerFactory, r: &Resource) ->
         .unwrap_or_else(|| {
             // Everything else (ConfigMaps, Secrets, Leases, kinds served later) as metadata
             // carried by dynamic objects, on an informer of its own.
-            let ar = api_resource(r);
+            let ar = r.api_resource();
             register(c, &factory.dynamic_informer(&ar), ar, r.namespaced)
         })
 }
@@ -433,7 +364,7 @@ impl Collector {
                 kinds
                     .by_kind
                     .entry((r.group.clone(), r.kind.clone()))
-                    .or_insert_with(|| (api_resource(&r), r.namespaced));
+                    .or_insert_with(|| (r.api_resource(), r.namespaced));
                 known
             };
             if !known {
@@ -449,64 +380,117 @@ impl Collector {
 /// resources, watches every one served with list, watch and delete, waits for those monitors to
 /// sync (an owner deleted in the foreground must see all its dependents), starts its workers,
 /// and discovers again every [`REDISCOVER`].
-pub(crate) fn start(
-    factory: &SharedInformerFactory,
-    workers: usize,
-    shutdown: CancellationToken,
-) -> Started {
+pub(crate) fn start(ctx: &Context) -> Result<Started> {
+    let controller = Controller::new("garbagecollector", ctx.workers.max(4));
     let c = Arc::new(Collector {
         graph: Mutex::new(Graph::default()),
         kinds: Mutex::new(Kinds::default()),
-        queue: queue(),
-        client: factory.client().clone(),
+        queue: controller.queue().clone(),
+        client: ctx.factory.client().clone(),
     });
-    let factory = factory.clone();
-    Started {
-        queue: c.queue.clone(),
-        start: Box::new(move |tracker: &TaskTracker| {
-            let tracker_for_workers = tracker.clone();
-            tracker.spawn(async move {
-                let mut backoff = Duration::from_millis(200);
-                loop {
-                    match c.sync_monitors(&factory).await {
-                        Ok(waits) => {
-                            tokio::select! {
-                                _ = futures::future::join_all(waits) => break,
-                                _ = shutdown.cancelled() => return,
-                            }
-                        }
-                        Err(e) => {
-                            tracing::warn!(error = %e, "garbage collector: discovery failed; retrying");
-                            tokio::select! {
-                                _ = tokio::time::sleep(backoff) => {}
-                                _ = shutdown.cancelled() => return,
-                            }
-                            backoff = (backoff * 2).min(Duration::from_secs(30));
+    let factory = ctx.factory.clone();
+    let monitors = c.clone();
+    Ok(
+        controller.run_after(c, move |tracker, shutdown| async move {
+            let mut backoff = Duration::from_millis(200);
+            loop {
+                match monitors.sync_monitors(&factory).await {
+                    Ok(waits) => {
+                        tokio::select! {
+                            _ = futures::future::join_all(waits) => break,
+                            _ = shutdown.cancelled() => return false,
                         }
                     }
-                }
-                let q = c.queue.clone();
-                let worker_c = c.clone();
-                spawn_workers(
-                    &tracker_for_workers,
-                    "garbagecollector",
-                    &q,
-                    workers,
-                    move |key: String| {
-                        let c = worker_c.clone();
-                        async move { c.sync(&key).await }
-                    },
-                );
-                loop {
-                    tokio::select! {
-                        _ = tokio::time::sleep(REDISCOVER) => {}
-                        _ = shutdown.cancelled() => return,
-                    }
-                    if let Err(e) = c.sync_monitors(&factory).await {
-                        tracing::debug!(error = %e, "garbage collector: rediscovery failed");
+                    Err(e) => {
+                        tracing::warn!(error = %e, "garbage collector: discovery failed; retrying");
+                        tokio::select! {
+                            _ = tokio::time::sleep(backoff) => {}
+                            _ = shutdown.cancelled() => return false,
+                        }
+                        backoff = (backoff * 2).min(Duration::from_secs(30));
                     }
                 }
-            });
+            }
+            tracker.spawn(rediscover(monitors, factory, shutdown));
+            true
         }),
+    )
+}
+
+/// Discovers the served resources again every [`REDISCOVER`], until `shutdown`.
+async fn rediscover(
+    c: Arc<Collector>,
+    factory: SharedInformerFactory,
+    shutdown: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(REDISCOVER) => {}
+            _ = shutdown.cancelled() => return,
+        }
+        if let Err(e) = c.sync_monitors(&factory).await {
+            tracing::debug!(error = %e, "garbage collector: rediscovery failed");
+        }
+    }
+}
+
+impl Reconcile for Collector {
+    async fn reconcile(&self, uid: &str) -> Result<Action> {
+        let Some(v) = self
+            .graph
+            .lock()
+            .expect("graph lock")
+            .objects
+            .get(uid)
+            .cloned()
+        else {
+            return Ok(Action::AwaitChange);
+        };
+        match logic::owner_work(&v.meta) {
+            OwnerWork::Nothing => {}
+            OwnerWork::Orphan => {
+                for d in self.dependents_of(uid) {
+                    self.remove_owners(&d, &[uid.to_string()]).await?;
+                }
+                self.remove_finalizer(&v, logic::ORPHAN).await?;
+                return Ok(Action::AwaitChange);
+            }
+            OwnerWork::Foreground => {
+                let blocking: Vec<Vertex> = self
+                    .dependents_of(uid)
+                    .into_iter()
+                    .filter(|d| logic::blocks(&d.meta, uid))
+                    .collect();
+                if blocking.is_empty() {
+                    self.remove_finalizer(&v, logic::FOREGROUND).await?;
+                    return Ok(Action::AwaitChange);
+                }
+                for d in blocking
+                    .iter()
+                    .filter(|d| d.meta.deletion_timestamp.is_none())
+                {
+                    self.delete(d, Propagation::Foreground).await?;
+                }
+                // Their deletions bring this owner back.
+                return Ok(Action::AwaitChange);
+            }
+        }
+        let refs = v.meta.owner_references.clone().unwrap_or_default();
+        if refs.is_empty() || v.meta.deletion_timestamp.is_some() {
+            return Ok(Action::AwaitChange);
+        }
+        let mut states: HashMap<String, OwnerState> = HashMap::new();
+        for r in &refs {
+            let s = self.owner_state(r, v.meta.namespace.as_deref()).await?;
+            states.insert(r.uid.clone(), s);
+        }
+        match logic::decide(&v.meta, |r| {
+            states.get(&r.uid).copied().unwrap_or(OwnerState::Present)
+        }) {
+            Decision::Keep => {}
+            Decision::RemoveOwners(uids) => self.remove_owners(&v, &uids).await?,
+            Decision::Delete(p) => self.delete(&v, p).await?,
+        }
+        Ok(Action::AwaitChange)
     }
 }

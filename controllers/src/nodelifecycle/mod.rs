@@ -4,6 +4,9 @@
 //! none for True, so recovery removes them); pods on a node that is not ready are marked not
 //! ready, and pods on a tainted node are evicted once their toleration of the taint runs out.
 
+/// The shell: what the controller watches, and its reconcile through the API.
+pub(crate) mod controller;
+
 use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};

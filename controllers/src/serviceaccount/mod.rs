@@ -1,6 +1,9 @@
 //! The service account controller's pure part: every namespace that is not being deleted has a
 //! `default` ServiceAccount.
 
+/// The shell: what the controller watches, and its reconcile through the API.
+pub(crate) mod controller;
+
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 

@@ -1,13 +1,9 @@
-//! The ReplicaSet controller's pure part: expectations, the create/delete diff, which pods to
-//! delete, and the status a ReplicaSet reports.
-//!
-//! Expectations are what keeps the controller from overshooting: after it asks for `n` creates (or
-//! names pods to delete) it does not act on that ReplicaSet again until the informer has shown it
-//! every one of them (or they expire), because the cache lags the API.
+//! The ReplicaSet controller's pure part: the create/delete diff, which pods to delete, and the
+//! status a ReplicaSet reports. Its creates and deletes are held back by the runtime's
+//! [`Expectations`](crate::runtime::Expectations) while in flight, so it never overshoots.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+/// The shell: what the controller watches, and its reconcile through the API.
+pub(crate) mod controller;
 
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetStatus};
@@ -19,92 +15,6 @@ use crate::pods;
 /// At most this many pods are created or deleted in one sync (kube-controller-manager's
 /// `BurstReplicas`).
 pub const BURST_REPLICAS: usize = 500;
-
-/// How long unmet expectations hold back a controller before it trusts its cache again (a watch
-/// event that never arrives must not wedge the controller).
-pub const EXPECTATIONS_TIMEOUT: Duration = Duration::from_secs(5 * 60);
-
-#[derive(Debug)]
-struct Expectation {
-    adds: i64,
-    deletes: HashSet<String>,
-    set_at: Instant,
-}
-
-/// In-flight creates and deletes per controller key (client-go's `UIDTrackingControllerExpectations`,
-/// tracking deletions by pod key).
-#[derive(Debug, Default)]
-pub struct Expectations {
-    // Short critical sections only; never held across an await.
-    inner: Mutex<HashMap<String, Expectation>>,
-}
-
-impl Expectations {
-    /// No expectations yet.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Whether the controller of `key` may act on its cache now.
-    pub fn satisfied(&self, key: &str) -> bool {
-        self.satisfied_at(key, Instant::now())
-    }
-
-    /// [`Expectations::satisfied`] at a given instant.
-    pub fn satisfied_at(&self, key: &str, now: Instant) -> bool {
-        let inner = self.inner.lock().expect("expectations lock");
-        match inner.get(key) {
-            None => true,
-            Some(e) => {
-                (e.adds <= 0 && e.deletes.is_empty())
-                    || now.duration_since(e.set_at) >= EXPECTATIONS_TIMEOUT
-            }
-        }
-    }
-
-    /// Records that `adds` creates and the deletion of `deletes` (pod keys) are in flight.
-    pub fn expect(&self, key: &str, adds: usize, deletes: impl IntoIterator<Item = String>) {
-        self.expect_at(key, adds, deletes, Instant::now());
-    }
-
-    /// [`Expectations::expect`] at a given instant.
-    pub fn expect_at(
-        &self,
-        key: &str,
-        adds: usize,
-        deletes: impl IntoIterator<Item = String>,
-        now: Instant,
-    ) {
-        let mut inner = self.inner.lock().expect("expectations lock");
-        inner.insert(
-            key.to_string(),
-            Expectation {
-                adds: adds as i64,
-                deletes: deletes.into_iter().collect(),
-                set_at: now,
-            },
-        );
-    }
-
-    /// One create seen by the informer, or failed (so it will never be seen).
-    pub fn creation_observed(&self, key: &str) {
-        if let Some(e) = self.inner.lock().expect("expectations lock").get_mut(key) {
-            e.adds -= 1;
-        }
-    }
-
-    /// The deletion of `pod_key` seen by the informer, or failed.
-    pub fn deletion_observed(&self, key: &str, pod_key: &str) {
-        if let Some(e) = self.inner.lock().expect("expectations lock").get_mut(key) {
-            e.deletes.remove(pod_key);
-        }
-    }
-
-    /// Drops the record of a controller that is gone.
-    pub fn forget(&self, key: &str) {
-        self.inner.lock().expect("expectations lock").remove(key);
-    }
-}
 
 /// What a sync does to the number of pods.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -242,31 +152,6 @@ mod tests {
             }),
             status: None,
         }
-    }
-
-    #[test]
-    fn expectations_hold_until_observed_or_expired() {
-        let e = Expectations::new();
-        let t0 = Instant::now();
-        assert!(e.satisfied_at("ns/web", t0));
-        e.expect_at("ns/web", 2, ["ns/a".to_string()], t0);
-        assert!(!e.satisfied_at("ns/web", t0));
-        e.creation_observed("ns/web");
-        e.creation_observed("ns/web");
-        assert!(
-            !e.satisfied_at("ns/web", t0),
-            "a deletion is still in flight"
-        );
-        e.deletion_observed("ns/web", "ns/other");
-        assert!(!e.satisfied_at("ns/web", t0));
-        e.deletion_observed("ns/web", "ns/a");
-        assert!(e.satisfied_at("ns/web", t0));
-
-        e.expect_at("ns/web", 1, [], t0);
-        assert!(!e.satisfied_at("ns/web", t0 + Duration::from_secs(60)));
-        assert!(e.satisfied_at("ns/web", t0 + EXPECTATIONS_TIMEOUT));
-        e.forget("ns/web");
-        assert!(e.satisfied_at("ns/web", t0));
     }
 
     #[test]

@@ -1,0 +1,126 @@
+//! The StatefulSet controller's shell: claims the pods a StatefulSet selects, creates and
+//! deletes them as [`super::plan`] says, and writes the status. Pod names are stable, so no
+//! expectations are needed: a create that finds its pod already there (a lagging cache) is a
+//! 409 and harmless, and the ordering waits for the cache to show each pod up.
+
+use std::sync::Arc;
+
+use jiff::Timestamp;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+use skiff_client::{Api, Informer, index, key_of};
+use skiff_meta::labels::Selector;
+
+use super as logic;
+use crate::manager::Context;
+use crate::pods;
+use crate::runtime::children::{self, Claims};
+use crate::runtime::{Action, Controller, Reconcile, Started, conflict, not_found};
+use crate::{Error, Result};
+
+/// The kind this controller owns pods for.
+const KIND: &str = "StatefulSet";
+
+struct StatefulSets {
+    sets: Informer<StatefulSet>,
+    pods: Informer<Pod>,
+    client: skiff_client::Client,
+}
+
+fn selector(set: &StatefulSet) -> Option<Selector> {
+    let sel = Selector::from_label_selector(&set.spec.as_ref()?.selector).ok()?;
+    (!sel.is_empty()).then_some(sel)
+}
+
+/// Registers the controller on the shared informers.
+pub(crate) fn start(ctx: &Context) -> Result<Started> {
+    let sets = ctx.factory.informer::<StatefulSet>();
+    let pods = ctx.factory.informer::<Pod>();
+    pods.add_index(pods::BY_CONTROLLER, pods::controller_index);
+    let matching = sets.clone();
+    let controller = Controller::new("statefulset", ctx.workers)
+        .primary(&sets)
+        .owns(&pods, KIND, None)
+        .adopts(&pods, move |pod: &Pod| {
+            let ns = pod.metadata.namespace.clone().unwrap_or_default();
+            let labels = pods::labels(&pod.metadata);
+            matching
+                .cache()
+                .by_index(index::NAMESPACE, &ns)
+                .iter()
+                .filter(|s| selector(s).is_some_and(|sel| sel.matches(labels)))
+                .map(|s| key_of(s.as_ref()))
+                .collect()
+        });
+    Ok(controller.run(Arc::new(StatefulSets {
+        sets,
+        pods,
+        client: ctx.factory.client().clone(),
+    })))
+}
+
+impl Reconcile for StatefulSets {
+    async fn reconcile(&self, key: &str) -> Result<Action> {
+        let Some(set) = self.sets.cache().get_by_key(key) else {
+            return Ok(Action::AwaitChange);
+        };
+        let ns = set.metadata.namespace.clone().unwrap_or_default();
+        let name = set.metadata.name.clone().unwrap_or_default();
+        let Some(sel) = selector(&set) else {
+            tracing::warn!(%key, "StatefulSet without a usable selector; ignored");
+            return Ok(Action::AwaitChange);
+        };
+        let uid = set.metadata.uid.clone().unwrap_or_default();
+        let pod_api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+        let cache = self.pods.cache();
+        let candidates = cache
+            .by_index(pods::BY_CONTROLLER, &uid)
+            .into_iter()
+            .chain(cache.by_index(pods::BY_CONTROLLER, &pods::orphans_of(&ns)));
+        let claims = Claims {
+            owner: pods::controller_ref("apps/v1", KIND, &set.metadata),
+            deleting: pods::is_deleting(&set.metadata),
+            selects: |p: &Pod| sel.matches(pods::labels(&p.metadata)),
+            may_adopt: |_: &Pod| true,
+            release: true,
+        };
+        let owned = children::claim(&pod_api, &claims, candidates).await?;
+        let refs: Vec<&Pod> = owned.iter().map(Arc::as_ref).collect();
+        let plan = logic::plan(&set, &refs, Timestamp::now());
+
+        for pod in &plan.create {
+            let pod_name = pod.metadata.name.clone().unwrap_or_default();
+            match pod_api.create(&PostParams::default(), pod).await {
+                Ok(_) => {}
+                Err(e) if conflict(&e) => {}
+                Err(e) => return Err(Error::api(format!("creating pod {ns}/{pod_name}"))(e)),
+            }
+        }
+        for pod_name in &plan.delete {
+            match pod_api.delete(pod_name, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(e) if not_found(&e) || conflict(&e) => {}
+                Err(e) => return Err(Error::api(format!("deleting pod {ns}/{pod_name}"))(e)),
+            }
+        }
+        if set.status.as_ref() != Some(&plan.status) {
+            let api: Api<StatefulSet> = Api::namespaced(self.client.clone(), &ns);
+            let patch = json!({"status": plan.status});
+            match api
+                .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if not_found(&e) => {}
+                Err(e) => {
+                    return Err(Error::api(format!("updating status of StatefulSet {key}"))(
+                        e,
+                    ));
+                }
+            }
+        }
+        Ok(Action::AwaitChange)
+    }
+}

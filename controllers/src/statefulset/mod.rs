@@ -1,0 +1,527 @@
+//! The StatefulSet controller's pure part: pods with stable names `<set>-<ordinal>`, created
+//! in order and each only once its predecessors run and are ready (`OrderedReady`), or all at
+//! once (`Parallel`); scaled down from the highest ordinal; updated by rolling pods of the old
+//! revision in reverse ordinal order down to `partition`, one at a time, or only when deleted
+//! (`OnDelete`); and the status (`currentRevision`/`updateRevision` and the counts).
+//!
+//! A revision is `<set>-<template hash>`, carried by each pod in its `controller-revision-hash`
+//! label. There is no ControllerRevision history yet, so a pod is always created from the
+//! current template: a pod below the partition that is deleted comes back at the update
+//! revision (Kubernetes would bring it back at the current one).
+
+/// The shell: what the controller watches, and its reconcile through the API.
+pub(crate) mod controller;
+
+use std::collections::BTreeMap;
+
+use jiff::Timestamp;
+use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetStatus};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::daemonset::{REVISION_HASH, template_hash};
+use crate::pods;
+
+/// The label naming a pod of a StatefulSet (what a per-pod Service selects).
+pub const POD_NAME_LABEL: &str = "statefulset.kubernetes.io/pod-name";
+/// The label holding a pod's ordinal.
+pub const POD_INDEX_LABEL: &str = "apps.kubernetes.io/pod-index";
+
+/// What one sync does.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Plan {
+    /// Pods to create (stable names, so a create that finds the pod already there is fine).
+    pub create: Vec<Pod>,
+    /// Pods to delete, by name.
+    pub delete: Vec<String>,
+    /// The status to report.
+    pub status: StatefulSetStatus,
+}
+
+/// The set's desired replica count (1 when unset).
+pub fn spec_replicas(set: &StatefulSet) -> i32 {
+    set.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1)
+}
+
+fn start_ordinal(set: &StatefulSet) -> i32 {
+    set.spec
+        .as_ref()
+        .and_then(|s| s.ordinals.as_ref())
+        .and_then(|o| o.start)
+        .unwrap_or(0)
+}
+
+fn parallel(set: &StatefulSet) -> bool {
+    set.spec
+        .as_ref()
+        .and_then(|s| s.pod_management_policy.as_deref())
+        == Some("Parallel")
+}
+
+/// The partition of a RollingUpdate (0 when unset); `None` for OnDelete.
+fn partition(set: &StatefulSet) -> Option<i32> {
+    let strategy = set
+        .spec
+        .as_ref()?
+        .update_strategy
+        .clone()
+        .unwrap_or_default();
+    match strategy.type_.as_deref() {
+        Some("OnDelete") => None,
+        _ => Some(
+            strategy
+                .rolling_update
+                .and_then(|r| r.partition)
+                .unwrap_or(0),
+        ),
+    }
+}
+
+/// The name of the pod at `ordinal`.
+pub fn pod_name(set: &StatefulSet, ordinal: i32) -> String {
+    format!(
+        "{}-{ordinal}",
+        set.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// The ordinal of a pod of `set` by its name (`None` for a pod not named like one of its own).
+pub fn ordinal_of(set: &StatefulSet, pod: &Pod) -> Option<i32> {
+    let name = pod.metadata.name.as_deref()?;
+    let rest = name.strip_prefix(set.metadata.name.as_deref()?)?;
+    let digits = rest.strip_prefix('-')?;
+    if digits.is_empty() || (digits.len() > 1 && digits.starts_with('0')) {
+        return None;
+    }
+    digits.parse().ok().filter(|o: &i32| *o >= 0)
+}
+
+/// The revision the set's template is at now.
+pub fn update_revision(set: &StatefulSet) -> String {
+    let template = set.spec.clone().unwrap_or_default().template;
+    format!(
+        "{}-{}",
+        set.metadata.name.as_deref().unwrap_or_default(),
+        template_hash(&template)
+    )
+}
+
+/// The revision of a pod (its `controller-revision-hash` label).
+pub fn revision_of(pod: &Pod) -> Option<&str> {
+    pods::labels(&pod.metadata)
+        .get(REVISION_HASH)
+        .map(String::as_str)
+}
+
+/// The pod at `ordinal`, from the current template at `revision`: a stable name, hostname and
+/// subdomain (the governing Service), the revision and ordinal labels, a controller reference.
+pub fn new_pod(set: &StatefulSet, ordinal: i32, revision: &str) -> Pod {
+    let spec = set.spec.clone().unwrap_or_default();
+    let name = pod_name(set, ordinal);
+    let mut template = spec.template;
+    let tm = template.metadata.get_or_insert_with(ObjectMeta::default);
+    let labels = tm.labels.get_or_insert_with(BTreeMap::new);
+    labels.insert(REVISION_HASH.into(), revision.to_string());
+    labels.insert(POD_NAME_LABEL.into(), name.clone());
+    labels.insert(POD_INDEX_LABEL.into(), ordinal.to_string());
+    let ps = template.spec.get_or_insert_with(Default::default);
+    ps.hostname = Some(name.clone());
+    if let Some(service) = spec.service_name.filter(|s| !s.is_empty()) {
+        ps.subdomain = Some(service);
+    }
+    let ns = set.metadata.namespace.as_deref().unwrap_or_default();
+    let owner = pods::controller_ref("apps/v1", "StatefulSet", &set.metadata);
+    let mut pod = pods::pod_from_template(&template, ns, &name, owner);
+    pod.metadata.generate_name = None;
+    pod.metadata.name = Some(name);
+    pod
+}
+
+/// Whether a pod counts as up for the ordering: running, ready, not being deleted.
+fn healthy(pod: &Pod) -> bool {
+    pods::phase(pod) == "Running" && pods::is_ready(pod) && !pods::is_deleting(&pod.metadata)
+}
+
+/// One sync of `set` given the pods it owns.
+pub fn plan(set: &StatefulSet, owned: &[&Pod], now: Timestamp) -> Plan {
+    let replicas = spec_replicas(set).max(0);
+    let start = start_ordinal(set);
+    let end = start + replicas;
+    let update = update_revision(set);
+    let current = set
+        .status
+        .as_ref()
+        .and_then(|s| s.current_revision.clone())
+        .filter(|r| !r.is_empty())
+        .unwrap_or_else(|| update.clone());
+    let monotonic = !parallel(set);
+
+    // The pods in range by ordinal, and the condemned ones (out of range), highest first.
+    let mut slots: BTreeMap<i32, &Pod> = BTreeMap::new();
+    let mut condemned: Vec<(i32, &Pod)> = Vec::new();
+    for pod in owned {
+        match ordinal_of(set, pod) {
+            Some(o) if (start..end).contains(&o) => {
+                slots.insert(o, pod);
+            }
+            Some(o) => condemned.push((o, pod)),
+            None => {}
+        }
+    }
+    condemned.sort_by_key(|(o, _)| std::cmp::Reverse(*o));
+
+    let mut plan = Plan {
+        status: status(set, owned, &current, &update, now),
+        ..Plan::default()
+    };
+    let deleting_set = pods::is_deleting(&set.metadata);
+    if deleting_set {
+        return plan;
+    }
+
+    // Bring every ordinal up, in order.
+    let mut blocked = false;
+    for ordinal in start..end {
+        match slots.get(&ordinal) {
+            None => {
+                plan.create.push(new_pod(set, ordinal, &update));
+                if monotonic {
+                    blocked = true;
+                    break;
+                }
+            }
+            Some(pod) if pods::is_terminal(pod) && !pods::is_deleting(&pod.metadata) => {
+                // A failed (or finished) pod is replaced under the same name.
+                plan.delete
+                    .push(pod.metadata.name.clone().unwrap_or_default());
+                if monotonic {
+                    blocked = true;
+                    break;
+                }
+            }
+            Some(pod) if monotonic && !healthy(pod) => {
+                blocked = true;
+                break;
+            }
+            Some(_) => {}
+        }
+    }
+    if blocked {
+        return plan;
+    }
+
+    // Scale down from the highest ordinal: one at a time once the rest is up, or all at once.
+    for (_, pod) in &condemned {
+        if pods::is_deleting(&pod.metadata) {
+            if monotonic {
+                return plan;
+            }
+            continue;
+        }
+        plan.delete
+            .push(pod.metadata.name.clone().unwrap_or_default());
+        if monotonic {
+            return plan;
+        }
+    }
+    if !condemned.is_empty() && monotonic {
+        return plan;
+    }
+
+    // Roll the pods of another revision, highest ordinal first, down to the partition.
+    if let Some(partition) = partition(set) {
+        for (ordinal, pod) in slots.iter().rev() {
+            if *ordinal < partition {
+                break;
+            }
+            if revision_of(pod) != Some(update.as_str()) {
+                if !pods::is_deleting(&pod.metadata) {
+                    plan.delete
+                        .push(pod.metadata.name.clone().unwrap_or_default());
+                }
+                break;
+            }
+            if !healthy(pod) {
+                // Wait for the updated pod before touching the next one.
+                break;
+            }
+        }
+    }
+    plan
+}
+
+/// The status of `set` with `owned` pods, `current` and `update` being its revisions. The
+/// rollout is complete once every replica is at the update revision: the current revision
+/// becomes the update revision.
+pub fn status(
+    set: &StatefulSet,
+    owned: &[&Pod],
+    current: &str,
+    update: &str,
+    now: Timestamp,
+) -> StatefulSetStatus {
+    let min_ready = set
+        .spec
+        .as_ref()
+        .and_then(|s| s.min_ready_seconds)
+        .unwrap_or(0);
+    let live: Vec<&&Pod> = owned
+        .iter()
+        .filter(|p| ordinal_of(set, p).is_some() && !pods::is_terminal(p))
+        .collect();
+    let count = |f: &dyn Fn(&Pod) -> bool| live.iter().filter(|p| f(p)).count() as i32;
+    let ready = count(&|p| pods::is_ready(p));
+    let available = count(&|p| pods::is_available(p, min_ready, now));
+    let updated = count(&|p| revision_of(p) == Some(update));
+    let at_current = count(&|p| revision_of(p) == Some(current));
+    let replicas = live.len() as i32;
+    let complete = updated == spec_replicas(set) && replicas == updated;
+    let old = set.status.clone().unwrap_or_default();
+    StatefulSetStatus {
+        observed_generation: set.metadata.generation,
+        replicas,
+        ready_replicas: Some(ready),
+        available_replicas: Some(available),
+        current_replicas: Some(if complete { updated } else { at_current }),
+        updated_replicas: Some(updated),
+        current_revision: Some(if complete { update } else { current }.to_string()),
+        update_revision: Some(update.to_string()),
+        collision_count: old.collision_count,
+        conditions: old.conditions,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pods::testing::{pod, running};
+    use k8s_openapi::api::apps::v1::{
+        RollingUpdateStatefulSetStrategy, StatefulSetSpec, StatefulSetUpdateStrategy,
+    };
+    use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+
+    fn set(replicas: i32, image: &str) -> StatefulSet {
+        let labels: BTreeMap<String, String> = [("app".to_string(), "web".to_string())].into();
+        StatefulSet {
+            metadata: ObjectMeta {
+                name: Some("web".into()),
+                namespace: Some("ns".into()),
+                uid: Some("uid-web".into()),
+                generation: Some(1),
+                ..ObjectMeta::default()
+            },
+            spec: Some(StatefulSetSpec {
+                replicas: Some(replicas),
+                service_name: Some("web".into()),
+                selector: LabelSelector {
+                    match_labels: Some(labels.clone()),
+                    ..LabelSelector::default()
+                },
+                template: PodTemplateSpec {
+                    metadata: Some(ObjectMeta {
+                        labels: Some(labels),
+                        ..ObjectMeta::default()
+                    }),
+                    spec: Some(PodSpec {
+                        containers: vec![Container {
+                            name: "c".into(),
+                            image: Some(image.into()),
+                            ..Container::default()
+                        }],
+                        ..PodSpec::default()
+                    }),
+                },
+                ..StatefulSetSpec::default()
+            }),
+            status: None,
+        }
+    }
+
+    /// The pod at `ordinal` of `s`, at `s`'s update revision, running and ready when `ready`.
+    fn member(s: &StatefulSet, ordinal: i32, ready: bool) -> Pod {
+        let mut p = new_pod(s, ordinal, &update_revision(s));
+        let fixture = pod(&pod_name(s, ordinal), &[], 0);
+        p.metadata.uid = fixture.metadata.uid;
+        p.metadata.creation_timestamp = fixture.metadata.creation_timestamp;
+        p.status = fixture.status;
+        if ready {
+            running(p, "n", "127.0.0.2", Some(0))
+        } else {
+            p
+        }
+    }
+
+    fn names(pods: &[Pod]) -> Vec<String> {
+        pods.iter()
+            .map(|p| p.metadata.name.clone().unwrap())
+            .collect()
+    }
+
+    fn now() -> Timestamp {
+        crate::pods::testing::at(100)
+    }
+
+    #[test]
+    fn stable_names_and_ordinals() {
+        let s = set(3, "v1");
+        let p = new_pod(&s, 2, "web-abc");
+        assert_eq!(p.metadata.name.as_deref(), Some("web-2"));
+        assert_eq!(p.metadata.generate_name, None);
+        let spec = p.spec.as_ref().unwrap();
+        assert_eq!(spec.hostname.as_deref(), Some("web-2"));
+        assert_eq!(spec.subdomain.as_deref(), Some("web"));
+        let labels = pods::labels(&p.metadata);
+        assert_eq!(labels[POD_NAME_LABEL], "web-2");
+        assert_eq!(labels[POD_INDEX_LABEL], "2");
+        assert_eq!(labels[REVISION_HASH], "web-abc");
+        assert_eq!(labels["app"], "web");
+        assert_eq!(ordinal_of(&s, &p), Some(2));
+        for bad in [
+            "web", "web-", "web-01", "web-x", "webby-1", "other-1", "web--1",
+        ] {
+            assert_eq!(ordinal_of(&s, &pod(bad, &[], 0)), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn ordered_ready_creates_one_pod_at_a_time_after_its_predecessors_are_ready() {
+        let s = set(3, "v1");
+        assert_eq!(names(&plan(&s, &[], now()).create), ["web-0"]);
+        let p0 = member(&s, 0, false);
+        let p = plan(&s, &[&p0], now());
+        assert!(
+            p.create.is_empty() && p.delete.is_empty(),
+            "web-0 is not ready yet"
+        );
+        let p0 = member(&s, 0, true);
+        assert_eq!(names(&plan(&s, &[&p0], now()).create), ["web-1"]);
+        let p1 = member(&s, 1, true);
+        assert_eq!(names(&plan(&s, &[&p0, &p1], now()).create), ["web-2"]);
+        let p2 = member(&s, 2, true);
+        let done = plan(&s, &[&p0, &p1, &p2], now());
+        assert!(done.create.is_empty() && done.delete.is_empty());
+        assert_eq!(done.status.replicas, 3);
+        assert_eq!(done.status.ready_replicas, Some(3));
+    }
+
+    #[test]
+    fn parallel_creates_every_missing_pod_at_once() {
+        let mut s = set(3, "v1");
+        s.spec.as_mut().unwrap().pod_management_policy = Some("Parallel".into());
+        let p1 = member(&s, 1, false);
+        assert_eq!(names(&plan(&s, &[&p1], now()).create), ["web-0", "web-2"]);
+    }
+
+    #[test]
+    fn a_failed_pod_is_replaced_under_its_name() {
+        let s = set(2, "v1");
+        let p0 = member(&s, 0, true);
+        let mut p1 = member(&s, 1, true);
+        p1.status.as_mut().unwrap().phase = Some("Failed".into());
+        let p = plan(&s, &[&p0, &p1], now());
+        assert_eq!(p.delete, ["web-1"]);
+        assert!(
+            p.create.is_empty(),
+            "it comes back once the old one is gone"
+        );
+    }
+
+    #[test]
+    fn scale_down_goes_from_the_highest_ordinal_one_at_a_time() {
+        let s3 = set(3, "v1");
+        let all: Vec<Pod> = (0..3).map(|o| member(&s3, o, true)).collect();
+        let refs: Vec<&Pod> = all.iter().collect();
+        let s1 = set(1, "v1");
+        assert_eq!(plan(&s1, &refs, now()).delete, ["web-2"]);
+        let mut going = all.clone();
+        going[2].metadata.deletion_timestamp = Some(pods::time("2023-11-14T22:13:20Z"));
+        let refs: Vec<&Pod> = going.iter().collect();
+        assert!(
+            plan(&s1, &refs, now()).delete.is_empty(),
+            "web-1 waits until web-2 is gone"
+        );
+        let refs: Vec<&Pod> = all[..2].iter().collect();
+        assert_eq!(plan(&s1, &refs, now()).delete, ["web-1"]);
+        // Parallel: every condemned pod at once.
+        let mut p1 = set(1, "v1");
+        p1.spec.as_mut().unwrap().pod_management_policy = Some("Parallel".into());
+        let refs: Vec<&Pod> = all.iter().collect();
+        assert_eq!(plan(&p1, &refs, now()).delete, ["web-2", "web-1"]);
+    }
+
+    #[test]
+    fn a_rolling_update_goes_in_reverse_ordinal_order_down_to_the_partition() {
+        let old = set(3, "v1");
+        let pods: Vec<Pod> = (0..3).map(|o| member(&old, o, true)).collect();
+        let mut new = set(3, "v2");
+        new.status = Some(StatefulSetStatus {
+            current_revision: Some(update_revision(&old)),
+            ..StatefulSetStatus::default()
+        });
+        let refs: Vec<&Pod> = pods.iter().collect();
+        let p = plan(&new, &refs, now());
+        assert_eq!(p.delete, ["web-2"]);
+        assert_eq!(p.status.update_revision, Some(update_revision(&new)));
+        assert_eq!(p.status.current_revision, Some(update_revision(&old)));
+        assert_eq!(p.status.updated_replicas, Some(0));
+
+        // web-2 came back updated but not ready: wait.
+        let mut rolled = pods.clone();
+        rolled[2] = member(&new, 2, false);
+        let refs: Vec<&Pod> = rolled.iter().collect();
+        let p = plan(&new, &refs, now());
+        assert!(p.delete.is_empty() && p.create.is_empty());
+        // Ready: web-1 next.
+        rolled[2] = member(&new, 2, true);
+        let refs: Vec<&Pod> = rolled.iter().collect();
+        assert_eq!(plan(&new, &refs, now()).delete, ["web-1"]);
+
+        // With partition 2 only web-2 is updated.
+        let mut part = new.clone();
+        part.spec.as_mut().unwrap().update_strategy = Some(StatefulSetUpdateStrategy {
+            type_: Some("RollingUpdate".into()),
+            rolling_update: Some(RollingUpdateStatefulSetStrategy {
+                partition: Some(2),
+                max_unavailable: None,
+            }),
+        });
+        let refs: Vec<&Pod> = pods.iter().collect();
+        assert_eq!(plan(&part, &refs, now()).delete, ["web-2"]);
+        let refs: Vec<&Pod> = rolled.iter().collect();
+        let p = plan(&part, &refs, now());
+        assert!(p.delete.is_empty(), "web-1 is below the partition");
+        assert_eq!(p.status.updated_replicas, Some(1));
+        assert_eq!(p.status.current_revision, Some(update_revision(&old)));
+
+        // Every pod updated: the rollout is complete.
+        let done: Vec<Pod> = (0..3).map(|o| member(&new, o, true)).collect();
+        let refs: Vec<&Pod> = done.iter().collect();
+        let p = plan(&new, &refs, now());
+        assert_eq!(p.status.current_revision, Some(update_revision(&new)));
+        assert_eq!(p.status.current_replicas, Some(3));
+    }
+
+    #[test]
+    fn on_delete_never_deletes_for_an_update() {
+        let old = set(2, "v1");
+        let pods: Vec<Pod> = (0..2).map(|o| member(&old, o, true)).collect();
+        let mut new = set(2, "v2");
+        new.spec.as_mut().unwrap().update_strategy = Some(StatefulSetUpdateStrategy {
+            type_: Some("OnDelete".into()),
+            rolling_update: None,
+        });
+        let refs: Vec<&Pod> = pods.iter().collect();
+        let p = plan(&new, &refs, now());
+        assert!(p.delete.is_empty() && p.create.is_empty());
+    }
+
+    #[test]
+    fn a_set_being_deleted_does_nothing_but_report() {
+        let mut s = set(2, "v1");
+        s.metadata.deletion_timestamp = Some(pods::time("2023-11-14T22:13:20Z"));
+        let p = plan(&s, &[], now());
+        assert!(p.create.is_empty() && p.delete.is_empty());
+        assert_eq!(p.status.replicas, 0);
+    }
+}
