@@ -6,6 +6,7 @@
 mod api;
 mod crd;
 mod kubectl;
+mod rbac;
 mod replay;
 mod services;
 mod split;
