@@ -2,14 +2,15 @@
 //! validation and storage, and may change or refuse it (a chain of responsibility).
 //!
 //! Built in, in order: `NamespaceLifecycle` (no content in missing or terminating namespaces; the
-//! system namespaces cannot be deleted), `ServiceIPs` (ClusterIP and NodePort allocation from
+//! system namespaces cannot be deleted), `RBACEscalation` (no Role or binding grants what its
+//! writer does not hold), `ServiceIPs` (ClusterIP and NodePort allocation from
 //! ranges inside the loopback block, so the proxy can bind them unprivileged),
 //! `DefaultTolerationSeconds` (pods tolerate not-ready and unreachable nodes for 300 s, or as
 //! configured).
 
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 use skiff_meta::ResourceInfo;
@@ -44,8 +45,8 @@ pub struct Attributes<'a> {
     pub object: Option<&'a mut Value>,
     /// The stored object (update and delete).
     pub old: Option<&'a Value>,
-    /// The authenticated user's name.
-    pub user: &'a str,
+    /// The user making the write.
+    pub user: &'a crate::auth::User,
 }
 
 /// One admission plugin.
@@ -104,6 +105,35 @@ impl Chain {
         for plugin in &self.plugins {
             plugin.removed(info, object);
         }
+    }
+}
+
+/// Nobody grants what they do not hold: writes of Roles, ClusterRoles and their bindings pass
+/// RBAC's escalation check ([`crate::authz::check_escalation`]).
+pub struct RbacEscalation(pub Arc<crate::authz::Authorizer>);
+
+#[async_trait::async_trait]
+impl Plugin for RbacEscalation {
+    fn name(&self) -> &'static str {
+        "RBACEscalation"
+    }
+
+    async fn admit(&self, _registry: &Registry, attributes: &mut Attributes<'_>) -> Result<()> {
+        if attributes.subresource.is_some()
+            || !matches!(attributes.operation, Operation::Create | Operation::Update)
+        {
+            return Ok(());
+        }
+        let Some(object) = attributes.object.as_deref() else {
+            return Ok(());
+        };
+        crate::authz::check_escalation(
+            &self.0,
+            attributes.user,
+            attributes.info,
+            attributes.namespace.unwrap_or_default(),
+            object,
+        )
     }
 }
 

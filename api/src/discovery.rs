@@ -594,6 +594,9 @@ mod tests {
                 "batch",
                 "coordination.k8s.io",
                 "discovery.k8s.io",
+                "rbac.authorization.k8s.io",
+                "authorization.k8s.io",
+                "authentication.k8s.io",
                 "apiextensions.k8s.io"
             ]
         );

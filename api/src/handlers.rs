@@ -35,8 +35,8 @@ pub struct Request {
     pub headers: HeaderMap,
     /// The body (already size-checked).
     pub body: Bytes,
-    /// The authenticated user's name.
-    pub user: String,
+    /// The user the request acts as (authenticated, and impersonated where asked).
+    pub user: crate::auth::User,
 }
 
 /// Query parameters.

@@ -27,6 +27,7 @@
 
 pub mod admission;
 pub mod auth;
+pub mod authz;
 pub mod bench;
 pub mod crd;
 pub mod discovery;

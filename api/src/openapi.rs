@@ -1335,6 +1335,7 @@ mod tests {
                 .snapshot()
                 .infos()
                 .filter(|r| r.group == group && r.version == version)
+                .filter(|r| r.verbs.contains(&"patch"))
             {
                 let path = info.object_path(Some("{namespace}"), "{name}");
                 let item = &doc["paths"][&path];

@@ -11,6 +11,7 @@ use warp::filters::BoxedFilter;
 use warp::{Filter, Rejection, Reply};
 
 use crate::auth::{self, Authenticator, User};
+use crate::authz;
 use crate::error::Error;
 use crate::handlers::{self, Query, Request, Response};
 use crate::server::ApiServer;
@@ -67,15 +68,41 @@ fn readiness(api: &ApiServer) -> Result<(), version::NotReady> {
     }
 }
 
-/// Discovery, OpenAPI and the resources. The authenticated user's name reaches the handlers.
+/// Discovery, OpenAPI and the resources, each request authorized for the user it acts as.
 fn api_routes(api: Arc<ApiServer>, user: BoxedFilter<(User,)>) -> BoxedFilter<(Response,)> {
     let discovery = crate::discovery::routes(api.kinds.clone());
     let openapi = crate::openapi::routes(api.openapi.clone());
     let metrics = crate::metrics::route(api.clone());
     let debug = crate::replay::http::routes(api.clone());
     let limit = api.config.max_body_bytes;
-    let resources = user
+    let path_api = api.clone();
+    // Paths that are not resources need RBAC's non-resource rules (discovery: `system:discovery`).
+    let path_allowed = user
         .clone()
+        .and(warp::method())
+        .and(warp::path::full())
+        .and(warp::header::headers_cloned())
+        .and_then(
+            move |user: User, method: Method, path: warp::path::FullPath, headers: HeaderMap| {
+                let api = path_api.clone();
+                async move {
+                    let user = authz::impersonate(&api.authorizer, user, &headers)
+                        .map_err(|e| warp::reject::custom(Denied(e)))?;
+                    let verb = authz::path_verb(&method);
+                    api.authorizer
+                        .check(
+                            &user,
+                            &authz::Request::NonResource {
+                                verb: &verb,
+                                path: path.as_str(),
+                            },
+                        )
+                        .map_err(|e| warp::reject::custom(Denied(e)))
+                }
+            },
+        )
+        .untuple_one();
+    let resources = user
         .and(warp::method())
         .and(warp::path::full())
         .and(
@@ -85,7 +112,7 @@ fn api_routes(api: Arc<ApiServer>, user: BoxedFilter<(User,)>) -> BoxedFilter<(R
         )
         .and(warp::header::headers_cloned())
         .and(warp::body::stream())
-        .then(
+        .and_then(
             move |user: User, method: Method, path: warp::path::FullPath, query: String, headers: HeaderMap, body| {
                 let api = api.clone();
                 async move {
@@ -93,15 +120,20 @@ fn api_routes(api: Arc<ApiServer>, user: BoxedFilter<(User,)>) -> BoxedFilter<(R
                     let path = path.as_str().to_string();
                     let response = match serve(&api, user, method.clone(), path.clone(), query.clone(), headers, Box::pin(body), limit).await {
                         Ok(response) => response,
+                        // Not a resource path: another route's answer (a denied discovery
+                        // request) or a 404.
+                        Err(Error::NoRoute) if handlers::parse_path(&api.kinds.snapshot(), &path).is_none() => {
+                            return Err(warp::reject::not_found());
+                        }
                         Err(e) => error_response(&e),
                     };
                     crate::metrics::record_request(&api.kinds.snapshot(), &method, &path, &query, response.status().as_u16(), started.elapsed());
                     tracing::debug!(%method, %path, status = response.status().as_u16(), elapsed_ms = started.elapsed().as_millis() as u64, "request");
-                    response
+                    Ok::<Response, Rejection>(response)
                 }
             },
         );
-    user.clone()
+    path_allowed
         .and(
             discovery
                 .or(openapi)
@@ -111,11 +143,17 @@ fn api_routes(api: Arc<ApiServer>, user: BoxedFilter<(User,)>) -> BoxedFilter<(R
                 .or(debug)
                 .unify(),
         )
-        .map(|_: User, r| r)
         .or(resources)
         .unify()
         .boxed()
 }
+
+/// A request refused before any route served it (a path the user may not read, or an
+/// impersonation they may not do).
+#[derive(Debug)]
+struct Denied(Error);
+
+impl warp::reject::Reject for Denied {}
 
 #[allow(clippy::too_many_arguments)]
 async fn serve<S, B>(
@@ -136,16 +174,45 @@ where
         None => return Err(Error::NoRoute),
         Some(target) => target?,
     };
+    let user = authz::impersonate(&api.authorizer, user, &headers)?;
+    let query = Query::parse(&query);
+    let verb = authz::resource_verb(&method, &target, &query);
+    api.authorizer
+        .check(&user, &authz::resource_request(verb, &target))?;
     let body = read_body(body, limit).await?;
     let request = Request {
         method,
         path,
-        query: Query::parse(&query),
+        query,
         headers,
         body,
-        user: user.name,
+        user,
     };
+    if !target.kind.stored() {
+        return review(api, request, target);
+    }
     handlers::handle(api, request, target).await
+}
+
+/// A review (`kubectl auth can-i`, `whoami`): answered, never stored.
+fn review(api: &ApiServer, request: Request, target: handlers::Target) -> Result<Response, Error> {
+    if request.method != Method::POST || target.name.is_some() || target.subresource.is_some() {
+        return Err(Error::MethodNotAllowed);
+    }
+    let format = crate::render::Format::negotiate(&request.headers, &request.query)?;
+    let body = handlers::parse_body(&request)?;
+    let kind = &*target.kind;
+    let decoded = kind
+        .decode(&body)
+        .map_err(|e| Error::BadRequest(format!("decoding the {}: {e}", kind.info().kind)))?;
+    let answer = authz::reviews::answer(
+        &api.authorizer,
+        kind,
+        &request.user,
+        target.namespace.as_deref(),
+        decoded,
+    )?;
+    Ok(format.object(kind, http::StatusCode::CREATED, answer))
 }
 
 /// Reads a body up to `limit` bytes; more is a 413 and nothing is read further.
@@ -198,6 +265,9 @@ pub fn status_response(body: Vec<u8>, code: http::StatusCode) -> Response {
 async fn recover(rejection: Rejection) -> Result<Response, Infallible> {
     if let Some(unauthorized) = rejection.find::<auth::Unauthorized>() {
         return Ok(unauthorized.response());
+    }
+    if let Some(Denied(error)) = rejection.find::<Denied>() {
+        return Ok(error_response(error));
     }
     let error = if rejection.is_not_found() {
         Error::NoRoute

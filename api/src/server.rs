@@ -41,7 +41,8 @@ pub struct Config {
     /// How long new pods tolerate not-ready and unreachable nodes unless they say otherwise
     /// (the `DefaultTolerationSeconds` admission plugin).
     pub default_toleration_seconds: skiff_kinds::defaults::TolerationSeconds,
-    /// Create the system namespaces that are missing at start. Off for a server that must
+    /// Create the system namespaces and the default RBAC policy that are missing at start. Off
+    /// for a server that must
     /// write nothing of its own (`skiff server --paused` on a data dir replayed to a point
     /// before they existed).
     pub create_system_namespaces: bool,
@@ -86,6 +87,8 @@ pub struct ApiServer {
     pub registry: Registry,
     /// The admission chain.
     pub admission: Chain,
+    /// Who may do what (RBAC).
+    pub authorizer: Arc<crate::authz::Authorizer>,
     /// Settings.
     pub config: Config,
     /// Cancelled when the server shuts down; ends every watch.
@@ -111,8 +114,10 @@ impl ApiServer {
         let existing = registry
             .list(services, None, None, None, None, None)
             .await?;
+        let authorizer = Arc::new(crate::authz::Authorizer::default());
         let admission = Chain::new(vec![
             Box::new(admission::NamespaceLifecycle),
+            Box::new(admission::RbacEscalation(authorizer.clone())),
             Box::new(admission::ServiceIps::new(
                 config.service_ranges.clone(),
                 &existing.items,
@@ -134,6 +139,7 @@ impl ApiServer {
             registry,
             watch_cache,
             admission,
+            authorizer,
             config,
             shutdown,
             watchers: TaskTracker::new(),
@@ -142,6 +148,10 @@ impl ApiServer {
         if server.config.create_system_namespaces {
             server.ensure_system_namespaces().await?;
         }
+        if server.config.create_system_namespaces {
+            crate::authz::bootstrap::reconcile(&server).await?;
+        }
+        crate::authz::Authorizer::start(&server).await?;
         crate::crd::start(&server).await?;
         Ok(server)
     }
@@ -437,7 +447,8 @@ mod start_tests {
     }
 
     /// Regression: `skiff server --paused` on a data dir replayed to a point before
-    /// `kube-public` existed created it, moving the log past the replayed point.
+    /// `kube-public` existed created it, moving the log past the replayed point. A server that
+    /// may write creates the system namespaces and the default RBAC policy, once.
     #[tokio::test]
     async fn a_server_that_must_not_write_leaves_missing_system_namespaces_missing() {
         let quiet = Config {
@@ -445,9 +456,12 @@ mod start_tests {
             ..Config::default()
         };
         assert_eq!(revision_after_start(quiet).await, Revision(0));
+        let defaults = admission::SYSTEM_NAMESPACES.len()
+            + crate::authz::bootstrap::cluster_roles().len()
+            + crate::authz::bootstrap::cluster_role_bindings().len();
         assert_eq!(
             revision_after_start(Config::default()).await,
-            Revision(admission::SYSTEM_NAMESPACES.len() as u64)
+            Revision(defaults as u64)
         );
     }
 }

@@ -160,6 +160,12 @@ pub trait Kind: Send + Sync + 'static {
             .map(|_| ScalePaths::workload())
     }
 
+    /// Whether objects of this kind are kept in the log. A kind that is not (the access reviews)
+    /// is a question: a create is answered by the API server and nothing is written.
+    fn stored(&self) -> bool {
+        true
+    }
+
     /// The version objects of this kind are stored in. Objects read through another version of
     /// the same resource are converted by their `apiVersion` alone (`conversion: None`).
     fn storage_version(&self) -> &'static str {

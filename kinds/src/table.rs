@@ -700,6 +700,81 @@ pub fn lease_row(object: &Value, now: Timestamp) -> Option<Vec<Value>> {
     typed::<Lease>(object).map(|o| lease_cells(&o, now))
 }
 
+/// The columns of Role and ClusterRole (Kubernetes prints their creation time, not an age).
+pub fn role_columns() -> Vec<Column> {
+    generic_columns()
+}
+
+/// The cells of a Role's or ClusterRole's row.
+pub fn role_row(object: &Value) -> Option<Vec<Value>> {
+    let meta: ObjectMeta = typed(&object["metadata"])?;
+    let created = meta
+        .creation_timestamp
+        .as_ref()
+        .map(|t| t.0.to_string())
+        .unwrap_or_else(|| "<unknown>".into());
+    Some(vec![name(&meta), json!(created)])
+}
+
+/// The columns of RoleBinding and ClusterRoleBinding, in cell order.
+pub fn binding_columns() -> Vec<Column> {
+    vec![
+        NAME,
+        col("Role", "string", "Role of this binding."),
+        AGE,
+        wide("Users", "string", "Users in the binding."),
+        wide("Groups", "string", "Groups in the binding."),
+        wide(
+            "ServiceAccounts",
+            "string",
+            "ServiceAccounts in the binding.",
+        ),
+    ]
+}
+
+/// The cells of a RoleBinding's or ClusterRoleBinding's row: the role as `Kind/name`, then its
+/// subjects by kind (service accounts as `namespace/name`).
+pub fn binding_row(object: &Value, now: Timestamp) -> Option<Vec<Value>> {
+    #[derive(serde::Deserialize, Default)]
+    #[serde(rename_all = "camelCase")]
+    struct Binding {
+        #[serde(default)]
+        metadata: ObjectMeta,
+        #[serde(default)]
+        role_ref: Option<k8s_openapi::api::rbac::v1::RoleRef>,
+        #[serde(default)]
+        subjects: Option<Vec<k8s_openapi::api::rbac::v1::Subject>>,
+    }
+    let b: Binding = typed(object)?;
+    let role = b
+        .role_ref
+        .map(|r| format!("{}/{}", r.kind, r.name))
+        .unwrap_or_default();
+    let subjects = b.subjects.unwrap_or_default();
+    let of = |kind: &str| -> Value {
+        json!(
+            subjects
+                .iter()
+                .filter(|s| s.kind == kind)
+                .map(|s| match kind {
+                    "ServiceAccount" =>
+                        format!("{}/{}", s.namespace.as_deref().unwrap_or_default(), s.name),
+                    _ => s.name.clone(),
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    };
+    Some(vec![
+        name(&b.metadata),
+        json!(role),
+        age(&b.metadata, now),
+        of("User"),
+        of("Group"),
+        of("ServiceAccount"),
+    ])
+}
+
 /// The cells of a EndpointSlice's row; `None` when the object does not decode as one.
 pub fn endpoint_slice_row(object: &Value, now: Timestamp) -> Option<Vec<Value>> {
     typed::<EndpointSlice>(object).map(|o| endpoint_slice_cells(&o, now))
@@ -707,6 +782,11 @@ pub fn endpoint_slice_row(object: &Value, now: Timestamp) -> Option<Vec<Value>> 
 
 fn typed<T: DeserializeOwned>(object: &Value) -> Option<T> {
     T::deserialize(object).ok()
+}
+
+/// The cells of a kind without a printer of its own ([`generic_columns`] or any others).
+pub fn fallback_row(columns: &[Column], object: &Value, now: Timestamp) -> Vec<Value> {
+    fallback_cells(columns, object, now)
 }
 
 /// Cells for a kind without a printer, or an object that does not decode as its kind: the

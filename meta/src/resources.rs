@@ -126,6 +126,10 @@ pub const READ_WRITE: &[&str] = &[
     "watch",
 ];
 
+/// The verbs of a resource that is only ever created and answered, never stored (the access
+/// and token reviews).
+pub const CREATE_ONLY: &[&str] = &["create"];
+
 /// The verbs of a `status` or `scale` subresource.
 pub const STATUS_VERBS: &[&str] = &["get", "patch", "update"];
 

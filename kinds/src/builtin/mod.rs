@@ -4,6 +4,8 @@
 //! implementation) plus its line in [`all`]; the tests below check that every registered kind
 //! has every piece.
 
+pub mod cluster_role;
+pub mod cluster_role_binding;
 pub mod config_map;
 pub mod custom_resource_definition;
 pub mod daemon_set;
@@ -17,6 +19,9 @@ pub mod namespace;
 pub mod node;
 pub mod pod;
 pub mod replica_set;
+pub mod reviews;
+pub mod role;
+pub mod role_binding;
 pub mod secret;
 pub mod service;
 pub mod service_account;
@@ -38,7 +43,7 @@ mod prelude {
     pub use serde_json::{Value, json};
     pub use skiff_meta::ResourceInfo;
     pub use skiff_meta::resources::{
-        FieldSource, READ_WRITE, SCALE, SelectableField, Subresource, status,
+        CREATE_ONLY, FieldSource, READ_WRITE, SCALE, SelectableField, Subresource, status,
     };
 
     pub use crate::kind::{Checked, Kind, Strategy};
@@ -75,6 +80,15 @@ pub fn all() -> &'static [Arc<dyn Kind>] {
             Arc::new(job::Job),
             Arc::new(lease::Lease),
             Arc::new(endpoint_slice::EndpointSlice),
+            Arc::new(cluster_role::ClusterRole),
+            Arc::new(cluster_role_binding::ClusterRoleBinding),
+            Arc::new(role::Role),
+            Arc::new(role_binding::RoleBinding),
+            Arc::new(reviews::SelfSubjectAccessReview),
+            Arc::new(reviews::SelfSubjectRulesReview),
+            Arc::new(reviews::LocalSubjectAccessReview),
+            Arc::new(reviews::SubjectAccessReview),
+            Arc::new(reviews::SelfSubjectReview),
             Arc::new(custom_resource_definition::CustomResourceDefinition),
         ]
     });

@@ -23,6 +23,7 @@ pub(crate) mod batch;
 pub(crate) mod core;
 mod meta;
 pub(crate) mod pod;
+pub mod rbac;
 pub(crate) mod service;
 
 use serde::de::DeserializeOwned;
@@ -385,6 +386,57 @@ mod tests {
                        "versions": [{"name": "v1", "served": true, "storage": true,
                                      "schema": {"openAPIV3Schema": {"type": "object"}}}]}}),
             ),
+            (
+                "rbac.authorization.k8s.io",
+                "Role",
+                json!({"metadata": {"name": "r", "namespace": "default"},
+                       "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]}),
+            ),
+            (
+                "rbac.authorization.k8s.io",
+                "ClusterRole",
+                json!({"metadata": {"name": "system:r"},
+                       "rules": [{"nonResourceURLs": ["/healthz"], "verbs": ["get"]}]}),
+            ),
+            (
+                "rbac.authorization.k8s.io",
+                "RoleBinding",
+                json!({"metadata": {"name": "b", "namespace": "default"},
+                       "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+                       "subjects": [{"kind": "ServiceAccount", "name": "default"}]}),
+            ),
+            (
+                "rbac.authorization.k8s.io",
+                "ClusterRoleBinding",
+                json!({"metadata": {"name": "b"},
+                       "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+                       "subjects": [{"kind": "User", "name": "alice"}]}),
+            ),
+            (
+                "authorization.k8s.io",
+                "SelfSubjectAccessReview",
+                json!({"metadata": {"name": "x"}, "spec": {}}),
+            ),
+            (
+                "authorization.k8s.io",
+                "SelfSubjectRulesReview",
+                json!({"metadata": {"name": "x"}, "spec": {}}),
+            ),
+            (
+                "authorization.k8s.io",
+                "LocalSubjectAccessReview",
+                json!({"metadata": {"name": "x", "namespace": "default"}, "spec": {}}),
+            ),
+            (
+                "authorization.k8s.io",
+                "SubjectAccessReview",
+                json!({"metadata": {"name": "x"}, "spec": {}}),
+            ),
+            (
+                "authentication.k8s.io",
+                "SelfSubjectReview",
+                json!({"metadata": {"name": "x"}}),
+            ),
         ];
         let cases_len = cases.len();
         for (group, kind, obj) in cases {
@@ -408,7 +460,9 @@ mod tests {
             let expected = match info.kind {
                 "Namespace" => (false, true, false),
                 "Service" => (false, false, false),
-                "Event" => (true, true, true),
+                "Event" | "Role" | "ClusterRole" | "RoleBinding" | "ClusterRoleBinding" => {
+                    (true, true, true)
+                }
                 _ => (true, true, false),
             };
             assert_eq!(

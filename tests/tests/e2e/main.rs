@@ -7,6 +7,7 @@ mod api;
 mod crd;
 mod etcd;
 mod kubectl;
+mod rbac;
 mod replay;
 mod services;
 mod split;

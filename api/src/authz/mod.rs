@@ -1,0 +1,475 @@
+//! Authorization: whether the authenticated user may make a request, decided as kube-apiserver
+//! decides with `--authorization-mode=RBAC`: members of `system:masters` may do anything, and
+//! everyone else what their Roles and ClusterRoles grant.
+//!
+//! # Layout
+//! - [`rbac`]: the rules and the decision, pure (table-tested against the project's fixtures).
+//! - [`bootstrap`]: the roles and bindings every cluster starts with, reconciled at start.
+//! - [`Authorizer`] (here): the policy kept current from the log, the request's attributes, the
+//!   `403 Forbidden` with kube-apiserver's wording, impersonation, and the escalation checks on
+//!   writes of roles and bindings.
+
+pub mod bootstrap;
+pub mod rbac;
+pub mod reviews;
+
+use std::sync::{Arc, RwLock, Weak};
+use std::time::Duration;
+
+use futures::StreamExt;
+use http::{HeaderMap, Method};
+use serde_json::Value;
+use skiff_meta::ResourceInfo;
+use skiff_meta::status::{ApiError, GroupResource};
+use skiff_store::Revision;
+
+use crate::auth::{AUTHENTICATED_GROUP, MASTERS_GROUP, User};
+use crate::error::{Error, Result};
+use crate::handlers::{Query, Target};
+use crate::registry::{WatchEvent, namespace_and_name};
+use crate::server::ApiServer;
+
+pub use rbac::{Decision, Request, Rule};
+
+/// The four RBAC kinds, which the authorizer follows.
+fn rbac_kinds() -> [(&'static ResourceInfo, rbac::Kind); 4] {
+    use skiff_kinds::builtin::{cluster_role, cluster_role_binding, role, role_binding};
+    [
+        (&role::INFO, rbac::Kind::Role),
+        (&cluster_role::INFO, rbac::Kind::ClusterRole),
+        (&role_binding::INFO, rbac::Kind::RoleBinding),
+        (&cluster_role_binding::INFO, rbac::Kind::ClusterRoleBinding),
+    ]
+}
+
+/// The cluster's RBAC policy, current with the log, and the decisions made with it.
+#[derive(Default)]
+pub struct Authorizer {
+    /// Replaced whole on each change, so a decision reads one consistent policy.
+    policy: RwLock<Arc<rbac::Policy>>,
+}
+
+impl std::fmt::Debug for Authorizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Authorizer").finish_non_exhaustive()
+    }
+}
+
+impl Authorizer {
+    /// The policy now.
+    pub fn policy(&self) -> Arc<rbac::Policy> {
+        self.policy
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn change(&self, f: impl FnOnce(&mut rbac::Policy)) {
+        let mut current = self.policy.write().unwrap_or_else(|e| e.into_inner());
+        let mut next = (**current).clone();
+        f(&mut next);
+        *current = Arc::new(next);
+    }
+
+    /// Whether `user` may make `request`: members of `system:masters` always, everyone else as
+    /// RBAC says.
+    pub fn authorize(&self, user: &User, request: &Request<'_>) -> Decision {
+        if user.in_group(MASTERS_GROUP) {
+            return Decision::Allow(format!("{MASTERS_GROUP} may do anything"));
+        }
+        self.policy().authorize(user, request)
+    }
+
+    /// [`Authorizer::authorize`], with a denial as kube-apiserver's 403.
+    pub fn check(&self, user: &User, request: &Request<'_>) -> Result<()> {
+        match self.authorize(user, request) {
+            Decision::Allow(_) => Ok(()),
+            Decision::Deny(reason) => {
+                tracing::debug!(user = %user.name, ?request, %reason, "forbidden");
+                Err(forbidden(user, request, &reason))
+            }
+        }
+    }
+
+    /// Loads every Role, ClusterRole and binding from the log, then keeps following them until
+    /// the server shuts down.
+    pub async fn start(server: &Arc<ApiServer>) -> Result<()> {
+        for (info, kind) in rbac_kinds() {
+            let start = load(server, info, kind).await?;
+            let weak = Arc::downgrade(server);
+            let shutdown = server.shutdown.clone();
+            tokio::spawn(async move {
+                tokio::select! {
+                    _ = shutdown.cancelled() => {}
+                    _ = follow(weak, info, kind, start) => {}
+                }
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Replaces the policy's objects of `kind` with what the log holds; the revision to watch from.
+async fn load(
+    server: &ApiServer,
+    info: &'static ResourceInfo,
+    kind: rbac::Kind,
+) -> Result<Revision> {
+    let page = server
+        .registry
+        .list(info, None, None, None, None, None)
+        .await?;
+    server.authorizer.change(|policy| {
+        policy.clear(kind);
+        for object in &page.items {
+            let (ns, name) = namespace_and_name(object);
+            policy.apply(kind, ns.unwrap_or_default(), name, Some(object));
+        }
+    });
+    Ok(page.revision.next())
+}
+
+/// Follows `info`'s objects from `start` into the policy, re-listing when the watch falls
+/// behind compaction.
+async fn follow(
+    server: Weak<ApiServer>,
+    info: &'static ResourceInfo,
+    kind: rbac::Kind,
+    mut start: Revision,
+) {
+    loop {
+        let Some(api) = server.upgrade() else { return };
+        let stream = match api.registry.watch(info, None, start, None, None).await {
+            Ok(stream) => stream,
+            Err(e) => {
+                tracing::warn!(error = %e, resource = info.plural, "the authorizer cannot watch");
+                drop(api);
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        drop(api);
+        tokio::pin!(stream);
+        while let Some(event) = stream.next().await {
+            let Some(api) = server.upgrade() else { return };
+            match event {
+                Ok(event) => {
+                    start = event.revision().map_or(start, Revision::next);
+                    let (object, present) = match &event {
+                        WatchEvent::Added(o) | WatchEvent::Modified(o) => (o, true),
+                        WatchEvent::Deleted(o) => (o, false),
+                        WatchEvent::Progress(_) => continue,
+                    };
+                    let (ns, name) = namespace_and_name(object);
+                    api.authorizer.change(|p| {
+                        p.apply(
+                            kind,
+                            ns.unwrap_or_default(),
+                            name,
+                            present.then_some(object),
+                        )
+                    });
+                }
+                Err(Error::Gone(_)) => {
+                    match load(&api, info, kind).await {
+                        Ok(next) => start = next,
+                        Err(e) => tracing::warn!(error = %e, "the authorizer cannot list"),
+                    }
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, resource = info.plural, "the authorizer's watch failed");
+                    break;
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The verb of a resource request, as Kubernetes' request-info names it.
+pub fn resource_verb(method: &Method, target: &Target, query: &Query) -> &'static str {
+    let named = target.name.is_some();
+    match *method {
+        Method::GET | Method::HEAD if query.flag("watch") => "watch",
+        Method::GET | Method::HEAD if named => "get",
+        Method::GET | Method::HEAD => "list",
+        Method::POST => "create",
+        Method::PUT => "update",
+        Method::PATCH => "patch",
+        Method::DELETE if named => "delete",
+        Method::DELETE => "deletecollection",
+        _ => "",
+    }
+}
+
+/// The attributes of a resource request at `target`.
+pub fn resource_request<'a>(verb: &'a str, target: &'a Target) -> Request<'a> {
+    Request::Resource {
+        verb,
+        group: target.info.group,
+        resource: target.info.plural,
+        subresource: target.subresource.as_deref().unwrap_or_default(),
+        namespace: target.namespace.as_deref().unwrap_or_default(),
+        name: target.name.as_deref().unwrap_or_default(),
+    }
+}
+
+/// The verb of a non-resource request: the HTTP method in lower case (`get` for HEAD).
+pub fn path_verb(method: &Method) -> String {
+    match *method {
+        Method::HEAD => "get".into(),
+        ref m => m.as_str().to_ascii_lowercase(),
+    }
+}
+
+/// kube-apiserver's 403: `pods "x" is forbidden: User "bob" cannot get resource "pods" in API
+/// group "" in the namespace "default"`, with the authorizer's reason after a colon.
+pub fn forbidden(user: &User, request: &Request<'_>, reason: &str) -> Error {
+    let suffix = if reason.is_empty() {
+        String::new()
+    } else {
+        format!(": {reason}")
+    };
+    let error = match *request {
+        Request::NonResource { verb, path } => ApiError::forbidden(
+            GroupResource::new("", ""),
+            "",
+            format!("User {:?} cannot {verb} path {path:?}{suffix}", user.name),
+        ),
+        Request::Resource {
+            verb,
+            group,
+            resource,
+            subresource,
+            namespace,
+            name,
+        } => {
+            let shown = if subresource.is_empty() {
+                resource.to_string()
+            } else {
+                format!("{resource}/{subresource}")
+            };
+            let scope = if namespace.is_empty() {
+                "at the cluster scope".to_string()
+            } else {
+                format!("in the namespace {namespace:?}")
+            };
+            ApiError::forbidden(
+                GroupResource::new(group, resource),
+                name,
+                format!(
+                    "User {:?} cannot {verb} resource {shown:?} in API group {group:?} {scope}{suffix}",
+                    user.name
+                ),
+            )
+        }
+    };
+    Error::Api(error)
+}
+
+/// The header of `kubectl --as`.
+const IMPERSONATE_USER: &str = "impersonate-user";
+/// The header of `kubectl --as-group` (repeated for each group).
+const IMPERSONATE_GROUP: &str = "impersonate-group";
+/// The header of `kubectl --as-uid`.
+const IMPERSONATE_UID: &str = "impersonate-uid";
+/// The prefix of `Impersonate-Extra-<key>` headers.
+const IMPERSONATE_EXTRA: &str = "impersonate-extra-";
+
+/// The user a request acts as: `user`, or whom its `Impersonate-*` headers name when `user` may
+/// impersonate them (verb `impersonate` on `users`, `groups`, `serviceaccounts`, `uids` and
+/// `userextras/<key>`), as kube-apiserver's impersonation filter decides.
+pub fn impersonate(authorizer: &Authorizer, user: User, headers: &HeaderMap) -> Result<User> {
+    let values = |name: &str| -> Vec<String> {
+        headers
+            .get_all(name)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .map(str::to_string)
+            .collect()
+    };
+    let name = values(IMPERSONATE_USER).into_iter().next();
+    let groups = values(IMPERSONATE_GROUP);
+    let uid = values(IMPERSONATE_UID).into_iter().next();
+    let extra: Vec<String> = headers
+        .keys()
+        .filter_map(|k| k.as_str().strip_prefix(IMPERSONATE_EXTRA))
+        .map(str::to_string)
+        .collect();
+    let Some(name) = name else {
+        if !groups.is_empty() || uid.is_some() || !extra.is_empty() {
+            return Err(Error::BadRequest(
+                "requested impersonation without a user (Impersonate-User)".into(),
+            ));
+        }
+        return Ok(user);
+    };
+    let check = |group: &str, resource: &str, namespace: &str, name: &str| {
+        authorizer.check(
+            &user,
+            &Request::Resource {
+                verb: "impersonate",
+                group,
+                resource,
+                subresource: "",
+                namespace,
+                name,
+            },
+        )
+    };
+    let mut impersonated_groups = groups.clone();
+    match name
+        .strip_prefix("system:serviceaccount:")
+        .and_then(|rest| rest.split_once(':'))
+    {
+        Some((ns, sa)) => {
+            check("", "serviceaccounts", ns, sa)?;
+            if groups.is_empty() {
+                impersonated_groups = vec![
+                    "system:serviceaccounts".to_string(),
+                    format!("system:serviceaccounts:{ns}"),
+                ];
+            }
+        }
+        None => check("", "users", "", &name)?,
+    }
+    for group in &groups {
+        check("", "groups", "", group)?;
+    }
+    if let Some(uid) = &uid {
+        check("authentication.k8s.io", "uids", "", uid)?;
+    }
+    for key in &extra {
+        for value in values(&format!("{IMPERSONATE_EXTRA}{key}")) {
+            authorizer.check(
+                &user,
+                &Request::Resource {
+                    verb: "impersonate",
+                    group: "authentication.k8s.io",
+                    resource: "userextras",
+                    subresource: key,
+                    namespace: "",
+                    name: &value,
+                },
+            )?;
+        }
+    }
+    if name != "system:anonymous" && !impersonated_groups.iter().any(|g| g == AUTHENTICATED_GROUP) {
+        impersonated_groups.push(AUTHENTICATED_GROUP.to_string());
+    }
+    tracing::debug!(by = %user.name, as_user = %name, "impersonating");
+    Ok(User {
+        name,
+        uid: uid.unwrap_or_default(),
+        groups: impersonated_groups,
+    })
+}
+
+/// The escalation checks on writes of roles and bindings (Kubernetes' `policybased` storage):
+/// a Role or ClusterRole may only grant rules its writer holds (or the writer may `escalate`
+/// it); a binding may only grant the rules of its role (or the writer may `bind` it).
+/// `namespace` is the object's (empty for the cluster-scoped kinds).
+pub fn check_escalation(
+    authorizer: &Authorizer,
+    user: &User,
+    info: &ResourceInfo,
+    namespace: &str,
+    object: &Value,
+) -> Result<()> {
+    if info.group != skiff_kinds::validation::rbac::GROUP || user.in_group(MASTERS_GROUP) {
+        return Ok(());
+    }
+    let name = object["metadata"]["name"].as_str().unwrap_or_default();
+    let verb_allowed = |verb: &str, resource: &str, name: &str| {
+        authorizer
+            .authorize(
+                user,
+                &Request::Resource {
+                    verb,
+                    group: info.group,
+                    resource,
+                    subresource: "",
+                    namespace,
+                    name,
+                },
+            )
+            .allowed()
+    };
+    let policy = authorizer.policy();
+    let requested: Vec<Rule> = match info.plural {
+        "roles" | "clusterroles" => {
+            if verb_allowed("escalate", info.plural, name) {
+                return Ok(());
+            }
+            // An aggregated ClusterRole grants what it gathers, not what its body lists.
+            let aggregation = object.get("aggregationRule").filter(|a| !a.is_null());
+            match aggregation {
+                Some(_) => {
+                    let mut scratch = (*policy).clone();
+                    scratch.apply(rbac::Kind::ClusterRole, "", name, Some(object));
+                    scratch
+                        .cluster_role_rules(name)
+                        .map(|r| (*r).clone())
+                        .unwrap_or_default()
+                }
+                None => object["rules"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|r| serde_json::from_value(r.clone()).ok())
+                    .map(|r: k8s_openapi::api::rbac::v1::PolicyRule| Rule::from_policy_rule(&r))
+                    .collect(),
+            }
+        }
+        "rolebindings" | "clusterrolebindings" => {
+            let kind = object["roleRef"]["kind"].as_str().unwrap_or_default();
+            let role = object["roleRef"]["name"].as_str().unwrap_or_default();
+            let role_resource = if kind == "Role" {
+                "roles"
+            } else {
+                "clusterroles"
+            };
+            if verb_allowed("bind", role_resource, role) {
+                return Ok(());
+            }
+            match policy.role_rules(kind, role, namespace) {
+                Ok(rules) => (*rules).clone(),
+                Err(missing) => {
+                    return Err(Error::Api(ApiError::forbidden(
+                        GroupResource::new(info.group, info.plural),
+                        name,
+                        format!(
+                            "user {:?} (groups={}) is attempting to grant RBAC permissions not currently held: {missing}",
+                            user.name,
+                            groups_list(user)
+                        ),
+                    )));
+                }
+            }
+        }
+        _ => return Ok(()),
+    };
+    let (held, _) = policy.rules_for(user, namespace);
+    let missing = rbac::uncovered(&held, &requested);
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let listed: Vec<String> = missing.iter().map(Rule::compact).collect();
+    Err(Error::Api(ApiError::forbidden(
+        GroupResource::new(info.group, info.plural),
+        name,
+        format!(
+            "user {:?} (groups={}) is attempting to grant RBAC permissions not currently held:\n{}",
+            user.name,
+            groups_list(user),
+            listed.join("\n")
+        ),
+    )))
+}
+
+/// Groups as Go prints a `[]string` with `%q`: `["system:authenticated" "dev"]`.
+fn groups_list(user: &User) -> String {
+    let quoted: Vec<String> = user.groups.iter().map(|g| format!("{g:?}")).collect();
+    format!("[{}]", quoted.join(" "))
+}
