@@ -196,9 +196,14 @@ async fn the_join_token_pins_the_ca_and_authenticates() {
     })
     .await
     .expect("joining with the token");
-    let api: skiff_client::Api<k8s_openapi::api::core::v1::Namespace> =
+    // It authenticates as the agents' identity, which RBAC lets read nodes but not namespaces.
+    let nodes: skiff_client::Api<k8s_openapi::api::core::v1::Node> =
+        skiff_client::Api::all(client.clone());
+    assert!(nodes.list(&Default::default()).await.is_ok());
+    let namespaces: skiff_client::Api<k8s_openapi::api::core::v1::Namespace> =
         skiff_client::Api::all(client);
-    assert!(api.get("default").await.is_ok());
+    let refused = namespaces.get("default").await.unwrap_err().to_string();
+    assert!(refused.contains("forbidden"), "{refused}");
 
     // A token whose hash names another CA is refused before anything is sent with it.
     let parsed = skiff_client::JoinToken::parse(&token).unwrap();

@@ -215,13 +215,10 @@ fn users_get_what_their_roles_grant_and_nothing_more() {
         &["get", "configmaps", "-n", "team-a"],
         "yes",
     );
-    assert_eq!(
-        k.ok(&[
-            "auth", "can-i", "get", "secrets", "-n", "team-a", "--as", "carol"
-        ])
-        .trim(),
-        "no"
-    );
+    let no = k.run(&[
+        "auth", "can-i", "get", "secrets", "-n", "team-a", "--as", "carol",
+    ]);
+    assert_eq!((no.ok, no.stdout.trim()), (false, "no"), "{}", no.stderr);
 
     // A binding to a role that does not exist grants nothing.
     k.ok(&[
