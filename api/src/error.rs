@@ -199,6 +199,23 @@ impl Error {
         }
     }
 
+    /// 422 Invalid for an object of `info`, one cause per field error.
+    pub fn invalid_fields(
+        info: &ResourceInfo,
+        name: &str,
+        errors: &[skiff_meta::status::FieldError],
+    ) -> Error {
+        let causes = errors
+            .iter()
+            .map(|e| Cause {
+                field: e.field.clone(),
+                reason: e.reason().to_string(),
+                message: e.body(),
+            })
+            .collect();
+        Error::invalid(info, name, causes)
+    }
+
     /// An Invalid error for an object of `info`.
     pub fn invalid(info: &ResourceInfo, name: &str, causes: Vec<Cause>) -> Error {
         Error::Invalid {

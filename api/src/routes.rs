@@ -86,6 +86,10 @@ fn api_routes(api: Arc<ApiServer>, user: BoxedFilter<(User,)>) -> BoxedFilter<(R
             move |user: User, method: Method, path: warp::path::FullPath, headers: HeaderMap| {
                 let api = path_api.clone();
                 async move {
+                    // A resource path is the resources route's, which authorizes it as one.
+                    if handlers::parse_path(&api.kinds.snapshot(), path.as_str()).is_some() {
+                        return Err(warp::reject::not_found());
+                    }
                     let user = authz::impersonate(&api.authorizer, user, &headers)
                         .map_err(|e| warp::reject::custom(Denied(e)))?;
                     let verb = authz::path_verb(&method);

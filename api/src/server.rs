@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::admission::{self, Chain, ServiceRanges};
-use crate::error::{Cause, Error, Result};
+use crate::error::{Error, Result};
 use crate::handlers::{Request, Response};
 use crate::registry::Registry;
 use crate::watch_cache::WatchCache;
@@ -203,18 +203,7 @@ impl ApiServer {
             return Ok(());
         }
         let name = crate::registry::namespace_and_name(object).1.to_string();
-        Err(Error::invalid(
-            info,
-            &name,
-            errors
-                .iter()
-                .map(|e| Cause {
-                    field: e.field.clone(),
-                    reason: e.reason().to_string(),
-                    message: e.body(),
-                })
-                .collect(),
-        ))
+        Err(Error::invalid_fields(info, &name, &errors))
     }
 
     /// The lease a new object of `info` is attached to: Events expire, nothing else does.

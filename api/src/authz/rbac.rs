@@ -56,15 +56,6 @@ pub enum Request<'a> {
     },
 }
 
-impl Request<'_> {
-    /// Its verb.
-    pub fn verb(&self) -> &str {
-        match self {
-            Request::Resource { verb, .. } | Request::NonResource { verb, .. } => verb,
-        }
-    }
-}
-
 /// One rule of a role (`PolicyRule`), its lists as given.
 #[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Rule {
@@ -279,19 +270,6 @@ pub enum Kind {
     ClusterRoleBinding,
 }
 
-impl Kind {
-    /// The kind stored under the URL name `plural`.
-    pub fn from_plural(plural: &str) -> Option<Kind> {
-        Some(match plural {
-            "roles" => Kind::Role,
-            "clusterroles" => Kind::ClusterRole,
-            "rolebindings" => Kind::RoleBinding,
-            "clusterrolebindings" => Kind::ClusterRoleBinding,
-            _ => return None,
-        })
-    }
-}
-
 /// Why a request was allowed, or why not.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
@@ -467,9 +445,8 @@ impl Policy {
         self.effective.get(name).cloned()
     }
 
-    /// The ClusterRoles an aggregated ClusterRole's rules come from changed: its rules as they
-    /// should be stored (what the aggregation controller writes), or `None` if it has no
-    /// aggregation rule or is absent.
+    /// An aggregated ClusterRole's gathered rules (what an aggregation controller writes into
+    /// it), or `None` if it has no aggregation rule or is absent.
     pub fn aggregated_rules(&self, name: &str) -> Option<Arc<Vec<Rule>>> {
         self.cluster_roles
             .get(name)?

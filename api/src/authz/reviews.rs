@@ -25,17 +25,7 @@ pub fn answer(
     mut review: Value,
 ) -> Result<Value> {
     let info = kind.info();
-    let invalid = |errors: Vec<FieldError>| {
-        let causes = errors
-            .iter()
-            .map(|e| crate::error::Cause {
-                field: e.field.clone(),
-                reason: e.reason().to_string(),
-                message: e.body(),
-            })
-            .collect();
-        Error::invalid(info, "", causes)
-    };
+    let invalid = |errors: Vec<FieldError>| Error::invalid_fields(info, "", &errors);
     let status = match info.kind {
         "SelfSubjectReview" => json!({"userInfo": user_info(user)}),
         "SelfSubjectRulesReview" => {
