@@ -456,7 +456,21 @@ pub fn read_snapshot_or_default(config: &RunningConfig) -> Result<Snapshot> {
 /// Returns an error if the read snapshot was corrupted.
 /// Returns `Ok(Some(snapshot))` if there was nothing written.
 fn read_snapshot(config: &RunningConfig) -> Result<Option<Snapshot>> {
-    let mut candidates = config.get_snapshot_files()?;
+    // skiff: only a renamed `snap.<lsn>` is a snapshot. `write_snapshot`
+    // writes `snap.<lsn>.generating` and renames it once it is complete and
+    // synced; a process killed before the rename leaves the `.generating`
+    // file behind, empty or torn if it died mid-write. Upstream read it like
+    // any other candidate (and, sorting after `snap.<lsn>` and older names,
+    // usually picked it) and refused to open the database with a crc
+    // mismatch: `Corruption { at: None }` (spacejam/sled#1527, #1387).
+    // Skipping it recovers as if the process had died just before creating
+    // it, from the previous snapshot and the log; the next `write_snapshot`
+    // removes it with the other stale files.
+    let mut candidates: Vec<_> = config
+        .get_snapshot_files()?
+        .into_iter()
+        .filter(|path| !path.to_string_lossy().ends_with(".generating"))
+        .collect();
     if candidates.is_empty() {
         debug!("no previous snapshot found");
         return Ok(None);
@@ -542,8 +556,14 @@ fn write_snapshot(config: &RunningConfig, snapshot: &Snapshot) -> Result<()> {
 
     let parent = path_1.parent().unwrap();
     std::fs::create_dir_all(parent)?;
-    let mut f =
-        std::fs::OpenOptions::new().write(true).create(true).open(&path_1)?;
+    // skiff: truncate, so that a stale `.generating` file of the same name
+    // (left by a process killed while writing it) cannot leave its tail
+    // behind the new, shorter contents, where it would fail the crc.
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path_1)?;
 
     // write the snapshot bytes, followed by a crc64 checksum at the end
     io_fail!(config, "snap write");
@@ -560,6 +580,12 @@ fn write_snapshot(config: &RunningConfig, snapshot: &Snapshot) -> Result<()> {
     io_fail!(config, "snap write mv");
     std::fs::rename(&path_1, &path_2)?;
     io_fail!(config, "snap write mv post");
+
+    // skiff: make the rename durable before the older snapshots are removed
+    // below. `read_snapshot` ignores `.generating` files, so a power loss
+    // that kept the removals but not the rename would otherwise leave no
+    // snapshot at all.
+    std::fs::File::open(parent)?.sync_all()?;
 
     trace!("renamed snapshot to {}", path_2.to_string_lossy());
 
