@@ -3,6 +3,9 @@
 //! its write is acknowledged; the parent SIGKILLs it at random moments, reopens the data dir and
 //! checks that every acknowledged revision is there with its contents, that revisions are
 //! contiguous, and that no transaction is partly there.
+//!
+//! To study a failure, set `SKIFF_STORE_CRASH_KEEP` to a directory: each round's data dir is
+//! copied there (`round-<n>`) as the killed child left it, before the reopen changes it.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -133,6 +136,12 @@ fn sigkill_at_random_moments_loses_nothing_acknowledged() {
         child.wait().unwrap();
         let acked = reader.join().unwrap();
         total_acked += acked.len();
+        if let Some(keep) = std::env::var_os("SKIFF_STORE_CRASH_KEEP") {
+            // The data dir as the killed child left it, before the reopen changes it.
+            let keep = std::path::Path::new(&keep).join(format!("round-{round}"));
+            let _ = std::fs::remove_dir_all(&keep);
+            copy_dir(&path, &keep);
+        }
         verified_up_to = rt.block_on(verify(&path, round, &acked, verified_up_to));
     }
     assert!(
@@ -143,7 +152,24 @@ fn sigkill_at_random_moments_loses_nothing_acknowledged() {
 
 /// Reopens the data dir and checks it; returns the revision checked up to.
 async fn verify(path: &std::path::Path, round: u32, acked: &[(u64, String)], from: u64) -> u64 {
-    let store = SledStore::open(config(path)).expect("reopen after SIGKILL");
+    let store = match SledStore::open(config(path)) {
+        Ok(store) => store,
+        Err(e) => {
+            let mut files: Vec<String> = std::fs::read_dir(path)
+                .unwrap()
+                .map(|f| {
+                    let f = f.unwrap();
+                    format!(
+                        "{} ({} bytes)",
+                        f.file_name().to_string_lossy(),
+                        f.metadata().unwrap().len()
+                    )
+                })
+                .collect();
+            files.sort();
+            panic!("round {round}: reopen after SIGKILL failed: {e}; the data dir holds {files:?}")
+        }
+    };
     let current = store.status().revision.0;
     assert!(
         current >= from,
@@ -208,4 +234,96 @@ async fn verify(path: &std::path::Path, round: u32, acked: &[(u64, String)], fro
     }
     store.close().await.unwrap();
     current
+}
+
+/// The names of sled's snapshot files in `dir` (`snap.<lsn>`, and `snap.<lsn>.generating` while
+/// one is being written).
+fn snapshot_files(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|f| f.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("snap."))
+        .collect();
+    names.sort();
+    names
+}
+
+/// Copies the directory `from` and everything under it to `to`.
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for f in std::fs::read_dir(from).unwrap() {
+        let f = f.unwrap();
+        if f.file_type().unwrap().is_dir() {
+            copy_dir(&f.path(), &to.join(f.file_name()));
+        } else {
+            std::fs::copy(f.path(), to.join(f.file_name())).unwrap();
+        }
+    }
+}
+
+/// sled writes a snapshot of its page table while it opens, as `snap.<lsn>.generating`, renamed
+/// to `snap.<lsn>` once complete and synced. A process killed before the rename leaves the
+/// `.generating` file, empty or torn if the write had not finished. Postmortem: sled 0.34.7 read
+/// the lexically last `snap.*` file, that one included, and refused the data dir ("sled found
+/// corruption at None") — the intermittent failure of the SIGKILL test above, when a kill under
+/// load landed in a child's start-up (the files caught held 0 bytes or a 16/64 KiB prefix).
+/// Built here on purpose: the data dir as it was before an open, plus none or half of the
+/// snapshot that open wrote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_while_writing_a_snapshot_reopens_with_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("data");
+    let store = SledStore::open(config(&path)).unwrap();
+    let mut acked = Vec::new();
+    for i in 0..200u32 {
+        let (rev, _) = store
+            .put(
+                format!("k/{i}").into_bytes(),
+                i.to_string().into_bytes(),
+                None,
+            )
+            .await
+            .unwrap();
+        acked.push((rev, i));
+    }
+    store.close().await.unwrap();
+    drop(store);
+
+    let before = dir.path().join("before");
+    copy_dir(&path, &before);
+    // This open snapshots the log the puts wrote, under a name the older snapshot does not have.
+    let store = SledStore::open(config(&path)).unwrap();
+    store.close().await.unwrap();
+    drop(store);
+    let old = snapshot_files(&before);
+    let new: Vec<String> = snapshot_files(&path)
+        .into_iter()
+        .filter(|n| !old.contains(n))
+        .collect();
+    assert_eq!(new.len(), 1, "the reopen wrote no new snapshot: {old:?}");
+    let complete = std::fs::read(path.join(&new[0])).unwrap();
+    assert!(complete.len() > 12, "a snapshot ends in its length and crc");
+
+    for torn in [0, complete.len() / 2] {
+        let case = dir.path().join(format!("torn-{torn}"));
+        copy_dir(&before, &case);
+        std::fs::write(
+            case.join(format!("{}.generating", new[0])),
+            &complete[..torn],
+        )
+        .unwrap();
+        let store = SledStore::open(config(&case))
+            .unwrap_or_else(|e| panic!("reopen with {torn} bytes of a snapshot: {e}"));
+        assert_eq!(store.status().revision, acked.last().unwrap().0);
+        for (rev, i) in &acked {
+            let entry = store.log(*rev, Some(*rev), 1).await.unwrap();
+            assert_eq!(entry.len(), 1, "revision {rev:?} lost");
+            assert_eq!(entry[0].events[0].kv.key, format!("k/{i}").into_bytes());
+            assert_eq!(entry[0].events[0].kv.value, i.to_string().into_bytes());
+        }
+        store.close().await.unwrap();
+        drop(store);
+        // A complete snapshot of the same log replaced the torn file.
+        assert_eq!(snapshot_files(&case), new, "with {torn} bytes");
+    }
 }
