@@ -98,10 +98,27 @@ pub trait Kind: Send + Sync + 'static {
     /// kind (the row then shows the name and `<unknown>`s).
     fn cells(&self, object: &Value, now: Timestamp) -> Option<Vec<Value>>;
 
-    /// The merge keys and list types of strategic merge patch and server-side apply; `None` for a
-    /// kind that has no strategic merge patch (custom resources: the patch is refused as
-    /// Kubernetes refuses it, and server-side apply treats lists as atomic).
-    fn merge_schema(&self) -> Option<&'static Type>;
+    /// The merge keys and list types of strategic merge patch and server-side apply: a built-in
+    /// kind's from the generated table of its Go type; `None` for a kind that has no strategic
+    /// merge patch (custom resources: the patch is refused as Kubernetes refuses it).
+    fn merge_schema(&self) -> Option<&'static Type> {
+        let info = self.info();
+        let api_version = if info.group.is_empty() {
+            std::borrow::Cow::Borrowed(info.version)
+        } else {
+            std::borrow::Cow::Owned(format!("{}/{}", info.group, info.version))
+        };
+        crate::patch::schema::builtin(&api_version, info.kind)
+    }
+
+    /// The list types and map types server-side apply and managed fields follow: the merge
+    /// schema's, or metadata's alone (every other list atomic). A custom kind has one without
+    /// having a strategic merge patch: its definition's `x-kubernetes-list-type`,
+    /// `x-kubernetes-list-map-keys` and `x-kubernetes-map-type`.
+    fn apply_schema(&self) -> &'static Type {
+        self.merge_schema()
+            .unwrap_or(&crate::patch::schema::METADATA_ONLY)
+    }
 
     /// The kind's defaults (Kubernetes' `SetDefaults_*`), in place; idempotent, applied on every
     /// create and update before validation.

@@ -12,10 +12,12 @@
 //! - [`schema`]: structural schemas (pruning, defaulting, validation).
 //! - [`cel`]: `x-kubernetes-validations` rules.
 //! - [`jsonpath`]: the paths of printer columns, selectable fields and scale.
+//! - [`merge`]: the list and map types server-side apply follows.
 //! - this file: the definition's names and versions, as kinds.
 
 pub mod cel;
 pub mod jsonpath;
+pub mod merge;
 pub mod schema;
 
 use std::sync::Arc;
@@ -52,6 +54,7 @@ pub struct CustomKind {
     storage_version: &'static str,
     schema: Arc<Schema>,
     schema_json: Value,
+    apply_schema: &'static Type,
     columns: Vec<PrinterColumn>,
     scale: Option<ScalePaths>,
 }
@@ -177,6 +180,7 @@ pub fn kinds_of(definition: &Value) -> Result<Vec<Arc<dyn Kind>>, Vec<FieldError
         kinds.push(Arc::new(CustomKind {
             info,
             storage_version,
+            apply_schema: merge::apply_schema(&schema),
             schema: Arc::new(schema),
             schema_json,
             columns,
@@ -385,6 +389,10 @@ impl Kind for CustomKind {
 
     fn merge_schema(&self) -> Option<&'static Type> {
         None
+    }
+
+    fn apply_schema(&self) -> &'static Type {
+        self.apply_schema
     }
 
     fn default(&self, object: &mut Value) {

@@ -212,3 +212,142 @@ fn definitions_that_cannot_be_served_say_why() {
         "{errs:?}"
     );
 }
+
+/// A definition whose lists say how server-side apply merges them.
+fn gateway() -> Arc<dyn Kind> {
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "gateways.example.com"},
+        "spec": {
+            "group": "example.com", "scope": "Namespaced",
+            "names": {"plural": "gateways", "kind": "Gateway"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "properties": {
+                        "hosts": {"type": "array", "x-kubernetes-list-type": "set",
+                                  "items": {"type": "string"}},
+                        "listeners": {"type": "array", "x-kubernetes-list-type": "map",
+                                      "x-kubernetes-list-map-keys": ["port"],
+                                      "items": {"type": "object", "required": ["port"], "properties": {
+                                          "port": {"type": "integer"},
+                                          "protocol": {"type": "string"}}}},
+                        "args": {"type": "array", "items": {"type": "string"}},
+                        "tls": {"type": "object", "properties": {"mode": {"type": "string"}}}
+                    }}
+                }}}}]
+        }
+    });
+    kinds_of(&crd).unwrap().remove(0)
+}
+
+fn gateway_config(spec: Value) -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "apiVersion": "example.com/v1", "kind": "Gateway",
+        "metadata": {"name": "g", "namespace": "default"},
+        "spec": spec
+    }))
+    .unwrap()
+}
+
+fn apply_as(kind: &dyn Kind, live: Option<&Value>, manager: &'static str, spec: Value) -> Value {
+    let options = crate::patch::Options {
+        field_manager: manager,
+        force: false,
+        subresource: None,
+        now: "2026-12-02T05:00:00Z".parse().unwrap(),
+    };
+    let mut out =
+        crate::patch::server_side_apply(kind, live, &gateway_config(spec), &options).unwrap();
+    out["metadata"]["uid"] = json!("u-1");
+    out
+}
+
+#[test]
+fn server_side_apply_merges_a_custom_resources_set_and_map_lists_item_by_item() {
+    let kind = gateway();
+    let v1 = apply_as(
+        &*kind,
+        None,
+        "team-a",
+        json!({"hosts": ["a.example"], "listeners": [{"port": 80, "protocol": "HTTP"}],
+               "args": ["--a"]}),
+    );
+    // A second manager adds its own items to the set and the map-list without a conflict: the
+    // lists are not atomic, as the definition says.
+    let v2 = apply_as(
+        &*kind,
+        Some(&v1),
+        "team-b",
+        json!({"hosts": ["b.example"], "listeners": [{"port": 443, "protocol": "HTTPS"}]}),
+    );
+    assert_eq!(v2["spec"]["hosts"], json!(["a.example", "b.example"]));
+    assert_eq!(
+        v2["spec"]["listeners"],
+        json!([{"port": 80, "protocol": "HTTP"}, {"port": 443, "protocol": "HTTPS"}])
+    );
+    let entries = v2["metadata"]["managedFields"].as_array().unwrap();
+    let b = entries.iter().find(|e| e["manager"] == "team-b").unwrap();
+    assert_eq!(
+        b["fieldsV1"],
+        json!({"f:spec": {
+            "f:hosts": {"v:\"b.example\"": {}},
+            "f:listeners": {"k:{\"port\":443}": {".": {}, "f:port": {}, "f:protocol": {}}}
+        }})
+    );
+    // The first manager dropping its listener removes that item only; an atomic list applied
+    // by another manager conflicts as a whole.
+    let v3 = apply_as(
+        &*kind,
+        Some(&v2),
+        "team-a",
+        json!({"hosts": ["a.example"], "args": ["--a"]}),
+    );
+    assert_eq!(
+        v3["spec"]["listeners"],
+        json!([{"port": 443, "protocol": "HTTPS"}])
+    );
+    let options = crate::patch::Options {
+        field_manager: "team-b",
+        force: false,
+        subresource: None,
+        now: "2026-12-02T05:00:00Z".parse().unwrap(),
+    };
+    let conflict = crate::patch::server_side_apply(
+        &*kind,
+        Some(&v3),
+        &gateway_config(json!({"args": ["--b"]})),
+        &options,
+    );
+    assert!(
+        matches!(conflict, Err(crate::patch::Error::Conflict(_))),
+        "{conflict:?}"
+    );
+}
+
+#[test]
+fn an_update_owns_the_objects_of_a_custom_resource_it_makes_appear() {
+    let kind = gateway();
+    let options = crate::patch::Options {
+        field_manager: "kubectl-create",
+        force: false,
+        subresource: None,
+        now: "2026-12-02T05:00:00Z".parse().unwrap(),
+    };
+    let new = json!({
+        "apiVersion": "example.com/v1", "kind": "Gateway",
+        "metadata": {"name": "g", "namespace": "default", "labels": {"app": "web"}},
+        "spec": {"tls": {"mode": "strict"}, "hosts": ["a.example"]}
+    });
+    let out = crate::patch::record_update(&*kind, None, new, &options);
+    // Unstructured objects do not exist before they are set, unlike a typed object's structs:
+    // Kubernetes records `spec` and `spec.tls` themselves; metadata stays typed.
+    assert_eq!(
+        out["metadata"]["managedFields"][0]["fieldsV1"],
+        json!({
+            "f:metadata": {"f:labels": {".": {}, "f:app": {}}},
+            "f:spec": {".": {}, "f:hosts": {".": {}, "v:\"a.example\"": {}},
+                       "f:tls": {".": {}, "f:mode": {}}}
+        })
+    );
+}

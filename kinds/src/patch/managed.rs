@@ -18,7 +18,7 @@ use skiff_meta::ResourceInfo;
 use crate::Kind;
 
 use super::Options;
-use super::schema::{self, Field, ListType, field_of};
+use super::schema::{Field, ListType, field_of};
 
 /// One step of a field path.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -270,11 +270,10 @@ pub(crate) fn item_field(list: &Field) -> Field {
     }
 }
 
-/// The root field of a kind: its merge schema, or metadata alone (every list atomic) for a kind
-/// without one.
+/// The root field of a kind: its apply schema.
 pub(crate) fn root_field(kind: &dyn Kind) -> Field {
     Field {
-        ty: Some(kind.merge_schema().unwrap_or(&schema::METADATA_ONLY)),
+        ty: Some(kind.apply_schema()),
         ..Field::DEFAULT
     }
 }
@@ -295,7 +294,8 @@ fn collect(v: &Value, field: &Field, path: &mut Path, out: &mut FieldSet) -> Res
             for (k, c) in m {
                 path.push(PathElement::Field(k.clone()));
                 collect(c, field_of(field.ty, k), path, out)?;
-                if c.is_null() || c.as_object().is_some_and(Map::is_empty) {
+                // A map's entries are members themselves, as struct fields are not.
+                if field.is_map || c.is_null() || c.as_object().is_some_and(Map::is_empty) {
                     out.insert(path);
                 }
                 path.pop();
@@ -463,9 +463,10 @@ fn compare_node(
         }
         _ => unreachable!("granular nodes are objects or lists"),
     }
-    // A list item or a Go map that appears or disappears is itself a member; a struct is not
-    // (Kubernetes compares typed objects, where structs always exist).
+    // A list item, a Go map or an optional node that appears or disappears is itself a member;
+    // a struct is not (Kubernetes compares typed objects, where structs always exist).
     let owned_node = field.is_map
+        || field.optional
         || matches!(
             path.last(),
             Some(PathElement::Key(_) | PathElement::Value(_) | PathElement::Index(_))
@@ -1006,6 +1007,37 @@ mod tests {
                     }}}}
                 }
             }])
+        );
+    }
+
+    #[test]
+    fn pointers_and_omitted_lists_that_appear_are_owned_as_kubernetes_records_them() {
+        // As kube-apiserver records a StatefulSet created by `kubectl create`: the pointer
+        // `rollingUpdate` and the `omitempty` list `ports` are members themselves when they
+        // appear; the value struct `updateStrategy` and the always-present `containers` are not.
+        let new = json!({
+            "apiVersion": "apps/v1", "kind": "StatefulSet",
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}},
+                     "template": {"spec": {"containers": [{"name": "web", "image": "nginx",
+                         "ports": [{"containerPort": 80, "name": "web", "protocol": "TCP"}]}]}}}
+        });
+        let out = record_update(
+            &*crate::builtin::by_kind("apps", "StatefulSet"),
+            None,
+            new,
+            &opts("kubectl"),
+        );
+        assert_eq!(
+            out["metadata"]["managedFields"][0]["fieldsV1"],
+            json!({"f:spec": {
+                "f:template": {"f:spec": {"f:containers": {"k:{\"name\":\"web\"}": {
+                    ".": {}, "f:image": {}, "f:name": {},
+                    "f:ports": {".": {}, "k:{\"containerPort\":80,\"protocol\":\"TCP\"}": {
+                        ".": {}, "f:containerPort": {}, "f:name": {}, "f:protocol": {}}}
+                }}}},
+                "f:updateStrategy": {"f:rollingUpdate": {".": {}, "f:partition": {}}, "f:type": {}}
+            }})
         );
     }
 
