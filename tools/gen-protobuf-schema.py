@@ -1,5 +1,9 @@
 #!/usr/bin/env python3
-"""Generate kinds/src/protobuf/schema.rs: the table the Kubernetes protobuf decoder walks.
+"""Generate the tables the kinds crate reads from Kubernetes' Go types, in one run:
+  * kinds/src/protobuf/schema.rs: the table the Kubernetes protobuf decoder walks;
+  * kinds/src/patch/generated.rs (with --merge-out): the merge table, how strategic merge patch
+    and server-side apply treat each field (patch tags, list/map/struct type markers, pointers,
+    omitempty, list-map key defaults).
 
 Inputs (all read-only, nothing is copied into the repository):
   * k8s-pb 0.9.0 (prost-generated structs in the local cargo registry): message names, field tags
@@ -8,13 +12,19 @@ Inputs (all read-only, nothing is copied into the repository):
     and the (apiVersion, kind) of every top-level resource (`impl crate::Resource`).
   * the Go types of kubernetes/api and kubernetes/apimachinery at branch release-1.33 (git mirrors):
     how Go's encoding/json writes each field (`omitempty`, pointer or value, `,inline` embedding),
-    matched to the protobuf field by its tag number, plus the named-slice wrapper types.
+    matched to the protobuf field by its tag number, plus the named-slice wrapper types, and the
+    `patchStrategy`/`patchMergeKey` tags and `// +listType=...`-style markers.
 
 Usage:
   tools/gen-protobuf-schema.py [--k8s-pb DIR] [--k8s-openapi DIR] [--go-api GITDIR]
-                               [--go-apimachinery GITDIR] [--go-ref REF] > kinds/src/protobuf/schema.rs
+                               [--go-apimachinery GITDIR] [--go-ref REF]
+                               --out kinds/src/protobuf/schema.rs --merge-out kinds/src/patch/generated.rs
+  then `cargo fmt --all`. `--check` regenerates both into a scratch directory and fails if the
+  checked-in files differ (the tables are not current with the generator and its inputs).
 Defaults: the crates under ~/.cargo/registry/src/*/ and the mirrors under /work/.mirror/.
 (If the crates are missing: `cargo fetch` in a scratch crate depending on k8s-pb = "=0.9.0".)
+The tests check that both checked-in tables name the same inputs (`SOURCES`), i.e. were written by
+one run.
 """
 import argparse
 import glob
@@ -40,7 +50,21 @@ ap.add_argument(
 ap.add_argument("--go-api", default="/work/.mirror/kubernetes+api/repo")
 ap.add_argument("--go-apimachinery", default="/work/.mirror/kubernetes+apimachinery/repo")
 ap.add_argument("--go-ref", default="release-1.33")
+ap.add_argument("--out", help="the protobuf table (default: standard output)")
+ap.add_argument("--merge-out", help="also write the merge table (kinds/src/patch/generated.rs) here")
+ap.add_argument("--check", action="store_true", help="fail if the checked-in tables are not current")
 args = ap.parse_args()
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CHECKED_IN = {
+    "out": os.path.join(REPO, "kinds/src/protobuf/schema.rs"),
+    "merge_out": os.path.join(REPO, "kinds/src/patch/generated.rs"),
+}
+if args.check:
+    import tempfile
+
+    scratch = tempfile.mkdtemp(prefix="gen-schema-")
+    args.out = os.path.join(scratch, "schema.rs")
+    args.merge_out = os.path.join(scratch, "generated.rs")
 
 
 def warn(msg):
@@ -177,9 +201,14 @@ def go_types(module):
             types[tm.group(1).lower()] = {"named": tm.group(2)}
         for tm in re.finditer(r"^type (\w+) struct \{\n(.*?)^\}", src, re.S | re.M):
             fields = {}
+            markers = []  # the `// +key=value` lines above the next field
             for line in tm.group(2).split("\n"):
                 if line.strip().startswith("//"):
+                    mm = re.match(r"\s*//\s*\+([\w.]+)(?:=(.*))?$", line)
+                    if mm:
+                        markers.append((mm.group(1), (mm.group(2) or "").strip()))
                     continue
+                field_markers, markers = markers, []
                 fm = GO_FIELD.match(line)
                 if fm:
                     gotype, tag = fm.group(2), fm.group(3)
@@ -193,13 +222,25 @@ def go_types(module):
                 if not pm or not jm:
                     continue
                 jparts = jm.group(1).split(",")
+                strategy = re.search(r'patchStrategy:"([^"]*)"', tag)
+                merge_key = re.search(r'patchMergeKey:"([^"]*)"', tag)
                 fields[int(pm.group(1))] = {
                     "json": jparts[0],
                     "omitempty": "omitempty" in jparts[1:],
                     "inline": "inline" in jparts[1:],
                     "type": gotype,
+                    "patch_strategy": strategy.group(1).split(",") if strategy else [],
+                    "patch_merge_key": merge_key.group(1) if merge_key else None,
+                    "markers": field_markers,
                 }
-            types[tm.group(1).lower()] = {"fields": fields}
+            # `// +structType=atomic` in the comment block right above the type.
+            head = src[: tm.start()].rstrip("\n").split("\n")
+            type_markers = []
+            while head and head[-1].startswith("//"):
+                mm = re.match(r"//\s*\+([\w.]+)(?:=(.*))?$", head.pop())
+                if mm:
+                    type_markers.append((mm.group(1), (mm.group(2) or "").strip()))
+            types[tm.group(1).lower()] = {"fields": fields, "markers": type_markers}
     return types
 
 
@@ -311,6 +352,7 @@ def presence(f, go_field, entry):
 
 
 out_msgs = []
+json_names = {}  # (message, tag) -> JSON name, for the merge table
 for full in order:
     msg = messages[full]
     entry = openapi_entry(msg)
@@ -335,6 +377,7 @@ for full in order:
             warn(f"{full}.{f['rust']}: k8s-openapi says {json}, Go says {go_field['json']}")
         if json == "-":
             continue
+        json_names[(full, f["tag"])] = json
         card = {"single": "C::One", "repeated": "C::Repeated", "map": "C::Map"}[f["card"]]
         pres = "P::Inline" if inline else presence(f, go_field, entry)
         rows.append(f'f({f["tag"]}, "{json or ""}", {rust_type(f)}, {card}, {pres})')
@@ -343,36 +386,232 @@ for full in order:
 # ---------------------------------------------------------------------------------------------
 # Output
 # ---------------------------------------------------------------------------------------------
-print("//! The Kubernetes protobuf schema table: message fields (tag, JSON name, wire type, JSON presence)")
-print("//! and the kinds a `k8s\\0` envelope may name.")
-print("//!")
-print("//! GENERATED by `tools/gen-protobuf-schema.py` -- do not edit. Regenerate with")
-print("//! `python3 tools/gen-protobuf-schema.py > kinds/src/protobuf/schema.rs && cargo fmt --all`.")
-print("//! Sources: k8s-pb 0.9.0 (tags, wire types), k8s-openapi 0.29.0 v1_33 (JSON names, kinds), Go")
-print(f"//! types of kubernetes/api and kubernetes/apimachinery at {args.go_ref} (omitempty, pointers, inline).")
-print(f"//! {len(order)} messages, {stats['fields']} fields, {len(kinds)} kinds.")
-print()
-print("use super::types::{Card as C, Message, Presence as P, Type as T, f};")
-print()
-print("/// Every message reachable from [`KINDS`], indexed by `Type::Message(i)`.")
-print("pub(crate) static MESSAGES: &[Message] = &[")
+out = open(args.out, "w") if args.out else sys.stdout
+SOURCES = (
+    f"k8s-pb 0.9.0, k8s-openapi 0.29.0 v1_33, kubernetes/api and kubernetes/apimachinery at {args.go_ref}"
+)
+
+
+def emit(line=""):
+    print(line, file=out)
+
+
+emit("//! The Kubernetes protobuf schema table: message fields (tag, JSON name, wire type, JSON presence)")
+emit("//! and the kinds a `k8s\\0` envelope may name.")
+emit("//!")
+emit("//! GENERATED by `tools/gen-protobuf-schema.py` -- do not edit. Regenerate with")
+emit("//! `python3 tools/gen-protobuf-schema.py --out kinds/src/protobuf/schema.rs --merge-out")
+emit("//! kinds/src/patch/generated.rs && cargo fmt --all`.")
+emit("//! Sources: k8s-pb 0.9.0 (tags, wire types), k8s-openapi 0.29.0 v1_33 (JSON names, kinds), Go")
+emit(f"//! types of kubernetes/api and kubernetes/apimachinery at {args.go_ref} (omitempty, pointers, inline).")
+emit(f"//! {len(order)} messages, {stats['fields']} fields, {len(kinds)} kinds.")
+emit()
+emit("use super::types::{Card as C, Message, Presence as P, Type as T, f};")
+emit()
+emit("/// The inputs of the run that wrote this table (the merge table names the same).")
+emit(f'pub const SOURCES: &str = "{SOURCES}";')
+emit()
+emit("/// Every message reachable from [`KINDS`], indexed by `Type::Message(i)`.")
+emit("pub(crate) static MESSAGES: &[Message] = &[")
 for i, (full, rows) in enumerate(out_msgs):
-    print(f"    // {i}")
-    print("    Message {")
-    print(f'        name: "k8s.io.{full}",')
+    emit(f"    // {i}")
+    emit("    Message {")
+    emit(f'        name: "k8s.io.{full}",')
     if rows:
-        print("        fields: &[")
+        emit("        fields: &[")
         for r in rows:
-            print(f"            {r},")
-        print("        ],")
+            emit(f"            {r},")
+        emit("        ],")
     else:
-        print("        fields: &[],")
-    print("    },")
-print("];")
-print()
-print("/// `(apiVersion, kind)` to the index of its message in [`MESSAGES`], sorted for binary search.")
-print("pub(crate) static KINDS: &[(&str, &str, u16)] = &[")
+        emit("        fields: &[],")
+    emit("    },")
+emit("];")
+emit()
+emit("/// `(apiVersion, kind)` to the index of its message in [`MESSAGES`], sorted for binary search.")
+emit("pub(crate) static KINDS: &[(&str, &str, u16)] = &[")
 for gv, kind, full in kinds:
-    print(f'    ("{gv}", "{kind}", {index[full]}),')
-print("];")
+    emit(f'    ("{gv}", "{kind}", {index[full]}),')
+emit("];")
 warn(f"stats: {stats}; messages {len(order)}; kinds {len(kinds)}")
+
+if args.out:
+    out.close()
+
+# ---------------------------------------------------------------------------------------------
+# The merge table: how strategic merge patch and server-side apply treat each field
+# ---------------------------------------------------------------------------------------------
+# From the same Go types: the `patchStrategy`/`patchMergeKey` tags, the `+listType`,
+# `+listMapKey`, `+mapType` and `+structType` markers, `+default` of list-map keys, pointers
+# and `omitempty`. A list without `+listType` is what kube-openapi's schemaconv makes of it: a
+# map-list by its merge key, a set when merged without a key, atomic otherwise.
+if not args.merge_out:
+    raise SystemExit(0)
+
+
+def marker(markers, key):
+    values = [v for k, v in markers if k == key]
+    return values
+
+
+def go_field_of(full, tag):
+    go = go_struct(messages[full]) or {}
+    return go.get("fields", {}).get(tag)
+
+
+def key_default(item_full, key):
+    """The `+default` of a list-map key's field in the item message, if it is a string."""
+    import json as jsonlib
+
+    for f in messages[item_full]["fields"]:
+        if json_names.get((item_full, f["tag"])) != key:
+            continue
+        gf = go_field_of(item_full, f["tag"])
+        for v in marker(gf["markers"] if gf else [], "default"):
+            try:
+                d = jsonlib.loads(v)
+            except ValueError:
+                continue
+            if isinstance(d, str):
+                return d
+    return None
+
+
+merge_types = {}  # message -> list of field rows (None while being computed)
+merge_stats = {"types": 0, "fields": 0}
+
+
+def listed_fields(full):
+    """The fields of `full` whose merge behaviour is not the default, as Rust `Field`s."""
+    if full in merge_types:
+        if merge_types[full] is None:
+            raise SystemExit(f"{full}: recursive type")
+        return merge_types[full]
+    merge_types[full] = None
+    rows = []
+    for f in sorted(messages[full]["fields"], key=lambda f: f["tag"]):
+        gf = go_field_of(full, f["tag"]) or {
+            "type": "", "omitempty": True, "inline": False, "patch_strategy": [],
+            "patch_merge_key": None, "markers": [],
+        }
+        json = json_names.get((full, f["tag"]))
+        target = f["target"] if f["kind"] == "message" and not special_of(f["target"]) else None
+        if gf["inline"] and target:
+            rows.extend(listed_fields(target))
+            continue
+        if not json or json == "-":
+            continue
+        attrs = []
+        child = None
+        if target and f["card"] != "map":
+            child = listed_fields(target)
+        strategy = gf["patch_strategy"]
+        key = gf["patch_merge_key"]
+        if f["card"] == "repeated":
+            if "merge" in strategy:
+                attrs.append(f'merge_key: Some("{key or ""}")')
+            if "retainKeys" in strategy:
+                attrs.append("retain_keys: true")
+            list_type = (marker(gf["markers"], "listType") or [None])[0]
+            keys = marker(gf["markers"], "listMapKey")
+            if list_type is None and "merge" in strategy:
+                list_type, keys = ("map", [key]) if key else ("set", [])
+            if list_type == "map":
+                pairs = ", ".join(
+                    f'("{k}", {f"Some({chr(34)}{d}{chr(34)})" if (d := key_default(target, k)) else "None"})'
+                    for k in keys
+                )
+                attrs.append(f"list_type: ListType::Map(&[{pairs}])")
+            elif list_type == "set":
+                attrs.append("list_type: ListType::Set")
+            if list_type in ("map", "set") and (gf["omitempty"] or gf["type"].startswith("*")):
+                attrs.append("optional: true")
+        elif f["card"] == "map":
+            if "atomic" in marker(gf["markers"], "mapType"):
+                attrs.append("atomic_map: true")
+            attrs.append("is_map: true")
+        elif target:
+            tm = (go_struct(messages[target]) or {}).get("markers", [])
+            if "atomic" in marker(tm, "structType") + marker(gf["markers"], "structType") + marker(
+                gf["markers"], "mapType"
+            ):
+                attrs.append("atomic_map: true")
+                child = None
+            elif gf["type"].startswith("*"):
+                attrs.append("optional: true")
+        if "merge" in strategy and f["card"] != "repeated":
+            attrs.append(f'merge_key: Some("{key or ""}")')
+        if "retainKeys" in strategy and f["card"] != "repeated":
+            attrs.append("retain_keys: true")
+        if child:
+            attrs.append(f"ty: Some(&{rust_name(target)})")
+        if attrs:
+            merge_stats["fields"] += 1
+            rows.append(f'Field {{ name: "{json}", {", ".join(attrs)}, ..Field::DEFAULT }}')
+    merge_types[full] = rows
+    return rows
+
+
+def rust_name(full):
+    parts = full.split(".")
+    if parts[0] == "api":
+        parts = parts[1:]
+    elif parts[:3] == ["apimachinery", "pkg", "apis"]:
+        parts = parts[3:]
+    else:
+        parts = parts[1:]
+    *module, name = parts
+    snake = re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).upper()
+    return "_".join(p.upper() for p in module) + "_" + snake
+
+
+merge_kinds = [(gv, kind, full) for gv, kind, full in kinds if kind != "DeleteOptions"]
+for _, _, full in merge_kinds:
+    listed_fields(full)
+emitted = [full for full in merge_types if merge_types[full] or any(full == k for _, _, k in merge_kinds)]
+merge_stats["types"] = len(emitted)
+
+with open(args.merge_out, "w") as m:
+    w = lambda line="": print(line, file=m)
+    w("//! The merge table: for each field of the built-in kinds whose behaviour is not the default,")
+    w("//! how strategic merge patch merges it and how server-side apply tracks it (see `schema.rs`).")
+    w("//!")
+    w("//! GENERATED by `tools/gen-protobuf-schema.py` -- do not edit; regenerate both tables with it")
+    w("//! (see its header). From the Go types' `patchStrategy`/`patchMergeKey` tags and")
+    w("//! `+listType`/`+listMapKey`/`+mapType`/`+structType`/`+default` markers, pointers and `omitempty`.")
+    w(f"//! {merge_stats['types']} types, {merge_stats['fields']} listed fields, {len(merge_kinds)} kinds.")
+    w()
+    w("use super::schema::{Field, ListType, Type};")
+    w()
+    w("/// The inputs of the run that wrote this table (the protobuf table names the same).")
+    w(f'pub const SOURCES: &str = "{SOURCES}";')
+    for full in emitted:
+        w()
+        w(f"/// `{full}`.")
+        w(f"pub static {rust_name(full)}: Type = Type {{")
+        rows = merge_types[full]
+        if rows:
+            w("    fields: &[")
+            for r in rows:
+                w(f"        {r},")
+            w("    ],")
+        else:
+            w("    fields: &[],")
+        w("};")
+    w()
+    w("/// `(apiVersion, kind)` to its type, sorted for binary search.")
+    w("pub static KINDS: &[(&str, &str, &Type)] = &[")
+    for gv, kind, full in merge_kinds:
+        w(f'    ("{gv}", "{kind}", &{rust_name(full)}),')
+    w("];")
+warn(f"merge table: {merge_stats}")
+
+if args.check:
+    stale = []
+    for key, checked_in in CHECKED_IN.items():
+        fresh = getattr(args, key)
+        subprocess.run(["rustfmt", "--edition", "2024", fresh], check=True)
+        if open(fresh).read() != open(checked_in).read():
+            stale.append(os.path.relpath(checked_in, REPO))
+    if stale:
+        raise SystemExit(f"not current: {', '.join(stale)} (regenerate, see the header)")
+    warn("both tables are current")

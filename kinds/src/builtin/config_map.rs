@@ -41,10 +41,6 @@ impl Kind for ConfigMap {
         table::config_map_row(object, now)
     }
 
-    fn merge_schema(&self) -> Option<&'static Type> {
-        Some(&schema::CONFIG_MAP)
-    }
-
     fn validate(&self, new: &Value, old: Option<&Value>, _meta: &ObjectMeta) -> Checked {
         validation::core::validate_config_map(new, old)
     }

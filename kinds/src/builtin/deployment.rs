@@ -41,10 +41,6 @@ impl Kind for Deployment {
         table::deployment_row(object, now)
     }
 
-    fn merge_schema(&self) -> Option<&'static Type> {
-        Some(&schema::DEPLOYMENT)
-    }
-
     fn default(&self, object: &mut Value) {
         defaults::deployment(object);
     }

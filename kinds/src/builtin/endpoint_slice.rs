@@ -41,10 +41,6 @@ impl Kind for EndpointSlice {
         table::endpoint_slice_row(object, now)
     }
 
-    fn merge_schema(&self) -> Option<&'static Type> {
-        Some(&schema::ENDPOINT_SLICE)
-    }
-
     fn default(&self, object: &mut Value) {
         defaults::endpoint_slice(object);
     }

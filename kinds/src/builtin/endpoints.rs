@@ -41,10 +41,6 @@ impl Kind for Endpoints {
         table::endpoints_row(object, now)
     }
 
-    fn merge_schema(&self) -> Option<&'static Type> {
-        Some(&schema::METADATA_ONLY)
-    }
-
     fn default(&self, object: &mut Value) {
         defaults::endpoints(object);
     }

@@ -72,10 +72,6 @@ impl Kind for Event {
         table::event_row(object, now)
     }
 
-    fn merge_schema(&self) -> Option<&'static Type> {
-        Some(&schema::METADATA_ONLY)
-    }
-
     fn name_rule(&self) -> NameFn {
         names::path_segment_name
     }

@@ -45,10 +45,6 @@ impl Kind for Job {
         table::job_row(object, now)
     }
 
-    fn merge_schema(&self) -> Option<&'static Type> {
-        Some(&schema::JOB)
-    }
-
     fn default(&self, object: &mut Value) {
         defaults::job(object);
     }

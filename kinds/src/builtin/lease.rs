@@ -41,10 +41,6 @@ impl Kind for Lease {
         table::lease_row(object, now)
     }
 
-    fn merge_schema(&self) -> Option<&'static Type> {
-        Some(&schema::METADATA_ONLY)
-    }
-
     fn validate(&self, new: &Value, old: Option<&Value>, _meta: &ObjectMeta) -> Checked {
         validation::core::validate_lease(new, old)
     }

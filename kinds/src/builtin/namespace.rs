@@ -56,10 +56,6 @@ impl Kind for Namespace {
         table::namespace_row(object, now)
     }
 
-    fn merge_schema(&self) -> Option<&'static Type> {
-        Some(&schema::NAMESPACE)
-    }
-
     fn default(&self, object: &mut Value) {
         defaults::namespace(object);
     }

@@ -45,10 +45,6 @@ impl Kind for Node {
         table::node_row(object, now)
     }
 
-    fn merge_schema(&self) -> Option<&'static Type> {
-        Some(&schema::NODE)
-    }
-
     fn default(&self, object: &mut Value) {
         defaults::node(object);
     }

@@ -77,10 +77,6 @@ impl Kind for Pod {
         table::pod_row(object, now)
     }
 
-    fn merge_schema(&self) -> Option<&'static Type> {
-        Some(&schema::POD)
-    }
-
     fn default(&self, object: &mut Value) {
         defaults::pod(object);
     }

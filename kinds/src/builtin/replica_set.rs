@@ -45,10 +45,6 @@ impl Kind for ReplicaSet {
         table::replica_set_row(object, now)
     }
 
-    fn merge_schema(&self) -> Option<&'static Type> {
-        Some(&schema::WORKLOAD)
-    }
-
     fn default(&self, object: &mut Value) {
         defaults::replica_set(object);
     }

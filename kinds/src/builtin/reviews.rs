@@ -49,9 +49,6 @@ macro_rules! review {
                 Some(table::fallback_row(&self.columns(), object, now))
             }
 
-            fn merge_schema(&self) -> Option<&'static Type> {
-                Some(&schema::METADATA_ONLY)
-            }
 
             fn stored(&self) -> bool {
                 false

@@ -41,11 +41,6 @@ impl Kind for RoleBinding {
         table::binding_row(object, now)
     }
 
-    fn merge_schema(&self) -> Option<&'static Type> {
-        // Rules, subjects and selectors are atomic lists.
-        Some(&schema::METADATA_ONLY)
-    }
-
     fn name_rule(&self) -> NameFn {
         names::path_segment_name
     }

@@ -41,10 +41,6 @@ impl Kind for Secret {
         table::secret_row(object, now)
     }
 
-    fn merge_schema(&self) -> Option<&'static Type> {
-        Some(&schema::SECRET)
-    }
-
     fn default(&self, object: &mut Value) {
         defaults::secret(object);
     }

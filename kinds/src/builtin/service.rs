@@ -41,10 +41,6 @@ impl Kind for Service {
         table::service_row(object, now)
     }
 
-    fn merge_schema(&self) -> Option<&'static Type> {
-        Some(&schema::SERVICE)
-    }
-
     fn default(&self, object: &mut Value) {
         defaults::service(object);
     }

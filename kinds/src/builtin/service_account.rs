@@ -41,10 +41,6 @@ impl Kind for ServiceAccount {
         table::service_account_row(object, now)
     }
 
-    fn merge_schema(&self) -> Option<&'static Type> {
-        Some(&schema::SERVICE_ACCOUNT)
-    }
-
     fn validate(&self, new: &Value, old: Option<&Value>, _meta: &ObjectMeta) -> Checked {
         validation::core::validate_service_account(new, old)
     }

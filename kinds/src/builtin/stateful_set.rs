@@ -41,10 +41,6 @@ impl Kind for StatefulSet {
         table::stateful_set_row(object, now)
     }
 
-    fn merge_schema(&self) -> Option<&'static Type> {
-        Some(&schema::WORKLOAD)
-    }
-
     fn default(&self, object: &mut Value) {
         defaults::stateful_set(object);
     }

@@ -13,6 +13,7 @@
 //! - [`managed`]: field sets in the `FieldsV1` format and the `managedFields` entries.
 //! - [`ssa`]: server-side apply (merge, pruning, conflicts).
 
+pub mod generated;
 pub mod managed;
 pub mod schema;
 pub mod ssa;

@@ -1,11 +1,17 @@
 //! The merge schema of the served kinds: for each field, how strategic merge patch merges it
 //! (the Go struct tags `patchStrategy`/`patchMergeKey`) and how server-side apply tracks it
-//! (`+listType`, `+listMapKey`, `+mapType`).
+//! (`+listType`, `+listMapKey`, `+mapType`, `+structType`).
 //!
-//! Derived by hand from `k8s.io/api` v0.33 (`core/v1`, `apps/v1`, `batch/v1`, `coordination/v1`,
-//! `discovery/v1`) and `metav1.ObjectMeta`. Only fields whose behaviour differs from the
-//! defaults are listed: an unlisted object field merges key by key, an unlisted list is
-//! replaced whole (atomic) by both patch kinds, and an unlisted field's children are unlisted.
+//! The built-in kinds' tables are generated from the Go types of `k8s.io/api` and
+//! `k8s.io/apimachinery` by the same run that writes the protobuf table
+//! (`tools/gen-protobuf-schema.py`, into [`super::generated`]). Only fields whose behaviour
+//! differs from the defaults are listed: an unlisted object field merges key by key, an unlisted
+//! list is replaced whole (atomic) by both patch kinds, and an unlisted field's children are
+//! unlisted.
+//!
+//! Custom resources get theirs from their definitions' structural schemas at run time
+//! ([`crate::custom`]); their types list a [`WILDCARD`] field for everything unlisted, since every
+//! object of an unstructured custom resource is [`Field::optional`].
 
 /// How server-side apply treats a list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,6 +42,10 @@ pub struct Field {
     /// A Go map (`map[string]string`: labels, annotations, data) rather than a struct: a map
     /// that appears is itself owned (`".": {}`), a struct that appears is not.
     pub is_map: bool,
+    /// An object or list that may be absent and is itself owned, like a Go map, when an update
+    /// makes it appear: every object and list of a custom resource, which Kubernetes compares as
+    /// unstructured data (a built-in kind's structs exist, empty, in every typed object).
+    pub optional: bool,
     /// The type of the value (of each item, for lists), when it has listed fields.
     pub ty: Option<&'static Type>,
 }
@@ -47,12 +57,17 @@ pub struct Type {
     pub fields: &'static [Field],
 }
 
+/// The name of the field that stands for every field a type does not list, when it lists one.
+pub const WILDCARD: &str = "*";
+
 impl Type {
-    /// The behaviour of a field; unlisted fields get [`Field::DEFAULT`].
+    /// The behaviour of a field; unlisted fields get the [`WILDCARD`] field's, or
+    /// [`Field::DEFAULT`].
     pub fn field(&self, name: &str) -> &Field {
         self.fields
             .iter()
             .find(|f| f.name == name)
+            .or_else(|| self.fields.iter().find(|f| f.name == WILDCARD))
             .unwrap_or(&Field::DEFAULT)
     }
 }
@@ -63,11 +78,7 @@ pub type Node = Option<&'static Type>;
 /// Looks up a child field in an optional type.
 pub fn field_of(ty: Node, name: &str) -> &'static Field {
     match ty {
-        Some(t) => t
-            .fields
-            .iter()
-            .find(|f| f.name == name)
-            .unwrap_or(&Field::DEFAULT),
+        Some(t) => t.field(name),
         None => &Field::DEFAULT,
     }
 }
@@ -81,354 +92,31 @@ impl Field {
         list_type: ListType::Atomic,
         atomic_map: false,
         is_map: false,
+        optional: false,
         ty: None,
     };
 }
 
-const fn object(name: &'static str, ty: &'static Type) -> Field {
-    Field {
-        name,
-        ty: Some(ty),
-        ..Field::DEFAULT
-    }
-}
+pub use super::generated::META_V1_OBJECT_META as OBJECT_META;
 
-const fn map_list(
-    name: &'static str,
-    merge_key: &'static str,
-    keys: &'static [(&'static str, Option<&'static str>)],
-    ty: Option<&'static Type>,
-) -> Field {
-    Field {
-        name,
-        merge_key: Some(merge_key),
-        retain_keys: false,
-        list_type: ListType::Map(keys),
-        atomic_map: false,
-        is_map: false,
-        ty,
-    }
-}
-
-const fn with_retain_keys(f: Field) -> Field {
-    Field {
-        retain_keys: true,
-        ..f
-    }
-}
-
-const fn atomic_map(name: &'static str) -> Field {
-    Field {
-        name,
-        atomic_map: true,
-        is_map: true,
-        ..Field::DEFAULT
-    }
-}
-
-const fn string_map(name: &'static str) -> Field {
-    Field {
-        name,
-        is_map: true,
-        ..Field::DEFAULT
-    }
-}
-
-/// A struct apply owns whole (`+structType=atomic`, e.g. `metav1.LabelSelector`).
-const fn atomic_struct(name: &'static str) -> Field {
-    Field {
-        name,
-        atomic_map: true,
-        ..Field::DEFAULT
-    }
-}
-
-/// A list of scalars merged by value in strategic merge and a set in apply.
-const fn set_list(name: &'static str) -> Field {
-    Field {
-        name,
-        merge_key: Some(""),
-        retain_keys: false,
-        list_type: ListType::Set,
-        atomic_map: false,
-        is_map: false,
-        ty: None,
-    }
-}
-
-/// A list that strategic merge merges by `merge_key` but apply treats as atomic.
-const fn smp_only_list(name: &'static str, merge_key: &'static str) -> Field {
-    Field {
-        name,
-        merge_key: Some(merge_key),
-        ..Field::DEFAULT
-    }
-}
-
-const NAME: &[(&str, Option<&str>)] = &[("name", None)];
-const TYPE: &[(&str, Option<&str>)] = &[("type", None)];
-
-/// `metav1.ObjectMeta`.
-pub static OBJECT_META: Type = Type {
-    fields: &[
-        set_list("finalizers"),
-        map_list("ownerReferences", "uid", &[("uid", None)], None),
-        string_map("labels"),
-        string_map("annotations"),
-    ],
-};
-
-/// `metav1.Condition` lists and the per-kind condition lists, merged by `type`.
-const fn conditions() -> Field {
-    map_list("conditions", "type", TYPE, None)
-}
-
-static RESOURCE_REQUIREMENTS: Type = Type {
-    fields: &[
-        map_list("claims", "name", NAME, None),
-        string_map("limits"),
-        string_map("requests"),
-    ],
-};
-
-/// `core/v1.Container` (and `EphemeralContainerCommon`, which has the same tags).
-pub static CONTAINER: Type = Type {
-    fields: &[
-        map_list(
-            "ports",
-            "containerPort",
-            &[("containerPort", None), ("protocol", Some("TCP"))],
-            None,
-        ),
-        map_list("env", "name", NAME, None),
-        map_list("volumeMounts", "mountPath", &[("mountPath", None)], None),
-        map_list("volumeDevices", "devicePath", &[("devicePath", None)], None),
-        object("resources", &RESOURCE_REQUIREMENTS),
-    ],
-};
-
-/// `core/v1.PodSpec`.
-pub static POD_SPEC: Type = Type {
-    fields: &[
-        with_retain_keys(map_list("volumes", "name", NAME, None)),
-        map_list("initContainers", "name", NAME, Some(&CONTAINER)),
-        map_list("containers", "name", NAME, Some(&CONTAINER)),
-        map_list("ephemeralContainers", "name", NAME, Some(&CONTAINER)),
-        map_list("imagePullSecrets", "name", NAME, None),
-        map_list("hostAliases", "ip", &[("ip", None)], None),
-        map_list(
-            "topologySpreadConstraints",
-            "topologyKey",
-            &[("topologyKey", None), ("whenUnsatisfiable", None)],
-            None,
-        ),
-        map_list("schedulingGates", "name", NAME, None),
-        with_retain_keys(map_list("resourceClaims", "name", NAME, None)),
-        atomic_map("nodeSelector"),
-        string_map("overhead"),
-    ],
-};
-
-static CONTAINER_STATUS: Type = Type {
-    fields: &[
-        map_list("volumeMounts", "mountPath", &[("mountPath", None)], None),
-        map_list("allocatedResourcesStatus", "name", NAME, None),
-    ],
-};
-
-/// `core/v1.PodStatus`.
-pub static POD_STATUS: Type = Type {
-    fields: &[
-        conditions(),
-        smp_only_list("hostIPs", "ip"),
-        map_list("podIPs", "ip", &[("ip", None)], None),
-        with_retain_keys(map_list("resourceClaimStatuses", "name", NAME, None)),
-        Field {
-            name: "containerStatuses",
-            ty: Some(&CONTAINER_STATUS),
-            ..Field::DEFAULT
-        },
-    ],
-};
-
-/// `core/v1.PodTemplateSpec`.
-pub static POD_TEMPLATE_SPEC: Type = Type {
-    fields: &[object("metadata", &OBJECT_META), object("spec", &POD_SPEC)],
-};
-
-/// `core/v1.Pod`.
-pub static POD: Type = Type {
-    fields: &[
-        object("metadata", &OBJECT_META),
-        object("spec", &POD_SPEC),
-        object("status", &POD_STATUS),
-    ],
-};
-
-static NODE_SPEC: Type = Type {
-    fields: &[set_list("podCIDRs")],
-};
-
-static NODE_STATUS: Type = Type {
-    fields: &[
-        conditions(),
-        map_list("addresses", "type", TYPE, None),
-        string_map("capacity"),
-        string_map("allocatable"),
-    ],
-};
-
-/// `core/v1.Node`.
-pub static NODE: Type = Type {
-    fields: &[
-        object("metadata", &OBJECT_META),
-        object("spec", &NODE_SPEC),
-        object("status", &NODE_STATUS),
-    ],
-};
-
-static SERVICE_SPEC: Type = Type {
-    fields: &[
-        map_list(
-            "ports",
-            "port",
-            &[("port", None), ("protocol", Some("TCP"))],
-            None,
-        ),
-        atomic_map("selector"),
-    ],
-};
-
-static CONDITIONS_ONLY: Type = Type {
-    fields: &[conditions()],
-};
-
-/// `core/v1.Service`.
-pub static SERVICE: Type = Type {
-    fields: &[
-        object("metadata", &OBJECT_META),
-        object("spec", &SERVICE_SPEC),
-        object("status", &CONDITIONS_ONLY),
-    ],
-};
-
-/// `core/v1.Namespace`.
-pub static NAMESPACE: Type = Type {
-    fields: &[
-        object("metadata", &OBJECT_META),
-        object("status", &CONDITIONS_ONLY),
-    ],
-};
-
-/// `core/v1.ServiceAccount`.
-pub static SERVICE_ACCOUNT: Type = Type {
-    fields: &[
-        object("metadata", &OBJECT_META),
-        map_list("secrets", "name", NAME, None),
-    ],
-};
-
-/// `core/v1.ConfigMap`.
-pub static CONFIG_MAP: Type = Type {
-    fields: &[
-        object("metadata", &OBJECT_META),
-        string_map("data"),
-        string_map("binaryData"),
-    ],
-};
-
-/// `core/v1.Secret`.
-pub static SECRET: Type = Type {
-    fields: &[
-        object("metadata", &OBJECT_META),
-        string_map("data"),
-        string_map("stringData"),
-    ],
-};
-
-/// Kinds whose only listed fields are in `metadata` (Endpoints, Event, Lease, Scale, and
-/// unknown kinds).
+/// What a kind without a table of its own gets (a CustomResourceDefinition; kinds unknown to
+/// the table): `metadata`'s behaviour, every other list atomic.
 pub static METADATA_ONLY: Type = Type {
-    fields: &[object("metadata", &OBJECT_META)],
-};
-
-static DEPLOYMENT_SPEC: Type = Type {
-    fields: &[
-        object("template", &POD_TEMPLATE_SPEC),
-        atomic_struct("selector"),
-        Field {
-            name: "strategy",
-            retain_keys: true,
-            ..Field::DEFAULT
-        },
-    ],
-};
-
-static WORKLOAD_SPEC: Type = Type {
-    fields: &[
-        object("template", &POD_TEMPLATE_SPEC),
-        atomic_struct("selector"),
-    ],
-};
-
-/// `apps/v1.Deployment`.
-pub static DEPLOYMENT: Type = Type {
-    fields: &[
-        object("metadata", &OBJECT_META),
-        object("spec", &DEPLOYMENT_SPEC),
-        object("status", &CONDITIONS_ONLY),
-    ],
-};
-
-/// `apps/v1.ReplicaSet` and `apps/v1.DaemonSet` (same tags on spec.template and conditions).
-pub static WORKLOAD: Type = Type {
-    fields: &[
-        object("metadata", &OBJECT_META),
-        object("spec", &WORKLOAD_SPEC),
-        object("status", &CONDITIONS_ONLY),
-    ],
-};
-
-static JOB_SPEC: Type = Type {
-    fields: &[
-        object("template", &POD_TEMPLATE_SPEC),
-        atomic_struct("selector"),
-    ],
-};
-
-/// `JobStatus.conditions`: merged by type in strategic merge, atomic in apply.
-static JOB_STATUS: Type = Type {
-    fields: &[smp_only_list("conditions", "type")],
-};
-
-/// `batch/v1.Job`.
-pub static JOB: Type = Type {
-    fields: &[
-        object("metadata", &OBJECT_META),
-        object("spec", &JOB_SPEC),
-        object("status", &JOB_STATUS),
-    ],
-};
-
-static ENDPOINT: Type = Type {
     fields: &[Field {
-        name: "addresses",
-        list_type: ListType::Set,
+        name: "metadata",
+        ty: Some(&OBJECT_META),
         ..Field::DEFAULT
     }],
 };
 
-/// `discovery/v1.EndpointSlice` (its lists are atomic for both patch kinds).
-pub static ENDPOINT_SLICE: Type = Type {
-    fields: &[
-        object("metadata", &OBJECT_META),
-        Field {
-            name: "endpoints",
-            ty: Some(&ENDPOINT),
-            ..Field::DEFAULT
-        },
-    ],
-};
+/// The merge schema of a built-in kind, from the generated table.
+pub fn builtin(api_version: &str, kind: &str) -> Option<&'static Type> {
+    let kinds = super::generated::KINDS;
+    kinds
+        .binary_search_by(|(v, k, _)| (*v, *k).cmp(&(api_version, kind)))
+        .ok()
+        .map(|i| kinds[i].2)
+}
 
 #[cfg(test)]
 mod tests {
@@ -467,27 +155,97 @@ mod tests {
 
     #[test]
     fn tags_as_kubernetes_declares_them() {
-        let pod_spec = POD.field("spec").ty;
+        let pod = for_kind("", "Pod");
+        let pod_spec = pod.field("spec").ty;
         assert!(field_of(pod_spec, "volumes").retain_keys);
         assert_eq!(field_of(pod_spec, "tolerations").merge_key, None);
         assert_eq!(
             field_of(pod_spec, "tolerations").list_type,
             ListType::Atomic
         );
-        let meta = POD.field("metadata").ty;
+        let meta = pod.field("metadata").ty;
         assert_eq!(field_of(meta, "finalizers").merge_key, Some(""));
+        assert_eq!(field_of(meta, "finalizers").list_type, ListType::Set);
         assert_eq!(field_of(meta, "ownerReferences").merge_key, Some("uid"));
-        assert_eq!(field_of(NODE.field("spec").ty, "taints").merge_key, None);
+        let node = for_kind("", "Node");
+        assert_eq!(field_of(node.field("spec").ty, "taints").merge_key, None);
         assert_eq!(
-            field_of(NODE.field("status").ty, "addresses").merge_key,
+            field_of(node.field("status").ty, "addresses").merge_key,
             Some("type")
         );
+        let service_ports = field_of(for_kind("", "Service").field("spec").ty, "ports");
+        assert_eq!(service_ports.merge_key, Some("port"));
+        // A list-map key's `+default` fills the key of an item without it.
         assert_eq!(
-            field_of(SERVICE.field("spec").ty, "ports").merge_key,
-            Some("port")
+            service_ports.list_type,
+            ListType::Map(&[("port", None), ("protocol", Some("TCP"))])
         );
-        assert!(field_of(DEPLOYMENT.field("spec").ty, "strategy").retain_keys);
-        assert!(std::ptr::eq(for_kind("", "Event"), &METADATA_ONLY));
+        let deployment_spec = for_kind("apps", "Deployment").field("spec").ty;
+        assert!(field_of(deployment_spec, "strategy").retain_keys);
+        assert!(
+            field_of(deployment_spec, "selector").atomic_map,
+            "+structType=atomic"
+        );
         assert!(field_of(for_kind("", "ConfigMap").field("metadata").ty, "labels").is_map);
+        assert!(
+            field_of(pod_spec, "nodeSelector").atomic_map,
+            "+mapType=atomic"
+        );
+        // Job conditions: merged by type in strategic merge, atomic in apply (+listType=atomic).
+        let job_conditions = field_of(for_kind("batch", "Job").field("status").ty, "conditions");
+        assert_eq!(job_conditions.merge_key, Some("type"));
+        assert_eq!(job_conditions.list_type, ListType::Atomic);
+    }
+
+    #[test]
+    fn pointers_and_omitted_lists_are_optional_and_value_structs_are_not() {
+        let deployment_spec = for_kind("apps", "Deployment").field("spec").ty;
+        let strategy = field_of(deployment_spec, "strategy");
+        assert!(
+            !strategy.optional,
+            "a struct value exists in every typed object"
+        );
+        assert!(field_of(strategy.ty, "rollingUpdate").optional, "a pointer");
+        let pod_spec = field_of(field_of(deployment_spec, "template").ty, "spec").ty;
+        assert!(!field_of(pod_spec, "containers").optional, "no omitempty");
+        assert!(field_of(pod_spec, "initContainers").optional);
+        let container = field_of(pod_spec, "containers").ty;
+        assert!(field_of(container, "ports").optional);
+    }
+
+    #[test]
+    fn every_built_in_kind_has_its_generated_table() {
+        for kind in crate::builtin::all() {
+            let info = kind.info();
+            if info.group == crate::custom::GROUP {
+                continue;
+            }
+            let api_version = if info.group.is_empty() {
+                info.version.to_string()
+            } else {
+                format!("{}/{}", info.group, info.version)
+            };
+            assert!(
+                builtin(&api_version, info.kind).is_some(),
+                "{api_version} {}",
+                info.kind
+            );
+        }
+        // Sorted, so that the lookup's binary search finds every entry.
+        let kinds = super::super::generated::KINDS;
+        assert!(
+            kinds
+                .windows(2)
+                .all(|w| (w[0].0, w[0].1) < (w[1].0, w[1].1))
+        );
+    }
+
+    #[test]
+    fn the_merge_and_protobuf_tables_come_from_one_run() {
+        assert_eq!(
+            super::super::generated::SOURCES,
+            crate::protobuf::SOURCES,
+            "regenerate both with tools/gen-protobuf-schema.py"
+        );
     }
 }

@@ -1089,7 +1089,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(out["spec"]["x"], json!({"a": 1}));
-        let e = apply(&json!({}), b"[1]", &schema::POD).unwrap_err();
+        let e = apply(&json!({}), b"[1]", &super::super::generated::CORE_V1_POD).unwrap_err();
         assert_eq!(
             e,
             Error::BadRequest(
@@ -1097,7 +1097,7 @@ mod tests {
             )
         );
         assert!(matches!(
-            apply(&json!({}), b"{", &schema::POD),
+            apply(&json!({}), b"{", &super::super::generated::CORE_V1_POD),
             Err(Error::BadRequest(_))
         ));
         let e = smp(

@@ -29,6 +29,9 @@
 //! form, so Go clients' quantities are already what Go's JSON encoding writes).
 
 mod schema;
+
+/// The inputs the protobuf table was generated from.
+pub use schema::SOURCES;
 mod special;
 mod types;
 mod wire;
