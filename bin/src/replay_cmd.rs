@@ -228,7 +228,8 @@ struct Remote {
 /// Where the answers come from.
 enum Backend {
     Local(Replay, Arc<SledStore>),
-    Remote(Remote),
+    /// A server, and the kinds it serves now (built-in and its definitions').
+    Remote(Remote, Arc<skiff_kinds::Snapshot>),
 }
 
 fn default_kubeconfig() -> Option<PathBuf> {
@@ -307,6 +308,34 @@ impl Remote {
         })
     }
 
+    /// The kinds the server serves: the built-in ones and its CustomResourceDefinitions', so
+    /// that custom resources are named, scoped and printed here as the server serves them. A
+    /// user who may not list definitions gets the built-in kinds.
+    async fn kinds(&self) -> Result<Arc<skiff_kinds::Snapshot>> {
+        let kinds = skiff_kinds::Kinds::builtin();
+        let mut request = self.client.get(format!(
+            "{}/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            self.server
+        ));
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
+        let response = request
+            .send()
+            .await
+            .with_context(|| format!("cannot reach the server at {}", self.server))?;
+        if response.status().is_success() {
+            let list: Value = response
+                .json()
+                .await
+                .context("reading the server's definitions")?;
+            for definition in list["items"].as_array().into_iter().flatten() {
+                kinds.define(definition);
+            }
+        }
+        Ok(kinds.snapshot())
+    }
+
     async fn ask(&self, action: &str, params: &Params) -> Result<Value> {
         let mut url = reqwest::Url::parse(&format!(
             "{}{}/{action}",
@@ -352,7 +381,9 @@ impl Backend {
             .clone()
             .or_else(default_kubeconfig)
             .context("no --data-dir, --kubeconfig or $KUBECONFIG to read history from")?;
-        Ok(Backend::Remote(Remote::from_kubeconfig(&path)?))
+        let remote = Remote::from_kubeconfig(&path)?;
+        let kinds = remote.kinds().await?;
+        Ok(Backend::Remote(remote, kinds))
     }
 
     async fn ask<T: serde::de::DeserializeOwned>(
@@ -364,17 +395,17 @@ impl Backend {
             Backend::Local(replay, _) => skiff_api::replay::http::answer(replay, action, params)
                 .await
                 .map_err(|e| anyhow!("{e}"))?,
-            Backend::Remote(remote) => remote.ask(action, params).await?,
+            Backend::Remote(remote, _) => remote.ask(action, params).await?,
         };
         serde_json::from_value(body).context("an answer of an unexpected shape")
     }
 
-    /// The kinds this backend knows: a data dir's built-in and custom ones; for a server, the
-    /// built-in ones (a server resolves the names it is sent with its own kinds).
+    /// The kinds this backend knows: a data dir's built-in ones and those of every definition
+    /// in its log; a server's built-in ones and those of the definitions it has now.
     fn kinds(&self) -> Arc<skiff_kinds::Snapshot> {
         match self {
             Backend::Local(replay, _) => replay.kinds(),
-            Backend::Remote(_) => skiff_kinds::Kinds::builtin().snapshot(),
+            Backend::Remote(_, kinds) => kinds.clone(),
         }
     }
 

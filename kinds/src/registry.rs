@@ -134,6 +134,27 @@ impl Kinds {
         *current = Arc::new(Snapshot::new(next, current.generation + 1));
     }
 
+    /// Serves what a CustomResourceDefinition defines, as [`Kinds::set`] does, when it builds
+    /// (see [`crate::custom::kinds_of`]); returns whether it did. For readers that know a
+    /// definition only as an object (history read offline, a client of a server): the API
+    /// server's definition controller also checks names and sets conditions.
+    pub fn define(&self, definition: &serde_json::Value) -> bool {
+        let text = |p: &str| definition.pointer(p).and_then(serde_json::Value::as_str);
+        let (Some(group), Some(plural)) = (text("/spec/group"), text("/spec/names/plural")) else {
+            return false;
+        };
+        if self.is_builtin(group, plural) {
+            return false;
+        }
+        match crate::custom::kinds_of(definition) {
+            Ok(served) => {
+                self.set(group, plural, served);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
     /// Whether `group`/`plural` is a built-in resource (which no definition may take over).
     pub fn is_builtin(&self, group: &str, plural: &str) -> bool {
         self.snapshot().kinds[..self.builtin]

@@ -105,6 +105,30 @@ fn newest_source(dir: &Path, skip: &[&Path]) -> Option<std::time::SystemTime> {
     newest
 }
 
+/// `skiff <args>` run to completion, without the caller's `KUBECONFIG`: (exit ok, stdout,
+/// stderr).
+pub fn skiff(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(skiff_binary())
+        .args(args)
+        .env("NO_COLOR", "1")
+        .env_remove("KUBECONFIG")
+        .stdin(Stdio::null())
+        .output()
+        .expect("running skiff");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `skiff <args>`, which must succeed: its stdout.
+pub fn skiff_ok(args: &[&str]) -> String {
+    let (ok, stdout, stderr) = skiff(args);
+    assert!(ok, "skiff {} failed:\n{stdout}\n{stderr}", args.join(" "));
+    stdout
+}
+
 /// A port on 127.0.0.1 that was free a moment ago.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

@@ -253,18 +253,9 @@ impl Replay {
             .await
             .map_err(Error::Store)?;
         for kv in &stored.kvs {
-            let Some(definition) = objects::decode(kv) else {
-                continue;
-            };
             // A definition that no longer builds (the server refused to serve it) adds nothing.
-            if let Ok(served) = skiff_kinds::custom::kinds_of(&definition) {
-                let group = definition.pointer("/spec/group").and_then(Value::as_str);
-                let plural = definition
-                    .pointer("/spec/names/plural")
-                    .and_then(Value::as_str);
-                if let (Some(group), Some(plural)) = (group, plural) {
-                    kinds.set(group, plural, served);
-                }
+            if let Some(definition) = objects::decode(kv) {
+                kinds.define(&definition);
             }
         }
         Ok(Replay::with_kinds(store, Arc::new(kinds)))

@@ -5,7 +5,8 @@
 
 use std::time::Duration;
 
-use skiff_tests::{TestCluster, eventually};
+use serde_json::Value;
+use skiff_tests::{TestCluster, eventually, skiff_ok};
 
 const CRD: &str = r#"
 apiVersion: apiextensions.k8s.io/v1
@@ -232,6 +233,46 @@ fn a_definition_is_served_validated_and_removed_with_its_resources() {
             "jsonpath={.apiVersion} {.spec.size}"
         ]),
         "example.com/v1beta1 large"
+    );
+
+    // Time travel through the server knows its custom kinds: the history of w1, and the table of
+    // widgets as of its first version, in the definition's printer columns.
+    let kubeconfig = cluster.kubeconfig.to_str().unwrap();
+    let history: Value = serde_json::from_str(&skiff_ok(&[
+        "history",
+        "widget/w1",
+        "-n",
+        "default",
+        "-o",
+        "json",
+        "--kubeconfig",
+        kubeconfig,
+    ]))
+    .unwrap();
+    let versions = history["versions"].as_array().unwrap();
+    assert!(versions.len() >= 4, "{history}");
+    assert_eq!(versions[0]["object"]["spec"]["size"], "small", "{history}");
+    assert_eq!(versions.last().unwrap()["object"]["status"]["replicas"], 7);
+    let first = versions[0]["revision"].as_u64().unwrap().to_string();
+    let then = skiff_ok(&[
+        "get",
+        "widgets",
+        "-n",
+        "default",
+        "--at",
+        &first,
+        "--kubeconfig",
+        kubeconfig,
+    ]);
+    let header = then.lines().next().unwrap_or_default();
+    assert!(
+        header.contains("SIZE") && header.contains("REPLICAS"),
+        "{then}"
+    );
+    assert!(
+        then.lines()
+            .any(|l| l.starts_with("w1") && l.contains("small") && l.contains(" 1 ")),
+        "{then}"
     );
 
     // explain walks the published schema.

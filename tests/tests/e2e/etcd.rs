@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use skiff_tests::etcd::Etcd;
-use skiff_tests::{TestCluster, eventually, kill_pod_processes, skiff_binary};
+use skiff_tests::{TestCluster, eventually, kill_pod_processes, skiff, skiff_binary, skiff_ok};
 
 /// Sleep loops (the kubelet runs them as host processes) that stop quickly when deleted.
 const DEPLOYMENT: &str = r#"
@@ -46,28 +46,6 @@ impl Drop for PodCleanup {
             );
         }
     }
-}
-
-/// `skiff <args>` run to completion: (exit ok, stdout, stderr).
-fn skiff(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(skiff_binary())
-        .args(args)
-        .env("NO_COLOR", "1")
-        .env_remove("KUBECONFIG")
-        .stdin(Stdio::null())
-        .output()
-        .expect("running skiff");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn skiff_ok(args: &[&str]) -> String {
-    let (ok, stdout, stderr) = skiff(args);
-    assert!(ok, "skiff {} failed:\n{stdout}\n{stderr}", args.join(" "));
-    stdout
 }
 
 fn json_of(text: &str) -> Value {
