@@ -9,18 +9,16 @@
 //! `Terminating`, deletes its custom resources (waiting for their finalizers), then releases the
 //! `customresourcecleanup` finalizer, and stops serving it once it is gone.
 
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use serde_json::{Value, json};
 use skiff_kinds::builtin::custom_resource_definition::{CLEANUP_FINALIZER, INFO};
 use skiff_kinds::custom;
 use skiff_meta::ResourceInfo;
-use skiff_store::Revision;
 
 use crate::error::{Error, Result};
-use crate::registry::{Update, WatchEvent, namespace_and_name};
+use crate::registry::{Update, namespace_and_name};
 use crate::server::ApiServer;
 
 fn text<'a>(v: &'a Value, pointer: &str) -> &'a str {
@@ -29,73 +27,25 @@ fn text<'a>(v: &'a Value, pointer: &str) -> &'a str {
 
 /// Serves every stored definition, then keeps following them until the server shuts down.
 pub async fn start(server: &Arc<ApiServer>) -> Result<()> {
-    let page = server
-        .registry
-        .list(&INFO, None, None, None, None, None)
-        .await?;
-    for definition in &page.items {
-        reconcile(server, definition).await;
-    }
-    let weak = Arc::downgrade(server);
-    let shutdown = server.shutdown.clone();
-    tokio::spawn(async move {
-        tokio::select! {
-            _ = shutdown.cancelled() => {}
-            _ = follow(weak, page.revision.next()) => {}
-        }
-    });
-    Ok(())
+    crate::follow::start(server, &INFO, "the definition controller", Definitions).await
 }
 
-/// Watches the definitions from `start`, re-watching from the last revision seen when a watch
-/// ends.
-async fn follow(server: Weak<ApiServer>, mut start: Revision) {
-    loop {
-        let Some(api) = server.upgrade() else { return };
-        let stream = match api.registry.watch(&INFO, None, start, None, None).await {
-            Ok(stream) => stream,
-            Err(e) => {
-                tracing::warn!(error = %e, "definition controller cannot watch definitions");
-                drop(api);
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                continue;
-            }
-        };
-        drop(api);
-        tokio::pin!(stream);
-        while let Some(event) = stream.next().await {
-            let Some(api) = server.upgrade() else { return };
-            match event {
-                Ok(event) => {
-                    start = event.revision().map_or(start, Revision::next);
-                    match event {
-                        WatchEvent::Added(d) | WatchEvent::Modified(d) => {
-                            reconcile(&api, &d).await;
-                        }
-                        WatchEvent::Deleted(d) => unserve(&api, &d),
-                        WatchEvent::Progress(_) => {}
-                    }
-                }
-                Err(Error::Gone(_)) => {
-                    // Compacted past where this watch was: start over from a fresh list.
-                    match api.registry.list(&INFO, None, None, None, None, None).await {
-                        Ok(page) => {
-                            for d in &page.items {
-                                reconcile(&api, d).await;
-                            }
-                            start = page.revision.next();
-                        }
-                        Err(e) => tracing::warn!(error = %e, "definition controller cannot list"),
-                    }
-                    break;
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "definition controller's watch failed");
-                    break;
-                }
-            }
+/// The definition controller's view of the definitions.
+struct Definitions;
+
+impl crate::follow::Follower for Definitions {
+    async fn listed(&self, server: &Arc<ApiServer>, items: &[Value]) {
+        for definition in items {
+            reconcile(server, definition).await;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    async fn changed(&self, server: &Arc<ApiServer>, definition: &Value, present: bool) {
+        if present {
+            reconcile(server, definition).await;
+        } else {
+            unserve(server, definition);
+        }
     }
 }
 

@@ -32,6 +32,7 @@ pub mod bench;
 pub mod crd;
 pub mod discovery;
 pub mod error;
+pub mod follow;
 pub mod handlers;
 pub mod kubeconfig;
 pub mod kubernetes_service;

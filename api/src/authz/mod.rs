@@ -13,20 +13,17 @@ pub mod bootstrap;
 pub mod rbac;
 pub mod reviews;
 
-use std::sync::{Arc, RwLock, Weak};
-use std::time::Duration;
+use std::sync::{Arc, RwLock};
 
-use futures::StreamExt;
 use http::{HeaderMap, Method};
 use serde_json::Value;
 use skiff_meta::ResourceInfo;
 use skiff_meta::status::{ApiError, GroupResource};
-use skiff_store::Revision;
 
 use crate::auth::{AUTHENTICATED_GROUP, MASTERS_GROUP, User};
 use crate::error::{Error, Result};
 use crate::handlers::{Query, Target};
-use crate::registry::{WatchEvent, namespace_and_name};
+use crate::registry::namespace_and_name;
 use crate::server::ApiServer;
 
 pub use rbac::{Decision, Request, Rule};
@@ -95,95 +92,36 @@ impl Authorizer {
     /// the server shuts down.
     pub async fn start(server: &Arc<ApiServer>) -> Result<()> {
         for (info, kind) in rbac_kinds() {
-            let start = load(server, info, kind).await?;
-            let weak = Arc::downgrade(server);
-            let shutdown = server.shutdown.clone();
-            tokio::spawn(async move {
-                tokio::select! {
-                    _ = shutdown.cancelled() => {}
-                    _ = follow(weak, info, kind, start) => {}
-                }
-            });
+            crate::follow::start(server, info, "the authorizer", Objects(kind)).await?;
         }
         Ok(())
     }
 }
 
-/// Replaces the policy's objects of `kind` with what the log holds; the revision to watch from.
-async fn load(
-    server: &ApiServer,
-    info: &'static ResourceInfo,
-    kind: rbac::Kind,
-) -> Result<Revision> {
-    let page = server
-        .registry
-        .list(info, None, None, None, None, None)
-        .await?;
-    server.authorizer.change(|policy| {
-        policy.clear(kind);
-        for object in &page.items {
-            let (ns, name) = namespace_and_name(object);
-            policy.apply(kind, ns.unwrap_or_default(), name, Some(object));
-        }
-    });
-    Ok(page.revision.next())
-}
+/// The authorizer's view of one RBAC kind's objects.
+struct Objects(rbac::Kind);
 
-/// Follows `info`'s objects from `start` into the policy, re-listing when the watch falls
-/// behind compaction.
-async fn follow(
-    server: Weak<ApiServer>,
-    info: &'static ResourceInfo,
-    kind: rbac::Kind,
-    mut start: Revision,
-) {
-    loop {
-        let Some(api) = server.upgrade() else { return };
-        let stream = match api.registry.watch(info, None, start, None, None).await {
-            Ok(stream) => stream,
-            Err(e) => {
-                tracing::warn!(error = %e, resource = info.plural, "the authorizer cannot watch");
-                drop(api);
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                continue;
+impl crate::follow::Follower for Objects {
+    async fn listed(&self, server: &Arc<ApiServer>, items: &[Value]) {
+        server.authorizer.change(|policy| {
+            policy.clear(self.0);
+            for object in items {
+                let (ns, name) = namespace_and_name(object);
+                policy.apply(self.0, ns.unwrap_or_default(), name, Some(object));
             }
-        };
-        drop(api);
-        tokio::pin!(stream);
-        while let Some(event) = stream.next().await {
-            let Some(api) = server.upgrade() else { return };
-            match event {
-                Ok(event) => {
-                    start = event.revision().map_or(start, Revision::next);
-                    let (object, present) = match &event {
-                        WatchEvent::Added(o) | WatchEvent::Modified(o) => (o, true),
-                        WatchEvent::Deleted(o) => (o, false),
-                        WatchEvent::Progress(_) => continue,
-                    };
-                    let (ns, name) = namespace_and_name(object);
-                    api.authorizer.change(|p| {
-                        p.apply(
-                            kind,
-                            ns.unwrap_or_default(),
-                            name,
-                            present.then_some(object),
-                        )
-                    });
-                }
-                Err(Error::Gone(_)) => {
-                    match load(&api, info, kind).await {
-                        Ok(next) => start = next,
-                        Err(e) => tracing::warn!(error = %e, "the authorizer cannot list"),
-                    }
-                    break;
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, resource = info.plural, "the authorizer's watch failed");
-                    break;
-                }
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        });
+    }
+
+    async fn changed(&self, server: &Arc<ApiServer>, object: &Value, present: bool) {
+        let (ns, name) = namespace_and_name(object);
+        server.authorizer.change(|policy| {
+            policy.apply(
+                self.0,
+                ns.unwrap_or_default(),
+                name,
+                present.then_some(object),
+            )
+        });
     }
 }
 
