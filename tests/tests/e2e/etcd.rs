@@ -5,12 +5,12 @@
 //! server (writes 503/504, `/readyz` not ready, watches still served; all well once it is back).
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use skiff_tests::etcd::Etcd;
-use skiff_tests::{TestCluster, eventually, kill_pod_processes, skiff, skiff_binary, skiff_ok};
+use skiff_tests::{TestCluster, eventually, kill_pod_processes, skiff, skiff_ok};
 
 /// Sleep loops (the kubelet runs them as host processes) that stop quickly when deleted.
 const DEPLOYMENT: &str = r#"
