@@ -41,6 +41,7 @@ pub mod openapi;
 pub mod registry;
 pub mod render;
 pub mod replay;
+pub mod request;
 pub mod routes;
 pub mod selectors;
 pub mod server;

@@ -13,7 +13,7 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use warp::Reply;
 use warp::filters::BoxedFilter;
 
-use crate::handlers::{Query, Response, parse_path};
+use crate::request::{Query, Response, parse_path};
 use crate::server::ApiServer;
 use skiff_kinds::Snapshot;
 

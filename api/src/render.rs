@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use skiff_kinds::Kind;
 
 use crate::error::{Error, Result};
-use crate::handlers::{Query, Response};
+use crate::request::{Query, Response};
 use skiff_kinds::table;
 
 /// How a response is rendered.

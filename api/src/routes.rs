@@ -13,7 +13,8 @@ use warp::{Filter, Rejection, Reply};
 use crate::auth::{self, Authenticator, User};
 use crate::authz;
 use crate::error::Error;
-use crate::handlers::{self, Query, Request, Response};
+use crate::handlers;
+use crate::request::{self, Query, Request, Response, Target};
 use crate::server::ApiServer;
 use crate::version;
 
@@ -87,7 +88,7 @@ fn api_routes(api: Arc<ApiServer>, user: BoxedFilter<(User,)>) -> BoxedFilter<(R
                 let api = path_api.clone();
                 async move {
                     // A resource path is the resources route's, which authorizes it as one.
-                    if handlers::parse_path(&api.kinds.snapshot(), path.as_str()).is_some() {
+                    if request::parse_path(&api.kinds.snapshot(), path.as_str()).is_some() {
                         return Err(warp::reject::not_found());
                     }
                     let user = authz::impersonate(&api.authorizer, user, &headers)
@@ -126,7 +127,7 @@ fn api_routes(api: Arc<ApiServer>, user: BoxedFilter<(User,)>) -> BoxedFilter<(R
                         Ok(response) => response,
                         // Not a resource path: another route's answer (a denied discovery
                         // request) or a 404.
-                        Err(Error::NoRoute) if handlers::parse_path(&api.kinds.snapshot(), &path).is_none() => {
+                        Err(Error::NoRoute) if request::parse_path(&api.kinds.snapshot(), &path).is_none() => {
                             return Err(warp::reject::not_found());
                         }
                         Err(e) => error_response(&e),
@@ -174,7 +175,7 @@ where
     S: Stream<Item = Result<B, warp::Error>> + Unpin + Send,
     B: Buf,
 {
-    let target = match handlers::parse_path(&api.kinds.snapshot(), &path) {
+    let target = match request::parse_path(&api.kinds.snapshot(), &path) {
         None => return Err(Error::NoRoute),
         Some(target) => target?,
     };
@@ -199,12 +200,12 @@ where
 }
 
 /// A review (`kubectl auth can-i`, `whoami`): answered, never stored.
-fn review(api: &ApiServer, request: Request, target: handlers::Target) -> Result<Response, Error> {
+fn review(api: &ApiServer, request: Request, target: Target) -> Result<Response, Error> {
     if request.method != Method::POST || target.name.is_some() || target.subresource.is_some() {
         return Err(Error::MethodNotAllowed);
     }
     let format = crate::render::Format::negotiate(&request.headers, &request.query)?;
-    let body = handlers::parse_body(&request)?;
+    let body = request::parse_body(&request)?;
     let kind = &*target.kind;
     let decoded = kind
         .decode(&body)

@@ -6,8 +6,8 @@ use serde_json::Value;
 use skiff_meta::{ResourceInfo, fields, labels};
 
 use crate::error::{Error, Result};
-use crate::handlers::Query;
 use crate::registry::ObjectFilter;
+use crate::request::Query;
 
 /// The filter the request's `labelSelector` and `fieldSelector` make, or `None` when they select
 /// everything. Malformed selectors and unsupported field labels are 400s.

@@ -12,8 +12,8 @@ use tokio_util::task::TaskTracker;
 
 use crate::admission::{self, Chain, ServiceRanges};
 use crate::error::{Error, Result};
-use crate::handlers::{Request, Response};
 use crate::registry::Registry;
+use crate::request::{Request, Response};
 use crate::watch_cache::WatchCache;
 
 /// The API server's settings.

@@ -313,17 +313,12 @@ impl Remote {
     /// user who may not list definitions gets the built-in kinds.
     async fn kinds(&self) -> Result<Arc<skiff_kinds::Snapshot>> {
         let kinds = skiff_kinds::Kinds::builtin();
-        let mut request = self.client.get(format!(
-            "{}/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-            self.server
-        ));
-        if let Some(token) = &self.token {
-            request = request.bearer_auth(token);
-        }
-        let response = request
-            .send()
-            .await
-            .with_context(|| format!("cannot reach the server at {}", self.server))?;
+        let response = self
+            .get(&format!(
+                "{}/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+                self.server
+            ))
+            .await?;
         if response.status().is_success() {
             let list: Value = response
                 .json()
@@ -336,6 +331,18 @@ impl Remote {
         Ok(kinds.snapshot())
     }
 
+    /// GETs `url` with the kubeconfig's credentials.
+    async fn get(&self, url: &str) -> Result<reqwest::Response> {
+        let mut request = self.client.get(url);
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
+        request
+            .send()
+            .await
+            .with_context(|| format!("cannot reach the server at {}", self.server))
+    }
+
     async fn ask(&self, action: &str, params: &Params) -> Result<Value> {
         let mut url = reqwest::Url::parse(&format!(
             "{}{}/{action}",
@@ -344,14 +351,7 @@ impl Remote {
         ))
         .with_context(|| format!("the server URL {} is not a URL", self.server))?;
         url.query_pairs_mut().extend_pairs(params.iter());
-        let mut request = self.client.get(url);
-        if let Some(token) = &self.token {
-            request = request.bearer_auth(token);
-        }
-        let response = request
-            .send()
-            .await
-            .with_context(|| format!("cannot reach the server at {}", self.server))?;
+        let response = self.get(url.as_str()).await?;
         let status = response.status();
         let body: Value = response
             .json()

@@ -22,8 +22,8 @@ use skiff_meta::status::{ApiError, GroupResource};
 
 use crate::auth::{AUTHENTICATED_GROUP, MASTERS_GROUP, User};
 use crate::error::{Error, Result};
-use crate::handlers::{Query, Target};
 use crate::registry::namespace_and_name;
+use crate::request::{Query, Target};
 use crate::server::ApiServer;
 
 pub use rbac::{Decision, Request, Rule};

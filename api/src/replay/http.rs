@@ -30,7 +30,7 @@ use warp::filters::BoxedFilter;
 
 use super::{Change, Error as ReplayError, Filter as Scope, ObjectDiff, Point, Replay, Version};
 use crate::error::Error;
-use crate::handlers::Response;
+use crate::request::Response;
 use crate::server::ApiServer;
 
 /// Where the debug endpoints live.
