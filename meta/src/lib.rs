@@ -11,12 +11,15 @@
 //! - [`labels`]: label selectors (`labelSelector=`, `metav1.LabelSelector`) and label name checks.
 //! - [`fields`]: field selectors (`fieldSelector=`) and selectable fields.
 //! - [`images`]: the default pull policy of an image reference.
+//! - [`schedule`]: CronJob schedules and time zones, for the API server's validation and the
+//!   CronJob controller alike.
 
 pub mod fields;
 pub mod images;
 pub mod intern;
 pub mod labels;
 pub mod resources;
+pub mod schedule;
 pub mod status;
 
 pub use resources::{ResourceInfo, Subresource};
