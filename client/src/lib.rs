@@ -16,9 +16,11 @@
 //!   and periodic resync; [`SharedInformerFactory`] shares one watch per kind within a process.
 //! - [`cache`]: the thread-safe indexed store an informer keeps.
 //! - [`workqueue`]: the rate-limited work queue controllers drain.
+//! - [`events`]: recording Events about objects, repeated ones counted on the first.
 
 pub mod cache;
 mod config;
+pub mod events;
 pub mod informer;
 pub mod join;
 pub mod workqueue;
