@@ -132,7 +132,11 @@ pub struct Column {
     pub priority: i32,
 }
 
-const fn col(name: &'static str, type_: &'static str, description: &'static str) -> Column {
+pub(crate) const fn col(
+    name: &'static str,
+    type_: &'static str,
+    description: &'static str,
+) -> Column {
     Column {
         name,
         type_,
@@ -142,7 +146,11 @@ const fn col(name: &'static str, type_: &'static str, description: &'static str)
     }
 }
 
-const fn wide(name: &'static str, type_: &'static str, description: &'static str) -> Column {
+pub(crate) const fn wide(
+    name: &'static str,
+    type_: &'static str,
+    description: &'static str,
+) -> Column {
     Column {
         name,
         type_,
@@ -152,24 +160,24 @@ const fn wide(name: &'static str, type_: &'static str, description: &'static str
     }
 }
 
-const NAME: Column = Column {
+pub(crate) const NAME: Column = Column {
     name: "Name",
     type_: "string",
     format: "name",
     description: "Name must be unique within a namespace; the object's metadata.name.",
     priority: 0,
 };
-const AGE: Column = col(
+pub(crate) const AGE: Column = col(
     "Age",
     "string",
     "Time since the object was created (metadata.creationTimestamp).",
 );
-const CONTAINERS: Column = wide(
+pub(crate) const CONTAINERS: Column = wide(
     "Containers",
     "string",
     "Names of each container in the template.",
 );
-const IMAGES: Column = wide(
+pub(crate) const IMAGES: Column = wide(
     "Images",
     "string",
     "Images referenced by each container in the template.",
@@ -780,7 +788,7 @@ pub fn endpoint_slice_row(object: &Value, now: Timestamp) -> Option<Vec<Value>> 
     typed::<EndpointSlice>(object).map(|o| endpoint_slice_cells(&o, now))
 }
 
-fn typed<T: DeserializeOwned>(object: &Value) -> Option<T> {
+pub(crate) fn typed<T: DeserializeOwned>(object: &Value) -> Option<T> {
     T::deserialize(object).ok()
 }
 
@@ -882,22 +890,22 @@ pub fn human_duration(d: SignedDuration) -> String {
 }
 
 /// Time since `t` in [`human_duration`] form, `<unknown>` when unset.
-fn since(t: Option<&Time>, now: Timestamp) -> String {
+pub(crate) fn since(t: Option<&Time>, now: Timestamp) -> String {
     match t {
         Some(t) => human_duration(now.duration_since(t.0)),
         None => "<unknown>".to_string(),
     }
 }
 
-fn age(meta: &ObjectMeta, now: Timestamp) -> Value {
+pub(crate) fn age(meta: &ObjectMeta, now: Timestamp) -> Value {
     json!(since(meta.creation_timestamp.as_ref(), now))
 }
 
-fn name(meta: &ObjectMeta) -> Value {
+pub(crate) fn name(meta: &ObjectMeta) -> Value {
     json!(meta.name.clone().unwrap_or_default())
 }
 
-fn or_none(s: Option<&str>) -> String {
+pub(crate) fn or_none(s: Option<&str>) -> String {
     match s {
         Some(s) if !s.is_empty() => s.to_string(),
         _ => "<none>".to_string(),
@@ -947,7 +955,7 @@ pub fn format_selector(selector: &LabelSelector) -> String {
         .join(",")
 }
 
-fn container_cells(containers: &[Container]) -> (Value, Value) {
+pub(crate) fn container_cells(containers: &[Container]) -> (Value, Value) {
     let names: Vec<&str> = containers.iter().map(|c| c.name.as_str()).collect();
     let images: Vec<&str> = containers
         .iter()

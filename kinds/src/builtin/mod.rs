@@ -7,6 +7,7 @@
 pub mod cluster_role;
 pub mod cluster_role_binding;
 pub mod config_map;
+pub mod cron_job;
 pub mod custom_resource_definition;
 pub mod daemon_set;
 pub mod deployment;
@@ -78,6 +79,7 @@ pub fn all() -> &'static [Arc<dyn Kind>] {
             Arc::new(daemon_set::DaemonSet),
             Arc::new(stateful_set::StatefulSet),
             Arc::new(job::Job),
+            Arc::new(cron_job::CronJob),
             Arc::new(lease::Lease),
             Arc::new(endpoint_slice::EndpointSlice),
             Arc::new(cluster_role::ClusterRole),

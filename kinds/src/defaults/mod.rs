@@ -15,7 +15,7 @@ use k8s_openapi::api::apps::v1::{
     DaemonSetSpec, DeploymentSpec, ReplicaSetSpec, RollingUpdateStatefulSetStrategy,
     StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetSpec,
 };
-use k8s_openapi::api::batch::v1::JobSpec;
+use k8s_openapi::api::batch::v1::{CronJobSpec, JobSpec};
 use k8s_openapi::api::core::v1::{PodSpec, PodTemplateSpec, Toleration};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::Serialize;
@@ -225,6 +225,27 @@ pub fn job(obj: &mut Value) {
     {
         meta.insert("labels".into(), labels);
     }
+}
+
+/// The v1 defaults of a CronJob, in place (`SetDefaults_CronJob`): concurrent runs allowed, not
+/// suspended, three successful and one failed Job kept. The Job template's own fields are left
+/// as written (a Job's defaults apply when the controller creates it); its pod template gets the
+/// pod defaults, as the generated defaulter walks into it.
+pub fn cron_job(obj: &mut Value) {
+    let Some(map) = obj.as_object_mut() else {
+        return;
+    };
+    with_part(map, "spec", |spec: &mut CronJobSpec| {
+        if spec.concurrency_policy.as_deref().unwrap_or("").is_empty() {
+            spec.concurrency_policy = Some("Allow".into());
+        }
+        spec.suspend.get_or_insert(false);
+        spec.successful_jobs_history_limit.get_or_insert(3);
+        spec.failed_jobs_history_limit.get_or_insert(1);
+        if let Some(job) = spec.job_template.spec.as_mut() {
+            default_template(&mut job.template);
+        }
+    });
 }
 
 /// The labels kube-apiserver's Job strategy puts on a new Job's pod template, and the selector

@@ -1,11 +1,14 @@
-//! batch/v1 rules: Jobs (`pkg/apis/batch/validation`): counts, completion modes, the pod
+//! batch/v1 rules (`pkg/apis/batch/validation`). Jobs: counts, completion modes, the pod
 //! template (pods that restart OnFailure or Never), the generated selector, pod failure
 //! policies, and what an update may change (the selector and template are immutable, except a
-//! suspended Job that never started may move its pods' scheduling directives).
+//! suspended Job that never started may move its pods' scheduling directives). CronJobs: a
+//! schedule that parses, a time zone that exists, a name short enough for its Jobs' names, and a
+//! Job template that would make a valid Job.
 
-use k8s_openapi::api::batch::v1::{Job, JobSpec, PodFailurePolicy};
+use k8s_openapi::api::batch::v1::{CronJob, Job, JobSpec, PodFailurePolicy};
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use serde_json::Value;
+use skiff_meta::schedule::{Schedule, time_zone};
 
 use super::apps::{selector_matches, validate_label_selector};
 use super::pod::validate_pod_template;
@@ -56,7 +59,34 @@ pub(crate) fn validate_job(
     Ok(errs)
 }
 
+/// A Job's spec: its own rules ([`validate_job_spec`]), then a selector that matches the pods
+/// (`ValidateJobSpec`'s order).
 fn validate_spec(spec: &JobSpec, sp: &Path) -> Vec<FieldError> {
+    let mut errs = validate_job_spec(spec, sp);
+    let tp = sp.child("template");
+    match &spec.selector {
+        None => errs.push(FieldError::required(sp.child("selector"), "")),
+        Some(sel) => {
+            let sel_errs = validate_label_selector(sel, &sp.child("selector"));
+            let usable = sel_errs.is_empty();
+            errs.extend(sel_errs);
+            let labels = template_labels(&spec.template);
+            if usable && !selector_matches(sel, &labels) {
+                errs.push(FieldError::invalid(
+                    tp.child("metadata").child("labels"),
+                    to_value(&labels),
+                    "`selector` does not match template `labels`",
+                ));
+            }
+        }
+    }
+    errs
+}
+
+/// What a Job's spec must hold whether it is a Job's or a CronJob's template (whose selector the
+/// Job gets when it is created): counts, completion mode, the pod template and how its pods
+/// restart, the pod failure policy.
+fn validate_job_spec(spec: &JobSpec, sp: &Path) -> Vec<FieldError> {
     let mut errs = Vec::new();
     nonnegative(&mut errs, sp.child("parallelism"), spec.parallelism);
     nonnegative(&mut errs, sp.child("completions"), spec.completions);
@@ -144,22 +174,6 @@ fn validate_spec(spec: &JobSpec, sp: &Path) -> Vec<FieldError> {
     }
 
     let tp = sp.child("template");
-    match &spec.selector {
-        None => errs.push(FieldError::required(sp.child("selector"), "")),
-        Some(sel) => {
-            let sel_errs = validate_label_selector(sel, &sp.child("selector"));
-            let usable = sel_errs.is_empty();
-            errs.extend(sel_errs);
-            let labels = template_labels(&spec.template);
-            if usable && !selector_matches(sel, &labels) {
-                errs.push(FieldError::invalid(
-                    tp.child("metadata").child("labels"),
-                    to_value(&labels),
-                    "`selector` does not match template `labels`",
-                ));
-            }
-        }
-    }
     errs.extend(validate_pod_template(&spec.template, &tp));
     let restart = s(&spec
         .template
@@ -427,6 +441,140 @@ fn only_scheduling_changed(new: &PodTemplateSpec, old: &PodTemplateSpec) -> bool
         to_value(&t)
     };
     strip(new) == strip(old)
+}
+
+/// How long a CronJob's name may be: its Jobs are named `<name>-<minutes since the epoch>`,
+/// eleven characters more, and a Job's name must stay a DNS-1035 label (63).
+const MAX_CRON_JOB_NAME: usize = 63 - 11;
+
+/// A CronJob on create (`old` = None) or update (which may change any of its spec: the template
+/// applies to the Jobs made from then on).
+pub(crate) fn validate_cron_job(
+    new: &Value,
+    old: Option<&Value>,
+) -> Result<Vec<FieldError>, FieldError> {
+    let cron_job: CronJob = decode(new, "")?;
+    let mut errs = Vec::new();
+    let name = cron_job.metadata.name.as_deref().unwrap_or("");
+    if old.is_none() && name.len() > MAX_CRON_JOB_NAME {
+        errs.push(FieldError::invalid(
+            Path::new("metadata").child("name"),
+            name,
+            format!("must be no more than {MAX_CRON_JOB_NAME} characters"),
+        ));
+    }
+    let spec = cron_job.spec.unwrap_or_default();
+    let sp = Path::new("spec");
+    // A schedule that already said TZ= may keep it on update; a new one must use timeZone.
+    let old_schedule_had_tz = old
+        .and_then(|o| o.pointer("/spec/schedule"))
+        .and_then(Value::as_str)
+        .is_some_and(|s| s.contains("TZ"));
+    if spec.schedule.is_empty() {
+        errs.push(FieldError::required(sp.child("schedule"), ""));
+    } else {
+        let text = spec.schedule.as_str();
+        let without_tz = text
+            .strip_prefix("CRON_TZ=")
+            .or_else(|| text.strip_prefix("TZ="))
+            .map(|rest| rest.split_once(' ').map_or("", |(_, s)| s))
+            .filter(|_| old_schedule_had_tz)
+            .unwrap_or(text);
+        if let Err(reason) = Schedule::parse(without_tz) {
+            errs.push(FieldError::invalid(sp.child("schedule"), text, reason));
+        }
+        if text.contains("TZ") {
+            if !old_schedule_had_tz {
+                errs.push(FieldError::invalid(
+                    sp.child("schedule"),
+                    text,
+                    "cannot use TZ or CRON_TZ in schedule, use timeZone field instead",
+                ));
+            } else if spec.time_zone.is_some() {
+                errs.push(FieldError::invalid(
+                    sp.child("schedule"),
+                    text,
+                    "cannot use both timeZone field and TZ or CRON_TZ in schedule",
+                ));
+            }
+        }
+    }
+    if let Some(zone) = &spec.time_zone {
+        let zp = sp.child("timeZone");
+        // Each part as Kubernetes allows it: 1-14 of `[A-Za-z.-_0-9+]`, not `.`, `..` or `-...`.
+        let explicit = zone.split('/').all(|part| {
+            (1..=14).contains(&part.len())
+                && part != "."
+                && part != ".."
+                && !part.starts_with('-')
+                && part
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b".-_+".contains(&b))
+        });
+        if zone.is_empty() {
+            errs.push(FieldError::invalid(
+                zp,
+                zone.as_str(),
+                "timeZone must be nil or non-empty string",
+            ));
+        } else if !explicit {
+            errs.push(FieldError::invalid(
+                zp,
+                zone.as_str(),
+                format!("unknown time zone {zone}"),
+            ));
+        } else if zone.eq_ignore_ascii_case("Local") {
+            errs.push(FieldError::invalid(
+                zp,
+                zone.as_str(),
+                "timeZone must be an explicit time zone as defined in https://www.iana.org/time-zones",
+            ));
+        } else if let Err(reason) = time_zone(Some(zone)) {
+            errs.push(FieldError::invalid(zp, zone.as_str(), reason));
+        }
+    }
+    match s(&spec.concurrency_policy) {
+        "Allow" | "Forbid" | "Replace" => {}
+        "" => errs.push(FieldError::required(sp.child("concurrencyPolicy"), "")),
+        other => errs.push(FieldError::not_supported(
+            sp.child("concurrencyPolicy"),
+            other,
+            &["Allow", "Forbid", "Replace"],
+        )),
+    }
+    nonnegative(
+        &mut errs,
+        sp.child("startingDeadlineSeconds"),
+        spec.starting_deadline_seconds,
+    );
+    nonnegative(
+        &mut errs,
+        sp.child("successfulJobsHistoryLimit"),
+        spec.successful_jobs_history_limit,
+    );
+    nonnegative(
+        &mut errs,
+        sp.child("failedJobsHistoryLimit"),
+        spec.failed_jobs_history_limit,
+    );
+    let tp = sp.child("jobTemplate").child("spec");
+    let job = spec.job_template.spec.unwrap_or_default();
+    errs.extend(validate_job_spec(&job, &tp));
+    if let Some(selector) = &job.selector {
+        errs.push(FieldError::invalid(
+            tp.child("selector"),
+            to_value(selector),
+            "`selector` will be auto-generated",
+        ));
+    }
+    if job.manual_selector == Some(true) {
+        errs.push(FieldError::not_supported(
+            tp.child("manualSelector"),
+            true,
+            &["nil", "false"],
+        ));
+    }
+    Ok(errs)
 }
 
 /// `/status` updates of a Job: counts are non-negative.
@@ -714,6 +862,147 @@ mod tests {
         assert_eq!(
             msgs,
             vec!["status.active: Invalid value: -1: must be greater than or equal to 0"]
+        );
+    }
+
+    fn cron_job(name: &str, spec: Value) -> Value {
+        let mut full = json!({
+            "schedule": "*/5 * * * *",
+            "jobTemplate": {"spec": {"template": {"spec": {
+                "restartPolicy": "OnFailure",
+                "containers": [{"name": "c", "image": "busybox"}]
+            }}}}
+        });
+        for (k, v) in spec.as_object().unwrap() {
+            full[k] = v.clone();
+        }
+        json!({
+            "apiVersion": "batch/v1", "kind": "CronJob",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": full,
+        })
+    }
+
+    fn cron_msgs(obj: Value) -> Vec<String> {
+        super::super::test_util::create_msgs("batch", "CronJob", obj)
+    }
+
+    #[test]
+    fn a_cron_job_defaults_and_validates() {
+        let kind = info("batch", "CronJob");
+        let mut obj = cron_job("nightly", json!({}));
+        kind.default(&mut obj);
+        assert_eq!(obj["spec"]["concurrencyPolicy"], "Allow");
+        assert_eq!(obj["spec"]["suspend"], false);
+        assert_eq!(obj["spec"]["successfulJobsHistoryLimit"], 3);
+        assert_eq!(obj["spec"]["failedJobsHistoryLimit"], 1);
+        // The template's pods get pod defaults; the Job's own defaults wait for the Job.
+        assert_eq!(
+            obj["spec"]["jobTemplate"]["spec"]["template"]["spec"]["dnsPolicy"],
+            "ClusterFirst"
+        );
+        assert!(
+            obj["spec"]["jobTemplate"]["spec"]
+                .get("backoffLimit")
+                .is_none()
+        );
+        assert!(cron_msgs(cron_job("nightly", json!({}))).is_empty());
+        for schedule in [
+            "@hourly",
+            "0 3 * * MON-FRI",
+            "@every 1h",
+            "*/15 9-17 1,15 * *",
+        ] {
+            let msgs = cron_msgs(cron_job("nightly", json!({"schedule": schedule})));
+            assert!(msgs.is_empty(), "{schedule}: {msgs:?}");
+        }
+    }
+
+    #[test]
+    fn a_cron_job_refuses_what_kubernetes_refuses() {
+        assert_eq!(
+            cron_msgs(cron_job("nightly", json!({"schedule": "every day"}))),
+            [
+                r#"spec.schedule: Invalid value: "every day": expected exactly 5 fields, found 2: [every day]"#
+            ]
+        );
+        assert_eq!(
+            cron_msgs(cron_job("nightly", json!({"schedule": "TZ=UTC 0 * * * *"}))),
+            [
+                r#"spec.schedule: Invalid value: "TZ=UTC 0 * * * *": expected exactly 5 fields, found 6: [TZ=UTC 0 * * * *]"#,
+                r#"spec.schedule: Invalid value: "TZ=UTC 0 * * * *": cannot use TZ or CRON_TZ in schedule, use timeZone field instead"#
+            ]
+        );
+        assert_eq!(
+            cron_msgs(cron_job("nightly", json!({"timeZone": "Mars/Olympus"}))),
+            [r#"spec.timeZone: Invalid value: "Mars/Olympus": unknown time zone Mars/Olympus"#]
+        );
+        assert_eq!(
+            cron_msgs(cron_job("nightly", json!({"timeZone": "Local"}))),
+            [
+                r#"spec.timeZone: Invalid value: "Local": timeZone must be an explicit time zone as defined in https://www.iana.org/time-zones"#
+            ]
+        );
+        assert!(cron_msgs(cron_job("nightly", json!({"timeZone": "Europe/Berlin"}))).is_empty());
+        assert_eq!(
+            cron_msgs(cron_job(
+                "nightly",
+                json!({"concurrencyPolicy": "Sometimes"})
+            )),
+            [
+                r#"spec.concurrencyPolicy: Unsupported value: "Sometimes": supported values: "Allow", "Forbid", "Replace""#
+            ]
+        );
+        assert_eq!(
+            cron_msgs(cron_job(
+                "nightly",
+                json!({"startingDeadlineSeconds": -1, "successfulJobsHistoryLimit": -2})
+            )),
+            [
+                "spec.startingDeadlineSeconds: Invalid value: -1: must be greater than or equal to 0",
+                "spec.successfulJobsHistoryLimit: Invalid value: -2: must be greater than or equal to 0"
+            ]
+        );
+        let long = "n".repeat(53);
+        assert_eq!(
+            cron_msgs(cron_job(&long, json!({}))),
+            [format!(
+                r#"metadata.name: Invalid value: "{long}": must be no more than 52 characters"#
+            )]
+        );
+        // The Job template: pods that restart Always, a selector of its own.
+        let mut always = cron_job("nightly", json!({}));
+        always["spec"]["jobTemplate"]["spec"]["template"]["spec"]["restartPolicy"] =
+            json!("Always");
+        always["spec"]["jobTemplate"]["spec"]["selector"] = json!({"matchLabels": {"a": "b"}});
+        assert_eq!(
+            cron_msgs(always),
+            [
+                r#"spec.jobTemplate.spec.template.spec.restartPolicy: Unsupported value: "Always": supported values: "OnFailure", "Never""#,
+                r#"spec.jobTemplate.spec.selector: Invalid value: {"matchLabels":{"a":"b"}}: `selector` will be auto-generated"#
+            ]
+        );
+    }
+
+    #[test]
+    fn a_cron_job_update_may_change_its_schedule_and_template() {
+        let kind = info("batch", "CronJob");
+        let mut old = cron_job("nightly", json!({}));
+        kind.default(&mut old);
+        let mut new = old.clone();
+        new["spec"]["schedule"] = json!("@weekly");
+        new["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["image"] =
+            json!("busybox:2");
+        assert!(
+            super::super::test_util::update_msgs("batch", "CronJob", new.clone(), old.clone())
+                .is_empty()
+        );
+        new["spec"]["schedule"] = json!("61 * * * *");
+        let msgs = super::super::test_util::update_msgs("batch", "CronJob", new, old);
+        assert_eq!(msgs.len(), 1, "{msgs:?}");
+        assert!(
+            msgs[0].starts_with(r#"spec.schedule: Invalid value: "61 * * * *": "#),
+            "{msgs:?}"
         );
     }
 }

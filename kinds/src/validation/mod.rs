@@ -369,6 +369,11 @@ mod tests {
                 json!({"metadata": {"name": "pi"}, "spec": {"manualSelector": true, "selector": {"matchLabels": {"app": "pi"}}, "template": {"metadata": {"labels": {"app": "pi"}}, "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}}}),
             ),
             (
+                "batch",
+                "CronJob",
+                json!({"metadata": {"name": "nightly"}, "spec": {"schedule": "@daily", "jobTemplate": {"spec": {"template": {"spec": {"restartPolicy": "OnFailure", "containers": [{"name": "c", "image": "busybox"}]}}}}}}),
+            ),
+            (
                 "coordination.k8s.io",
                 "Lease",
                 json!({"metadata": {"name": "l"}, "spec": {"holderIdentity": "me", "leaseDurationSeconds": 15}}),

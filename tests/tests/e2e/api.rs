@@ -157,7 +157,7 @@ async fn bad_requests_get_the_right_status_and_write_nothing() {
 
     // 404 for a kind the server does not serve, and for a missing object.
     let (code, status) = client
-        .get("/apis/batch/v1/namespaces/default/cronjobs")
+        .get("/apis/example.com/v1/namespaces/default/widgets")
         .await;
     assert_eq!(code, 404, "{status}");
     assert_eq!(status["kind"], "Status");
