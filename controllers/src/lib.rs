@@ -18,6 +18,8 @@
 //! - [`statefulset`]: stable pod names, ordered or parallel, partitioned rolling updates.
 //! - [`job`]: a Job's pods (indexes, parallelism), counting through tracking finalizers,
 //!   backoff limit, deadline, suspend, pod failure policy and the terminal conditions.
+//! - [`cronjob`]: Jobs on a cron schedule: missed runs, concurrency policy, history limits.
+//! - [`ttlafterfinished`]: finished Jobs deleted `ttlSecondsAfterFinished` after they finished.
 //! - [`deployment`]: one rollout step (RollingUpdate, Recreate, revisions, cleanup, conditions).
 //! - [`namespace`]: what a terminating namespace must lose before it is finalized.
 //! - [`gc`]: owner references with background, foreground and orphan propagation.
@@ -25,6 +27,7 @@
 //! - [`nodelifecycle`]: silent nodes, NoExecute taints and taint-based eviction.
 //! - [`nodeipam`]: pod ranges for nodes.
 
+pub mod cronjob;
 pub mod daemonset;
 pub mod deployment;
 pub mod endpoints;
@@ -39,6 +42,7 @@ pub mod replicaset;
 pub mod runtime;
 pub mod serviceaccount;
 pub mod statefulset;
+pub mod ttlafterfinished;
 
 mod options;
 

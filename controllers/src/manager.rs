@@ -9,8 +9,8 @@ use tokio_util::task::TaskTracker;
 use crate::runtime::Started;
 use crate::{Options, Result};
 use crate::{
-    daemonset, deployment, endpoints, gc, job, namespace, nodeipam, nodelifecycle, replicaset,
-    serviceaccount, statefulset,
+    cronjob, daemonset, deployment, endpoints, gc, job, namespace, nodeipam, nodelifecycle,
+    replicaset, serviceaccount, statefulset, ttlafterfinished,
 };
 
 /// What a controller's shell is registered with.
@@ -52,6 +52,14 @@ pub const CONTROLLERS: &[Entry] = &[
     Entry {
         name: "job",
         start: job::controller::start,
+    },
+    Entry {
+        name: "cronjob",
+        start: cronjob::controller::start,
+    },
+    Entry {
+        name: "ttl-after-finished",
+        start: ttlafterfinished::controller::start,
     },
     Entry {
         name: "endpoints",

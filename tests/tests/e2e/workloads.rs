@@ -3,7 +3,9 @@
 //! node whose kubelet stops goes NotReady, its pods are evicted and replaced on the other node,
 //! and it recovers; deleting a namespace stops and removes everything in it; Jobs run to
 //! completion by index, fail by their backoff limit, and ignore what their failure policy says; a
-//! StatefulSet comes up in order, updates above its partition and scales down from the top.
+//! CronJob runs every minute (on a fast controller clock), keeps its history limit and refuses a
+//! schedule that does not parse, and finished Jobs expire by their TTL; a StatefulSet comes up in
+//! order, updates above its partition and scales down from the top.
 //!
 //! The pods are `sh -c` sleep loops run by the kubelets as host processes. Every test deletes what
 //! it made and waits for the kubelets to stop it; a [`Fixture`] kills whatever a failed test left
@@ -700,6 +702,183 @@ fn jobs_complete_by_index_fail_by_backoff_limit_and_ignore_what_their_policy_say
             .is_empty()
     });
     k.ok(&["delete", "namespace", "batch", "--timeout=60s"]);
+}
+
+/// A CronJob `name` in `namespace` on `schedule` whose pods run `script`, `extra` lines added to
+/// its spec.
+fn cron_job(namespace: &str, name: &str, schedule: &str, extra: &str, script: &str) -> String {
+    format!(
+        r#"
+apiVersion: batch/v1
+kind: CronJob
+metadata: {{name: {name}, namespace: {namespace}}}
+spec:
+  schedule: "{schedule}"
+{extra}
+  jobTemplate:
+    spec:
+      template:
+        spec:
+          restartPolicy: Never
+          terminationGracePeriodSeconds: 1
+          containers:
+          - name: main
+            image: busybox:1.36
+            command: ["sh", "-c", {script:?}]
+"#
+    )
+}
+
+#[test]
+fn a_cronjob_runs_every_minute_keeps_its_history_and_finished_jobs_expire() {
+    // The CronJob controller's clock runs 20 times faster: a minute every 3 s.
+    let cluster = Fixture::start(&["--cronjob-clock-rate", "20"]);
+    let k = cluster.kubectl();
+    k.ok(&["create", "namespace", "cron"]);
+
+    // A schedule that does not parse is refused with the parser's reason; nothing is stored.
+    let err = k
+        .run_with_input(
+            &["apply", "-f", "-"],
+            &cron_job("cron", "bad", "every day", "", "true"),
+        )
+        .stderr;
+    assert!(
+        err.contains(r#"spec.schedule: Invalid value: "every day": expected exactly 5 fields"#),
+        "{err}"
+    );
+    let err = k
+        .run_with_input(
+            &["apply", "-f", "-"],
+            &cron_job(
+                "cron",
+                "zoned",
+                "0 9 * * *",
+                "  timeZone: Mars/Olympus",
+                "true",
+            ),
+        )
+        .stderr;
+    assert!(
+        err.contains(
+            r#"spec.timeZone: Invalid value: "Mars/Olympus": unknown time zone Mars/Olympus"#
+        ),
+        "{err}"
+    );
+    assert!(
+        k.ok(&["-n", "cron", "get", "cronjobs", "-o", "name"])
+            .trim()
+            .is_empty()
+    );
+
+    k.ok_with_input(
+        &["apply", "-f", "-"],
+        &cron_job(
+            "cron",
+            "tick",
+            "* * * * *",
+            "  concurrencyPolicy: Forbid\n  successfulJobsHistoryLimit: 2",
+            "echo tick",
+        ),
+    );
+    let row = k.ok(&["-n", "cron", "get", "cj/tick", "--no-headers"]);
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(
+        cells[..8],
+        ["tick", "*", "*", "*", "*", "*", "<none>", "False"],
+        "{row}"
+    );
+
+    // Three runs or more, each its own Job named for its minute, each completing; the history
+    // keeps the two newest successful ones.
+    let mut seen = std::collections::BTreeSet::new();
+    wait_for(&k, "three runs of the CronJob", 120, || {
+        let names = k.run(&["-n", "cron", "get", "jobs", "-o", "name"]).stdout;
+        seen.extend(names.lines().map(str::to_string));
+        seen.len() >= 3
+    });
+    assert!(
+        seen.iter().all(|n| n.starts_with("job.batch/tick-")),
+        "{seen:?}"
+    );
+    wait_for(&k, "the history limit to hold", 60, || {
+        let jobs: Value = serde_json::from_str(&k.ok(&["-n", "cron", "get", "jobs", "-o", "json"]))
+            .unwrap_or_default();
+        let complete = jobs["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|j| j["status"]["succeeded"] == 1)
+            .count();
+        complete > 0 && complete <= 2
+    });
+    let status = jsonpath(
+        &k,
+        "cron",
+        "cj/tick",
+        "{.status.lastScheduleTime} {.status.lastSuccessfulTime}",
+    );
+    assert_eq!(status.split_whitespace().count(), 2, "{status}");
+    let events = k.ok(&[
+        "-n",
+        "cron",
+        "get",
+        "events",
+        "--field-selector",
+        "involvedObject.name=tick",
+    ]);
+    assert!(events.contains("SuccessfulCreate"), "{events}");
+    assert!(events.contains("SawCompletedJob"), "{events}");
+
+    // A Job made by hand from the CronJob's template runs like any other.
+    k.ok(&[
+        "-n",
+        "cron",
+        "create",
+        "job",
+        "by-hand",
+        "--from=cronjob/tick",
+    ]);
+    k.ok(&[
+        "-n",
+        "cron",
+        "wait",
+        "--for=condition=complete",
+        "job/by-hand",
+        "--timeout=60s",
+    ]);
+    assert_eq!(
+        jsonpath(
+            &k,
+            "cron",
+            "job/by-hand",
+            "{.metadata.annotations.cronjob\\.kubernetes\\.io/instantiate}"
+        ),
+        "manual"
+    );
+
+    // Deleting the CronJob takes its Jobs with it.
+    k.ok(&["-n", "cron", "delete", "cronjob", "tick", "--wait=true"]);
+    wait_for(&k, "the CronJob's Jobs to go", 60, || {
+        k.ok(&["-n", "cron", "get", "jobs", "-o", "name"])
+            .trim()
+            .is_empty()
+    });
+
+    // A finished Job with ttlSecondsAfterFinished goes by itself, its pods with it.
+    k.ok_with_input(
+        &["apply", "-f", "-"],
+        &job("cron", "once", "  ttlSecondsAfterFinished: 2", "echo done"),
+    );
+    wait_for(&k, "the expired Job to be deleted", 60, || {
+        !k.run(&["-n", "cron", "get", "job/once"]).ok
+    });
+    wait_for(&k, "the expired Job's pods to go", 60, || {
+        k.ok(&["-n", "cron", "get", "pods", "-o", "name"])
+            .trim()
+            .is_empty()
+    });
+    k.ok(&["delete", "namespace", "cron", "--timeout=60s"]);
 }
 
 /// A StatefulSet `web` in `namespace` of `replicas` sleep loops that first print `message`,
