@@ -132,7 +132,11 @@ pub struct Column {
     pub priority: i32,
 }
 
-const fn col(name: &'static str, type_: &'static str, description: &'static str) -> Column {
+pub(crate) const fn col(
+    name: &'static str,
+    type_: &'static str,
+    description: &'static str,
+) -> Column {
     Column {
         name,
         type_,
@@ -142,7 +146,11 @@ const fn col(name: &'static str, type_: &'static str, description: &'static str)
     }
 }
 
-const fn wide(name: &'static str, type_: &'static str, description: &'static str) -> Column {
+pub(crate) const fn wide(
+    name: &'static str,
+    type_: &'static str,
+    description: &'static str,
+) -> Column {
     Column {
         name,
         type_,
@@ -152,14 +160,14 @@ const fn wide(name: &'static str, type_: &'static str, description: &'static str
     }
 }
 
-const NAME: Column = Column {
+pub(crate) const NAME: Column = Column {
     name: "Name",
     type_: "string",
     format: "name",
     description: "Name must be unique within a namespace; the object's metadata.name.",
     priority: 0,
 };
-const AGE: Column = col(
+pub(crate) const AGE: Column = col(
     "Age",
     "string",
     "Time since the object was created (metadata.creationTimestamp).",
@@ -887,6 +895,12 @@ fn since(t: Option<&Time>, now: Timestamp) -> String {
         Some(t) => human_duration(now.duration_since(t.0)),
         None => "<unknown>".to_string(),
     }
+}
+
+/// The Age cell of a raw object (its `metadata.creationTimestamp`), `<unknown>` when unset.
+pub(crate) fn age_of(object: &Value, now: Timestamp) -> Value {
+    let meta: ObjectMeta = typed(&object["metadata"]).unwrap_or_default();
+    age(&meta, now)
 }
 
 fn age(meta: &ObjectMeta, now: Timestamp) -> Value {

@@ -17,6 +17,8 @@ pub mod job;
 pub mod lease;
 pub mod namespace;
 pub mod node;
+pub mod persistent_volume;
+pub mod persistent_volume_claim;
 pub mod pod;
 pub mod replica_set;
 pub mod reviews;
@@ -26,6 +28,7 @@ pub mod secret;
 pub mod service;
 pub mod service_account;
 pub mod stateful_set;
+pub mod storage_class;
 
 #[cfg(test)]
 mod tests;
@@ -73,6 +76,8 @@ pub fn all() -> &'static [Arc<dyn Kind>] {
             Arc::new(secret::Secret),
             Arc::new(event::Event),
             Arc::new(service_account::ServiceAccount),
+            Arc::new(persistent_volume::PersistentVolume),
+            Arc::new(persistent_volume_claim::PersistentVolumeClaim),
             Arc::new(deployment::Deployment),
             Arc::new(replica_set::ReplicaSet),
             Arc::new(daemon_set::DaemonSet),
@@ -80,6 +85,7 @@ pub fn all() -> &'static [Arc<dyn Kind>] {
             Arc::new(job::Job),
             Arc::new(lease::Lease),
             Arc::new(endpoint_slice::EndpointSlice),
+            Arc::new(storage_class::StorageClass),
             Arc::new(cluster_role::ClusterRole),
             Arc::new(cluster_role_binding::ClusterRoleBinding),
             Arc::new(role::Role),
