@@ -11,11 +11,13 @@
 //! - [`labels`]: label selectors (`labelSelector=`, `metav1.LabelSelector`) and label name checks.
 //! - [`fields`]: field selectors (`fieldSelector=`) and selectable fields.
 //! - [`images`]: the default pull policy of an image reference.
+//! - [`quantity`]: quantities as integers (`Value`, `MilliValue`) for components.
 
 pub mod fields;
 pub mod images;
 pub mod intern;
 pub mod labels;
+pub mod quantity;
 pub mod resources;
 pub mod status;
 
