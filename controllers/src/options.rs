@@ -37,6 +37,10 @@ pub struct Options {
     /// The prefix length of each node's pod range.
     #[arg(long, default_value_t = 24)]
     pub node_cidr_mask_size: u8,
+    /// Where the local-path provisioner keeps volumes on the nodes
+    /// [default: `<data-dir>/storage` under `skiff server`].
+    #[arg(long)]
+    pub default_local_storage_path: Option<std::path::PathBuf>,
 }
 
 impl Default for Options {
@@ -48,6 +52,7 @@ impl Default for Options {
             node_monitor_period: Duration::from_secs(5),
             cluster_cidr: "127.100.0.0/16".into(),
             node_cidr_mask_size: 24,
+            default_local_storage_path: None,
         }
     }
 }
