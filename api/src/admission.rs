@@ -6,7 +6,10 @@
 //! writer does not hold), `ServiceIPs` (ClusterIP and NodePort allocation from
 //! ranges inside the loopback block, so the proxy can bind them unprivileged),
 //! `DefaultTolerationSeconds` (pods tolerate not-ready and unreachable nodes for 300 s, or as
-//! configured).
+//! configured), then the storage plugins of [`storage`] (`DefaultStorageClass`,
+//! `StorageObjectInUseProtection`, `PersistentVolumeClaimResize`).
+
+pub mod storage;
 
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;

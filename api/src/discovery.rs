@@ -595,6 +595,7 @@ mod tests {
                 "coordination.k8s.io",
                 "discovery.k8s.io",
                 "rbac.authorization.k8s.io",
+                "storage.k8s.io",
                 "authorization.k8s.io",
                 "authentication.k8s.io",
                 "apiextensions.k8s.io"

@@ -125,6 +125,9 @@ impl ApiServer {
             Box::new(admission::DefaultTolerationSeconds(
                 config.default_toleration_seconds,
             )),
+            Box::new(admission::storage::DefaultStorageClass),
+            Box::new(admission::storage::StorageObjectInUseProtection),
+            Box::new(admission::storage::PersistentVolumeClaimResize),
         ]);
         let watch_cache = WatchCache::new(
             registry.store().clone(),

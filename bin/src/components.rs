@@ -22,6 +22,9 @@ pub enum Component {
     Kubelet,
     /// The service proxy.
     Proxy,
+    /// The built-in local-path provisioner (`skiff.io/local-path`) and its default
+    /// `local-path` StorageClass; it runs inside the controller manager.
+    LocalStorage,
 }
 
 impl Component {
@@ -31,7 +34,14 @@ impl Component {
         Component::Scheduler,
         Component::Kubelet,
         Component::Proxy,
+        Component::LocalStorage,
     ];
+
+    /// Whether the component is a task of its own (the local-path provisioner is one of the
+    /// controllers).
+    pub fn is_task(self) -> bool {
+        self != Component::LocalStorage
+    }
 }
 
 /// Every component's flags, shown under their own headings in `--help`.
@@ -58,6 +68,8 @@ pub struct Host {
     pub data_dir: PathBuf,
     /// The secret the API server presents to kubelets (for logs).
     pub kubelet_token: String,
+    /// Whether the local-path provisioner runs (`--disable local-storage` says no).
+    pub local_storage: bool,
 }
 
 /// Which components run, from `--components` or `--disable`.
@@ -85,9 +97,24 @@ pub fn spawn(
     let host = host.clone();
     tasks.spawn(async move {
         let result = match component {
-            Component::Controllers => skiff_controllers::run(client, options.controllers, shutdown)
-                .await
-                .context("the controllers failed"),
+            Component::Controllers => {
+                let mut controllers = options.controllers;
+                controllers
+                    .default_local_storage_path
+                    .get_or_insert_with(|| host.data_dir.join("storage"));
+                if !host.local_storage {
+                    controllers.controllers.push(format!(
+                        "-{}",
+                        skiff_controllers::manager::LOCAL_PATH_PROVISIONER
+                    ));
+                }
+                skiff_controllers::run(client, controllers, shutdown)
+                    .await
+                    .context("the controllers failed")
+            }
+            Component::LocalStorage => {
+                unreachable!("the local-path provisioner runs in the controllers")
+            }
             Component::Scheduler => skiff_scheduler::run(client, options.scheduler, shutdown)
                 .await
                 .context("the scheduler failed"),
@@ -118,7 +145,11 @@ mod tests {
         assert_eq!(select(None, &[]).len(), Component::ALL.len());
         assert_eq!(
             select(None, &[Component::Kubelet, Component::Proxy]),
-            BTreeSet::from([Component::Controllers, Component::Scheduler])
+            BTreeSet::from([
+                Component::Controllers,
+                Component::Scheduler,
+                Component::LocalStorage
+            ])
         );
         assert_eq!(
             select(Some(&[Component::Scheduler]), &[]),

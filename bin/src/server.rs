@@ -334,8 +334,11 @@ pub async fn run(args: ApiArgs, plan: Plan) -> Result<()> {
         let host = components::Host {
             data_dir: data_dir.clone(),
             kubelet_token: join_token.secret.clone(),
+            local_storage: plan
+                .components
+                .contains(&components::Component::LocalStorage),
         };
-        for component in &plan.components {
+        for component in plan.components.iter().filter(|c| c.is_task()) {
             components::spawn(
                 &mut running,
                 *component,

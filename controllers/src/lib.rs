@@ -26,6 +26,9 @@
 //! - [`serviceaccount`]: the `default` ServiceAccount of every namespace.
 //! - [`nodelifecycle`]: silent nodes, NoExecute taints and taint-based eviction.
 //! - [`nodeipam`]: pod ranges for nodes.
+//! - [`persistentvolume`]: the PV binder (claims to volumes, release and reclaim).
+//! - [`localpath`]: the built-in local-path provisioner (`skiff.io/local-path`).
+//! - [`protection`]: the pvc-protection and pv-protection finalizers.
 
 pub mod cronjob;
 pub mod daemonset;
@@ -33,11 +36,14 @@ pub mod deployment;
 pub mod endpoints;
 pub mod gc;
 pub mod job;
+pub mod localpath;
 pub mod manager;
 pub mod namespace;
 pub mod nodeipam;
 pub mod nodelifecycle;
+pub mod persistentvolume;
 pub mod pods;
+pub mod protection;
 pub mod replicaset;
 pub mod runtime;
 pub mod serviceaccount;

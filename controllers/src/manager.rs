@@ -9,8 +9,9 @@ use tokio_util::task::TaskTracker;
 use crate::runtime::Started;
 use crate::{Options, Result};
 use crate::{
-    cronjob, daemonset, deployment, endpoints, gc, job, namespace, nodeipam, nodelifecycle,
-    replicaset, serviceaccount, statefulset, ttlafterfinished,
+    cronjob, daemonset, deployment, endpoints, gc, job, localpath, namespace, nodeipam,
+    nodelifecycle, persistentvolume, protection, replicaset, serviceaccount, statefulset,
+    ttlafterfinished,
 };
 
 /// What a controller's shell is registered with.
@@ -89,7 +90,27 @@ pub const CONTROLLERS: &[Entry] = &[
         name: "nodelifecycle",
         start: nodelifecycle::controller::start,
     },
+    Entry {
+        name: "persistentvolume-binder",
+        start: persistentvolume::controller::start,
+    },
+    Entry {
+        name: "pvc-protection",
+        start: protection::controller::start_claims,
+    },
+    Entry {
+        name: "pv-protection",
+        start: protection::controller::start_volumes,
+    },
+    Entry {
+        name: LOCAL_PATH_PROVISIONER,
+        start: localpath::controller::start,
+    },
 ];
+
+/// The name of the built-in local-path provisioner in [`CONTROLLERS`] (`skiff server
+/// --disable local-storage` leaves it out).
+pub const LOCAL_PATH_PROVISIONER: &str = "local-path-provisioner";
 
 /// The names of [`CONTROLLERS`], comma-separated.
 pub fn names() -> String {

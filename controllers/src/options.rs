@@ -42,6 +42,10 @@ pub struct Options {
     /// 1 everywhere else.
     #[arg(long, default_value_t = 1.0, hide = true)]
     pub cronjob_clock_rate: f64,
+    /// Where the local-path provisioner keeps volumes on the nodes
+    /// [default: `<data-dir>/storage` under `skiff server`].
+    #[arg(long)]
+    pub default_local_storage_path: Option<std::path::PathBuf>,
 }
 
 impl Default for Options {
@@ -54,6 +58,7 @@ impl Default for Options {
             cluster_cidr: "127.100.0.0/16".into(),
             node_cidr_mask_size: 24,
             cronjob_clock_rate: 1.0,
+            default_local_storage_path: None,
         }
     }
 }

@@ -897,6 +897,12 @@ pub(crate) fn since(t: Option<&Time>, now: Timestamp) -> String {
     }
 }
 
+/// The Age cell of a raw object (its `metadata.creationTimestamp`), `<unknown>` when unset.
+pub(crate) fn age_of(object: &Value, now: Timestamp) -> Value {
+    let meta: ObjectMeta = typed(&object["metadata"]).unwrap_or_default();
+    age(&meta, now)
+}
+
 pub(crate) fn age(meta: &ObjectMeta, now: Timestamp) -> Value {
     json!(since(meta.creation_timestamp.as_ref(), now))
 }

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{
     ConfigMap, Event as KubeEvent, EventSource, Namespace, Node, NodeSpec, NodeStatus,
-    ObjectReference, Pod, Secret,
+    ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod, Secret,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
@@ -782,7 +782,53 @@ impl pod::SourceProvider for ApiSources {
                 }
             }
         }
+        for name in Sources::claims_referenced(pod) {
+            if let Some(resolved) = self.claim_dir(ns, &name).await {
+                out.claims.insert(name, resolved);
+            }
+        }
         out
+    }
+}
+
+impl ApiSources {
+    /// The host directory of claim `name`'s volume, or why the pod must wait; `None` when the
+    /// API could not be asked (the next sync asks again).
+    async fn claim_dir(&self, ns: &str, name: &str) -> Option<Result<PathBuf, String>> {
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), ns);
+        let claim = match claims.get_opt(name).await.ok()? {
+            Some(c) => c,
+            None => return Some(Err(format!("persistentvolumeclaim \"{name}\" not found"))),
+        };
+        if claim.metadata.deletion_timestamp.is_some() {
+            return Some(Err(format!(
+                "persistentvolumeclaim \"{name}\" is being deleted"
+            )));
+        }
+        let volume = claim
+            .spec
+            .as_ref()
+            .and_then(|s| s.volume_name.clone())
+            .filter(|v| !v.is_empty());
+        let bound = claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+        let Some(volume) = volume.filter(|_| bound) else {
+            return Some(Err(format!(
+                "persistentvolumeclaim \"{name}\" is not bound"
+            )));
+        };
+        let volumes: Api<PersistentVolume> = Api::all(self.client.clone());
+        let pv = match volumes.get_opt(&volume).await.ok()? {
+            Some(pv) => pv,
+            None => return Some(Err(format!("persistentvolume \"{volume}\" not found"))),
+        };
+        let spec = pv.spec.unwrap_or_default();
+        let path = spec
+            .host_path
+            .map(|h| h.path)
+            .or(spec.local.map(|l| l.path));
+        Some(path.map(PathBuf::from).ok_or_else(|| {
+            format!("persistentvolume \"{volume}\" has no hostPath or local path to mount")
+        }))
     }
 }
 

@@ -38,16 +38,33 @@ pub enum Error {
 /// Result of spec resolution.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// ConfigMaps and Secrets of the pod's namespace the caller fetched, by name.
+/// ConfigMaps, Secrets and claims of the pod's namespace the caller fetched, by name.
 #[derive(Clone, Debug, Default)]
 pub struct Sources {
     /// ConfigMaps by name.
     pub config_maps: BTreeMap<String, ConfigMap>,
     /// Secrets by name.
     pub secrets: BTreeMap<String, Secret>,
+    /// PersistentVolumeClaims by name: the host directory of the volume each is bound to, or
+    /// why it cannot be mounted yet (unbound, being deleted, a volume without a local path).
+    pub claims: BTreeMap<String, Result<std::path::PathBuf, String>>,
 }
 
 impl Sources {
+    /// The PersistentVolumeClaims a pod's volumes refer to.
+    pub fn claims_referenced(pod: &Pod) -> Vec<String> {
+        let mut out: Vec<String> = pod
+            .spec
+            .iter()
+            .flat_map(|s| s.volumes.iter().flatten())
+            .filter_map(|v| v.persistent_volume_claim.as_ref())
+            .map(|c| c.claim_name.clone())
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+
     /// The ConfigMaps and Secrets a pod refers to (env, envFrom, volumes), as (kind, name).
     pub fn referenced(pod: &Pod) -> Vec<(&'static str, String)> {
         let mut out = Vec::new();

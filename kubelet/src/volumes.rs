@@ -1,4 +1,7 @@
-//! Pod volumes on the host (emptyDir, hostPath, configMap, secret) and how a container sees them.
+//! Pod volumes on the host (emptyDir, hostPath, configMap, secret, persistentVolumeClaim) and how a
+//! container sees them. A claim is its bound volume's directory on this node (a `hostPath` or
+//! `local` volume), made when missing: the node that holds the data makes it (see the
+//! local-path provisioner in skiff-controllers for who removes it).
 //!
 //! Volumes live under the pod's directory (`<root-dir>/pods/<uid>/volumes/<kind>/<name>`), except
 //! hostPath, which is the host's path itself. A process cannot have a host path remapped without
@@ -59,6 +62,14 @@ pub enum Error {
         container: String,
         /// The volume name.
         volume: String,
+    },
+    /// A claim the pod mounts cannot be used yet (unbound, being deleted, not local).
+    #[error("volume {volume}: {message}")]
+    ClaimNotReady {
+        /// The volume.
+        volume: String,
+        /// Why.
+        message: String,
     },
     /// Filesystem work failed.
     #[error("volume at {path}: {source}")]
@@ -143,6 +154,25 @@ pub fn prepare(pod: &Pod, pod_dir: &Path, sources: &Sources) -> Result<BTreeMap<
                 }
             }
             p
+        } else if let Some(pvc) = &v.persistent_volume_claim {
+            match sources.claims.get(&pvc.claim_name) {
+                Some(Ok(p)) => {
+                    std::fs::create_dir_all(p).map_err(io(p))?;
+                    p.clone()
+                }
+                Some(Err(message)) => {
+                    return Err(Error::ClaimNotReady {
+                        volume: v.name.clone(),
+                        message: message.clone(),
+                    });
+                }
+                None => {
+                    return Err(Error::ClaimNotReady {
+                        volume: v.name.clone(),
+                        message: format!("persistentvolumeclaim \"{}\" not found", pvc.claim_name),
+                    });
+                }
+            }
         } else {
             return Err(Error::Unsupported(v.name.clone()));
         };
@@ -533,6 +563,44 @@ mod tests {
         assert!(matches!(
             mount(&c, dir.path(), &BTreeMap::new()),
             Err(Error::NoSuchVolume { .. })
+        ));
+    }
+
+    #[test]
+    fn a_bound_claim_is_its_volume_directory_and_an_unbound_one_waits() {
+        let dir = tempfile::tempdir().unwrap();
+        let claim = |name: &str| {
+            pod(vec![Volume {
+                name: "data".into(),
+                persistent_volume_claim: Some(
+                    k8s_openapi::api::core::v1::PersistentVolumeClaimVolumeSource {
+                        claim_name: name.into(),
+                        read_only: None,
+                    },
+                ),
+                ..Default::default()
+            }])
+        };
+        let data = dir.path().join("storage/pvc-1_default_data-web-0");
+        let mut s = sources();
+        s.claims.insert("bound".into(), Ok(data.clone()));
+        s.claims.insert(
+            "pending".into(),
+            Err("persistentvolumeclaim \"pending\" is not bound".into()),
+        );
+        let vols = prepare(&claim("bound"), dir.path(), &s).unwrap();
+        assert_eq!(vols["data"], data);
+        assert!(data.is_dir(), "the node makes the directory");
+        match prepare(&claim("pending"), dir.path(), &s) {
+            Err(Error::ClaimNotReady { volume, message }) => {
+                assert_eq!(volume, "data");
+                assert!(message.contains("is not bound"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            prepare(&claim("missing"), dir.path(), &s),
+            Err(Error::ClaimNotReady { .. })
         ));
     }
 }

@@ -13,11 +13,13 @@
 //! - [`images`]: the default pull policy of an image reference.
 //! - [`schedule`]: CronJob schedules and time zones, for the API server's validation and the
 //!   CronJob controller alike.
+//! - [`quantity`]: quantities as integers (`Value`, `MilliValue`) for components.
 
 pub mod fields;
 pub mod images;
 pub mod intern;
 pub mod labels;
+pub mod quantity;
 pub mod resources;
 pub mod schedule;
 pub mod status;

@@ -173,6 +173,7 @@ impl Default for Registry {
         plain::<predicates::PodFitsPorts>(&mut r, "PodFitsPorts");
         plain::<predicates::PodFitsResources>(&mut r, "PodFitsResources");
         plain::<predicates::NoDiskConflict>(&mut r, "NoDiskConflict");
+        plain::<predicates::VolumeBinding>(&mut r, "VolumeBinding");
         r.register_predicate("CheckNodeLabelPresence", |arg| {
             let Some(p) = arg.and_then(|a| a.labels_presence.clone()) else {
                 return Err(Error::MissingArgument("CheckNodeLabelPresence".into()));
@@ -211,6 +212,7 @@ impl Default for Registry {
                 "PodFitsPorts",
                 "PodFitsResources",
                 "NoDiskConflict",
+                "VolumeBinding",
             ],
             &[
                 ("LeastRequestedPriority", 1),

@@ -488,6 +488,9 @@ impl ClusterApi for NullApi {
     fn unschedulable(&self, _: &Pod, _: &str) -> BoxFuture<'static, Result<(), ApiError>> {
         Box::pin(async { Ok(()) })
     }
+    fn select_node(&self, _: &str, _: &str, _: &str) -> BoxFuture<'static, Result<(), ApiError>> {
+        Box::pin(async { Ok(()) })
+    }
 }
 
 /// Decisions per second of the scheduler alone (queue, filter, score, assume; binds that do

@@ -72,6 +72,13 @@ pub trait ClusterApi: Send + Sync + 'static {
     /// Sets `PodScheduled=False` (reason Unschedulable, the message) on a pod and records a
     /// `FailedScheduling` Event.
     fn unschedulable(&self, pod: &Pod, message: &str) -> BoxFuture<'static, Result<(), ApiError>>;
+    /// Sets `volume.kubernetes.io/selected-node` on a WaitForFirstConsumer claim.
+    fn select_node(
+        &self,
+        namespace: &str,
+        claim: &str,
+        node: &str,
+    ) -> BoxFuture<'static, Result<(), ApiError>>;
 }
 
 /// The Binding body for a pod and node.

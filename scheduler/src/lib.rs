@@ -26,6 +26,7 @@ pub mod queue;
 pub mod resources;
 pub mod run;
 pub mod scheduler;
+pub mod volumes;
 
 pub use run::{Options, run};
 

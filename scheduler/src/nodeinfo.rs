@@ -183,6 +183,9 @@ pub struct PodInfo {
     /// The spreading groups (Services, ReplicaSets) whose selectors match the pod; filled in by
     /// the cache, which owns the group registry.
     pub groups: Vec<GroupId>,
+    /// The node affinity of the volumes bound to the pod's claims (every one must match);
+    /// filled in by the scheduler from [`crate::volumes::check`].
+    pub volume_affinity: Vec<NodeSelector>,
 }
 
 impl PodInfo {
@@ -240,6 +243,7 @@ impl PodInfo {
                 }),
             tolerations: spec.and_then(|s| s.tolerations.clone()).unwrap_or_default(),
             groups: Vec::new(),
+            volume_affinity: Vec::new(),
         }
     }
 }

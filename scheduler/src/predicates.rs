@@ -39,6 +39,8 @@ pub enum Reason {
         /// The taint's value (empty if none).
         value: String,
     },
+    /// A volume bound to one of the pod's claims is pinned to other nodes.
+    VolumeNodeAffinity,
 }
 
 impl fmt::Display for Reason {
@@ -60,6 +62,7 @@ impl fmt::Display for Reason {
             Reason::UntoleratedTaint { key, value } => {
                 write!(f, "node(s) had untolerated taint {{{key}: {value}}}")
             }
+            Reason::VolumeNodeAffinity => f.write_str("node(s) had volume node affinity conflict"),
         }
     }
 }
@@ -226,6 +229,27 @@ impl Predicate for NoDiskConflict {
             .any(|v| node.volumes.iter().any(|u| u.conflicts(v)))
         {
             reasons.push(Reason::DiskConflict);
+        }
+    }
+}
+
+/// `VolumeBinding`: the node matches the node affinity of every volume bound to the pod's claims
+/// (see [`crate::volumes`]).
+#[derive(Debug, Default)]
+pub struct VolumeBinding;
+
+impl Predicate for VolumeBinding {
+    fn name(&self) -> &str {
+        "VolumeBinding"
+    }
+
+    fn check(&self, pod: &PodInfo, node: &NodeInfo, reasons: &mut Vec<Reason>) {
+        if !pod
+            .volume_affinity
+            .iter()
+            .all(|sel| node_selector_matches(sel, node))
+        {
+            reasons.push(Reason::VolumeNodeAffinity);
         }
     }
 }

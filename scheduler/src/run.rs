@@ -7,7 +7,10 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use k8s_openapi::api::apps::v1::ReplicaSet;
-use k8s_openapi::api::core::v1::{Event, Node, Pod, Service};
+use k8s_openapi::api::core::v1::{
+    Event, Node, PersistentVolume, PersistentVolumeClaim, Pod, Service,
+};
+use k8s_openapi::api::storage::v1::StorageClass;
 use skiff_client::api::{Patch, PatchParams, PostParams};
 use skiff_client::informer::{SharedInformerFactory, handler_fn};
 use skiff_client::{Api, Client};
@@ -177,6 +180,30 @@ impl ClusterApi for KubeApi {
             Ok(())
         })
     }
+
+    fn select_node(
+        &self,
+        namespace: &str,
+        claim: &str,
+        node: &str,
+    ) -> BoxFuture<'static, Result<(), ApiError>> {
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), namespace);
+        let patch = serde_json::json!({"metadata": {"annotations": {
+            (crate::volumes::SELECTED_NODE): node,
+        }}});
+        let (claim, namespace) = (claim.to_string(), namespace.to_string());
+        Box::pin(async move {
+            claims
+                .patch(&claim, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map(|_| ())
+                .map_err(|e| {
+                    ApiError(format!(
+                        "selecting the node of claim {namespace}/{claim}: {e}"
+                    ))
+                })
+        })
+    }
 }
 
 /// Runs the scheduler until `shutdown`: informers on pods, nodes, Services and ReplicaSets feed
@@ -211,6 +238,31 @@ pub async fn start(
     let nodes = factory.informer::<Node>();
     let services = factory.informer::<Service>();
     let replica_sets = factory.informer::<ReplicaSet>();
+    let claims = factory.informer::<PersistentVolumeClaim>();
+    let volumes = factory.informer::<PersistentVolume>();
+    let classes = factory.informer::<StorageClass>();
+    {
+        let (a, u, d) = (scheduler.clone(), scheduler.clone(), scheduler.clone());
+        claims.add_handler(handler_fn(
+            move |c: &Arc<PersistentVolumeClaim>| a.on_claim(c, false),
+            move |_: &Arc<PersistentVolumeClaim>, c: &Arc<PersistentVolumeClaim>| {
+                u.on_claim(c, false)
+            },
+            move |c: &Arc<PersistentVolumeClaim>| d.on_claim(c, true),
+        ));
+        let (a, u, d) = (scheduler.clone(), scheduler.clone(), scheduler.clone());
+        volumes.add_handler(handler_fn(
+            move |v: &Arc<PersistentVolume>| a.on_volume(v, false),
+            move |_: &Arc<PersistentVolume>, v: &Arc<PersistentVolume>| u.on_volume(v, false),
+            move |v: &Arc<PersistentVolume>| d.on_volume(v, true),
+        ));
+        let (a, u, d) = (scheduler.clone(), scheduler.clone(), scheduler.clone());
+        classes.add_handler(handler_fn(
+            move |c: &Arc<StorageClass>| a.on_class(c, false),
+            move |_: &Arc<StorageClass>, c: &Arc<StorageClass>| u.on_class(c, false),
+            move |c: &Arc<StorageClass>| d.on_class(c, true),
+        ));
+    }
     {
         let (a, u, d) = (scheduler.clone(), scheduler.clone(), scheduler.clone());
         pods.add_handler(handler_fn(

@@ -9,7 +9,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::StorageClass;
 use skiff_meta::labels::Selector;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -19,6 +20,7 @@ use crate::binder::{SharedApi, TokenBucket};
 use crate::cache::{Cache, GroupKind};
 use crate::nodeinfo::PodInfo;
 use crate::queue::SchedulingQueue;
+use crate::volumes::{self, Volumes};
 
 /// Binds in flight at most: past this, decided pods wait (assumed) for a bind slot, so a burst of
 /// decisions never opens thousands of requests at once.
@@ -48,6 +50,9 @@ pub struct Scheduler {
     bucket: TokenBucket,
     bind_slots: tokio::sync::Semaphore,
     binds: TaskTracker,
+    /// The claims, volumes and classes volume binding reads (its own lock, never held with
+    /// the cache's).
+    volumes: Mutex<Volumes>,
     /// Counters.
     pub stats: Stats,
 }
@@ -88,6 +93,7 @@ impl Scheduler {
             name: name.to_string(),
             cache: Mutex::new(Cache::new(assume_ttl)),
             queue: SchedulingQueue::new(),
+            volumes: Mutex::new(Volumes::default()),
             api,
             bucket: TokenBucket::new(bind_qps, bind_burst),
             bind_slots: tokio::sync::Semaphore::new(MAX_BINDS_IN_FLIGHT),
@@ -184,6 +190,39 @@ impl Scheduler {
         self.with_cache(|c| c.remove_node(&name));
     }
 
+    /// A claim changed (or was deleted): pods waiting for it get another chance.
+    pub fn on_claim(&self, claim: &Arc<PersistentVolumeClaim>, deleted: bool) {
+        let ns = claim.metadata.namespace.clone().unwrap_or_default();
+        let name = claim.metadata.name.clone().unwrap_or_default();
+        self.volumes.lock().expect("volumes lock").set_claim(
+            &ns,
+            &name,
+            (!deleted).then(|| claim.clone()),
+        );
+        let now = Instant::now();
+        self.queue.with(|q| q.move_all_to_active_or_backoff(now));
+    }
+
+    /// A volume changed (or was deleted).
+    pub fn on_volume(&self, pv: &Arc<PersistentVolume>, deleted: bool) {
+        let name = pv.metadata.name.clone().unwrap_or_default();
+        self.volumes
+            .lock()
+            .expect("volumes lock")
+            .set_volume(&name, (!deleted).then(|| pv.clone()));
+        let now = Instant::now();
+        self.queue.with(|q| q.move_all_to_active_or_backoff(now));
+    }
+
+    /// A StorageClass changed (or was deleted).
+    pub fn on_class(&self, class: &Arc<StorageClass>, deleted: bool) {
+        let name = class.metadata.name.clone().unwrap_or_default();
+        self.volumes
+            .lock()
+            .expect("volumes lock")
+            .set_class(&name, (!deleted).then(|| class.clone()));
+    }
+
     /// A Service or ReplicaSet selector changed (`None`: deleted).
     pub fn on_group(&self, kind: GroupKind, namespace: &str, name: &str, sel: Option<Selector>) {
         self.with_cache(|c| c.set_group(kind, namespace, name, sel));
@@ -198,6 +237,22 @@ impl Scheduler {
         let pod = queued.pod;
         let key = key_of(&pod);
         let mut info = PodInfo::new(&pod);
+        let claims = volumes::check(&pod, &self.volumes.lock().expect("volumes lock"));
+        let delayed = match claims {
+            Ok(v) => {
+                info.volume_affinity = v.affinity;
+                v.delayed
+            }
+            Err(reason) => {
+                let nodes = self.with_cache(|c| c.nodes().len());
+                self.park(
+                    pod,
+                    key,
+                    format!("0/{nodes} nodes are available: {reason}."),
+                );
+                return true;
+            }
+        };
         let decision = {
             let mut cache = self.cache.lock().expect("cache lock");
             if cache.contains_pod(&key) {
@@ -225,33 +280,47 @@ impl Scheduler {
                 tracing::debug!(pod = %key, %node, attempts = queued.attempts, "assumed");
                 let me = self.clone();
                 self.binds
-                    .spawn(async move { me.bind(pod, key, node).await });
+                    .spawn(async move { me.bind(pod, key, node, delayed).await });
             }
-            Some(Err(fit)) => {
-                let message = fit.to_string();
-                tracing::info!(pod = %key, %message, "unschedulable");
-                self.stats.unschedulable.fetch_add(1, Ordering::Relaxed);
-                let now = Instant::now();
-                self.queue.with(|q| q.unschedulable(&key, now));
-                let api = self.api.clone();
-                self.binds.spawn(async move {
-                    if let Err(e) = api.unschedulable(&pod, &message).await {
-                        tracing::warn!(pod = %key, error = %e, "cannot record unschedulable");
-                    }
-                });
-            }
+            Some(Err(fit)) => self.park(pod, key, fit.to_string()),
         }
         true
     }
 
-    async fn bind(&self, pod: Arc<Pod>, key: String, node: String) {
+    /// Parks an unschedulable pod and records why.
+    fn park(&self, pod: Arc<Pod>, key: String, message: String) {
+        tracing::info!(pod = %key, %message, "unschedulable");
+        self.stats.unschedulable.fetch_add(1, Ordering::Relaxed);
+        let now = Instant::now();
+        self.queue.with(|q| q.unschedulable(&key, now));
+        let api = self.api.clone();
+        self.binds.spawn(async move {
+            if let Err(e) = api.unschedulable(&pod, &message).await {
+                tracing::warn!(pod = %key, error = %e, "cannot record unschedulable");
+            }
+        });
+    }
+
+    /// Binds a pod, first telling its WaitForFirstConsumer claims (`delayed`) the node.
+    async fn bind(&self, pod: Arc<Pod>, key: String, node: String, delayed: Vec<(String, String)>) {
         let _slot = self
             .bind_slots
             .acquire()
             .await
             .expect("the bind semaphore is never closed");
         self.bucket.acquire().await;
-        match self.api.bind(&pod, &node).await {
+        let mut selected = Ok(());
+        for (ns, claim) in &delayed {
+            selected = self.api.select_node(ns, claim, &node).await;
+            if selected.is_err() {
+                break;
+            }
+        }
+        let outcome = match selected {
+            Ok(()) => self.api.bind(&pod, &node).await,
+            Err(e) => Err(e),
+        };
+        match outcome {
             Ok(()) => {
                 self.stats.bound.fetch_add(1, Ordering::Relaxed);
                 let now = Instant::now();
@@ -322,9 +391,23 @@ mod tests {
         binds: Mutex<Vec<(String, String)>>,
         unschedulable: Mutex<Vec<(String, String)>>,
         fail_binds: Mutex<u32>,
+        selected: Mutex<Vec<(String, String)>>,
     }
 
     impl ClusterApi for FakeApi {
+        fn select_node(
+            &self,
+            namespace: &str,
+            claim: &str,
+            node: &str,
+        ) -> BoxFuture<'static, Result<(), ApiError>> {
+            self.selected
+                .lock()
+                .unwrap()
+                .push((format!("{namespace}/{claim}"), node.to_string()));
+            Box::pin(async { Ok(()) })
+        }
+
         fn bind(&self, pod: &Pod, node: &str) -> BoxFuture<'static, Result<(), ApiError>> {
             let mut fail = self.fail_binds.lock().unwrap();
             let result = if *fail > 0 {

@@ -366,6 +366,24 @@ pub fn cluster_roles() -> Vec<Value> {
                 ),
             ],
         ),
+        // What the scheduler's volume binding writes: the node a WaitForFirstConsumer claim's
+        // volume is to be made on (`volume.kubernetes.io/selected-node`).
+        cluster_role(
+            "system:volume-scheduler",
+            vec![
+                rule(
+                    &[""],
+                    &["persistentvolumes"],
+                    &["get", "list", "patch", "update", "watch"],
+                ),
+                rule(&["storage.k8s.io"], &["storageclasses"], READ),
+                rule(
+                    &[""],
+                    &["persistentvolumeclaims"],
+                    &["get", "list", "patch", "update", "watch"],
+                ),
+            ],
+        ),
         cluster_role(
             "system:kube-controller-manager",
             // The controllers manage every workload kind; kube-controller-manager's own role
@@ -476,6 +494,11 @@ pub fn cluster_role_bindings() -> Vec<Value> {
         binding(
             "system:kube-scheduler",
             "system:kube-scheduler",
+            &[("User", "system:kube-scheduler")],
+        ),
+        binding(
+            "system:volume-scheduler",
+            "system:volume-scheduler",
             &[("User", "system:kube-scheduler")],
         ),
         binding(

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use skiff_client::{Api, Informer, index, key_of};
@@ -26,6 +26,7 @@ const KIND: &str = "StatefulSet";
 struct StatefulSets {
     sets: Informer<StatefulSet>,
     pods: Informer<Pod>,
+    claims: Informer<PersistentVolumeClaim>,
     client: skiff_client::Client,
 }
 
@@ -38,6 +39,7 @@ fn selector(set: &StatefulSet) -> Option<Selector> {
 pub(crate) fn start(ctx: &Context) -> Result<Started> {
     let sets = ctx.factory.informer::<StatefulSet>();
     let pods = ctx.factory.informer::<Pod>();
+    let claims = ctx.factory.informer::<PersistentVolumeClaim>();
     pods.add_index(pods::BY_CONTROLLER, pods::controller_index);
     let matching = sets.clone();
     let controller = Controller::new("statefulset", ctx.workers)
@@ -57,6 +59,7 @@ pub(crate) fn start(ctx: &Context) -> Result<Started> {
     Ok(controller.run(Arc::new(StatefulSets {
         sets,
         pods,
+        claims,
         client: ctx.factory.client().clone(),
     })))
 }
@@ -90,6 +93,41 @@ impl Reconcile for StatefulSets {
         let refs: Vec<&Pod> = owned.iter().map(Arc::as_ref).collect();
         let plan = logic::plan(&set, &refs, Timestamp::now());
 
+        let claim_api: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), &ns);
+        for claim in &plan.claims {
+            if self
+                .claims
+                .cache()
+                .get(
+                    Some(&ns),
+                    claim.metadata.name.as_deref().unwrap_or_default(),
+                )
+                .is_some()
+            {
+                continue;
+            }
+            let claim_name = claim.metadata.name.clone().unwrap_or_default();
+            match claim_api.create(&PostParams::default(), claim).await {
+                Ok(_) => {}
+                Err(e) if conflict(&e) => {}
+                Err(e) => return Err(Error::api(format!("creating claim {ns}/{claim_name}"))(e)),
+            }
+        }
+        let existing = self.claims.cache().by_index(index::NAMESPACE, &ns);
+        let names: Vec<&str> = existing
+            .iter()
+            .filter_map(|c| c.metadata.name.as_deref())
+            .collect();
+        for claim_name in logic::claims_to_delete(&set, &names, &refs) {
+            match claim_api
+                .delete(&claim_name, &DeleteParams::default())
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if not_found(&e) || conflict(&e) => {}
+                Err(e) => return Err(Error::api(format!("deleting claim {ns}/{claim_name}"))(e)),
+            }
+        }
         for pod in &plan.create {
             let pod_name = pod.metadata.name.clone().unwrap_or_default();
             match pod_api.create(&PostParams::default(), pod).await {

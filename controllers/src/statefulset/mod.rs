@@ -8,6 +8,12 @@
 //! label. There is no ControllerRevision history yet, so a pod is always created from the
 //! current template: a pod below the partition that is deleted comes back at the update
 //! revision (Kubernetes would bring it back at the current one).
+//!
+//! Each `volumeClaimTemplates` entry gives every ordinal a claim `<template>-<set>-<ordinal>`,
+//! made before its pod and mounted by it. Claims stay when pods go, on scale-down and when the
+//! set is deleted, unless `persistentVolumeClaimRetentionPolicy` says Delete: `whenDeleted`
+//! makes the set the claims' owner (the garbage collector removes them with it), `whenScaled`
+//! deletes the claims of ordinals scaled away once their pods are gone.
 
 /// The shell: what the controller watches, and its reconcile through the API.
 pub(crate) mod controller;
@@ -16,7 +22,9 @@ use std::collections::BTreeMap;
 
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetStatus};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{
+    PersistentVolumeClaim, PersistentVolumeClaimVolumeSource, Pod, Volume,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::daemonset::{REVISION_HASH, template_hash};
@@ -32,6 +40,8 @@ pub const POD_INDEX_LABEL: &str = "apps.kubernetes.io/pod-index";
 pub struct Plan {
     /// Pods to create (stable names, so a create that finds the pod already there is fine).
     pub create: Vec<Pod>,
+    /// Claims the pods to create mount, to create first (a claim already there is fine).
+    pub claims: Vec<PersistentVolumeClaim>,
     /// Pods to delete, by name.
     pub delete: Vec<String>,
     /// The status to report.
@@ -113,6 +123,99 @@ pub fn revision_of(pod: &Pod) -> Option<&str> {
         .map(String::as_str)
 }
 
+/// The claim of template `template` for the pod at `ordinal`.
+pub fn claim_name(template: &str, set: &StatefulSet, ordinal: i32) -> String {
+    format!(
+        "{template}-{}-{ordinal}",
+        set.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+fn retention(set: &StatefulSet) -> (bool, bool) {
+    let policy = set
+        .spec
+        .as_ref()
+        .and_then(|s| s.persistent_volume_claim_retention_policy.clone())
+        .unwrap_or_default();
+    (
+        policy.when_deleted.as_deref() == Some("Delete"),
+        policy.when_scaled.as_deref() == Some("Delete"),
+    )
+}
+
+/// The claims of the pod at `ordinal`, from the templates: named by [`claim_name`], labelled
+/// with the set's selector labels, owned by the set when `whenDeleted` is Delete.
+pub fn claims_for(set: &StatefulSet, ordinal: i32) -> Vec<PersistentVolumeClaim> {
+    let spec = set.spec.clone().unwrap_or_default();
+    let (owned_by_set, _) = retention(set);
+    let selector_labels = spec.selector.match_labels.clone().unwrap_or_default();
+    spec.volume_claim_templates
+        .unwrap_or_default()
+        .into_iter()
+        .map(|template| {
+            let template_name = template.metadata.name.clone().unwrap_or_default();
+            let mut claim = PersistentVolumeClaim {
+                metadata: ObjectMeta {
+                    name: Some(claim_name(&template_name, set, ordinal)),
+                    namespace: set.metadata.namespace.clone(),
+                    labels: template.metadata.labels.clone(),
+                    annotations: template.metadata.annotations.clone(),
+                    ..ObjectMeta::default()
+                },
+                spec: template.spec.clone(),
+                status: None,
+            };
+            claim
+                .metadata
+                .labels
+                .get_or_insert_with(BTreeMap::new)
+                .extend(selector_labels.clone());
+            if owned_by_set {
+                claim.metadata.owner_references = Some(vec![pods::controller_ref(
+                    "apps/v1",
+                    "StatefulSet",
+                    &set.metadata,
+                )]);
+            }
+            claim
+        })
+        .collect()
+}
+
+/// The claims to delete under `whenScaled: Delete`: of `existing` claim names, those of
+/// ordinals out of range whose pod is gone.
+pub fn claims_to_delete(set: &StatefulSet, existing: &[&str], owned: &[&Pod]) -> Vec<String> {
+    let (_, delete_on_scale) = retention(set);
+    if !delete_on_scale || pods::is_deleting(&set.metadata) {
+        return Vec::new();
+    }
+    let start = start_ordinal(set);
+    let end = start + spec_replicas(set).max(0);
+    let live: std::collections::BTreeSet<i32> =
+        owned.iter().filter_map(|p| ordinal_of(set, p)).collect();
+    let set_name = set.metadata.name.as_deref().unwrap_or_default();
+    let templates: Vec<String> = set
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_claim_templates.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t.metadata.name.clone())
+        .collect();
+    existing
+        .iter()
+        .filter(|claim| {
+            templates.iter().any(|t| {
+                claim
+                    .strip_prefix(&format!("{t}-{set_name}-"))
+                    .and_then(|o| o.parse::<i32>().ok())
+                    .is_some_and(|o| !(start..end).contains(&o) && !live.contains(&o))
+            })
+        })
+        .map(|c| c.to_string())
+        .collect()
+}
+
 /// The pod at `ordinal`, from the current template at `revision`: a stable name, hostname and
 /// subdomain (the governing Service), the revision and ordinal labels, a controller reference.
 pub fn new_pod(set: &StatefulSet, ordinal: i32, revision: &str) -> Pod {
@@ -128,6 +231,22 @@ pub fn new_pod(set: &StatefulSet, ordinal: i32, revision: &str) -> Pod {
     ps.hostname = Some(name.clone());
     if let Some(service) = spec.service_name.filter(|s| !s.is_empty()) {
         ps.subdomain = Some(service);
+    }
+    // Each claim template is a volume of that name, replacing one the template declares.
+    for template in spec.volume_claim_templates.iter().flatten() {
+        let Some(volume) = template.metadata.name.clone() else {
+            continue;
+        };
+        let volumes = ps.volumes.get_or_insert_with(Vec::new);
+        volumes.retain(|v| v.name != volume);
+        volumes.push(Volume {
+            name: volume.clone(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: claim_name(&volume, set, ordinal),
+                read_only: None,
+            }),
+            ..Volume::default()
+        });
     }
     let ns = set.metadata.namespace.as_deref().unwrap_or_default();
     let owner = pods::controller_ref("apps/v1", "StatefulSet", &set.metadata);
@@ -184,6 +303,7 @@ pub fn plan(set: &StatefulSet, owned: &[&Pod], now: Timestamp) -> Plan {
     for ordinal in start..end {
         match slots.get(&ordinal) {
             None => {
+                plan.claims.extend(claims_for(set, ordinal));
                 plan.create.push(new_pod(set, ordinal, &update));
                 if monotonic {
                     blocked = true;
@@ -523,5 +643,83 @@ mod tests {
         let p = plan(&s, &[], now());
         assert!(p.create.is_empty() && p.delete.is_empty());
         assert_eq!(p.status.replicas, 0);
+    }
+
+    fn with_claims(mut s: StatefulSet, when_deleted: &str, when_scaled: &str) -> StatefulSet {
+        let spec = s.spec.as_mut().unwrap();
+        spec.volume_claim_templates = Some(vec![serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "data", "labels": {"kind": "db"}},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+        }))
+        .unwrap()]);
+        spec.persistent_volume_claim_retention_policy = Some(
+            k8s_openapi::api::apps::v1::StatefulSetPersistentVolumeClaimRetentionPolicy {
+                when_deleted: Some(when_deleted.into()),
+                when_scaled: Some(when_scaled.into()),
+            },
+        );
+        s
+    }
+
+    #[test]
+    fn each_ordinal_gets_its_claims_before_its_pod() {
+        let s = with_claims(set(3, "nginx:1"), "Retain", "Retain");
+        let p = plan(&s, &[], now());
+        assert_eq!(p.create.len(), 1);
+        assert_eq!(p.claims.len(), 1);
+        let claim = &p.claims[0];
+        assert_eq!(claim.metadata.name.as_deref(), Some("data-web-0"));
+        assert_eq!(claim.metadata.namespace.as_deref(), Some("ns"));
+        let labels = claim.metadata.labels.clone().unwrap();
+        assert_eq!(labels.get("app").map(String::as_str), Some("web"));
+        assert_eq!(labels.get("kind").map(String::as_str), Some("db"));
+        assert!(
+            claim.metadata.owner_references.is_none(),
+            "Retain: no owner"
+        );
+        let volumes = p.create[0].spec.as_ref().unwrap().volumes.clone().unwrap();
+        assert_eq!(volumes.len(), 1);
+        assert_eq!(volumes[0].name, "data");
+        assert_eq!(
+            volumes[0]
+                .persistent_volume_claim
+                .as_ref()
+                .unwrap()
+                .claim_name,
+            "data-web-0"
+        );
+        assert_eq!(claim_name("data", &s, 2), "data-web-2");
+        let owned = with_claims(set(3, "nginx:1"), "Delete", "Retain");
+        let refs = claims_for(&owned, 1)[0]
+            .metadata
+            .owner_references
+            .clone()
+            .unwrap();
+        assert_eq!(refs[0].kind, "StatefulSet");
+        assert_eq!(refs[0].uid, "uid-web");
+    }
+
+    #[test]
+    fn claims_of_scaled_away_ordinals_go_only_when_asked() {
+        let existing = [
+            "data-web-0",
+            "data-web-1",
+            "data-web-2",
+            "other-web-2",
+            "data-webx-2",
+        ];
+        let retain = with_claims(set(1, "nginx:1"), "Retain", "Retain");
+        assert!(claims_to_delete(&retain, &existing, &[]).is_empty());
+        let delete = with_claims(set(1, "nginx:1"), "Retain", "Delete");
+        let web2 = pod("web-2", &[("app", "web")], 0);
+        assert_eq!(
+            claims_to_delete(&delete, &existing, &[&web2]),
+            vec!["data-web-1".to_string()],
+            "web-2's claim waits for its pod"
+        );
+        assert_eq!(
+            claims_to_delete(&delete, &existing, &[]),
+            vec!["data-web-1".to_string(), "data-web-2".to_string()]
+        );
     }
 }

@@ -18,6 +18,8 @@ pub mod job;
 pub mod lease;
 pub mod namespace;
 pub mod node;
+pub mod persistent_volume;
+pub mod persistent_volume_claim;
 pub mod pod;
 pub mod replica_set;
 pub mod reviews;
@@ -27,6 +29,7 @@ pub mod secret;
 pub mod service;
 pub mod service_account;
 pub mod stateful_set;
+pub mod storage_class;
 
 #[cfg(test)]
 mod tests;
@@ -74,6 +77,8 @@ pub fn all() -> &'static [Arc<dyn Kind>] {
             Arc::new(secret::Secret),
             Arc::new(event::Event),
             Arc::new(service_account::ServiceAccount),
+            Arc::new(persistent_volume::PersistentVolume),
+            Arc::new(persistent_volume_claim::PersistentVolumeClaim),
             Arc::new(deployment::Deployment),
             Arc::new(replica_set::ReplicaSet),
             Arc::new(daemon_set::DaemonSet),
@@ -86,6 +91,7 @@ pub fn all() -> &'static [Arc<dyn Kind>] {
             Arc::new(cluster_role_binding::ClusterRoleBinding),
             Arc::new(role::Role),
             Arc::new(role_binding::RoleBinding),
+            Arc::new(storage_class::StorageClass),
             Arc::new(reviews::SelfSubjectAccessReview),
             Arc::new(reviews::SelfSubjectRulesReview),
             Arc::new(reviews::LocalSubjectAccessReview),

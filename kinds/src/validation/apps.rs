@@ -577,8 +577,24 @@ pub(crate) fn validate_stateful_set(
         "statefulset",
         &mut errs,
     );
+    if let Some(policy) = &spec.persistent_volume_claim_retention_policy {
+        let p = sp.child("persistentVolumeClaimRetentionPolicy");
+        for (field, value) in [
+            ("whenDeleted", &policy.when_deleted),
+            ("whenScaled", &policy.when_scaled),
+        ] {
+            let value = s(value);
+            if !matches!(value, "Retain" | "Delete") {
+                errs.push(FieldError::not_supported(
+                    p.child(field),
+                    value,
+                    &["Retain", "Delete"],
+                ));
+            }
+        }
+    }
     errs.extend(validate_template(
-        &spec.template,
+        &with_claim_volumes(&set.metadata, &spec),
         usable.then_some(&spec.selector),
         &sp.child("template"),
         "StatefulSet",
@@ -613,6 +629,49 @@ pub(crate) fn validate_stateful_set(
         }
     }
     Ok(errs)
+}
+
+/// The template as the StatefulSet's pods get it: each claim template is a volume of its own
+/// name on the pod's claim, in place of a template volume of the same name.
+///
+/// Kubernetes does not validate a StatefulSet's pod spec at all (its containers mount volumes the
+/// claim templates declare, which a pod-template check would refuse), so a broken template only
+/// shows when the controller's pod creates fail. Validating the pod the controller will create
+/// refuses exactly those StatefulSets up front, and no template whose pods Kubernetes would admit.
+fn with_claim_volumes(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    spec: &k8s_openapi::api::apps::v1::StatefulSetSpec,
+) -> PodTemplateSpec {
+    use k8s_openapi::api::core::v1::{PersistentVolumeClaimVolumeSource, Volume};
+    let claims = spec.volume_claim_templates.as_deref().unwrap_or_default();
+    if claims.is_empty() {
+        return spec.template.clone();
+    }
+    let mut template = spec.template.clone();
+    let pod = template.spec.get_or_insert_with(Default::default);
+    let claim_name = |c: &k8s_openapi::api::core::v1::PersistentVolumeClaim| {
+        c.metadata.name.clone().unwrap_or_default()
+    };
+    let set = meta.name.as_deref().unwrap_or("set");
+    let claim_volume = |name: String| Volume {
+        persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+            claim_name: format!("{name}-{set}-0"),
+            read_only: None,
+        }),
+        name,
+        ..Default::default()
+    };
+    // Replaced in place, so the indexes of the template's own volumes stay as written.
+    let mut volumes = pod.volumes.take().unwrap_or_default();
+    for claim in claims {
+        let name = claim_name(claim);
+        match volumes.iter_mut().find(|v| v.name == name) {
+            Some(v) => *v = claim_volume(name),
+            None => volumes.push(claim_volume(name)),
+        }
+    }
+    pod.volumes = Some(volumes);
+    template
 }
 
 /// `/status` updates of the apps kinds: counts are non-negative and never exceed `replicas`
@@ -930,6 +989,39 @@ mod tests {
             ),
             vec![
                 "spec.template.spec.activeDeadlineSeconds: Forbidden: activeDeadlineSeconds in DaemonSet is not Supported"
+            ]
+        );
+    }
+
+    #[test]
+    fn stateful_set_pods_mount_their_claim_templates() {
+        let sts = |extra: Value| {
+            let mut spec = spec_with(extra);
+            spec["template"]["spec"]["containers"][0]["volumeMounts"] =
+                json!([{"name": "data", "mountPath": "/data"}]);
+            create_msgs("apps", "StatefulSet", deploy(spec))
+        };
+        let claim = json!([{"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}]);
+        // The mount names a claim template: the pods get that volume.
+        assert!(sts(json!({"volumeClaimTemplates": claim})).is_empty());
+        // A template volume of the claim's name is replaced by the claim, as the controller does.
+        assert!(
+            sts(json!({"volumeClaimTemplates": claim, "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {"volumes": [{"name": "data", "emptyDir": {}}], "containers": [{"name": "c", "image": "nginx"}]}
+            }}))
+            .is_empty()
+        );
+        // Neither a volume nor a claim template: the pods could never be created.
+        assert_eq!(
+            sts(json!({})),
+            vec![r#"spec.template.spec.containers[0].volumeMounts[0].name: Not found: "data""#]
+        );
+        assert_eq!(
+            sts(json!({"volumeClaimTemplates": claim,
+                "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Keep", "whenScaled": "Delete"}})),
+            vec![
+                r#"spec.persistentVolumeClaimRetentionPolicy.whenDeleted: Unsupported value: "Keep": supported values: "Retain", "Delete""#
             ]
         );
     }

@@ -438,6 +438,23 @@ mod tests {
                 json!({"metadata": {"name": "x"}, "spec": {}}),
             ),
             (
+                "",
+                "PersistentVolume",
+                json!({"metadata": {"name": "pv1"}, "spec": {"capacity": {"storage": "1Gi"},
+                       "accessModes": ["ReadWriteOnce"], "hostPath": {"path": "/data"}}}),
+            ),
+            (
+                "",
+                "PersistentVolumeClaim",
+                json!({"metadata": {"name": "data", "namespace": "default"}, "spec": {
+                       "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}),
+            ),
+            (
+                "storage.k8s.io",
+                "StorageClass",
+                json!({"metadata": {"name": "local-path"}, "provisioner": "skiff.io/local-path"}),
+            ),
+            (
                 "authentication.k8s.io",
                 "SelfSubjectReview",
                 json!({"metadata": {"name": "x"}}),
