@@ -8,7 +8,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 use http::{Method, StatusCode};
 use serde_json::{Value, json};
-use skiff_kinds::{Kind, ScalePaths};
+use skiff_kinds::{Kind, ScalePaths, SelectorShape};
 use skiff_meta::ResourceInfo;
 use skiff_store::Revision;
 
@@ -1422,7 +1422,7 @@ pub fn set_condition(
     }
 }
 
-/// The `autoscaling/v1` Scale of a scalable object.
+/// The value at `path` in `object`.
 fn at_path<'a>(object: &'a Value, path: &[String]) -> Option<&'a Value> {
     path.iter().try_fold(object, |v, k| v.get(k))
 }
@@ -1434,10 +1434,11 @@ fn to_scale(paths: &ScalePaths, object: &Value) -> Value {
         .selector
         .as_ref()
         .and_then(|p| at_path(object, p))
-        .map(|s| match (paths.selector_is_string, s) {
-            (true, Value::String(s)) => s.clone(),
-            (true, _) => String::new(),
-            (false, s) => selectors::label_selector_string(s),
+        .map(|s| match (paths.selector_shape, s) {
+            (SelectorShape::String, Value::String(s)) => s.clone(),
+            (SelectorShape::String, _) => String::new(),
+            (SelectorShape::Map, s) => selectors::label_selector_string(&json!({"matchLabels": s})),
+            (SelectorShape::LabelSelector, s) => selectors::label_selector_string(s),
         })
         .unwrap_or_default();
     let replicas = |p: &[String]| at_path(object, p).cloned().unwrap_or(json!(0));

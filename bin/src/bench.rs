@@ -25,6 +25,9 @@ pub enum BenchCommand {
     /// schema and a small one), and creates/s of a large-schema custom resource against
     /// ConfigMaps of the same size, side by side.
     Crd(crate::bench_crd::CrdArgs),
+    /// The Job and StatefulSet controllers on hollow nodes: a 1,000-completion Job at
+    /// parallelism 50 to Complete, and a 100-replica Parallel StatefulSet to all Ready.
+    Workloads(crate::bench_workloads::WorkloadsArgs),
 }
 
 /// A `skiff` child (`apiserver`, or `server` with every component) on a temporary data dir and
@@ -143,6 +146,7 @@ pub async fn run(command: BenchCommand) -> Result<()> {
         BenchCommand::Node(args) => crate::bench_node::run(args).await,
         BenchCommand::Deployment(args) => crate::bench_deployment::run(args).await,
         BenchCommand::Crd(args) => crate::bench_crd::run(args).await,
+        BenchCommand::Workloads(args) => crate::bench_workloads::run(args).await,
         BenchCommand::Scheduler(mut opts) => {
             let (decisions, _) = skiff_scheduler::bench::decide_only(
                 opts.nodes,

@@ -44,7 +44,7 @@ use crate::bench_node::status_memory;
 /// The namespace of node Leases.
 const LEASE_NAMESPACE: &str = "kube-node-lease";
 /// The namespace and name of the benchmark Deployment.
-const NAMESPACE: &str = "default";
+pub(crate) const NAMESPACE: &str = "default";
 const NAME: &str = "bench";
 /// How often the hollow kubelet renews its nodes' Leases (the kubelet's default).
 const LEASE_RENEW: Duration = Duration::from_secs(10);
@@ -202,16 +202,30 @@ struct KubeletState {
 }
 
 /// A kubemark-style kubelet for every hollow node, in this process.
-struct HollowKubelet {
+pub(crate) struct HollowKubelet {
     client: Client,
     prefix: String,
     pods: Informer<Pod>,
     queue: WorkQueue<String>,
     state: Mutex<KubeletState>,
+    /// Pods whose containers "exit 0" at once: reported Succeeded rather than Running.
+    finishes: fn(&Pod) -> bool,
+}
+
+fn phase(pod: &Pod) -> &str {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or_default()
 }
 
 fn running(pod: &Pod) -> bool {
-    pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+    phase(pod) == "Running"
+}
+
+/// Whether the kubelet has reported the pod started (Running) or finished.
+fn reported(pod: &Pod) -> bool {
+    matches!(phase(pod), "Running" | "Succeeded" | "Failed")
 }
 
 fn node_of(pod: &Pod) -> Option<&str> {
@@ -228,11 +242,11 @@ impl HollowKubelet {
         {
             let mut s = self.state.lock().expect("kubelet state");
             let entry = s.seen.entry(name.clone()).or_insert((Instant::now(), None));
-            if running(pod) && entry.1.is_none() {
+            if reported(pod) && entry.1.is_none() {
                 entry.1 = Some(Instant::now());
             }
         }
-        if self.ours(pod) && (pod.metadata.deletion_timestamp.is_some() || !running(pod)) {
+        if self.ours(pod) && (pod.metadata.deletion_timestamp.is_some() || !reported(pod)) {
             self.queue.add(name);
         }
     }
@@ -266,6 +280,37 @@ impl HollowKubelet {
             })
             .collect();
         let cond = |t: &str| json!({"type": t, "status": "True", "lastTransitionTime": now});
+        if (self.finishes)(pod) {
+            // Started and exited 0 at once, as a Job's pod that has nothing to do.
+            let containers: Vec<serde_json::Value> = containers
+                .into_iter()
+                .map(|mut c| {
+                    c["ready"] = json!(false);
+                    c["started"] = json!(false);
+                    c["state"] = json!({"terminated": {
+                        "exitCode": 0, "reason": "Completed", "startedAt": now, "finishedAt": now
+                    }});
+                    c
+                })
+                .collect();
+            let not = |t: &str| json!({"type": t, "status": "False", "reason": "PodCompleted", "lastTransitionTime": now});
+            return json!({"status": {
+                "phase": "Succeeded",
+                "conditions": [
+                    cond("Initialized"),
+                    not("Ready"),
+                    not("ContainersReady"),
+                    cond("PodScheduled"),
+                ],
+                "hostIP": "127.0.0.1",
+                "hostIPs": [{"ip": "127.0.0.1"}],
+                "podIP": ip.to_string(),
+                "podIPs": [{"ip": ip.to_string()}],
+                "startTime": now,
+                "containerStatuses": containers,
+                "qosClass": "Burstable"
+            }});
+        }
         json!({"status": {
             "phase": "Running",
             "conditions": [
@@ -309,7 +354,7 @@ impl HollowKubelet {
                 Err(e) => return Err(e.into()),
             }
             self.state.lock().expect("kubelet state").confirmed += 1;
-        } else if !running(&pod) {
+        } else if !reported(&pod) {
             let patch = self.running_status(&pod, node);
             match api
                 .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
@@ -344,7 +389,7 @@ impl HollowKubelet {
     }
 
     /// Startup latencies of the pods first seen at or after `since`, sorted.
-    fn latencies_since(&self, since: Instant) -> Vec<Duration> {
+    pub(crate) fn latencies_since(&self, since: Instant) -> Vec<Duration> {
         let s = self.state.lock().expect("kubelet state");
         let mut out: Vec<Duration> = s
             .seen
@@ -465,18 +510,18 @@ async fn register_nodes(client: &Client, count: usize, prefix: &str) -> Result<V
 }
 
 /// Control-plane figures over one phase.
-struct Usage {
+pub(crate) struct Usage {
     cpu_seconds: f64,
     rss: u64,
     peak_rss: u64,
 }
 
 /// CPU seconds (user + system) of `pid`.
-fn cpu_seconds(pid: u32) -> f64 {
+pub(crate) fn cpu_seconds(pid: u32) -> f64 {
     skiff_scheduler::bench::process_cpu_seconds(Some(pid))
 }
 
-fn load_average() -> String {
+pub(crate) fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_else(|_| "?".into())
@@ -486,7 +531,7 @@ fn mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
+pub(crate) fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
     }
@@ -557,7 +602,7 @@ async fn old_sets_at_zero(client: &Client) -> Result<bool> {
         }))
 }
 
-fn print_phase(
+pub(crate) fn print_phase(
     what: &str,
     took: Duration,
     pods: i32,
@@ -589,6 +634,115 @@ fn print_phase(
     );
 }
 
+/// A control plane under test (`skiff server` with the controllers and the scheduler) and
+/// hollow nodes with their kubelet in this process.
+pub(crate) struct HollowCluster {
+    /// The server; dropped, it is stopped.
+    pub(crate) server: SpawnedServer,
+    /// A client of the server.
+    pub(crate) client: Client,
+    /// The server's process id.
+    pub(crate) pid: u32,
+    /// The hollow kubelet.
+    pub(crate) kubelet: Arc<HollowKubelet>,
+    _stop: tokio_util::sync::DropGuard,
+    _queue_down: QueueGuard,
+}
+
+impl HollowCluster {
+    /// Starts the server with `server_args` added, registers `nodes` hollow nodes with leases
+    /// and pod ranges, and starts their kubelet (`concurrency` calls in flight; `finishes` says
+    /// which pods exit at once).
+    pub(crate) async fn start(
+        nodes: usize,
+        concurrency: usize,
+        dir: Option<&std::path::Path>,
+        extra_server_args: &[String],
+        finishes: fn(&Pod) -> bool,
+    ) -> Result<HollowCluster> {
+        let mut server_args: Vec<String> =
+            vec!["--components".into(), "controllers,scheduler".into()];
+        server_args.extend(extra_server_args.iter().cloned());
+        let mut server = SpawnedServer::start_with("server", &server_args, dir)?;
+        let client = server.wait_ready().await?;
+        let pid = server.child.id();
+
+        let prefix = "hollow-node-";
+        let began = Instant::now();
+        let registered = register_nodes(&client, nodes, prefix).await?;
+        let stop = CancellationToken::new();
+        keep_leases(client.clone(), registered.clone(), stop.clone()).await?;
+        println!(
+            "{nodes} hollow nodes registered with leases and pod ranges in {:.2} s",
+            began.elapsed().as_secs_f64()
+        );
+
+        let pods =
+            Informer::<Pod>::new(client.clone(), ListOptions::default().namespace(NAMESPACE));
+        let kubelet = Arc::new(HollowKubelet {
+            client: client.clone(),
+            prefix: prefix.to_string(),
+            pods: pods.clone(),
+            queue: WorkQueue::new(RateLimiter::exponential(
+                Duration::from_millis(5),
+                Duration::from_secs(5),
+            )),
+            state: Mutex::new(KubeletState {
+                ranges: registered
+                    .iter()
+                    .filter_map(|n| {
+                        let cidr = n.spec.as_ref()?.pod_cidr.as_deref()?;
+                        Some((n.metadata.name.clone()?, PodRange::parse(cidr)?))
+                    })
+                    .collect::<HashMap<_, _>>(),
+                ..KubeletState::default()
+            }),
+            finishes,
+        });
+        let (a, u) = (kubelet.clone(), kubelet.clone());
+        pods.add_handler(handler_fn(
+            move |p: &Arc<Pod>| a.observe(p),
+            move |_: &Arc<Pod>, p: &Arc<Pod>| u.observe(p),
+            |_: &Arc<Pod>| {},
+        ));
+        pods.start(stop.clone());
+        pods.wait_for_sync().await;
+        kubelet.spawn_workers(concurrency);
+        let queue_down = QueueGuard(kubelet.queue.clone());
+        Ok(HollowCluster {
+            server,
+            client,
+            pid,
+            kubelet,
+            _stop: stop.drop_guard(),
+            _queue_down: queue_down,
+        })
+    }
+
+    /// The control plane's CPU seconds and memory since `cpu0` (its CPU seconds then).
+    pub(crate) fn usage_since(&self, cpu0: f64) -> Result<Usage> {
+        let (rss, peak_rss) = status_memory(self.pid)?;
+        Ok(Usage {
+            cpu_seconds: cpu_seconds(self.pid) - cpu0,
+            rss,
+            peak_rss,
+        })
+    }
+
+    /// The hollow kubelet's counters, as the last line of a report.
+    pub(crate) fn print_kubelet(&self, own_cpu: f64) {
+        let k = self.kubelet.state.lock().expect("kubelet state");
+        println!(
+            "hollow kubelet: {} status reports, {} deletions confirmed, {} failed calls retried; its process used {:.1} s CPU; load average now {}",
+            k.reported,
+            k.confirmed,
+            k.errors,
+            skiff_scheduler::bench::process_cpu_seconds(None) - own_cpu,
+            load_average()
+        );
+    }
+}
+
 /// Runs `skiff bench deployment` and prints its report.
 pub async fn run(args: DeploymentArgs) -> Result<()> {
     println!(
@@ -598,72 +752,28 @@ pub async fn run(args: DeploymentArgs) -> Result<()> {
         Timestamp::now().strftime("%Y-%m-%d %H:%M:%S"),
         load_average()
     );
-    let mut server_args: Vec<String> = vec!["--components".into(), "controllers,scheduler".into()];
-    server_args.extend(args.server_args.iter().cloned());
-    let mut server = SpawnedServer::start_with("server", &server_args, args.dir.as_deref())?;
-    let client = server.wait_ready().await?;
-    let pid = server.child.id();
-    let timeout = Duration::from_secs(args.timeout_seconds);
-
-    let prefix = "hollow-node-";
-    let began = Instant::now();
-    let nodes = register_nodes(&client, args.nodes, prefix).await?;
-    let stop = CancellationToken::new();
-    let _stop_on_exit = stop.clone().drop_guard();
-    keep_leases(client.clone(), nodes.clone(), stop.clone()).await?;
-    println!(
-        "{} hollow nodes registered with leases and pod ranges in {:.2} s",
+    let cluster = HollowCluster::start(
         args.nodes,
-        began.elapsed().as_secs_f64()
-    );
-
-    let pods = Informer::<Pod>::new(client.clone(), ListOptions::default().namespace(NAMESPACE));
-    let kubelet = Arc::new(HollowKubelet {
-        client: client.clone(),
-        prefix: prefix.to_string(),
-        pods: pods.clone(),
-        queue: WorkQueue::new(RateLimiter::exponential(
-            Duration::from_millis(5),
-            Duration::from_secs(5),
-        )),
-        state: Mutex::new(KubeletState {
-            ranges: nodes
-                .iter()
-                .filter_map(|n| {
-                    let cidr = n.spec.as_ref()?.pod_cidr.as_deref()?;
-                    Some((n.metadata.name.clone()?, PodRange::parse(cidr)?))
-                })
-                .collect::<HashMap<_, _>>(),
-            ..KubeletState::default()
-        }),
-    });
-    let (a, u) = (kubelet.clone(), kubelet.clone());
-    pods.add_handler(handler_fn(
-        move |p: &Arc<Pod>| a.observe(p),
-        move |_: &Arc<Pod>, p: &Arc<Pod>| u.observe(p),
-        |_: &Arc<Pod>| {},
-    ));
-    pods.start(stop.clone());
-    pods.wait_for_sync().await;
-    kubelet.spawn_workers(args.kubelet_concurrency);
-    let _queue_down = QueueGuard(kubelet.queue.clone());
+        args.kubelet_concurrency,
+        args.dir.as_deref(),
+        &args.server_args,
+        |_| false,
+    )
+    .await?;
+    let (client, kubelet) = (cluster.client.clone(), cluster.kubelet.clone());
+    let timeout = Duration::from_secs(args.timeout_seconds);
 
     let api: Api<Deployment> = Api::namespaced(client.clone(), NAMESPACE);
     let own_cpu = skiff_scheduler::bench::process_cpu_seconds(None);
 
     // Phase 1: create, to Available with every replica.
-    let cpu0 = cpu_seconds(pid);
+    let cpu0 = cpu_seconds(cluster.pid);
     let created = Instant::now();
     api.create(&PostParams::default(), &deployment(args.replicas))
         .await
         .context("creating the Deployment")?;
     let took = wait_for(&api, &kubelet, "create", timeout, fully_available).await?;
-    let (rss, peak_rss) = status_memory(pid)?;
-    let usage = Usage {
-        cpu_seconds: cpu_seconds(pid) - cpu0,
-        rss,
-        peak_rss,
-    };
+    let usage = cluster.usage_since(cpu0)?;
     let latencies = kubelet.latencies_since(created);
     print_phase(
         "create to Available (availableReplicas = replicas, observedGeneration current)",
@@ -674,7 +784,7 @@ pub async fn run(args: DeploymentArgs) -> Result<()> {
     );
 
     // Phase 2: a template change, to the rollout finished.
-    let cpu0 = cpu_seconds(pid);
+    let cpu0 = cpu_seconds(cluster.pid);
     let updated = Instant::now();
     let patch = json!({"spec": {"template": {"metadata": {"annotations": {"bench.skiff.dev/revision": "2"}}}}});
     api.patch(NAME, &PatchParams::default(), &Patch::Merge(&patch))
@@ -693,12 +803,7 @@ pub async fn run(args: DeploymentArgs) -> Result<()> {
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     let zero_lag = rolled.elapsed();
-    let (rss, peak_rss) = status_memory(pid)?;
-    let usage = Usage {
-        cpu_seconds: cpu_seconds(pid) - cpu0,
-        rss,
-        peak_rss,
-    };
+    let usage = cluster.usage_since(cpu0)?;
     let latencies = kubelet.latencies_since(updated);
     print_phase(
         "rolling update (25% surge, 25% unavailable) to `kubectl rollout status` success",
@@ -711,20 +816,12 @@ pub async fn run(args: DeploymentArgs) -> Result<()> {
         "  old ReplicaSets at 0 replicas (spec and status) {:.0} ms after that",
         zero_lag.as_secs_f64() * 1000.0
     );
-    let k = kubelet.state.lock().expect("kubelet state");
-    println!(
-        "hollow kubelet: {} Running reports, {} deletions confirmed, {} failed calls retried; its process used {:.1} s CPU; load average now {}",
-        k.reported,
-        k.confirmed,
-        k.errors,
-        skiff_scheduler::bench::process_cpu_seconds(None) - own_cpu,
-        load_average()
-    );
+    cluster.print_kubelet(own_cpu);
     Ok(())
 }
 
 /// Shuts the hollow kubelet's queue down (its workers end) when the bench returns.
-struct QueueGuard(WorkQueue<String>);
+pub(crate) struct QueueGuard(WorkQueue<String>);
 
 impl Drop for QueueGuard {
     fn drop(&mut self) {

@@ -13,9 +13,11 @@
 //! - [`manager`]: the table `--controllers` selects from, and [`run`].
 //! - [`pods`]: readiness, availability, controller references, claims and the deletion ranking.
 //! - [`endpoints`]: Endpoints and EndpointSlices of Services with a selector.
-//! - [`replicaset`]: the create/delete diff and the ReplicaSet status.
+//! - [`replicaset`]: the create/delete diff and the ReplicaSet status, for ReplicaSets and
+//!   ReplicationControllers.
 //! - [`daemonset`]: one pod per eligible node, rolling update by template hash.
 //! - [`statefulset`]: stable pod names, ordered or parallel, partitioned rolling updates.
+//! - [`history`]: ControllerRevisions, the template history of StatefulSets and DaemonSets.
 //! - [`job`]: a Job's pods (indexes, parallelism), counting through tracking finalizers,
 //!   backoff limit, deadline, suspend, pod failure policy and the terminal conditions.
 //! - [`cronjob`]: Jobs on a cron schedule: missed runs, concurrency policy, history limits.
@@ -35,6 +37,7 @@ pub mod daemonset;
 pub mod deployment;
 pub mod endpoints;
 pub mod gc;
+pub mod history;
 pub mod job;
 pub mod localpath;
 pub mod manager;

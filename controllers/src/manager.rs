@@ -39,6 +39,10 @@ pub const CONTROLLERS: &[Entry] = &[
         start: replicaset::controller::start,
     },
     Entry {
+        name: "replicationcontroller",
+        start: replicaset::controller::start_replication,
+    },
+    Entry {
         name: "daemonset",
         start: daemonset::controller::start,
     },
@@ -173,6 +177,6 @@ mod tests {
             assert!(seen.insert(c.name), "{} listed twice", c.name);
             assert!(Options::default().enabled(c.name).unwrap());
         }
-        assert!(names().starts_with("replicaset, daemonset"));
+        assert!(names().starts_with("replicaset, replicationcontroller, daemonset"));
     }
 }

@@ -59,9 +59,19 @@ pub struct ScalePaths {
     pub status_replicas: Vec<String>,
     /// The label selector, if the kind has one.
     pub selector: Option<Vec<String>>,
-    /// Whether the selector is kept as a serialized string (custom resources'
-    /// `labelSelectorPath`) rather than a `metav1.LabelSelector` (built-in workloads).
-    pub selector_is_string: bool,
+    /// How the object keeps its selector there.
+    pub selector_shape: SelectorShape,
+}
+
+/// How a scalable kind keeps its label selector.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SelectorShape {
+    /// A `metav1.LabelSelector` (the apps workloads).
+    LabelSelector,
+    /// A plain map of labels that must all match (a ReplicationController's `spec.selector`).
+    Map,
+    /// A selector already serialized (custom resources' `labelSelectorPath`).
+    String,
 }
 
 impl ScalePaths {
@@ -72,7 +82,7 @@ impl ScalePaths {
             spec_replicas: path(&["spec", "replicas"]),
             status_replicas: path(&["status", "replicas"]),
             selector: Some(path(&["spec", "selector"])),
-            selector_is_string: false,
+            selector_shape: SelectorShape::LabelSelector,
         }
     }
 }

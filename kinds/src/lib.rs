@@ -30,5 +30,7 @@ pub mod table;
 pub mod typed;
 pub mod validation;
 
-pub use kind::{Checked, Kind, ScalePaths, Strategy, converts, to_served, to_stored};
+pub use kind::{
+    Checked, Kind, ScalePaths, SelectorShape, Strategy, converts, to_served, to_stored,
+};
 pub use registry::{Kinds, Snapshot};

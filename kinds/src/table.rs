@@ -18,7 +18,8 @@ use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet}
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Container, Endpoints, Event, Namespace, Node, Pod, Secret, Service, ServiceAccount,
+    ConfigMap, Container, Endpoints, Event, Namespace, Node, Pod, ReplicationController, Secret,
+    Service, ServiceAccount,
 };
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ListMeta, ObjectMeta, Time};
@@ -686,6 +687,32 @@ pub fn deployment_row(object: &Value, now: Timestamp) -> Option<Vec<Value>> {
 /// The cells of a ReplicaSet's row; `None` when the object does not decode as one.
 pub fn replica_set_row(object: &Value, now: Timestamp) -> Option<Vec<Value>> {
     typed::<ReplicaSet>(object).map(|o| replica_set_cells(&o, now))
+}
+
+/// The cells of a ReplicationController's row (a ReplicaSet's columns, its selector a plain
+/// map); `None` when the object does not decode as one.
+pub fn replication_controller_row(object: &Value, now: Timestamp) -> Option<Vec<Value>> {
+    typed::<ReplicationController>(object).map(|rc| {
+        let spec = rc.spec.clone().unwrap_or_default();
+        let status = rc.status.clone().unwrap_or_default();
+        let containers = spec
+            .template
+            .as_ref()
+            .and_then(|t| t.spec.as_ref())
+            .map(|s| s.containers.clone())
+            .unwrap_or_default();
+        let (names, images) = container_cells(&containers);
+        vec![
+            name(&rc.metadata),
+            json!(i64::from(spec.replicas.unwrap_or(1))),
+            json!(i64::from(status.replicas)),
+            json!(i64::from(status.ready_replicas.unwrap_or(0))),
+            age(&rc.metadata, now),
+            names,
+            images,
+            json!(format_labels(spec.selector.as_ref())),
+        ]
+    })
 }
 
 /// The cells of a DaemonSet's row; `None` when the object does not decode as one.

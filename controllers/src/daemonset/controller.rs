@@ -1,11 +1,12 @@
 //! The DaemonSet controller's shell: one pod per eligible node, following nodes as they join,
 //! change and leave, with rolling updates; creates and deletes are tracked with expectations
-//! like the ReplicaSet controller's.
+//! like the ReplicaSet controller's. The template history is kept as ControllerRevisions
+//! ([`crate::history`]) for `kubectl rollout history` and `undo`.
 
 use std::sync::Arc;
 
 use jiff::Timestamp;
-use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
@@ -14,10 +15,10 @@ use skiff_meta::labels::Selector;
 
 use super as logic;
 use crate::manager::Context;
-use crate::pods;
 use crate::runtime::children::{self, Claims};
 use crate::runtime::{Action, Controller, Event, Expectations, Reconcile, Started, not_found};
 use crate::{Error, Result};
+use crate::{history, pods};
 
 /// The kind this controller owns pods for.
 const KIND: &str = "DaemonSet";
@@ -26,6 +27,7 @@ struct DaemonSets {
     sets: Informer<DaemonSet>,
     nodes: Informer<Node>,
     pods: Informer<Pod>,
+    revisions: Informer<ControllerRevision>,
     expectations: Arc<Expectations>,
     client: skiff_client::Client,
 }
@@ -40,6 +42,7 @@ pub(crate) fn start(ctx: &Context) -> Result<Started> {
     let sets = ctx.factory.informer::<DaemonSet>();
     let nodes = ctx.factory.informer::<Node>();
     let pods = ctx.factory.informer::<Pod>();
+    let revisions = ctx.factory.informer::<ControllerRevision>();
     let expectations = Arc::new(Expectations::new());
     let forget = expectations.clone();
     let all = sets.clone();
@@ -65,11 +68,13 @@ pub(crate) fn start(ctx: &Context) -> Result<Started> {
                 .map(|ds| key_of(ds.as_ref()))
                 .collect()
         })
-        .owns(&pods, KIND, Some(expectations.clone()));
+        .owns(&pods, KIND, Some(expectations.clone()))
+        .owns(&revisions, KIND, None);
     Ok(controller.run(Arc::new(DaemonSets {
         sets,
         nodes,
         pods,
+        revisions,
         expectations,
         client: ctx.factory.client().clone(),
     })))
@@ -102,6 +107,9 @@ impl Reconcile for DaemonSets {
         let node_refs: Vec<&Node> = nodes.iter().map(Arc::as_ref).collect();
         let pod_refs: Vec<&Pod> = owned.iter().map(Arc::as_ref).collect();
         let plan = logic::plan(&ds, &node_refs, &pod_refs, Timestamp::now());
+        if !deleting {
+            self.record_history(&ds, key, &pod_refs).await?;
+        }
 
         if self.expectations.satisfied(key) && !deleting {
             let hash = logic::template_hash(&ds.spec.clone().unwrap_or_default().template);
@@ -137,5 +145,33 @@ impl Reconcile for DaemonSets {
             }
         }
         Ok(Action::AwaitChange)
+    }
+}
+
+impl DaemonSets {
+    /// Records the DaemonSet's template as a ControllerRevision and removes old ones beyond
+    /// `revisionHistoryLimit`, keeping those its pods still run.
+    async fn record_history(&self, ds: &DaemonSet, key: &str, owned: &[&Pod]) -> Result<()> {
+        let ns = ds.metadata.namespace.clone().unwrap_or_default();
+        let name = ds.metadata.name.clone().unwrap_or_default();
+        let spec = ds.spec.clone().unwrap_or_default();
+        let cache = self.revisions.cache();
+        let in_namespace = cache.by_index(index::NAMESPACE, &ns);
+        let existing = history::owned_by(&ds.metadata, in_namespace.iter().map(Arc::as_ref));
+        // Daemon pods carry the bare template hash; a revision is named `<set>-<hash>`.
+        let in_use = owned
+            .iter()
+            .filter_map(|p| pods::labels(&p.metadata).get(logic::REVISION_HASH))
+            .map(|hash| format!("{name}-{hash}"))
+            .collect();
+        let owner = history::Owner {
+            kind: KIND,
+            meta: &ds.metadata,
+            template: &spec.template,
+            limit: spec.revision_history_limit.unwrap_or(10),
+        };
+        let plan = history::plan(&owner, &existing, &in_use);
+        let api: Api<ControllerRevision> = Api::namespaced(self.client.clone(), &ns);
+        history::apply(&api, &plan, key).await
     }
 }

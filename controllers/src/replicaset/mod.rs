@@ -6,8 +6,11 @@
 pub(crate) mod controller;
 
 use jiff::Timestamp;
-use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetStatus};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::apps::v1::{
+    ReplicaSet, ReplicaSetCondition, ReplicaSetSpec, ReplicaSetStatus,
+};
+use k8s_openapi::api::core::v1::{Pod, ReplicationController};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use skiff_meta::labels::Selector;
 
 use crate::pods;
@@ -56,6 +59,44 @@ pub fn selector(rs: &ReplicaSet) -> Option<Selector> {
     let sel = Selector::from_label_selector(&spec.selector).ok()?;
     // An empty selector would match every pod in the namespace: never act on one.
     (!sel.is_empty()).then_some(sel)
+}
+
+/// The ReplicaSet a ReplicationController converts to: its selector map as `matchLabels`, the
+/// rest field for field (the two kinds' specs and statuses share their fields).
+pub fn from_replication_controller(rc: &ReplicationController) -> ReplicaSet {
+    let spec = rc.spec.clone().unwrap_or_default();
+    let status = rc.status.clone();
+    ReplicaSet {
+        metadata: rc.metadata.clone(),
+        spec: Some(ReplicaSetSpec {
+            replicas: spec.replicas,
+            min_ready_seconds: spec.min_ready_seconds,
+            selector: LabelSelector {
+                match_labels: spec.selector,
+                match_expressions: None,
+            },
+            template: spec.template,
+        }),
+        status: status.map(|s| ReplicaSetStatus {
+            replicas: s.replicas,
+            fully_labeled_replicas: s.fully_labeled_replicas,
+            ready_replicas: s.ready_replicas,
+            available_replicas: s.available_replicas,
+            observed_generation: s.observed_generation,
+            conditions: s.conditions.map(|cs| {
+                cs.into_iter()
+                    .map(|c| ReplicaSetCondition {
+                        type_: c.type_,
+                        status: c.status,
+                        last_transition_time: c.last_transition_time,
+                        reason: c.reason,
+                        message: c.message,
+                    })
+                    .collect()
+            }),
+            terminating_replicas: None,
+        }),
+    }
 }
 
 /// The replica count the spec asks for (1 when unset).
@@ -120,9 +161,8 @@ pub fn status_changed(rs: &ReplicaSet, new: &ReplicaSetStatus) -> bool {
 mod tests {
     use super::*;
     use crate::pods::testing::{at, pod, running};
-    use k8s_openapi::api::apps::v1::ReplicaSetSpec;
     use k8s_openapi::api::core::v1::PodTemplateSpec;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     fn rs(replicas: i32, min_ready: i32) -> ReplicaSet {
         let labels: std::collections::BTreeMap<String, String> =
@@ -184,6 +224,41 @@ mod tests {
         assert_eq!(s.observed_generation, Some(4));
         assert_eq!(next_availability(&r, &active, at(100)), Some(at(105)));
         assert_eq!(next_availability(&rs(3, 0), &active, at(100)), None);
+    }
+
+    #[test]
+    fn a_replication_controller_reads_as_its_replica_set() {
+        let rc: ReplicationController = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "ns", "uid": "rc-uid", "generation": 2},
+            "spec": {"replicas": 3, "minReadySeconds": 5, "selector": {"app": "web"},
+                     "template": {"metadata": {"labels": {"app": "web"}}}},
+            "status": {"replicas": 2, "readyReplicas": 1, "observedGeneration": 1,
+                       "conditions": [{"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate"}]},
+        }))
+        .unwrap();
+        let rs = from_replication_controller(&rc);
+        assert_eq!(rs.metadata, rc.metadata);
+        assert_eq!(spec_replicas(&rs), 3);
+        assert_eq!(min_ready_seconds(&rs), 5);
+        let sel = selector(&rs).expect("a selector");
+        let labels = [("app".to_string(), "web".to_string())].into();
+        assert!(sel.matches(&labels));
+        assert_eq!(sel.to_string(), "app=web");
+        let status = rs.status.unwrap();
+        assert_eq!((status.replicas, status.ready_replicas), (2, Some(1)));
+        assert_eq!(
+            status.conditions.unwrap()[0].reason.as_deref(),
+            Some("FailedCreate")
+        );
+        // The status the controller writes back has exactly the ReplicationController's fields.
+        let written = serde_json::to_value(status_of_rc(&rc)).unwrap();
+        let rc_status: k8s_openapi::api::core::v1::ReplicationControllerStatus =
+            serde_json::from_value(written.clone()).unwrap();
+        assert_eq!(serde_json::to_value(rc_status).unwrap(), written);
+    }
+
+    fn status_of_rc(rc: &ReplicationController) -> ReplicaSetStatus {
+        status(&from_replication_controller(rc), &[], at(0))
     }
 
     #[test]

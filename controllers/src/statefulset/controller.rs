@@ -1,12 +1,13 @@
-//! The StatefulSet controller's shell: claims the pods a StatefulSet selects, creates and
-//! deletes them as [`super::plan`] says, and writes the status. Pod names are stable, so no
-//! expectations are needed: a create that finds its pod already there (a lagging cache) is a
-//! 409 and harmless, and the ordering waits for the cache to show each pod up.
+//! The StatefulSet controller's shell: claims the pods a StatefulSet selects, records its
+//! template history ([`crate::history`]), creates and deletes pods as [`super::plan`] says, and
+//! writes the status. Pod names are stable, so no expectations are needed: a create that finds
+//! its pod already there (a lagging cache) is a 409 and harmless, and the ordering waits for the
+//! cache to show each pod up.
 
 use std::sync::Arc;
 
 use jiff::Timestamp;
-use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -15,10 +16,10 @@ use skiff_meta::labels::Selector;
 
 use super as logic;
 use crate::manager::Context;
-use crate::pods;
 use crate::runtime::children::{self, Claims};
 use crate::runtime::{Action, Controller, Reconcile, Started, conflict, not_found};
 use crate::{Error, Result};
+use crate::{history, pods};
 
 /// The kind this controller owns pods for.
 const KIND: &str = "StatefulSet";
@@ -27,6 +28,7 @@ struct StatefulSets {
     sets: Informer<StatefulSet>,
     pods: Informer<Pod>,
     claims: Informer<PersistentVolumeClaim>,
+    revisions: Informer<ControllerRevision>,
     client: skiff_client::Client,
 }
 
@@ -40,11 +42,13 @@ pub(crate) fn start(ctx: &Context) -> Result<Started> {
     let sets = ctx.factory.informer::<StatefulSet>();
     let pods = ctx.factory.informer::<Pod>();
     let claims = ctx.factory.informer::<PersistentVolumeClaim>();
+    let revisions = ctx.factory.informer::<ControllerRevision>();
     pods.add_index(pods::BY_CONTROLLER, pods::controller_index);
     let matching = sets.clone();
     let controller = Controller::new("statefulset", ctx.workers)
         .primary(&sets)
         .owns(&pods, KIND, None)
+        .owns(&revisions, KIND, None)
         .adopts(&pods, move |pod: &Pod| {
             let ns = pod.metadata.namespace.clone().unwrap_or_default();
             let labels = pods::labels(&pod.metadata);
@@ -60,6 +64,7 @@ pub(crate) fn start(ctx: &Context) -> Result<Started> {
         sets,
         pods,
         claims,
+        revisions,
         client: ctx.factory.client().clone(),
     })))
 }
@@ -91,7 +96,8 @@ impl Reconcile for StatefulSets {
         };
         let owned = children::claim(&pod_api, &claims, candidates).await?;
         let refs: Vec<&Pod> = owned.iter().map(Arc::as_ref).collect();
-        let plan = logic::plan(&set, &refs, Timestamp::now());
+        let current_template = self.record_history(&set, key, &refs).await?;
+        let plan = logic::plan(&set, &refs, current_template.as_ref(), Timestamp::now());
 
         let claim_api: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), &ns);
         for claim in &plan.claims {
@@ -160,5 +166,50 @@ impl Reconcile for StatefulSets {
             }
         }
         Ok(Action::AwaitChange)
+    }
+}
+
+impl StatefulSets {
+    /// Brings the set's ControllerRevisions up to date (its template's revision recorded, old
+    /// ones beyond `revisionHistoryLimit` removed) and returns the template of its current
+    /// revision, when known.
+    async fn record_history(
+        &self,
+        set: &StatefulSet,
+        key: &str,
+        owned: &[&Pod],
+    ) -> Result<Option<k8s_openapi::api::core::v1::PodTemplateSpec>> {
+        let ns = set.metadata.namespace.clone().unwrap_or_default();
+        let spec = set.spec.clone().unwrap_or_default();
+        let cache = self.revisions.cache();
+        let in_namespace = cache.by_index(index::NAMESPACE, &ns);
+        let existing = history::owned_by(&set.metadata, in_namespace.iter().map(Arc::as_ref));
+        let current = set
+            .status
+            .as_ref()
+            .and_then(|s| s.current_revision.clone())
+            .filter(|r| !r.is_empty());
+        let mut in_use: std::collections::BTreeSet<String> = owned
+            .iter()
+            .filter_map(|p| logic::revision_of(p).map(str::to_string))
+            .collect();
+        in_use.extend(current.clone());
+        let owner = history::Owner {
+            kind: KIND,
+            meta: &set.metadata,
+            template: &spec.template,
+            limit: spec.revision_history_limit.unwrap_or(10),
+        };
+        let plan = history::plan(&owner, &existing, &in_use);
+        if !pods::is_deleting(&set.metadata) {
+            let api: Api<ControllerRevision> = Api::namespaced(self.client.clone(), &ns);
+            history::apply(&api, &plan, key).await?;
+        }
+        Ok(current.and_then(|name| {
+            existing
+                .iter()
+                .find(|r| r.metadata.name.as_deref() == Some(name.as_str()))
+                .and_then(|r| history::template_of(r))
+        }))
     }
 }

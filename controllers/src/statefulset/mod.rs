@@ -5,9 +5,12 @@
 //! (`OnDelete`); and the status (`currentRevision`/`updateRevision` and the counts).
 //!
 //! A revision is `<set>-<template hash>`, carried by each pod in its `controller-revision-hash`
-//! label. There is no ControllerRevision history yet, so a pod is always created from the
-//! current template: a pod below the partition that is deleted comes back at the update
-//! revision (Kubernetes would bring it back at the current one).
+//! label and kept as a ControllerRevision ([`crate::history`]), so a pod below the partition
+//! that is deleted comes back at the current revision's template, not the update's.
+//!
+//! With `rollingUpdate.maxUnavailable` set, up to that many pods (counting those already
+//! unavailable) are replaced at once, as kube-controller-manager does with its
+//! `MaxUnavailableStatefulSet` feature on; unset, one at a time, each waiting for the last.
 //!
 //! Each `volumeClaimTemplates` entry gives every ordinal a claim `<template>-<set>-<ordinal>`,
 //! made before its pod and mounted by it. Claims stay when pods go, on scale-down and when the
@@ -23,9 +26,10 @@ use std::collections::BTreeMap;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetStatus};
 use k8s_openapi::api::core::v1::{
-    PersistentVolumeClaim, PersistentVolumeClaimVolumeSource, Pod, Volume,
+    PersistentVolumeClaim, PersistentVolumeClaimVolumeSource, Pod, PodTemplateSpec, Volume,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::daemonset::{REVISION_HASH, template_hash};
 use crate::pods;
@@ -66,6 +70,29 @@ fn parallel(set: &StatefulSet) -> bool {
         .as_ref()
         .and_then(|s| s.pod_management_policy.as_deref())
         == Some("Parallel")
+}
+
+/// How many pods a rolling update may take down at once: `None` when `maxUnavailable` is unset
+/// (one at a time, waiting for each), else at least 1 (a percentage of the replicas, rounded
+/// down).
+fn max_unavailable(set: &StatefulSet) -> Option<i32> {
+    let value = set
+        .spec
+        .as_ref()?
+        .update_strategy
+        .as_ref()?
+        .rolling_update
+        .as_ref()?
+        .max_unavailable
+        .clone()?;
+    let n = match value {
+        IntOrString::Int(n) => n,
+        IntOrString::String(p) => {
+            let percent: i64 = p.trim_end_matches('%').parse().unwrap_or(0);
+            (percent * i64::from(spec_replicas(set).max(0)) / 100) as i32
+        }
+    };
+    Some(n.max(1))
 }
 
 /// The partition of a RollingUpdate (0 when unset); `None` for OnDelete.
@@ -216,12 +243,12 @@ pub fn claims_to_delete(set: &StatefulSet, existing: &[&str], owned: &[&Pod]) ->
         .collect()
 }
 
-/// The pod at `ordinal`, from the current template at `revision`: a stable name, hostname and
-/// subdomain (the governing Service), the revision and ordinal labels, a controller reference.
-pub fn new_pod(set: &StatefulSet, ordinal: i32, revision: &str) -> Pod {
+/// The pod at `ordinal`, from `template` at `revision`: a stable name, hostname and subdomain
+/// (the governing Service), the revision and ordinal labels, a controller reference.
+pub fn new_pod(set: &StatefulSet, ordinal: i32, template: &PodTemplateSpec, revision: &str) -> Pod {
     let spec = set.spec.clone().unwrap_or_default();
     let name = pod_name(set, ordinal);
-    let mut template = spec.template;
+    let mut template = template.clone();
     let tm = template.metadata.get_or_insert_with(ObjectMeta::default);
     let labels = tm.labels.get_or_insert_with(BTreeMap::new);
     labels.insert(REVISION_HASH.into(), revision.to_string());
@@ -261,8 +288,15 @@ fn healthy(pod: &Pod) -> bool {
     pods::phase(pod) == "Running" && pods::is_ready(pod) && !pods::is_deleting(&pod.metadata)
 }
 
-/// One sync of `set` given the pods it owns.
-pub fn plan(set: &StatefulSet, owned: &[&Pod], now: Timestamp) -> Plan {
+/// One sync of `set` given the pods it owns and the template of its current revision (from its
+/// history; `None` when that revision is not known, and then pods are made at the update
+/// revision).
+pub fn plan(
+    set: &StatefulSet,
+    owned: &[&Pod],
+    current_template: Option<&PodTemplateSpec>,
+    now: Timestamp,
+) -> Plan {
     let replicas = spec_replicas(set).max(0);
     let start = start_ordinal(set);
     let end = start + replicas;
@@ -274,6 +308,16 @@ pub fn plan(set: &StatefulSet, owned: &[&Pod], now: Timestamp) -> Plan {
         .filter(|r| !r.is_empty())
         .unwrap_or_else(|| update.clone());
     let monotonic = !parallel(set);
+    let update_template = set.spec.clone().unwrap_or_default().template;
+    // Below the partition a missing pod comes back as it was: at the current revision.
+    let template_for = |ordinal: i32| -> (&PodTemplateSpec, &str) {
+        match (partition(set), current_template) {
+            (Some(partition), Some(template)) if ordinal < partition && current != update => {
+                (template, current.as_str())
+            }
+            _ => (&update_template, update.as_str()),
+        }
+    };
 
     // The pods in range by ordinal, and the condemned ones (out of range), highest first.
     let mut slots: BTreeMap<i32, &Pod> = BTreeMap::new();
@@ -304,7 +348,8 @@ pub fn plan(set: &StatefulSet, owned: &[&Pod], now: Timestamp) -> Plan {
         match slots.get(&ordinal) {
             None => {
                 plan.claims.extend(claims_for(set, ordinal));
-                plan.create.push(new_pod(set, ordinal, &update));
+                let (template, revision) = template_for(ordinal);
+                plan.create.push(new_pod(set, ordinal, template, revision));
                 if monotonic {
                     blocked = true;
                     break;
@@ -349,7 +394,24 @@ pub fn plan(set: &StatefulSet, owned: &[&Pod], now: Timestamp) -> Plan {
     }
 
     // Roll the pods of another revision, highest ordinal first, down to the partition.
-    if let Some(partition) = partition(set) {
+    if let (Some(partition), Some(budget)) = (partition(set), max_unavailable(set)) {
+        // Up to `budget` pods down at once, counting those already down anywhere in the set.
+        let unavailable = slots.values().filter(|p| !healthy(p)).count() as i32;
+        let mut room = budget - unavailable;
+        for (ordinal, pod) in slots.iter().rev() {
+            if room <= 0 || *ordinal < partition {
+                break;
+            }
+            if revision_of(pod) != Some(update.as_str()) && !pods::is_deleting(&pod.metadata) {
+                plan.delete
+                    .push(pod.metadata.name.clone().unwrap_or_default());
+                // A pod already down is counted already.
+                if healthy(pod) {
+                    room -= 1;
+                }
+            }
+        }
+    } else if let Some(partition) = partition(set) {
         for (ordinal, pod) in slots.iter().rev() {
             if *ordinal < partition {
                 break;
@@ -460,7 +522,12 @@ mod tests {
 
     /// The pod at `ordinal` of `s`, at `s`'s update revision, running and ready when `ready`.
     fn member(s: &StatefulSet, ordinal: i32, ready: bool) -> Pod {
-        let mut p = new_pod(s, ordinal, &update_revision(s));
+        let mut p = new_pod(
+            s,
+            ordinal,
+            &s.spec.clone().unwrap().template,
+            &update_revision(s),
+        );
         let fixture = pod(&pod_name(s, ordinal), &[], 0);
         p.metadata.uid = fixture.metadata.uid;
         p.metadata.creation_timestamp = fixture.metadata.creation_timestamp;
@@ -485,7 +552,7 @@ mod tests {
     #[test]
     fn stable_names_and_ordinals() {
         let s = set(3, "v1");
-        let p = new_pod(&s, 2, "web-abc");
+        let p = new_pod(&s, 2, &s.spec.clone().unwrap().template, "web-abc");
         assert_eq!(p.metadata.name.as_deref(), Some("web-2"));
         assert_eq!(p.metadata.generate_name, None);
         let spec = p.spec.as_ref().unwrap();
@@ -507,19 +574,19 @@ mod tests {
     #[test]
     fn ordered_ready_creates_one_pod_at_a_time_after_its_predecessors_are_ready() {
         let s = set(3, "v1");
-        assert_eq!(names(&plan(&s, &[], now()).create), ["web-0"]);
+        assert_eq!(names(&plan(&s, &[], None, now()).create), ["web-0"]);
         let p0 = member(&s, 0, false);
-        let p = plan(&s, &[&p0], now());
+        let p = plan(&s, &[&p0], None, now());
         assert!(
             p.create.is_empty() && p.delete.is_empty(),
             "web-0 is not ready yet"
         );
         let p0 = member(&s, 0, true);
-        assert_eq!(names(&plan(&s, &[&p0], now()).create), ["web-1"]);
+        assert_eq!(names(&plan(&s, &[&p0], None, now()).create), ["web-1"]);
         let p1 = member(&s, 1, true);
-        assert_eq!(names(&plan(&s, &[&p0, &p1], now()).create), ["web-2"]);
+        assert_eq!(names(&plan(&s, &[&p0, &p1], None, now()).create), ["web-2"]);
         let p2 = member(&s, 2, true);
-        let done = plan(&s, &[&p0, &p1, &p2], now());
+        let done = plan(&s, &[&p0, &p1, &p2], None, now());
         assert!(done.create.is_empty() && done.delete.is_empty());
         assert_eq!(done.status.replicas, 3);
         assert_eq!(done.status.ready_replicas, Some(3));
@@ -530,7 +597,10 @@ mod tests {
         let mut s = set(3, "v1");
         s.spec.as_mut().unwrap().pod_management_policy = Some("Parallel".into());
         let p1 = member(&s, 1, false);
-        assert_eq!(names(&plan(&s, &[&p1], now()).create), ["web-0", "web-2"]);
+        assert_eq!(
+            names(&plan(&s, &[&p1], None, now()).create),
+            ["web-0", "web-2"]
+        );
     }
 
     #[test]
@@ -539,7 +609,7 @@ mod tests {
         let p0 = member(&s, 0, true);
         let mut p1 = member(&s, 1, true);
         p1.status.as_mut().unwrap().phase = Some("Failed".into());
-        let p = plan(&s, &[&p0, &p1], now());
+        let p = plan(&s, &[&p0, &p1], None, now());
         assert_eq!(p.delete, ["web-1"]);
         assert!(
             p.create.is_empty(),
@@ -553,21 +623,21 @@ mod tests {
         let all: Vec<Pod> = (0..3).map(|o| member(&s3, o, true)).collect();
         let refs: Vec<&Pod> = all.iter().collect();
         let s1 = set(1, "v1");
-        assert_eq!(plan(&s1, &refs, now()).delete, ["web-2"]);
+        assert_eq!(plan(&s1, &refs, None, now()).delete, ["web-2"]);
         let mut going = all.clone();
         going[2].metadata.deletion_timestamp = Some(pods::time("2023-11-14T22:13:20Z"));
         let refs: Vec<&Pod> = going.iter().collect();
         assert!(
-            plan(&s1, &refs, now()).delete.is_empty(),
+            plan(&s1, &refs, None, now()).delete.is_empty(),
             "web-1 waits until web-2 is gone"
         );
         let refs: Vec<&Pod> = all[..2].iter().collect();
-        assert_eq!(plan(&s1, &refs, now()).delete, ["web-1"]);
+        assert_eq!(plan(&s1, &refs, None, now()).delete, ["web-1"]);
         // Parallel: every condemned pod at once.
         let mut p1 = set(1, "v1");
         p1.spec.as_mut().unwrap().pod_management_policy = Some("Parallel".into());
         let refs: Vec<&Pod> = all.iter().collect();
-        assert_eq!(plan(&p1, &refs, now()).delete, ["web-2", "web-1"]);
+        assert_eq!(plan(&p1, &refs, None, now()).delete, ["web-2", "web-1"]);
     }
 
     #[test]
@@ -580,7 +650,7 @@ mod tests {
             ..StatefulSetStatus::default()
         });
         let refs: Vec<&Pod> = pods.iter().collect();
-        let p = plan(&new, &refs, now());
+        let p = plan(&new, &refs, None, now());
         assert_eq!(p.delete, ["web-2"]);
         assert_eq!(p.status.update_revision, Some(update_revision(&new)));
         assert_eq!(p.status.current_revision, Some(update_revision(&old)));
@@ -590,12 +660,12 @@ mod tests {
         let mut rolled = pods.clone();
         rolled[2] = member(&new, 2, false);
         let refs: Vec<&Pod> = rolled.iter().collect();
-        let p = plan(&new, &refs, now());
+        let p = plan(&new, &refs, None, now());
         assert!(p.delete.is_empty() && p.create.is_empty());
         // Ready: web-1 next.
         rolled[2] = member(&new, 2, true);
         let refs: Vec<&Pod> = rolled.iter().collect();
-        assert_eq!(plan(&new, &refs, now()).delete, ["web-1"]);
+        assert_eq!(plan(&new, &refs, None, now()).delete, ["web-1"]);
 
         // With partition 2 only web-2 is updated.
         let mut part = new.clone();
@@ -607,9 +677,9 @@ mod tests {
             }),
         });
         let refs: Vec<&Pod> = pods.iter().collect();
-        assert_eq!(plan(&part, &refs, now()).delete, ["web-2"]);
+        assert_eq!(plan(&part, &refs, None, now()).delete, ["web-2"]);
         let refs: Vec<&Pod> = rolled.iter().collect();
-        let p = plan(&part, &refs, now());
+        let p = plan(&part, &refs, None, now());
         assert!(p.delete.is_empty(), "web-1 is below the partition");
         assert_eq!(p.status.updated_replicas, Some(1));
         assert_eq!(p.status.current_revision, Some(update_revision(&old)));
@@ -617,9 +687,94 @@ mod tests {
         // Every pod updated: the rollout is complete.
         let done: Vec<Pod> = (0..3).map(|o| member(&new, o, true)).collect();
         let refs: Vec<&Pod> = done.iter().collect();
-        let p = plan(&new, &refs, now());
+        let p = plan(&new, &refs, None, now());
         assert_eq!(p.status.current_revision, Some(update_revision(&new)));
         assert_eq!(p.status.current_replicas, Some(3));
+    }
+
+    fn rolling(
+        mut s: StatefulSet,
+        partition: i32,
+        max_unavailable: Option<IntOrString>,
+    ) -> StatefulSet {
+        s.spec.as_mut().unwrap().update_strategy = Some(StatefulSetUpdateStrategy {
+            type_: Some("RollingUpdate".into()),
+            rolling_update: Some(RollingUpdateStatefulSetStrategy {
+                partition: Some(partition),
+                max_unavailable,
+            }),
+        });
+        s
+    }
+
+    #[test]
+    fn a_pod_below_the_partition_comes_back_at_the_current_revision() {
+        let old = set(3, "v1");
+        let mut new = rolling(set(3, "v2"), 2, None);
+        new.status = Some(StatefulSetStatus {
+            current_revision: Some(update_revision(&old)),
+            ..StatefulSetStatus::default()
+        });
+        // web-1 (below the partition) was deleted; web-2 is updated already.
+        let pods = [member(&old, 0, true), member(&new, 2, true)];
+        let refs: Vec<&Pod> = pods.iter().collect();
+        let old_template = old.spec.clone().unwrap().template;
+        let p = plan(&new, &refs, Some(&old_template), now());
+        assert_eq!(names(&p.create), ["web-1"]);
+        let web1 = &p.create[0];
+        assert_eq!(
+            pods::labels(&web1.metadata)[REVISION_HASH],
+            update_revision(&old)
+        );
+        assert_eq!(
+            web1.spec.as_ref().unwrap().containers[0].image.as_deref(),
+            Some("v1")
+        );
+        // Without the current revision's template, the update revision is all there is.
+        let p = plan(&new, &refs, None, now());
+        assert_eq!(
+            pods::labels(&p.create[0].metadata)[REVISION_HASH],
+            update_revision(&new)
+        );
+        // At or above the partition a pod is made at the update revision.
+        let pods = [member(&old, 0, true), member(&old, 1, true)];
+        let refs: Vec<&Pod> = pods.iter().collect();
+        let p = plan(&new, &refs, Some(&old_template), now());
+        assert_eq!(names(&p.create), ["web-2"]);
+        assert_eq!(
+            pods::labels(&p.create[0].metadata)[REVISION_HASH],
+            update_revision(&new)
+        );
+    }
+
+    #[test]
+    fn max_unavailable_replaces_that_many_pods_at_once_counting_those_down() {
+        let old = set(5, "v1");
+        let pods: Vec<Pod> = (0..5).map(|o| member(&old, o, true)).collect();
+        let refs: Vec<&Pod> = pods.iter().collect();
+        let new = rolling(set(5, "v2"), 0, Some(IntOrString::Int(2)));
+        assert_eq!(plan(&new, &refs, None, now()).delete, ["web-4", "web-3"]);
+        // 40% of 5 replicas is 2 as well.
+        let pct = rolling(set(5, "v2"), 0, Some(IntOrString::String("40%".into())));
+        assert_eq!(plan(&pct, &refs, None, now()).delete, ["web-4", "web-3"]);
+        // 10% of 5 rounds down to 0, and at least one pod is always allowed.
+        let small = rolling(set(5, "v2"), 0, Some(IntOrString::String("10%".into())));
+        assert_eq!(plan(&small, &refs, None, now()).delete, ["web-4"]);
+        // web-4 updated but not ready yet, web-3 being replaced: no room left.
+        let mut rolling_pods = pods.clone();
+        rolling_pods[4] = member(&new, 4, false);
+        rolling_pods[3].metadata.deletion_timestamp = Some(pods::time("2023-11-14T22:13:20Z"));
+        let refs: Vec<&Pod> = rolling_pods.iter().collect();
+        assert!(plan(&new, &refs, None, now()).delete.is_empty());
+        // Both back and ready at v2: the next two.
+        rolling_pods[3] = member(&new, 3, true);
+        rolling_pods[4] = member(&new, 4, true);
+        let refs: Vec<&Pod> = rolling_pods.iter().collect();
+        assert_eq!(plan(&new, &refs, None, now()).delete, ["web-2", "web-1"]);
+        // The partition still holds.
+        let part = rolling(set(5, "v2"), 3, Some(IntOrString::Int(5)));
+        let refs: Vec<&Pod> = pods.iter().collect();
+        assert_eq!(plan(&part, &refs, None, now()).delete, ["web-4", "web-3"]);
     }
 
     #[test]
@@ -632,7 +787,7 @@ mod tests {
             rolling_update: None,
         });
         let refs: Vec<&Pod> = pods.iter().collect();
-        let p = plan(&new, &refs, now());
+        let p = plan(&new, &refs, None, now());
         assert!(p.delete.is_empty() && p.create.is_empty());
     }
 
@@ -640,7 +795,7 @@ mod tests {
     fn a_set_being_deleted_does_nothing_but_report() {
         let mut s = set(2, "v1");
         s.metadata.deletion_timestamp = Some(pods::time("2023-11-14T22:13:20Z"));
-        let p = plan(&s, &[], now());
+        let p = plan(&s, &[], None, now());
         assert!(p.create.is_empty() && p.delete.is_empty());
         assert_eq!(p.status.replicas, 0);
     }
@@ -664,7 +819,7 @@ mod tests {
     #[test]
     fn each_ordinal_gets_its_claims_before_its_pod() {
         let s = with_claims(set(3, "nginx:1"), "Retain", "Retain");
-        let p = plan(&s, &[], now());
+        let p = plan(&s, &[], None, now());
         assert_eq!(p.create.len(), 1);
         assert_eq!(p.claims.len(), 1);
         let claim = &p.claims[0];

@@ -7,6 +7,7 @@
 pub mod cluster_role;
 pub mod cluster_role_binding;
 pub mod config_map;
+pub mod controller_revision;
 pub mod cron_job;
 pub mod custom_resource_definition;
 pub mod daemon_set;
@@ -22,6 +23,7 @@ pub mod persistent_volume;
 pub mod persistent_volume_claim;
 pub mod pod;
 pub mod replica_set;
+pub mod replication_controller;
 pub mod reviews;
 pub mod role;
 pub mod role_binding;
@@ -79,10 +81,12 @@ pub fn all() -> &'static [Arc<dyn Kind>] {
             Arc::new(service_account::ServiceAccount),
             Arc::new(persistent_volume::PersistentVolume),
             Arc::new(persistent_volume_claim::PersistentVolumeClaim),
+            Arc::new(replication_controller::ReplicationController),
             Arc::new(deployment::Deployment),
             Arc::new(replica_set::ReplicaSet),
             Arc::new(daemon_set::DaemonSet),
             Arc::new(stateful_set::StatefulSet),
+            Arc::new(controller_revision::ControllerRevision),
             Arc::new(job::Job),
             Arc::new(cron_job::CronJob),
             Arc::new(lease::Lease),

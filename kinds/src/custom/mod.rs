@@ -31,7 +31,7 @@ use skiff_meta::ResourceInfo;
 use skiff_meta::intern;
 use skiff_meta::resources::{FieldSource, READ_WRITE, SCALE, SelectableField, status};
 
-use crate::kind::{Checked, Kind, ScalePaths, Strategy};
+use crate::kind::{Checked, Kind, ScalePaths, SelectorShape, Strategy};
 use crate::patch::schema::Type;
 use crate::table::{self, Column};
 use crate::validation::FieldError;
@@ -216,7 +216,7 @@ fn scale_paths(scale: &Value, at: &str) -> Result<ScalePaths, FieldError> {
             "" => None,
             p => Some(simple_path(p, &format!("{at}.labelSelectorPath"))?),
         },
-        selector_is_string: true,
+        selector_shape: SelectorShape::String,
     })
 }
 

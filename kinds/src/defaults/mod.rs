@@ -16,7 +16,7 @@ use k8s_openapi::api::apps::v1::{
     StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetSpec,
 };
 use k8s_openapi::api::batch::v1::{CronJobSpec, JobSpec};
-use k8s_openapi::api::core::v1::{PodSpec, PodTemplateSpec, Toleration};
+use k8s_openapi::api::core::v1::{PodSpec, PodTemplateSpec, ReplicationControllerSpec, Toleration};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -105,6 +105,48 @@ pub fn replica_set(obj: &mut Value) {
             default_template(t);
         }
     });
+}
+
+/// The v1 defaults of a ReplicationController, in place: an empty selector, and empty object
+/// labels, become the template's labels; one replica; the template's pod defaults.
+pub fn replication_controller(obj: &mut Value) {
+    let Some(map) = obj.as_object_mut() else {
+        return;
+    };
+    let template_labels = map
+        .get("spec")
+        .and_then(|s| s.get("template"))
+        .and_then(|t| t.get("metadata"))
+        .and_then(|m| m.get("labels"))
+        .filter(|l| l.as_object().is_some_and(|l| !l.is_empty()))
+        .cloned();
+    with_part(map, "spec", |spec: &mut ReplicationControllerSpec| {
+        if let Some(Value::Object(labels)) = &template_labels
+            && spec.selector.as_ref().is_none_or(|s| s.is_empty())
+        {
+            spec.selector = Some(
+                labels
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+                    .collect(),
+            );
+        }
+        spec.replicas.get_or_insert(1);
+        if let Some(t) = spec.template.as_mut() {
+            default_template(t);
+        }
+    });
+    if let Some(labels) = template_labels {
+        with_object(map, "metadata", |meta| {
+            if meta
+                .get("labels")
+                .and_then(Value::as_object)
+                .is_none_or(|l| l.is_empty())
+            {
+                meta.insert("labels".into(), labels);
+            }
+        });
+    }
 }
 
 /// The v1 defaults of a DaemonSet, in place.

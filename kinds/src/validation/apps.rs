@@ -1,11 +1,12 @@
-//! apps/v1 rules: Deployments, ReplicaSets, DaemonSets and StatefulSets (`pkg/apis/apps/validation`): selector
+//! apps/v1 rules: Deployments, ReplicaSets, DaemonSets and StatefulSets (`pkg/apis/apps/validation`),
+//! and core/v1 ReplicationControllers, the ReplicaSet's predecessor: selector
 //! required, non-empty, matching the template and immutable; templates as pod templates that
 //! restart Always; strategies; counts.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
-use k8s_openapi::api::core::v1::PodTemplateSpec;
+use k8s_openapi::api::core::v1::{PodTemplateSpec, ReplicationController};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::Value;
@@ -381,6 +382,46 @@ pub(crate) fn validate_replica_set(
     Ok(errs)
 }
 
+/// A core/v1 ReplicationController: the ReplicaSet's rules with a plain map for a selector, which
+/// must not be empty (after defaulting from the template's labels) but may change.
+pub(crate) fn validate_replication_controller(
+    new: &Value,
+    _old: Option<&Value>,
+) -> Result<Vec<FieldError>, FieldError> {
+    let rc: ReplicationController = decode(new, "")?;
+    let spec = rc.spec.unwrap_or_default();
+    let sp = Path::new("spec");
+    let mut errs = Vec::new();
+    nonnegative(
+        &mut errs,
+        sp.child("minReadySeconds"),
+        i64::from(spec.min_ready_seconds.unwrap_or(0)),
+    );
+    let selector = spec.selector.clone().unwrap_or_default();
+    if selector.is_empty() {
+        errs.push(FieldError::required(sp.child("selector"), ""));
+    }
+    nonnegative(
+        &mut errs,
+        sp.child("replicas"),
+        i64::from(spec.replicas.unwrap_or(1)),
+    );
+    let selector = LabelSelector {
+        match_labels: Some(selector),
+        match_expressions: None,
+    };
+    match &spec.template {
+        Some(t) => errs.extend(validate_template(
+            t,
+            Some(&selector),
+            &sp.child("template"),
+            "ReplicationController",
+        )),
+        None => errs.push(FieldError::required(sp.child("template"), "")),
+    }
+    Ok(errs)
+}
+
 pub(crate) fn validate_daemon_set(
     new: &Value,
     old: Option<&Value>,
@@ -690,6 +731,7 @@ pub(crate) fn validate_status(
     match info.kind {
         "Deployment" => drop(decode::<Deployment>(new, "")?),
         "ReplicaSet" => drop(decode::<ReplicaSet>(new, "")?),
+        "ReplicationController" => drop(decode::<ReplicationController>(new, "")?),
         "StatefulSet" => drop(decode::<StatefulSet>(new, "")?),
         _ => drop(decode::<DaemonSet>(new, "")?),
     }
@@ -786,7 +828,7 @@ pub(crate) fn validate_status(
 #[cfg(test)]
 mod tests {
     use super::super::test_util::*;
-    use super::super::validate_status_update;
+    use super::super::{validate_status_update, validate_update};
     use super::*;
     use serde_json::json;
 
@@ -990,6 +1032,63 @@ mod tests {
             vec![
                 "spec.template.spec.activeDeadlineSeconds: Forbidden: activeDeadlineSeconds in DaemonSet is not Supported"
             ]
+        );
+    }
+
+    #[test]
+    fn replication_controllers_default_their_selector_and_labels_and_check_them() {
+        let kind = crate::builtin::by_kind("", "ReplicationController");
+        let template = json!({"metadata": {"labels": {"app": "web", "tier": "fe"}},
+                              "spec": {"containers": [{"name": "c", "image": "nginx"}]}});
+        let mut rc = json!({"metadata": {"name": "web"}, "spec": {"template": template}});
+        kind.default(&mut rc);
+        assert_eq!(rc["spec"]["selector"], json!({"app": "web", "tier": "fe"}));
+        assert_eq!(
+            rc["metadata"]["labels"],
+            json!({"app": "web", "tier": "fe"})
+        );
+        assert_eq!(rc["spec"]["replicas"], 1);
+        assert_eq!(rc["spec"]["template"]["spec"]["restartPolicy"], "Always");
+        // A selector and labels of one's own are kept.
+        let mut own = json!({"metadata": {"name": "web", "labels": {"x": "y"}},
+                             "spec": {"selector": {"app": "web"}, "template": template}});
+        kind.default(&mut own);
+        assert_eq!(own["spec"]["selector"], json!({"app": "web"}));
+        assert_eq!(own["metadata"]["labels"], json!({"x": "y"}));
+
+        let rc = |spec: Value| create_msgs("", "ReplicationController", deploy(spec));
+        assert!(rc(json!({"template": template})).is_empty());
+        assert_eq!(
+            rc(json!({"selector": {"app": "db"}, "replicas": -1, "template": template})),
+            vec![
+                "spec.replicas: Invalid value: -1: must be greater than or equal to 0",
+                r#"spec.template.metadata.labels: Invalid value: map[string]string{"app":"web", "tier":"fe"}: `selector` does not match template `labels`"#,
+            ]
+        );
+        assert_eq!(
+            rc(json!({"template": {"spec": {"containers": [{"name": "c", "image": "nginx"}]}}})),
+            vec!["spec.selector: Required value"]
+        );
+        let mut never = template.clone();
+        never["spec"]["restartPolicy"] = json!("Never");
+        assert_eq!(
+            rc(json!({"template": never})),
+            vec![
+                r#"spec.template.spec.restartPolicy: Unsupported value: "Never": supported values: "Always""#
+            ]
+        );
+        // Unlike a ReplicaSet's, the selector may change.
+        let old = {
+            let mut o = deploy(json!({"template": template}));
+            kind.default(&mut o);
+            o
+        };
+        let mut new = deploy(json!({"selector": {"app": "web"}, "template": template}));
+        kind.default(&mut new);
+        assert!(
+            validate_update(&*kind, &new, &old).is_empty(),
+            "{:?}",
+            validate_update(&*kind, &new, &old)
         );
     }
 

@@ -438,6 +438,19 @@ mod tests {
                 json!({"metadata": {"name": "x"}, "spec": {}}),
             ),
             (
+                "apps",
+                "ControllerRevision",
+                json!({"metadata": {"name": "web-abc", "namespace": "default"},
+                       "data": {"spec": {"template": {"$patch": "replace"}}}, "revision": 1}),
+            ),
+            (
+                "",
+                "ReplicationController",
+                json!({"metadata": {"name": "rc", "namespace": "default"}, "spec": {
+                       "template": {"metadata": {"labels": {"app": "web"}},
+                                    "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}}),
+            ),
+            (
                 "",
                 "PersistentVolume",
                 json!({"metadata": {"name": "pv1"}, "spec": {"capacity": {"storage": "1Gi"},

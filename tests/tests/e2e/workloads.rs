@@ -5,7 +5,9 @@
 //! completion by index, fail by their backoff limit, and ignore what their failure policy says; a
 //! CronJob runs every minute (on a fast controller clock), keeps its history limit and refuses a
 //! schedule that does not parse, and finished Jobs expire by their TTL; a StatefulSet comes up in
-//! order, updates above its partition and scales down from the top.
+//! order, updates above its partition, brings a pod below it back at the current revision, lists
+//! its history and rolls back with `kubectl rollout undo`, and scales down from the top; a
+//! ReplicationController scales with `kubectl scale rc` and cascades; a DaemonSet rolls back.
 //!
 //! The pods are `sh -c` sleep loops run by the kubelets as host processes. Every test deletes what
 //! it made and waits for the kubelets to stop it; a [`Fixture`] kills whatever a failed test left
@@ -906,6 +908,30 @@ spec:
     )
 }
 
+/// Every string value under key `key` anywhere in `v`.
+fn collect_strings(v: &Value, key: &str, out: &mut Vec<String>) {
+    match v {
+        Value::Object(map) => {
+            for (k, v) in map {
+                match v {
+                    Value::String(s) if k == key => out.push(s.clone()),
+                    v => collect_strings(v, key, out),
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| collect_strings(v, key, out)),
+        _ => {}
+    }
+}
+
+/// The revision numbers `kubectl rollout history` lists.
+fn history_numbers(history: &str) -> Vec<u32> {
+    history
+        .lines()
+        .filter_map(|l| l.split_whitespace().next()?.parse().ok())
+        .collect()
+}
+
 /// Each pod of `namespace` matching `selector`, by name: its uid, creation time, the time it
 /// became Ready (empty when it is not), and its command.
 fn members(k: &Kubectl, namespace: &str, selector: &str) -> BTreeMap<String, [String; 4]> {
@@ -986,6 +1012,32 @@ fn a_statefulset_comes_up_in_order_updates_above_its_partition_and_scales_down_f
         "jsonpath={.spec.hostname}.{.spec.subdomain}",
     ]);
     assert_eq!(hostname, "web-1.web");
+    // The governing headless Service lists each pod under its stable hostname.
+    k.ok_with_input(
+        &["apply", "-f", "-"],
+        r#"
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: sts}
+spec:
+  clusterIP: None
+  selector: {app: sts}
+  ports: [{name: http, port: 80}]
+"#,
+    );
+    let hostnames = |what: &str| {
+        let json: Value =
+            serde_json::from_str(&k.run(&["-n", "sts", "get", what, "-o", "json"]).stdout)
+                .unwrap_or_default();
+        let mut names = Vec::new();
+        collect_strings(&json, "hostname", &mut names);
+        names.sort();
+        names
+    };
+    wait_for(&k, "per-pod endpoints of the headless Service", 60, || {
+        hostnames("endpoints/web") == ["web-0", "web-1", "web-2"]
+            && hostnames("endpointslices") == ["web-0", "web-1", "web-2"]
+    });
 
     // A rolling update with partition 2: only web-2 gets the new template.
     k.ok_with_input(
@@ -1027,6 +1079,84 @@ fn a_statefulset_comes_up_in_order_updates_above_its_partition_and_scales_down_f
     let cells: Vec<&str> = revisions.split_whitespace().collect();
     assert_ne!(cells[0], cells[1], "{revisions}");
     assert_eq!(cells[2], "1", "{revisions}");
+    let (v1_revision, v2_revision) = (cells[0].to_string(), cells[1].to_string());
+
+    // A pod below the partition that is deleted comes back as it was, at the current revision.
+    k.ok(&["-n", "sts", "delete", "pod/web-1", "--wait=false"]);
+    wait_for(&k, "web-1 back at the current revision", 120, || {
+        let now = members(&k, "sts", "app=sts");
+        settled(&k, "sts", "app=sts", 3).is_some()
+            && now
+                .get("web-1")
+                .is_some_and(|p| p[0] != first["web-1"][0] && p[3].contains("v1"))
+    });
+    let web1_revision = k.ok(&[
+        "-n",
+        "sts",
+        "get",
+        "pod/web-1",
+        "-o",
+        "jsonpath={.metadata.labels.controller-revision-hash}",
+    ]);
+    assert_eq!(web1_revision, v1_revision);
+
+    // The history as kubectl shows it: a ControllerRevision per template, controlled by the set.
+    let history = k.ok(&["-n", "sts", "rollout", "history", "statefulset/web"]);
+    assert_eq!(history_numbers(&history), [1, 2], "{history}");
+    let listed = k.ok(&["-n", "sts", "get", "controllerrevisions", "--no-headers"]);
+    let mut rows: Vec<Vec<&str>> = listed
+        .lines()
+        .map(|l| l.split_whitespace().take(3).collect())
+        .collect();
+    rows.sort();
+    let mut expected = vec![
+        vec![v1_revision.as_str(), "statefulset.apps/web", "1"],
+        vec![v2_revision.as_str(), "statefulset.apps/web", "2"],
+    ];
+    expected.sort();
+    assert_eq!(rows, expected, "{listed}");
+    let old_template = k.ok(&[
+        "-n",
+        "sts",
+        "rollout",
+        "history",
+        "statefulset/web",
+        "--revision=1",
+    ]);
+    assert!(old_template.contains("echo v1"), "{old_template}");
+
+    // Undo: the set's template is v1 again; web-2 rolls back; revision 1 becomes 3.
+    let undone = k.ok(&["-n", "sts", "rollout", "undo", "statefulset/web"]);
+    assert!(undone.contains("rolled back"), "{undone}");
+    wait_for(&k, "web-2 rolled back to v1", 120, || {
+        let now = members(&k, "sts", "app=sts");
+        settled(&k, "sts", "app=sts", 3).is_some()
+            && now.values().all(|p| p[3].contains("v1"))
+            && k.run(&[
+                "-n",
+                "sts",
+                "get",
+                "sts/web",
+                "-o",
+                "jsonpath={.status.updateRevision}",
+            ])
+            .stdout
+                == v1_revision
+    });
+    let history = k.ok(&["-n", "sts", "rollout", "history", "statefulset/web"]);
+    assert_eq!(history_numbers(&history), [2, 3], "{history}");
+    let refused = k.fails(&[
+        "-n",
+        "sts",
+        "rollout",
+        "undo",
+        "statefulset/web",
+        "--to-revision=7",
+    ]);
+    assert!(
+        refused.contains("unable to find specified revision 7"),
+        "{refused}"
+    );
 
     // Scaling down goes from the highest ordinal and keeps web-0.
     k.ok(&["-n", "sts", "scale", "statefulset/web", "--replicas=1"]);
@@ -1042,4 +1172,109 @@ fn a_statefulset_comes_up_in_order_updates_above_its_partition_and_scales_down_f
     wait_for(&k, "the set's pods gone", 120, || {
         pods(&k, "sts", "app=sts").is_empty()
     });
+}
+
+#[test]
+fn replication_controllers_scale_and_cascade_and_daemonsets_roll_back() {
+    let cluster = Fixture::start(&[]);
+    let k = cluster.kubectl();
+    k.ok(&["create", "namespace", "legacy"]);
+    // A ReplicationController as old manifests write it: no selector (it defaults to the
+    // template's labels).
+    k.ok_with_input(
+        &["apply", "-f", "-"],
+        r#"
+apiVersion: v1
+kind: ReplicationController
+metadata: {name: old, namespace: legacy}
+spec:
+  replicas: 2
+  template:
+    metadata: {labels: {app: old}}
+    spec:
+      terminationGracePeriodSeconds: 2
+      containers:
+      - name: main
+        image: busybox:1.36
+        command: ["sh", "-c", "while true; do sleep 1; done"]
+"#,
+    );
+    wait_for(&k, "two ready pods of the controller", 120, || {
+        settled(&k, "legacy", "app=old", 2).is_some()
+    });
+    let row = k.ok(&[
+        "-n",
+        "legacy",
+        "get",
+        "rc",
+        "old",
+        "-o",
+        "wide",
+        "--no-headers",
+    ]);
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cells[..4], ["old", "2", "2", "2"], "{row}");
+    assert_eq!(cells.last(), Some(&"app=old"), "{row}");
+    let owner = k.ok(&[
+        "-n",
+        "legacy",
+        "get",
+        "pods",
+        "-l",
+        "app=old",
+        "-o",
+        "jsonpath={.items[0].metadata.ownerReferences[0].kind}",
+    ]);
+    assert_eq!(owner, "ReplicationController");
+    k.ok(&["-n", "legacy", "scale", "rc/old", "--replicas=3"]);
+    wait_for(&k, "three pods after kubectl scale rc", 120, || {
+        settled(&k, "legacy", "app=old", 3).is_some()
+    });
+    let scale = k.ok(&[
+        "get",
+        "--raw",
+        "/api/v1/namespaces/legacy/replicationcontrollers/old/scale",
+    ]);
+    let scale: Value = serde_json::from_str(&scale).unwrap();
+    assert_eq!(scale["spec"]["replicas"], 3, "{scale}");
+    assert_eq!(scale["status"]["selector"], "app=old", "{scale}");
+    k.ok(&["-n", "legacy", "delete", "rc/old"]);
+    wait_for(&k, "the controller's pods gone", 120, || {
+        pods(&k, "legacy", "app=old").is_empty()
+    });
+
+    // A DaemonSet's history and undo.
+    k.ok_with_input(&["apply", "-f", "-"], &daemonset("legacy"));
+    wait_for(&k, "the daemon pod", 120, || {
+        settled(&k, "legacy", "app=daemon", 1).is_some()
+    });
+    k.ok(&[
+        "-n",
+        "legacy",
+        "set",
+        "image",
+        "daemonset/daemon",
+        "main=busybox:1.37",
+    ]);
+    wait_for(&k, "the daemon pod updated", 120, || {
+        settled(&k, "legacy", "app=daemon", 1)
+            .is_some_and(|p| p.iter().all(|p| p.image == "busybox:1.37"))
+    });
+    let history = k.ok(&["-n", "legacy", "rollout", "history", "daemonset/daemon"]);
+    assert_eq!(history_numbers(&history), [1, 2], "{history}");
+    k.ok(&["-n", "legacy", "rollout", "undo", "daemonset/daemon"]);
+    wait_for(&k, "the daemon pod rolled back", 120, || {
+        settled(&k, "legacy", "app=daemon", 1)
+            .is_some_and(|p| p.iter().all(|p| p.image == "busybox:1.36"))
+    });
+    let history = k.ok(&["-n", "legacy", "rollout", "history", "daemonset/daemon"]);
+    assert_eq!(history_numbers(&history), [2, 3], "{history}");
+    k.ok(&["delete", "namespace", "legacy", "--timeout=60s"]);
+    // The namespace took the revisions with it.
+    assert!(
+        k.run(&["-n", "legacy", "get", "controllerrevisions", "--no-headers"])
+            .stdout
+            .trim()
+            .is_empty()
+    );
 }
