@@ -11,4 +11,5 @@ mod rbac;
 mod replay;
 mod services;
 mod split;
+mod streaming;
 mod workloads;
