@@ -103,6 +103,14 @@ pub async fn handle(server: &Arc<ApiServer>, request: Request, target: Target) -
             finalize(server, &request, kind, name, format).await
         }
         (&Method::GET, Some(name), Some("log")) => server.pod_log(&request, ns, name).await,
+        (
+            &Method::GET | &Method::POST,
+            Some(name),
+            Some(sub @ ("exec" | "attach" | "portforward")),
+        ) => {
+            let sub = sub.to_string();
+            server.pod_stream(request, ns, name, &sub).await
+        }
         _ => Err(Error::MethodNotAllowed),
     }
 }

@@ -116,14 +116,15 @@ fn api_routes(api: Arc<ApiServer>, user: BoxedFilter<(User,)>) -> BoxedFilter<(R
                 .unify(),
         )
         .and(warp::header::headers_cloned())
+        .and(warp::ext::optional::<hyper::upgrade::OnUpgrade>())
         .and(warp::body::stream())
         .and_then(
-            move |user: User, method: Method, path: warp::path::FullPath, query: String, headers: HeaderMap, body| {
+            move |user: User, method: Method, path: warp::path::FullPath, query: String, headers: HeaderMap, upgrade: Option<hyper::upgrade::OnUpgrade>, body| {
                 let api = api.clone();
                 async move {
                     let started = std::time::Instant::now();
                     let path = path.as_str().to_string();
-                    let response = match serve(&api, user, method.clone(), path.clone(), query.clone(), headers, Box::pin(body), limit).await {
+                    let response = match serve(&api, user, method.clone(), path.clone(), query.clone(), headers, upgrade, Box::pin(body), limit).await {
                         Ok(response) => response,
                         // Not a resource path: another route's answer (a denied discovery
                         // request) or a 404.
@@ -168,6 +169,7 @@ async fn serve<S, B>(
     path: String,
     query: String,
     headers: HeaderMap,
+    upgrade: Option<hyper::upgrade::OnUpgrade>,
     body: S,
     limit: usize,
 ) -> Result<Response, Error>
@@ -185,6 +187,8 @@ where
     api.authorizer
         .check(&user, &authz::resource_request(verb, &target))?;
     let body = read_body(body, limit).await?;
+    // Only the streaming subresources may take over the connection.
+    let upgrade = upgrade.filter(|_| authz::is_stream(&target));
     let request = Request {
         method,
         path,
@@ -192,6 +196,7 @@ where
         headers,
         body,
         user,
+        upgrade,
     };
     if !target.kind.stored() {
         return review(api, request, target);

@@ -14,7 +14,8 @@
 //! - [`volumes`]: emptyDir, hostPath, configMap and secret volumes and per-container roots.
 //! - [`ipam`]: pod IPs in the loopback block.
 //! - [`pod`]: the pod manager and per-pod workers (sync loop, back-off, probes, status).
-//! - [`server`]: the kubelet HTTP server (`/healthz`, `/pods`, container logs).
+//! - [`server`]: the kubelet HTTP server (`/healthz`, `/pods`, container logs, exec).
+//! - [`stream`]: exec sessions over WebSocket and their channel protocol.
 
 pub mod agent;
 pub mod host;
@@ -25,6 +26,7 @@ pub mod pod;
 pub mod runtime;
 pub mod server;
 pub mod spec;
+pub mod stream;
 pub mod volumes;
 
 pub use agent::{Error, HostReader, Options, Result, run, run_with_host};

@@ -429,6 +429,15 @@ impl Component {
             .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
     }
 
+    /// Kills it outright (SIGKILL), as a crash or a lost machine would: nothing it runs is
+    /// stopped, its node is left as it was.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
     /// Stops it with SIGTERM (SIGKILL after [`STOP_WITHIN`]) and returns its exit status.
     pub fn stop(&mut self) -> Option<std::process::ExitStatus> {
         terminate(self.child.take()?)
@@ -514,7 +523,9 @@ impl Kubectl {
         }
     }
 
-    fn command(&self, args: &[&str]) -> Command {
+    /// The kubectl command for `args` (stdin null), for a test that needs its exit code,
+    /// binary input or a process of its own.
+    pub fn command(&self, args: &[&str]) -> Command {
         let mut command = Command::new(&self.program);
         command
             .arg("--kubeconfig")

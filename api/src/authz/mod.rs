@@ -128,6 +128,9 @@ impl crate::follow::Follower for Objects {
 /// The verb of a resource request, as Kubernetes' request-info names it.
 pub fn resource_verb(method: &Method, target: &Target, query: &Query) -> &'static str {
     let named = target.name.is_some();
+    if is_stream(target) {
+        return "create";
+    }
     match *method {
         Method::GET | Method::HEAD if query.flag("watch") => "watch",
         Method::GET | Method::HEAD if named => "get",
@@ -139,6 +142,20 @@ pub fn resource_verb(method: &Method, target: &Target, query: &Query) -> &'stati
         Method::DELETE => "deletecollection",
         _ => "",
     }
+}
+
+/// Whether `target` is a streaming subresource (`pods/exec`, `pods/attach`,
+/// `pods/portforward`). These are authorized as `create` whatever the method: a WebSocket
+/// client must open them with `GET`, and reading a GET as `get` would let anyone who may read
+/// a pod run commands in it (kube-apiserver checks `create` on WebSocket upgrades since 1.35 for
+/// the same reason).
+pub fn is_stream(target: &Target) -> bool {
+    target.info.group.is_empty()
+        && target.info.plural == "pods"
+        && matches!(
+            target.subresource.as_deref(),
+            Some("exec" | "attach" | "portforward")
+        )
 }
 
 /// The attributes of a resource request at `target`.

@@ -919,6 +919,8 @@ impl Worker {
                 attempt,
             ),
             env,
+            stdin: c.stdin.unwrap_or(false),
+            stdin_once: c.stdin_once.unwrap_or(false),
         };
         match self.shared.runtime.start(config).await {
             Ok(container) => {

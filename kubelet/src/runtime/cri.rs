@@ -558,6 +558,8 @@ fn from_status(s: &cri::ContainerStatus, known: Option<&ContainerConfig>) -> Opt
             .cloned()
             .unwrap_or_default(),
         log_path: PathBuf::from(&s.log_path),
+        stdin: false,
+        stdin_once: false,
     });
     Some(Container {
         id: s.id.clone(),

@@ -12,4 +12,5 @@ mod replay;
 mod services;
 mod split;
 mod storage;
+mod streaming;
 mod workloads;
