@@ -24,6 +24,7 @@
 //! - [`namespace`]: what a terminating namespace must lose before it is finalized.
 //! - [`gc`]: owner references with background, foreground and orphan propagation.
 //! - [`serviceaccount`]: the `default` ServiceAccount of every namespace.
+//! - [`rootcacert`]: the `kube-root-ca.crt` ConfigMap (the cluster CA) in every namespace.
 //! - [`nodelifecycle`]: silent nodes, NoExecute taints and taint-based eviction.
 //! - [`nodeipam`]: pod ranges for nodes.
 
@@ -39,6 +40,7 @@ pub mod nodeipam;
 pub mod nodelifecycle;
 pub mod pods;
 pub mod replicaset;
+pub mod rootcacert;
 pub mod runtime;
 pub mod serviceaccount;
 pub mod statefulset;
@@ -72,6 +74,9 @@ pub enum Error {
         /// The known names, comma-separated.
         known: String,
     },
+    /// A setting could not be used (the root CA file cannot be read).
+    #[error("{0}")]
+    Config(String),
     /// The pod range could not be handed out.
     #[error(transparent)]
     Ipam(#[from] nodeipam::Error),

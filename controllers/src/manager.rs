@@ -10,7 +10,7 @@ use crate::runtime::Started;
 use crate::{Options, Result};
 use crate::{
     cronjob, daemonset, deployment, endpoints, gc, job, namespace, nodeipam, nodelifecycle,
-    replicaset, serviceaccount, statefulset, ttlafterfinished,
+    replicaset, rootcacert, serviceaccount, statefulset, ttlafterfinished,
 };
 
 /// What a controller's shell is registered with.
@@ -80,6 +80,10 @@ pub const CONTROLLERS: &[Entry] = &[
     Entry {
         name: "serviceaccount",
         start: serviceaccount::controller::start,
+    },
+    Entry {
+        name: "root-ca-cert-publisher",
+        start: rootcacert::controller::start,
     },
     Entry {
         name: "nodeipam",

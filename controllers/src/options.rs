@@ -42,6 +42,10 @@ pub struct Options {
     /// 1 everywhere else.
     #[arg(long, default_value_t = 1.0, hide = true)]
     pub cronjob_clock_rate: f64,
+    /// The CA bundle published to every namespace as the ConfigMap `kube-root-ca.crt`
+    /// [default: the one the API server serves at `/cacerts`].
+    #[arg(long)]
+    pub root_ca_file: Option<std::path::PathBuf>,
 }
 
 impl Default for Options {
@@ -54,6 +58,7 @@ impl Default for Options {
             cluster_cidr: "127.100.0.0/16".into(),
             node_cidr_mask_size: 24,
             cronjob_clock_rate: 1.0,
+            root_ca_file: None,
         }
     }
 }
