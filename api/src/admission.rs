@@ -6,7 +6,9 @@
 //! writer does not hold), `ServiceIPs` (ClusterIP and NodePort allocation from
 //! ranges inside the loopback block, so the proxy can bind them unprivileged),
 //! `DefaultTolerationSeconds` (pods tolerate not-ready and unreachable nodes for 300 s, or as
-//! configured), then the storage plugins of [`storage`] (`DefaultStorageClass`,
+//! configured), `ServiceAccount` (pods run as `default` unless they name an account, and get its
+//! token projected at `/var/run/secrets/kubernetes.io/serviceaccount` unless automount is off),
+//! then the storage plugins of [`storage`] (`DefaultStorageClass`,
 //! `StorageObjectInUseProtection`, `PersistentVolumeClaimResize`).
 
 pub mod storage;
@@ -223,6 +225,162 @@ impl Plugin for DefaultTolerationSeconds {
     }
 }
 
+/// Where every container of a pod finds its service-account token, CA bundle and namespace.
+pub const SERVICE_ACCOUNT_MOUNT_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+/// The prefix of the projected volume's name (a random suffix follows).
+pub const SERVICE_ACCOUNT_VOLUME_PREFIX: &str = "kube-api-access-";
+/// The lifetime the kubelet asks for the projected token (kube-apiserver's
+/// `WarnOnlyBoundTokenExpirationSeconds`: an hour and 7 s).
+pub const PROJECTED_TOKEN_EXPIRATION_SECONDS: i64 = 3607;
+
+/// kube-apiserver's `ServiceAccount` plugin: a new pod runs as its `serviceAccountName`
+/// (`default` unless given) and, unless `automountServiceAccountToken` is false on the pod (or,
+/// when the pod does not say, on the account), gets the projected volume `kube-api-access-XXXXX`
+/// (a bound token, the `kube-root-ca.crt` CA bundle, the namespace) mounted read-only at
+/// [`SERVICE_ACCOUNT_MOUNT_PATH`] in every container that mounts nothing there itself. Mirror
+/// pods are left alone.
+///
+/// Unlike kube-apiserver, a pod naming an account that does not exist is not refused with 403
+/// ("error looking up service account"): it is admitted as it is, without the token volume. A
+/// skiff API server may run without the controllers that make each namespace's `default`
+/// account (`skiff apiserver` with a lone kubelet), and its pods run as they did before service
+/// accounts had tokens.
+pub struct ServiceAccount;
+
+#[async_trait::async_trait]
+impl Plugin for ServiceAccount {
+    fn name(&self) -> &'static str {
+        "ServiceAccount"
+    }
+
+    async fn admit(&self, registry: &Registry, a: &mut Attributes<'_>) -> Result<()> {
+        if a.info.kind != "Pod" || a.operation != Operation::Create || a.subresource.is_some() {
+            return Ok(());
+        }
+        let Some(pod) = a.object.as_deref_mut() else {
+            return Ok(());
+        };
+        if pod
+            .pointer("/metadata/annotations/kubernetes.io~1config.mirror")
+            .is_some()
+        {
+            return Ok(());
+        }
+        let name = default_service_account(pod);
+        let accounts = &skiff_kinds::builtin::service_account::INFO;
+        let account = match registry.get(accounts, a.namespace, &name, None).await {
+            Ok(account) => account,
+            Err(Error::NotFound { .. }) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let automount = pod
+            .pointer("/spec/automountServiceAccountToken")
+            .and_then(Value::as_bool)
+            .or_else(|| account["automountServiceAccountToken"].as_bool())
+            .unwrap_or(true);
+        if automount {
+            mount_service_account_token(pod, &random_suffix());
+        }
+        Ok(())
+    }
+}
+
+/// Sets `spec.serviceAccountName` (from the deprecated `serviceAccount`, else `default`) and
+/// returns it.
+pub fn default_service_account(pod: &mut Value) -> String {
+    let spec = &mut pod["spec"];
+    let given = ["serviceAccountName", "serviceAccount"]
+        .iter()
+        .find_map(|k| spec[*k].as_str().filter(|s| !s.is_empty()))
+        .unwrap_or("default")
+        .to_string();
+    spec["serviceAccountName"] = json!(given);
+    given
+}
+
+/// Five characters of the alphabet Kubernetes' generated names use (no vowels, no look-alikes).
+fn random_suffix() -> String {
+    use rand::Rng;
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let mut rng = rand::rng();
+    (0..5)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect()
+}
+
+/// Adds the projected service-account volume (named with `suffix`, unless the pod already has a
+/// `kube-api-access-` volume) and mounts it at [`SERVICE_ACCOUNT_MOUNT_PATH`] in every init and
+/// regular container that does not mount something there already.
+pub fn mount_service_account_token(pod: &mut Value, suffix: &str) {
+    let existing = pod["spec"]["volumes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v["name"].as_str())
+        .find(|n| n.starts_with(SERVICE_ACCOUNT_VOLUME_PREFIX))
+        .map(str::to_string);
+    let volume_name = existing
+        .clone()
+        .unwrap_or_else(|| format!("{SERVICE_ACCOUNT_VOLUME_PREFIX}{suffix}"));
+    let mut needed = false;
+    for list in ["initContainers", "containers"] {
+        let Some(containers) = pod["spec"][list].as_array_mut() else {
+            continue;
+        };
+        for container in containers {
+            let taken = container["volumeMounts"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|m| m["mountPath"].as_str() == Some(SERVICE_ACCOUNT_MOUNT_PATH));
+            if taken {
+                continue;
+            }
+            if !container["volumeMounts"].is_array() {
+                container["volumeMounts"] = json!([]);
+            }
+            if let Some(mounts) = container["volumeMounts"].as_array_mut() {
+                mounts.push(json!({
+                    "name": volume_name,
+                    "readOnly": true,
+                    "mountPath": SERVICE_ACCOUNT_MOUNT_PATH,
+                }));
+            }
+            needed = true;
+        }
+    }
+    if existing.is_some() || !needed {
+        return;
+    }
+    if !pod["spec"]["volumes"].is_array() {
+        pod["spec"]["volumes"] = json!([]);
+    }
+    if let Some(volumes) = pod["spec"]["volumes"].as_array_mut() {
+        volumes.push(json!({
+            "name": volume_name,
+            "projected": {
+                "defaultMode": 0o644,
+                "sources": [
+                    {"serviceAccountToken": {
+                        "expirationSeconds": PROJECTED_TOKEN_EXPIRATION_SECONDS,
+                        "path": "token",
+                    }},
+                    {"configMap": {
+                        "name": "kube-root-ca.crt",
+                        "items": [{"key": "ca.crt", "path": "ca.crt"}],
+                    }},
+                    {"downwardAPI": {
+                        "items": [{
+                            "path": "namespace",
+                            "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"},
+                        }],
+                    }},
+                ],
+            },
+        }));
+    }
+}
+
 /// Ranges services draw their addresses and node ports from.
 #[derive(Debug, Clone)]
 pub struct ServiceRanges {
@@ -255,6 +413,11 @@ impl ServiceRanges {
         let base = u32::from(self.cluster_ip_base);
         let n = u32::from(ip);
         n > base && n < base + self.ip_count() - 1
+    }
+
+    /// The `kubernetes` Service's ClusterIP: the range's first address.
+    pub fn kubernetes_ip(&self) -> Ipv4Addr {
+        Ipv4Addr::from(u32::from(self.cluster_ip_base) + 1)
     }
 
     /// The range as CIDR text.
@@ -555,6 +718,60 @@ impl Plugin for ServiceIps {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pods_get_the_projected_token_in_every_container_that_lacks_one() {
+        let mut pod = json!({"spec": {
+            "initContainers": [{"name": "init"}],
+            "containers": [
+                {"name": "a", "volumeMounts": [{"name": "data", "mountPath": "/data"}]},
+                {"name": "own", "volumeMounts": [{"name": "mine", "mountPath": SERVICE_ACCOUNT_MOUNT_PATH}]},
+            ],
+            "volumes": [{"name": "data", "emptyDir": {}}, {"name": "mine", "emptyDir": {}}],
+        }});
+        assert_eq!(default_service_account(&mut pod), "default");
+        assert_eq!(pod["spec"]["serviceAccountName"], "default");
+        mount_service_account_token(&mut pod, "x2b4z");
+        let volumes = pod["spec"]["volumes"].as_array().unwrap();
+        assert_eq!(volumes.len(), 3);
+        assert_eq!(
+            volumes[2],
+            json!({"name": "kube-api-access-x2b4z", "projected": {"defaultMode": 420, "sources": [
+                {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                {"downwardAPI": {"items": [{"path": "namespace",
+                    "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}},
+            ]}})
+        );
+        let mount = json!({"name": "kube-api-access-x2b4z", "readOnly": true,
+            "mountPath": SERVICE_ACCOUNT_MOUNT_PATH});
+        assert_eq!(
+            pod["spec"]["initContainers"][0]["volumeMounts"],
+            json!([mount])
+        );
+        assert_eq!(pod["spec"]["containers"][0]["volumeMounts"][1], mount);
+        // A container that mounts its own thing there keeps it.
+        assert_eq!(
+            pod["spec"]["containers"][1]["volumeMounts"]
+                .as_array()
+                .unwrap()
+                .len(),
+            1
+        );
+        // Admitting again adds nothing.
+        let before = pod.clone();
+        mount_service_account_token(&mut pod, "other");
+        assert_eq!(pod, before);
+        // The deprecated field names the account when the new one does not.
+        let mut old = json!({"spec": {"serviceAccount": "builder", "containers": []}});
+        assert_eq!(default_service_account(&mut old), "builder");
+        // With nothing to mount it into, no volume is added.
+        let mut empty = json!({"spec": {"containers": [{"name": "c", "volumeMounts":
+            [{"name": "v", "mountPath": SERVICE_ACCOUNT_MOUNT_PATH}]}]}});
+        mount_service_account_token(&mut empty, "zzzzz");
+        assert!(empty["spec"]["volumes"].is_null());
+        assert_eq!(random_suffix().len(), 5);
+    }
 
     fn services() -> &'static ResourceInfo {
         &skiff_kinds::builtin::service::INFO

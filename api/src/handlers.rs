@@ -91,6 +91,9 @@ pub async fn handle(server: &Arc<ApiServer>, request: Request, target: Target) -
             delete(server, &request, kind, ns, name, format).await
         }
         (&Method::POST, Some(name), Some("binding")) => bind(server, &request, ns, name).await,
+        (&Method::POST, Some(name), Some("token")) if info.kind == "ServiceAccount" => {
+            crate::serviceaccount::token_request(server, &request, ns, name).await
+        }
         (&Method::GET, Some(name), Some("scale")) => {
             let paths = kind.scale().ok_or(Error::NoRoute)?;
             let object = get(server, &request, kind, ns, name).await?;

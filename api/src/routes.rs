@@ -22,6 +22,7 @@ use crate::version;
 pub fn routes(api: Arc<ApiServer>, authenticator: Arc<Authenticator>) -> BoxedFilter<(Response,)> {
     let ready_api = api.clone();
     let public = version::routes(move || readiness(&ready_api));
+    let _ = api.static_tokens.set(authenticator.clone());
     let ca_pem = api.config.ca_pem.clone();
     let cacerts = warp::path!("cacerts").and(warp::get()).and_then(move || {
         let ca_pem = ca_pem.clone();
@@ -38,7 +39,7 @@ pub fn routes(api: Arc<ApiServer>, authenticator: Arc<Authenticator>) -> BoxedFi
     public
         .or(cacerts)
         .unify()
-        .or(api_routes(api, authenticator.filter()))
+        .or(api_routes(api.clone(), authenticator.filter_with(api)))
         .unify()
         .recover(recover)
         .unify()
@@ -75,6 +76,7 @@ fn api_routes(api: Arc<ApiServer>, user: BoxedFilter<(User,)>) -> BoxedFilter<(R
     let openapi = crate::openapi::routes(api.openapi.clone());
     let metrics = crate::metrics::route(api.clone());
     let debug = crate::replay::http::routes(api.clone());
+    let oidc = crate::serviceaccount::routes(api.clone());
     let limit = api.config.max_body_bytes;
     let path_api = api.clone();
     // Paths that are not resources need RBAC's non-resource rules (discovery: `system:discovery`).
@@ -147,6 +149,8 @@ fn api_routes(api: Arc<ApiServer>, user: BoxedFilter<(User,)>) -> BoxedFilter<(R
                 .or(metrics)
                 .unify()
                 .or(debug)
+                .unify()
+                .or(oidc)
                 .unify(),
         )
         .or(resources)
@@ -199,13 +203,13 @@ where
         upgrade,
     };
     if !target.kind.stored() {
-        return review(api, request, target);
+        return review(api, request, target).await;
     }
     handlers::handle(api, request, target).await
 }
 
 /// A review (`kubectl auth can-i`, `whoami`): answered, never stored.
-fn review(api: &ApiServer, request: Request, target: Target) -> Result<Response, Error> {
+async fn review(api: &ApiServer, request: Request, target: Target) -> Result<Response, Error> {
     if request.method != Method::POST || target.name.is_some() || target.subresource.is_some() {
         return Err(Error::MethodNotAllowed);
     }
@@ -215,13 +219,17 @@ fn review(api: &ApiServer, request: Request, target: Target) -> Result<Response,
     let decoded = kind
         .decode(&body)
         .map_err(|e| Error::BadRequest(format!("decoding the {}: {e}", kind.info().kind)))?;
-    let answer = authz::reviews::answer(
-        &api.authorizer,
-        kind,
-        &request.user,
-        target.namespace.as_deref(),
-        decoded,
-    )?;
+    let answer = if kind.info().kind == "TokenReview" {
+        crate::serviceaccount::token_review(api, decoded).await?
+    } else {
+        authz::reviews::answer(
+            &api.authorizer,
+            kind,
+            &request.user,
+            target.namespace.as_deref(),
+            decoded,
+        )?
+    };
     Ok(format.object(kind, http::StatusCode::CREATED, answer))
 }
 

@@ -46,6 +46,8 @@ pub struct Config {
     /// write nothing of its own (`skiff server --paused` on a data dir replayed to a point
     /// before they existed).
     pub create_system_namespaces: bool,
+    /// Service-account tokens: issuer, audiences, signing key.
+    pub service_accounts: crate::serviceaccount::Settings,
 }
 
 impl Default for Config {
@@ -61,6 +63,7 @@ impl Default for Config {
             watch_cache_capacity: crate::watch_cache::DEFAULT_CAPACITY,
             default_toleration_seconds: Default::default(),
             create_system_namespaces: true,
+            service_accounts: Default::default(),
         }
     }
 }
@@ -97,6 +100,11 @@ pub struct ApiServer {
     pub watchers: TaskTracker,
     /// One store watch per resource, shared by every API watch of it.
     pub watch_cache: WatchCache,
+    /// Issues and checks service-account tokens.
+    pub service_accounts: crate::serviceaccount::Tokens,
+    /// The token file's tokens, once the authenticating routes are built ([`crate::routes`]),
+    /// for TokenReview.
+    pub static_tokens: std::sync::OnceLock<Arc<crate::auth::Authenticator>>,
     /// The lease current Events are attached to, and when it was granted.
     event_lease: Mutex<Option<(LeaseId, Instant)>>,
 }
@@ -125,6 +133,7 @@ impl ApiServer {
             Box::new(admission::DefaultTolerationSeconds(
                 config.default_toleration_seconds,
             )),
+            Box::new(admission::ServiceAccount),
             Box::new(admission::storage::DefaultStorageClass),
             Box::new(admission::storage::StorageObjectInUseProtection),
             Box::new(admission::storage::PersistentVolumeClaimResize),
@@ -136,7 +145,11 @@ impl ApiServer {
             shutdown.clone(),
         );
         let kinds = Arc::new(Kinds::builtin());
+        let service_accounts = crate::serviceaccount::Tokens::new(&config.service_accounts)
+            .map_err(|e| Error::Internal(e.to_string()))?;
         let server = Arc::new(ApiServer {
+            service_accounts,
+            static_tokens: std::sync::OnceLock::new(),
             openapi: Arc::new(crate::openapi::OpenApi::new(kinds.clone())),
             kinds,
             registry,

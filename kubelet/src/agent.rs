@@ -331,6 +331,7 @@ pub async fn run_with_host(
         range,
         Arc::new(ApiSources {
             client: client.clone(),
+            tokens: crate::identity::Tokens::new(client.clone()),
         }),
         events_tx,
         shutdown.child_token(),
@@ -759,9 +760,11 @@ impl skiff_client::EventHandler<Pod> for PodHandler {
     }
 }
 
-/// ConfigMaps and Secrets read from the API when a pod syncs.
+/// ConfigMaps and Secrets read from the API when a pod syncs, and the pod's service-account
+/// tokens and `kubernetes` Service variables ([`crate::identity`]).
 struct ApiSources {
     client: Client,
+    tokens: crate::identity::Tokens,
 }
 
 #[async_trait::async_trait]
@@ -787,6 +790,12 @@ impl pod::SourceProvider for ApiSources {
                 out.claims.insert(name, resolved);
             }
         }
+        for (audience, expiration) in crate::projected::token_requests(pod) {
+            let token = self.tokens.token(pod, &audience, expiration).await;
+            let key = crate::projected::token_key(&audience, expiration);
+            out.tokens.insert(key, token);
+        }
+        out.service_env = crate::identity::kubernetes_service_env(&self.client).await;
         out
     }
 }

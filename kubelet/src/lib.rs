@@ -11,7 +11,10 @@
 //! - [`runtime`]: the container runtime trait, the CRI runtime (containerd) and the process
 //!   runtime.
 //! - [`spec`]: env resolution, `$(VAR)` expansion, limits and the spec hash of a container.
-//! - [`volumes`]: emptyDir, hostPath, configMap and secret volumes and per-container roots.
+//! - [`volumes`]: emptyDir, hostPath, configMap, secret, downwardAPI and projected volumes
+//!   ([`projected`] says what they hold) and per-container roots.
+//! - [`identity`]: pods' service-account tokens (TokenRequest, refreshed) and the `kubernetes`
+//!   Service's environment variables.
 //! - [`ipam`]: pod IPs in the loopback block.
 //! - [`pod`]: the pod manager and per-pod workers (sync loop, back-off, probes, status).
 //! - [`server`]: the kubelet HTTP server (`/healthz`, `/pods`, container logs, exec).
@@ -19,10 +22,12 @@
 
 pub mod agent;
 pub mod host;
+pub mod identity;
 pub mod ipam;
 pub mod logs;
 pub mod node_status;
 pub mod pod;
+pub mod projected;
 pub mod runtime;
 pub mod server;
 pub mod spec;

@@ -295,8 +295,10 @@ pub fn impersonate(authorizer: &Authorizer, user: User, headers: &HeaderMap) -> 
     if let Some(uid) = &uid {
         check("authentication.k8s.io", "uids", "", uid)?;
     }
+    let mut impersonated_extra = std::collections::BTreeMap::new();
     for key in &extra {
-        for value in values(&format!("{IMPERSONATE_EXTRA}{key}")) {
+        let key_values = values(&format!("{IMPERSONATE_EXTRA}{key}"));
+        for value in &key_values {
             authorizer.check(
                 &user,
                 &Request::Resource {
@@ -305,10 +307,12 @@ pub fn impersonate(authorizer: &Authorizer, user: User, headers: &HeaderMap) -> 
                     resource: "userextras",
                     subresource: key,
                     namespace: "",
-                    name: &value,
+                    name: value,
                 },
             )?;
         }
+        // Header names are case-insensitive and lower-cased here; the key is percent-encoded.
+        impersonated_extra.insert(percent_decode(key), key_values);
     }
     if name != "system:anonymous" && !impersonated_groups.iter().any(|g| g == AUTHENTICATED_GROUP) {
         impersonated_groups.push(AUTHENTICATED_GROUP.to_string());
@@ -318,7 +322,16 @@ pub fn impersonate(authorizer: &Authorizer, user: User, headers: &HeaderMap) -> 
         name,
         uid: uid.unwrap_or_default(),
         groups: impersonated_groups,
+        extra: impersonated_extra,
     })
+}
+
+/// `%XX` escapes of an `Impersonate-Extra-` key decoded (kubectl escapes `/` and such).
+fn percent_decode(key: &str) -> String {
+    form_urlencoded::parse(format!("k={}", key.replace('+', "%2B")).as_bytes())
+        .next()
+        .map(|(_, v)| v.into_owned())
+        .unwrap_or_else(|| key.to_string())
 }
 
 /// The escalation checks on writes of roles and bindings (Kubernetes' `policybased` storage):

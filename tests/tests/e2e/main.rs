@@ -6,6 +6,7 @@
 mod api;
 mod crd;
 mod etcd;
+mod identity;
 mod kubectl;
 mod rbac;
 mod replay;
