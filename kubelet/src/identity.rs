@@ -16,10 +16,11 @@ use skiff_client::{Api, Client};
 const MAX_TOKEN_AGE_SECONDS: i64 = 24 * 3600;
 
 /// Whether a token issued at `issued` and expiring at `expires` (seconds) needs replacing at
-/// `now`: past 80% of its lifetime, or older than a day.
+/// `now`: within the last 20% of its lifetime (whole seconds, as the kubelet's token manager
+/// counts them), or older than a day.
 pub fn requires_refresh(now: i64, issued: i64, expires: i64) -> bool {
     let lifetime = (expires - issued).max(0);
-    now >= issued + lifetime * 8 / 10 || now - issued > MAX_TOKEN_AGE_SECONDS
+    now >= expires - lifetime * 2 / 10 || now - issued > MAX_TOKEN_AGE_SECONDS
 }
 
 /// The environment variables of the `kubernetes` Service as the kubelet sets them for its
