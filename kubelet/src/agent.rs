@@ -17,13 +17,14 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Event as KubeEvent, EventSource, Namespace, Node, NodeSpec, NodeStatus,
-    ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod, Secret,
+    ConfigMap, Namespace, Node, NodeSpec, NodeStatus, ObjectReference, PersistentVolume,
+    PersistentVolumeClaim, Pod, Secret,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
 use serde_json::json;
 use skiff_client::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use skiff_client::events::{Recorder, Source};
 use skiff_client::{Api, Client};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -860,8 +861,8 @@ async fn report_loop(
     shutdown: CancellationToken,
 ) {
     let reporter = Arc::new(Reporter {
+        events: Recorder::with_source(client.clone(), Source::on_host("kubelet", &node_name)),
         client,
-        node_name,
         statics,
         slots: tokio::sync::Semaphore::new(REPORTS_IN_FLIGHT),
     });
@@ -929,7 +930,8 @@ async fn pod_reports(
 /// What the report tasks share.
 struct Reporter {
     client: Client,
-    node_name: String,
+    /// The pods' Events, as this node's kubelet.
+    events: Recorder,
     statics: Arc<Mutex<HashSet<String>>>,
     slots: tokio::sync::Semaphore,
 }
@@ -939,7 +941,6 @@ impl Reporter {
     async fn send(&self, ev: Event) {
         let _slot = self.slots.acquire().await.expect("never closed");
         let client = &self.client;
-        let node_name = &self.node_name;
         let statics = &self.statics;
         match ev {
             Event::Status {
@@ -994,39 +995,17 @@ impl Reporter {
                 reason,
                 message,
             } => {
-                let now = Timestamp::now();
-                let event = KubeEvent {
-                    metadata: ObjectMeta {
-                        name: Some(format!("{name}.{:x}", now.as_nanosecond())),
-                        namespace: Some(namespace.clone()),
-                        ..Default::default()
-                    },
-                    involved_object: ObjectReference {
-                        api_version: Some("v1".into()),
-                        kind: Some("Pod".into()),
-                        namespace: Some(namespace.clone()),
-                        name: Some(name.clone()),
-                        uid: Some(uid),
-                        ..Default::default()
-                    },
-                    reason: Some(reason),
-                    message: Some(message),
-                    type_: Some(type_.to_string()),
-                    source: Some(EventSource {
-                        component: Some("kubelet".into()),
-                        host: Some(node_name.clone()),
-                    }),
-                    first_timestamp: Some(Time(now)),
-                    last_timestamp: Some(Time(now)),
-                    count: Some(1),
-                    reporting_component: Some("kubelet".into()),
-                    reporting_instance: Some(node_name.clone()),
+                let regarding = ObjectReference {
+                    api_version: Some("v1".into()),
+                    kind: Some("Pod".into()),
+                    namespace: Some(namespace),
+                    name: Some(name),
+                    uid: Some(uid),
                     ..Default::default()
                 };
-                let api: Api<KubeEvent> = Api::namespaced(client.clone(), &namespace);
-                if let Err(err) = api.create(&PostParams::default(), &event).await {
-                    tracing::debug!(%err, "recording pod event");
-                }
+                self.events
+                    .record(&regarding, type_, &reason, &message)
+                    .await;
             }
         }
     }

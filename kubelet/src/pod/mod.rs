@@ -39,6 +39,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, Pod, PodStatus};
 use k8s_openapi::jiff::Timestamp;
+use skiff_client::events::EventType;
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 
@@ -92,8 +93,8 @@ pub enum Event {
         name: String,
         /// UID.
         uid: String,
-        /// `Normal` or `Warning`.
-        type_: &'static str,
+        /// Routine or a problem.
+        type_: EventType,
         /// `Started`, `Killing`, `BackOff`, `Unhealthy`, `Failed`, `FailedMount`...
         reason: String,
         /// Details.
@@ -456,7 +457,7 @@ impl Worker {
         (worker, probe_rx)
     }
 
-    fn record(&self, type_: &'static str, reason: &str, message: impl Into<String>) {
+    fn record(&self, type_: EventType, reason: &str, message: impl Into<String>) {
         let _ = self.shared.events.send(Event::Record {
             namespace: self.namespace.clone(),
             name: self.name.clone(),
@@ -557,7 +558,7 @@ impl Worker {
                 probe::Kind::Startup => "Startup",
             };
             self.record(
-                "Warning",
+                EventType::Warning,
                 "Unhealthy",
                 format!("{what} probe failed: {}", ev.message),
             );
@@ -607,7 +608,7 @@ impl Worker {
         match &error {
             Some((reason, message)) => {
                 if self.last_error.as_ref() != Some(message) {
-                    self.record("Warning", reason, message.clone());
+                    self.record(EventType::Warning, reason, message.clone());
                     self.last_error = Some(message.clone());
                 }
             }
@@ -708,7 +709,7 @@ impl Worker {
                     None
                 };
                 if let Some(message) = why {
-                    self.record("Normal", "Killing", message);
+                    self.record(EventType::Normal, "Killing", message);
                     self.stop_probes(&c.name);
                     if let Err(e) = self.shared.runtime.stop(&run.id, grace).await {
                         tracing::warn!(%e, id = %run.id, "stopping container");
@@ -787,7 +788,7 @@ impl Worker {
                     restart_at: to_timestamp_after(*finished_at, delay),
                 };
                 self.record(
-                    "Warning",
+                    EventType::Warning,
                     "BackOff",
                     format!(
                         "Back-off {}s restarting failed container {}",
@@ -847,7 +848,7 @@ impl Worker {
         let retry = self.shared.config.backoff.base;
         let host_ip = self.shared.config.host_ip.to_string();
         let fail = |this: &mut Self, reason: &str, message: String| {
-            this.record("Warning", "Failed", format!("Error: {message}"));
+            this.record(EventType::Warning, "Failed", format!("Error: {message}"));
             this.waiting.insert(
                 c.name.clone(),
                 Waiting {
@@ -926,10 +927,14 @@ impl Worker {
             Ok(container) => {
                 self.waiting.remove(&c.name);
                 self.retry_at.remove(&c.name);
-                self.record("Normal", "Started", format!("Started container {}", c.name));
+                self.record(
+                    EventType::Normal,
+                    "Started",
+                    format!("Started container {}", c.name),
+                );
                 if self.warned.insert(container.id.clone()) {
                     for w in &container.warnings {
-                        self.record("Warning", "ResourceLimitsNotApplied", w.clone());
+                        self.record(EventType::Warning, "ResourceLimitsNotApplied", w.clone());
                     }
                 }
             }
@@ -979,7 +984,7 @@ impl Worker {
                     "ErrImagePull"
                 };
                 let message = e.to_string();
-                self.record("Warning", "Failed", format!("Error: {message}"));
+                self.record(EventType::Warning, "Failed", format!("Error: {message}"));
                 let previous = self.pull_backoff.get(&c.name).map(|b| b.delay);
                 let delay = self.shared.config.backoff.next(previous, Duration::ZERO);
                 self.pull_backoff.insert(
@@ -1217,7 +1222,7 @@ impl Worker {
             .collect();
         for c in &running {
             self.record(
-                "Normal",
+                EventType::Normal,
                 "Killing",
                 format!("Stopping container {}", c.config.name),
             );
