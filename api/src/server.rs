@@ -48,7 +48,17 @@ pub struct Config {
     pub create_system_namespaces: bool,
     /// Service-account tokens: issuer, audiences, signing key.
     pub service_accounts: crate::serviceaccount::Settings,
+    /// Other API servers may share the store (an external etcd): ClusterIPs and NodePorts are
+    /// claimed in it by transaction ([`admission::allocations`]), not only in this process's
+    /// memory, and a repair pass keeps the claims in line with the stored Services.
+    pub shared_store: bool,
 }
+
+/// How often the reservation repair pass runs on a shared store.
+pub const ALLOCATION_REPAIR_INTERVAL: Duration = Duration::from_secs(60);
+/// How old a reservation no Service holds must be before the repair pass deletes it (an API
+/// server may have claimed it and not yet written its Service).
+pub const ALLOCATION_REPAIR_GRACE: Duration = Duration::from_secs(120);
 
 impl Default for Config {
     fn default() -> Self {
@@ -64,6 +74,7 @@ impl Default for Config {
             default_toleration_seconds: Default::default(),
             create_system_namespaces: true,
             service_accounts: Default::default(),
+            shared_store: false,
         }
     }
 }
@@ -123,13 +134,35 @@ impl ApiServer {
             .list(services, None, None, None, None, None)
             .await?;
         let authorizer = Arc::new(crate::authz::Authorizer::default());
+        let mut service_ips =
+            admission::ServiceIps::new(config.service_ranges.clone(), &existing.items);
+        if config.shared_store {
+            service_ips = service_ips.in_store(registry.store().clone());
+        }
+        let service_ips = Arc::new(service_ips);
+        if config.shared_store && config.create_system_namespaces {
+            // At start: keys for Services written before (or without) reservations, and memory
+            // learns what the other servers hold; then periodically.
+            if let Err(e) = service_ips.repair(ALLOCATION_REPAIR_GRACE).await {
+                tracing::warn!(error = %e, "cannot repair the ClusterIP/NodePort reservations yet");
+            }
+            let (ips, stop) = (service_ips.clone(), shutdown.clone());
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = tokio::time::sleep(ALLOCATION_REPAIR_INTERVAL) => {}
+                        _ = stop.cancelled() => return,
+                    }
+                    if let Err(e) = ips.repair(ALLOCATION_REPAIR_GRACE).await {
+                        tracing::warn!(error = %e, "cannot repair the ClusterIP/NodePort reservations");
+                    }
+                }
+            });
+        }
         let admission = Chain::new(vec![
             Box::new(admission::NamespaceLifecycle),
             Box::new(admission::RbacEscalation(authorizer.clone())),
-            Box::new(admission::ServiceIps::new(
-                config.service_ranges.clone(),
-                &existing.items,
-            )),
+            Box::new(service_ips),
             Box::new(admission::DefaultTolerationSeconds(
                 config.default_toleration_seconds,
             )),

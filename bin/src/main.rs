@@ -90,6 +90,8 @@ struct ControllersArgs {
     client: skiff_client::ClientConfig,
     #[command(flatten)]
     options: skiff_controllers::Options,
+    #[command(flatten, next_help_heading = "Leader election")]
+    leader_election: skiff_client::leaderelection::Flags,
 }
 
 /// `skiff scheduler`.
@@ -99,6 +101,8 @@ struct SchedulerArgs {
     client: skiff_client::ClientConfig,
     #[command(flatten)]
     options: skiff_scheduler::Options,
+    #[command(flatten, next_help_heading = "Leader election")]
+    leader_election: skiff_client::leaderelection::Flags,
 }
 
 /// `skiff kubelet`.
@@ -232,14 +236,37 @@ fn main() -> std::process::ExitCode {
             }
             Command::Apiserver(args) => server::run(args, server::Plan::api_only()).await,
             Command::Controllers(args) => {
+                use skiff_client::leaderelection;
+                // As kube-controller-manager: leader election is on unless turned off.
+                let election = args
+                    .leader_election
+                    .config(leaderelection::CONTROLLER_MANAGER_LEASE, true)?;
+                let options = args.options;
                 run_component(&args.client, |client, shutdown| async move {
-                    Ok(skiff_controllers::run(client, args.options, shutdown).await?)
+                    let work = client.clone();
+                    Ok(
+                        leaderelection::run(client, election, shutdown, move |stop| {
+                            skiff_controllers::run(work.clone(), options.clone(), stop)
+                        })
+                        .await?,
+                    )
                 })
                 .await
             }
             Command::Scheduler(args) => {
+                use skiff_client::leaderelection;
+                let election = args
+                    .leader_election
+                    .config(leaderelection::SCHEDULER_LEASE, true)?;
+                let options = args.options;
                 run_component(&args.client, |client, shutdown| async move {
-                    Ok(skiff_scheduler::run(client, args.options, shutdown).await?)
+                    let work = client.clone();
+                    Ok(
+                        leaderelection::run(client, election, shutdown, move |stop| {
+                            skiff_scheduler::run(work.clone(), options.clone(), stop)
+                        })
+                        .await?,
+                    )
                 })
                 .await
             }

@@ -188,6 +188,13 @@ pub async fn run(args: ApiArgs, plan: Plan) -> Result<()> {
         interval: args.compact_interval,
     };
     let etcd = args.datastore.etcd_config(retention.clone())?;
+    let etcd_backed = etcd.is_some();
+    if let Some(options) = &plan.options {
+        // Bad --leader-elect-* timings are refused before anything starts.
+        options
+            .leader_election
+            .config(skiff_client::leaderelection::SCHEDULER_LEASE, true)?;
+    }
     let store_config = skiff_store::Config {
         retention,
         prefix_retention: skiff_api::server::HIGH_CHURN_PREFIXES
@@ -280,6 +287,7 @@ pub async fn run(args: ApiArgs, plan: Plan) -> Result<()> {
             unreachable: args.default_unreachable_toleration_seconds,
         },
         create_system_namespaces: !plan.paused,
+        shared_store: etcd_backed,
         service_accounts: skiff_api::serviceaccount::Settings {
             issuer: args.service_account_issuer.clone(),
             api_audiences: args.api_audiences.clone(),
@@ -372,6 +380,9 @@ pub async fn run(args: ApiArgs, plan: Plan) -> Result<()> {
             local_storage: plan
                 .components
                 .contains(&components::Component::LocalStorage),
+            // Several servers can share an etcd, and then their singletons must elect a leader;
+            // the embedded log is opened by one server only.
+            leader_elect_default: etcd_backed,
         };
         for component in plan.components.iter().filter(|c| c.is_task()) {
             components::spawn(

@@ -309,6 +309,14 @@ impl TestCluster {
         self.spawn();
     }
 
+    /// Kills the server outright (SIGKILL), as a lost machine would, and leaves it stopped.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
     /// Stops the server with SIGTERM and starts it again on the same data dir and port.
     pub fn restart(&mut self) {
         self.stop();

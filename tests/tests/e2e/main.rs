@@ -8,6 +8,7 @@ mod crd;
 mod etcd;
 mod identity;
 mod kubectl;
+mod leader;
 mod rbac;
 mod replay;
 mod services;
