@@ -406,7 +406,7 @@ where
             if shutdown.is_cancelled() {
                 return Ok(());
             }
-            if try_acquire_or_renew(&api, &config.name, &mut elector, retry * 5).await {
+            if try_acquire_or_renew(&api, &config.name, &mut elector, retry).await {
                 break;
             }
             let holder = elector.holder().map(str::to_string);
