@@ -1267,6 +1267,7 @@ impl Worker {
             async move {
                 let started = tokio::time::Instant::now();
                 let mut failed = None;
+                let mut left = grace;
                 if let Some(spec) = spec
                     && let Some(handler) = spec.lifecycle.as_ref().and_then(|l| l.pre_stop.clone())
                 {
@@ -1282,8 +1283,8 @@ impl Worker {
                             c.config.name
                         ));
                     }
+                    left = grace.saturating_sub(started.elapsed());
                 }
-                let left = grace.saturating_sub(started.elapsed());
                 let _ = rt.stop(&c.id, left).await;
                 failed
             }
