@@ -153,6 +153,12 @@ pub fn spawn(
                     .root_dir
                     .get_or_insert_with(|| host.data_dir.join("kubelet"));
                 kubelet.token.get_or_insert(host.kubelet_token);
+                kubelet
+                    .images_dir
+                    .get_or_insert_with(|| host.data_dir.join("images"));
+                kubelet
+                    .registry_config
+                    .get_or_insert_with(|| host.data_dir.join("registries.yaml"));
                 skiff_kubelet::run(client, kubelet, shutdown)
                     .await
                     .context("the kubelet failed")

@@ -81,6 +81,50 @@ enum Command {
     Export(replay_cmd::ExportArgs),
     /// Create a data dir from an archive written by `skiff export`.
     Import(replay_cmd::ImportArgs),
+    /// Container images of the node's containerd.
+    #[command(subcommand)]
+    Images(ImagesCommand),
+}
+
+/// `skiff images`.
+#[derive(Debug, Subcommand)]
+enum ImagesCommand {
+    /// Load OCI or docker image archives (`docker save`, `skopeo copy ... oci-archive:`) into
+    /// the node's containerd, where pods run them without a registry (`imagePullPolicy: Never`
+    /// or `IfNotPresent`). `<data-dir>/images/*.tar` is imported when `skiff server` starts.
+    Import(ImagesImportArgs),
+}
+
+/// `skiff images import`.
+#[derive(Debug, clap::Args)]
+struct ImagesImportArgs {
+    /// The containerd socket (`unix:///run/containerd/containerd.sock`).
+    #[arg(
+        long,
+        env = "SKIFF_CONTAINER_RUNTIME_ENDPOINT",
+        default_value = "unix:///run/containerd/containerd.sock"
+    )]
+    container_runtime_endpoint: String,
+    /// The archives.
+    #[arg(required = true)]
+    archives: Vec<std::path::PathBuf>,
+}
+
+/// `skiff images import`: each archive in turn, its image names printed; fails on the first
+/// archive that does not import.
+async fn images_import(args: ImagesImportArgs) -> anyhow::Result<()> {
+    let socket = skiff_kubelet::runtime::cri::parse_endpoint(&args.container_runtime_endpoint)
+        .map_err(anyhow::Error::msg)?;
+    for archive in args.archives {
+        let socket = socket.clone();
+        let names =
+            tokio::task::spawn_blocking(move || skiff_kubelet::images::import(&socket, &archive))
+                .await??;
+        for name in names {
+            println!("imported {name}");
+        }
+    }
+    Ok(())
 }
 
 /// `skiff controllers`.
@@ -321,6 +365,7 @@ fn main() -> std::process::ExitCode {
             Command::Replay(args) => replay_cmd::replay(args).await,
             Command::Export(args) => replay_cmd::export(args).await,
             Command::Import(args) => replay_cmd::import(args).await,
+            Command::Images(ImagesCommand::Import(args)) => images_import(args).await,
         }
     });
     match result {

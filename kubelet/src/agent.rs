@@ -54,7 +54,8 @@ pub enum Error {
     /// The runtime's state could not be opened.
     #[error(transparent)]
     Runtime(#[from] crate::runtime::Error),
-    /// `--container-runtime-endpoint` is not a unix socket.
+    /// `--container-runtime-endpoint` is not a unix socket, or the registry configuration
+    /// cannot be used.
     #[error("{0}")]
     Endpoint(String),
     /// The pod IP allocator could not be opened.
@@ -204,6 +205,60 @@ pub struct Options {
     /// unset leaves it to the runtime. The process runtime ignores it.
     #[arg(long)]
     pub cgroup_root: Option<String>,
+    /// Directory of image archives (`*.tar`, OCI or docker) imported into a CRI runtime at start,
+    /// for nodes without a registry [default: <data-dir>/images under `skiff server`].
+    #[arg(long)]
+    pub images_dir: Option<PathBuf>,
+    /// Registry mirrors, TLS settings and credentials of a CRI runtime's pulls, in k3s's
+    /// registries.yaml format [default: <data-dir>/registries.yaml under `skiff server`].
+    #[arg(long)]
+    pub registry_config: Option<PathBuf>,
+    /// containerd's registry hosts directory (its CRI `registry.config_path`, often
+    /// `/etc/containerd/certs.d`): the mirrors and TLS settings of `--registry-config` are
+    /// written there as `<host>/hosts.toml` at start.
+    #[arg(long)]
+    pub registry_hosts_dir: Option<PathBuf>,
+}
+
+/// The CRI runtime's settings for `socket` from the flags: cgroup parent and registries (whose
+/// hosts files are written now).
+fn cri_config(options: &Options, socket: &Path, node_name: &str) -> Result<cri::Config> {
+    let mut config = cri::Config::new(socket, node_name);
+    config.cgroup_parent = options.cgroup_root.clone();
+    let Some(path) = &options.registry_config else {
+        return Ok(config);
+    };
+    let Some(registries) =
+        crate::registries::Registries::load(path).map_err(|e| Error::Endpoint(e.to_string()))?
+    else {
+        return Ok(config);
+    };
+    let files = registries.hosts_files();
+    match &options.registry_hosts_dir {
+        Some(dir) => {
+            let written = registries
+                .write_hosts(dir)
+                .map_err(|e| Error::Endpoint(e.to_string()))?;
+            tracing::info!(config = %path.display(), dir = %dir.display(), ?written, "registry hosts written");
+        }
+        None if !files.is_empty() => tracing::warn!(
+            config = %path.display(),
+            hosts = ?files.keys().collect::<Vec<_>>(),
+            "registry mirrors and TLS settings need --registry-hosts-dir (containerd's registry config_path); only credentials apply"
+        ),
+        None => {}
+    }
+    config.registries = registries;
+    Ok(config)
+}
+
+/// Imports the archives of `--images-dir` into the CRI runtime at `socket` before any pod starts.
+async fn import_images(options: &Options, socket: &Path) {
+    let Some(dir) = options.images_dir.clone() else {
+        return;
+    };
+    let socket = socket.to_path_buf();
+    let _ = tokio::task::spawn_blocking(move || crate::images::import_dir(&socket, &dir)).await;
 }
 
 /// Where containerd listens unless told otherwise.
@@ -229,15 +284,15 @@ pub async fn open_runtime(
         Some(endpoint) => {
             let socket = cri::parse_endpoint(endpoint).map_err(Error::Endpoint)?;
             tracing::info!(socket = %socket.display(), "container runtime: CRI");
-            let mut config = cri::Config::new(socket, node_name);
-            config.cgroup_parent = options.cgroup_root.clone();
-            Ok(Arc::new(CriRuntime::connect(config).await))
+            let config = cri_config(options, &socket, node_name)?;
+            let rt = CriRuntime::connect(config).await;
+            import_images(options, &socket).await;
+            Ok(Arc::new(rt))
         }
         None => {
             let socket = Path::new(DEFAULT_CRI_SOCKET);
             if socket.exists() {
-                let mut config = cri::Config::new(socket, node_name);
-                config.cgroup_parent = options.cgroup_root.clone();
+                let config = cri_config(options, socket, node_name)?;
                 let rt = CriRuntime::new(config);
                 match rt.version().await {
                     Ok(v) => {
@@ -247,6 +302,7 @@ pub async fn open_runtime(
                             version = %v.version,
                             "container runtime: CRI, found at the default socket"
                         );
+                        import_images(options, socket).await;
                         return Ok(Arc::new(rt));
                     }
                     Err(err) => tracing::info!(
@@ -664,6 +720,7 @@ async fn status_loop(
             thresholds: Thresholds::default(),
             runtime_error: runtime_error.clone(),
             runtime_version: runtime_version.clone(),
+            images: runtime.images().await.ok(),
             now: Timestamp::now(),
         };
         let mut ready = false;

@@ -23,11 +23,14 @@
 pub mod agent;
 pub mod host;
 pub mod identity;
+pub mod images;
 pub mod ipam;
 pub mod logs;
 pub mod node_status;
 pub mod pod;
 pub mod projected;
+pub mod pull_secrets;
+pub mod registries;
 pub mod runtime;
 pub mod server;
 pub mod spec;

@@ -99,6 +99,10 @@ impl Sources {
                 }
             }
         }
+        // Registry credentials for the pulls.
+        for r in spec.image_pull_secrets.iter().flatten() {
+            out.push(("Secret", r.name.clone()));
+        }
         for v in spec.volumes.iter().flatten() {
             if let Some(cm) = &v.config_map {
                 out.push(("ConfigMap", cm.name.clone()));

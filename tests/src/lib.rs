@@ -8,7 +8,10 @@
 //!   panicking).
 //! - [`Kubectl`]: runs the machine's kubectl against a cluster and captures what it prints.
 //! - [`etcd`]: a throwaway etcd member on loopback for the clusters that run on etcd.
+//! - [`containerd`]: a containerd of the test's own with a loopback registry and a bridge, for
+//!   the CRI runtime's tests.
 
+pub mod containerd;
 pub mod etcd;
 
 use std::path::{Path, PathBuf};

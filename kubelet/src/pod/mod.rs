@@ -27,6 +27,7 @@
 //! side turns into requests; the manager itself knows nothing of the API client.
 
 pub mod backoff;
+pub mod hooks;
 pub mod probe;
 pub mod sandbox;
 pub mod status;
@@ -841,7 +842,7 @@ impl Worker {
                 return;
             }
         }
-        if !self.image_ready(c, now).await {
+        if !self.image_ready(c, now, sources).await {
             return;
         }
         let sandboxed = self.shared.runtime.sandboxed();
@@ -937,6 +938,33 @@ impl Worker {
                         self.record(EventType::Warning, "ResourceLimitsNotApplied", w.clone());
                     }
                 }
+                let post_start = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref());
+                if let Some(handler) = post_start
+                    && container.is_running()
+                {
+                    let target = probe::Target {
+                        runtime: self.shared.runtime.clone(),
+                        container_id: container.id.clone(),
+                        container: c.clone(),
+                        pod_ip: ip,
+                    };
+                    if let Err(why) = hooks::run(handler, &target, hooks::POST_START_LIMIT).await {
+                        self.record(
+                            "Warning",
+                            "FailedPostStartHook",
+                            format!("PostStartHook failed: {why}"),
+                        );
+                        self.record(
+                            "Normal",
+                            "Killing",
+                            format!("FailedPostStartHook: stopping container {}", c.name),
+                        );
+                        let grace = grace_of(&self.pod);
+                        if let Err(e) = self.shared.runtime.stop(&container.id, grace).await {
+                            tracing::warn!(%e, id = %container.id, "stopping container");
+                        }
+                    }
+                }
             }
             Err(e) => fail(self, "RunContainerError", e.to_string()),
         }
@@ -944,7 +972,7 @@ impl Worker {
 
     /// Makes `c`'s image present by its pull policy; false (the container waiting in
     /// `ErrImagePull`, `ImagePullBackOff` or `ErrImageNeverPull`) when it is not.
-    async fn image_ready(&mut self, c: &Container, now: Timestamp) -> bool {
+    async fn image_ready(&mut self, c: &Container, now: Timestamp, sources: &Sources) -> bool {
         let image = c.image.clone().unwrap_or_default();
         if let Some(b) = self.pull_backoff.get(&c.name)
             && now < b.retry_at
@@ -966,10 +994,11 @@ impl Worker {
             return false;
         }
         let policy = PullPolicy::of(c);
+        let auth = crate::pull_secrets::credentials(&self.pod, &image, sources);
         match self
             .shared
             .runtime
-            .ensure_image(&self.uid, &image, policy)
+            .ensure_image(&self.uid, &image, policy, &auth)
             .await
         {
             Ok(_) => {
@@ -1228,7 +1257,46 @@ impl Worker {
             );
         }
         let rt = self.shared.runtime.clone();
-        futures::future::join_all(running.iter().map(|c| rt.stop(&c.id, grace))).await;
+        // Each container's preStop hook, then its stop with what is left of the grace period.
+        let specs: Vec<Container> = self
+            .pod
+            .spec
+            .iter()
+            .flat_map(|s| s.init_containers.iter().flatten().chain(&s.containers))
+            .cloned()
+            .collect();
+        let pod_ip = self.pod_ip.unwrap_or(self.shared.config.host_ip);
+        let stops = running.iter().map(|c| {
+            let spec = specs.iter().find(|s| s.name == c.config.name).cloned();
+            let rt = rt.clone();
+            async move {
+                let started = tokio::time::Instant::now();
+                let mut failed = None;
+                let mut left = grace;
+                if let Some(spec) = spec
+                    && let Some(handler) = spec.lifecycle.as_ref().and_then(|l| l.pre_stop.clone())
+                {
+                    let target = probe::Target {
+                        runtime: rt.clone(),
+                        container_id: c.id.clone(),
+                        container: spec,
+                        pod_ip,
+                    };
+                    if let Err(why) = hooks::run(&handler, &target, grace).await {
+                        failed = Some(format!(
+                            "PreStopHook failed for container {}: {why}",
+                            c.config.name
+                        ));
+                    }
+                    left = grace.saturating_sub(started.elapsed());
+                }
+                let _ = rt.stop(&c.id, left).await;
+                failed
+            }
+        });
+        for why in futures::future::join_all(stops).await.into_iter().flatten() {
+            self.record("Warning", "FailedPreStopHook", why);
+        }
         self.report(None);
         // The pod's network goes before the API is told the pod is gone, so a pod of the same
         // name that follows does not meet its IP still in use.

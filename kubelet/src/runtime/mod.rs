@@ -289,6 +289,27 @@ pub struct Sandbox {
     pub ips: Vec<IpAddr>,
 }
 
+/// Registry credentials for a pull (from the pod's `imagePullSecrets`: see
+/// [`crate::pull_secrets`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RegistryAuth {
+    /// The docker config key they were found under (the registry).
+    pub server: String,
+    /// The user name.
+    pub username: String,
+    /// The password.
+    pub password: String,
+}
+
+/// An image the runtime holds (`status.images` of the node).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Image {
+    /// Its tags and digests (`repo:tag`, `repo@sha256:...`).
+    pub names: Vec<String>,
+    /// Its size in bytes.
+    pub size: u64,
+}
+
 /// `imagePullPolicy`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PullPolicy {
@@ -453,15 +474,21 @@ pub trait Runtime: Send + Sync + 'static {
     async fn sandbox_pods(&self) -> Result<Vec<String>> {
         Ok(Vec::new())
     }
+    /// The images the runtime holds. The default has none.
+    async fn images(&self) -> Result<Vec<Image>> {
+        Ok(Vec::new())
+    }
     /// Makes `image` present by `policy` for a container of pod `pod_uid`; returns the runtime's
-    /// image reference. The default has no images: nothing to pull.
+    /// image reference. A pull tries each of `auth` in turn, then none. The default has no
+    /// images: nothing to pull.
     async fn ensure_image(
         &self,
         pod_uid: &str,
         image: &str,
         policy: PullPolicy,
+        auth: &[RegistryAuth],
     ) -> Result<Option<String>> {
-        let _ = (pod_uid, image, policy);
+        let _ = (pod_uid, image, policy, auth);
         Ok(None)
     }
 }
