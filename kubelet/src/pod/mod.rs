@@ -950,12 +950,12 @@ impl Worker {
                     };
                     if let Err(why) = hooks::run(handler, &target, hooks::POST_START_LIMIT).await {
                         self.record(
-                            "Warning",
+                            EventType::Warning,
                             "FailedPostStartHook",
                             format!("PostStartHook failed: {why}"),
                         );
                         self.record(
-                            "Normal",
+                            EventType::Normal,
                             "Killing",
                             format!("FailedPostStartHook: stopping container {}", c.name),
                         );
@@ -1295,7 +1295,7 @@ impl Worker {
             }
         });
         for why in futures::future::join_all(stops).await.into_iter().flatten() {
-            self.record("Warning", "FailedPreStopHook", why);
+            self.record(EventType::Warning, "FailedPreStopHook", why);
         }
         self.report(None);
         // The pod's network goes before the API is told the pod is gone, so a pod of the same
