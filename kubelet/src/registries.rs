@@ -276,7 +276,18 @@ configs:
         let files = r.hosts_files();
         assert_eq!(
             files.keys().collect::<Vec<_>>(),
-            ["docker.io", "mirror.skiff.test", "private.example"]
+            // Every mirrored registry, and every registry with a config of its own (pulled
+            // directly, it still needs its TLS settings).
+            [
+                "docker.io",
+                "mirror.example",
+                "mirror.skiff.test",
+                "private.example"
+            ]
+        );
+        assert_eq!(
+            files["mirror.example"],
+            format!("{MARKER}\nserver = \"https://mirror.example\"\nskip_verify = true\n")
         );
         assert_eq!(
             files["docker.io"],
@@ -313,13 +324,16 @@ configs:
         std::fs::write(&theirs, "server = \"https://theirs\"\n").unwrap();
         let r = Registries::parse(YAML).unwrap();
         let written = r.write_hosts(dir.path()).unwrap();
-        assert_eq!(written, ["mirror.skiff.test", "private.example"]);
+        assert_eq!(
+            written,
+            ["mirror.example", "mirror.skiff.test", "private.example"]
+        );
         assert_eq!(
             std::fs::read_to_string(&theirs).unwrap(),
             "server = \"https://theirs\"\n"
         );
         // Ours are rewritten on the next start.
-        assert_eq!(r.write_hosts(dir.path()).unwrap().len(), 2);
+        assert_eq!(r.write_hosts(dir.path()).unwrap().len(), 3);
     }
 
     #[test]
