@@ -6,9 +6,12 @@
 //! writer does not hold), `ServiceIPs` (ClusterIP and NodePort allocation from
 //! ranges inside the loopback block, so the proxy can bind them unprivileged),
 //! `DefaultTolerationSeconds` (pods tolerate not-ready and unreachable nodes for 300 s, or as
-//! configured), then the storage plugins of [`storage`] (`DefaultStorageClass`,
+//! configured), `ServiceAccount` (pods run as `default` unless they name an account, and get its
+//! token projected at `/var/run/secrets/kubernetes.io/serviceaccount` unless automount is off),
+//! then the storage plugins of [`storage`] (`DefaultStorageClass`,
 //! `StorageObjectInUseProtection`, `PersistentVolumeClaimResize`).
 
+pub mod allocations;
 pub mod storage;
 
 use std::collections::BTreeSet;
@@ -62,10 +65,30 @@ pub trait Plugin: Send + Sync {
     async fn admit(&self, registry: &Registry, attributes: &mut Attributes<'_>) -> Result<()>;
 
     /// The write this plugin admitted did not happen (it failed later): undo any reservation.
-    fn abandoned(&self, _info: &ResourceInfo, _object: &Value) {}
+    async fn abandoned(&self, _info: &ResourceInfo, _object: &Value) {}
 
     /// An object left the log: release what it held.
-    fn removed(&self, _info: &ResourceInfo, _object: &Value) {}
+    async fn removed(&self, _info: &ResourceInfo, _object: &Value) {}
+}
+
+/// A shared plugin (one the server also keeps a handle on) is a plugin.
+#[async_trait::async_trait]
+impl<P: Plugin> Plugin for Arc<P> {
+    fn name(&self) -> &'static str {
+        (**self).name()
+    }
+
+    async fn admit(&self, registry: &Registry, attributes: &mut Attributes<'_>) -> Result<()> {
+        (**self).admit(registry, attributes).await
+    }
+
+    async fn abandoned(&self, info: &ResourceInfo, object: &Value) {
+        (**self).abandoned(info, object).await
+    }
+
+    async fn removed(&self, info: &ResourceInfo, object: &Value) {
+        (**self).removed(info, object).await
+    }
 }
 
 /// The ordered chain.
@@ -86,7 +109,7 @@ impl Chain {
             if let Err(e) = plugin.admit(registry, attributes).await {
                 if let Some(object) = attributes.object.as_deref() {
                     for earlier in &self.plugins[..i] {
-                        earlier.abandoned(attributes.info, object);
+                        earlier.abandoned(attributes.info, object).await;
                     }
                 }
                 tracing::debug!(plugin = plugin.name(), error = %e, "admission refused");
@@ -97,16 +120,16 @@ impl Chain {
     }
 
     /// Tells every plugin that an admitted write did not happen.
-    pub fn abandoned(&self, info: &ResourceInfo, object: &Value) {
+    pub async fn abandoned(&self, info: &ResourceInfo, object: &Value) {
         for plugin in &self.plugins {
-            plugin.abandoned(info, object);
+            plugin.abandoned(info, object).await;
         }
     }
 
     /// Tells every plugin that an object left the log.
-    pub fn removed(&self, info: &ResourceInfo, object: &Value) {
+    pub async fn removed(&self, info: &ResourceInfo, object: &Value) {
         for plugin in &self.plugins {
-            plugin.removed(info, object);
+            plugin.removed(info, object).await;
         }
     }
 }
@@ -223,6 +246,162 @@ impl Plugin for DefaultTolerationSeconds {
     }
 }
 
+/// Where every container of a pod finds its service-account token, CA bundle and namespace.
+pub const SERVICE_ACCOUNT_MOUNT_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+/// The prefix of the projected volume's name (a random suffix follows).
+pub const SERVICE_ACCOUNT_VOLUME_PREFIX: &str = "kube-api-access-";
+/// The lifetime the kubelet asks for the projected token (kube-apiserver's
+/// `WarnOnlyBoundTokenExpirationSeconds`: an hour and 7 s).
+pub const PROJECTED_TOKEN_EXPIRATION_SECONDS: i64 = 3607;
+
+/// kube-apiserver's `ServiceAccount` plugin: a new pod runs as its `serviceAccountName`
+/// (`default` unless given) and, unless `automountServiceAccountToken` is false on the pod (or,
+/// when the pod does not say, on the account), gets the projected volume `kube-api-access-XXXXX`
+/// (a bound token, the `kube-root-ca.crt` CA bundle, the namespace) mounted read-only at
+/// [`SERVICE_ACCOUNT_MOUNT_PATH`] in every container that mounts nothing there itself. Mirror
+/// pods are left alone.
+///
+/// Unlike kube-apiserver, a pod naming an account that does not exist is not refused with 403
+/// ("error looking up service account"): it is admitted as it is, without the token volume. A
+/// skiff API server may run without the controllers that make each namespace's `default`
+/// account (`skiff apiserver` with a lone kubelet), and its pods run as they did before service
+/// accounts had tokens.
+pub struct ServiceAccount;
+
+#[async_trait::async_trait]
+impl Plugin for ServiceAccount {
+    fn name(&self) -> &'static str {
+        "ServiceAccount"
+    }
+
+    async fn admit(&self, registry: &Registry, a: &mut Attributes<'_>) -> Result<()> {
+        if a.info.kind != "Pod" || a.operation != Operation::Create || a.subresource.is_some() {
+            return Ok(());
+        }
+        let Some(pod) = a.object.as_deref_mut() else {
+            return Ok(());
+        };
+        if pod
+            .pointer("/metadata/annotations/kubernetes.io~1config.mirror")
+            .is_some()
+        {
+            return Ok(());
+        }
+        let name = default_service_account(pod);
+        let accounts = &skiff_kinds::builtin::service_account::INFO;
+        let account = match registry.get(accounts, a.namespace, &name, None).await {
+            Ok(account) => account,
+            Err(Error::NotFound { .. }) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let automount = pod
+            .pointer("/spec/automountServiceAccountToken")
+            .and_then(Value::as_bool)
+            .or_else(|| account["automountServiceAccountToken"].as_bool())
+            .unwrap_or(true);
+        if automount {
+            mount_service_account_token(pod, &random_suffix());
+        }
+        Ok(())
+    }
+}
+
+/// Sets `spec.serviceAccountName` (from the deprecated `serviceAccount`, else `default`) and
+/// returns it.
+pub fn default_service_account(pod: &mut Value) -> String {
+    let spec = &mut pod["spec"];
+    let given = ["serviceAccountName", "serviceAccount"]
+        .iter()
+        .find_map(|k| spec[*k].as_str().filter(|s| !s.is_empty()))
+        .unwrap_or("default")
+        .to_string();
+    spec["serviceAccountName"] = json!(given);
+    given
+}
+
+/// Five characters of the alphabet Kubernetes' generated names use (no vowels, no look-alikes).
+fn random_suffix() -> String {
+    use rand::Rng;
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let mut rng = rand::rng();
+    (0..5)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect()
+}
+
+/// Adds the projected service-account volume (named with `suffix`, unless the pod already has a
+/// `kube-api-access-` volume) and mounts it at [`SERVICE_ACCOUNT_MOUNT_PATH`] in every init and
+/// regular container that does not mount something there already.
+pub fn mount_service_account_token(pod: &mut Value, suffix: &str) {
+    let existing = pod["spec"]["volumes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v["name"].as_str())
+        .find(|n| n.starts_with(SERVICE_ACCOUNT_VOLUME_PREFIX))
+        .map(str::to_string);
+    let volume_name = existing
+        .clone()
+        .unwrap_or_else(|| format!("{SERVICE_ACCOUNT_VOLUME_PREFIX}{suffix}"));
+    let mut needed = false;
+    for list in ["initContainers", "containers"] {
+        let Some(containers) = pod["spec"][list].as_array_mut() else {
+            continue;
+        };
+        for container in containers {
+            let taken = container["volumeMounts"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|m| m["mountPath"].as_str() == Some(SERVICE_ACCOUNT_MOUNT_PATH));
+            if taken {
+                continue;
+            }
+            if !container["volumeMounts"].is_array() {
+                container["volumeMounts"] = json!([]);
+            }
+            if let Some(mounts) = container["volumeMounts"].as_array_mut() {
+                mounts.push(json!({
+                    "name": volume_name,
+                    "readOnly": true,
+                    "mountPath": SERVICE_ACCOUNT_MOUNT_PATH,
+                }));
+            }
+            needed = true;
+        }
+    }
+    if existing.is_some() || !needed {
+        return;
+    }
+    if !pod["spec"]["volumes"].is_array() {
+        pod["spec"]["volumes"] = json!([]);
+    }
+    if let Some(volumes) = pod["spec"]["volumes"].as_array_mut() {
+        volumes.push(json!({
+            "name": volume_name,
+            "projected": {
+                "defaultMode": 0o644,
+                "sources": [
+                    {"serviceAccountToken": {
+                        "expirationSeconds": PROJECTED_TOKEN_EXPIRATION_SECONDS,
+                        "path": "token",
+                    }},
+                    {"configMap": {
+                        "name": "kube-root-ca.crt",
+                        "items": [{"key": "ca.crt", "path": "ca.crt"}],
+                    }},
+                    {"downwardAPI": {
+                        "items": [{
+                            "path": "namespace",
+                            "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"},
+                        }],
+                    }},
+                ],
+            },
+        }));
+    }
+}
+
 /// Ranges services draw their addresses and node ports from.
 #[derive(Debug, Clone)]
 pub struct ServiceRanges {
@@ -257,20 +436,55 @@ impl ServiceRanges {
         n > base && n < base + self.ip_count() - 1
     }
 
+    /// The `kubernetes` Service's ClusterIP: the range's first address.
+    pub fn kubernetes_ip(&self) -> Ipv4Addr {
+        Ipv4Addr::from(u32::from(self.cluster_ip_base) + 1)
+    }
+
     /// The range as CIDR text.
     pub fn cidr(&self) -> String {
         format!("{}/{}", self.cluster_ip_base, self.cluster_ip_prefix)
     }
 }
 
-/// Allocates ClusterIPs and NodePorts; what is in use is rebuilt from the stored services at
-/// start-up and kept in memory after.
+/// Allocates ClusterIPs and NodePorts. In memory alone (one API server owns the log), what is in
+/// use is rebuilt from the stored services at start-up and kept in memory after; with
+/// [`ServiceIps::in_store`] (several API servers share the datastore) every value picked is
+/// claimed in the store by a transaction ([`allocations`]) and memory is only a hint of what is
+/// taken.
 pub struct ServiceIps {
     ranges: ServiceRanges,
     /// Addresses and ports in use. One short critical section per allocation; never held across
     /// an await.
     used: Mutex<Used>,
+    /// The shared store reservations are claimed in, if any.
+    store: Option<Arc<dyn skiff_store::Store>>,
+    /// What the last admission of each Service (`namespace/name`) newly took: what a failed write
+    /// gives back (never what the stored Service already held).
+    pending: Mutex<std::collections::HashMap<String, Taken>>,
 }
+
+/// What one admission newly reserved.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Taken {
+    /// ClusterIPs.
+    pub ips: Vec<Ipv4Addr>,
+    /// NodePorts.
+    pub ports: Vec<u16>,
+}
+
+impl Taken {
+    fn keys(&self) -> Vec<Vec<u8>> {
+        self.ips
+            .iter()
+            .map(|ip| allocations::ip_key(*ip))
+            .chain(self.ports.iter().map(|p| allocations::port_key(*p)))
+            .collect()
+    }
+}
+
+/// How many times a create picks again after another server claimed what it picked.
+const CLAIM_ATTEMPTS: usize = 8;
 
 #[derive(Default)]
 struct Used {
@@ -335,6 +549,150 @@ impl ServiceIps {
         ServiceIps {
             ranges,
             used: Mutex::new(used),
+            store: None,
+            pending: Mutex::default(),
+        }
+    }
+
+    /// Claims every value in `store` as well (several API servers share it).
+    pub fn in_store(mut self, store: Arc<dyn skiff_store::Store>) -> ServiceIps {
+        self.store = Some(store);
+        self
+    }
+
+    /// What a Service holds that has reservation keys: its in-range ClusterIPs and its
+    /// NodePorts.
+    fn held(&self, service: &Value) -> (Vec<Ipv4Addr>, Vec<u16>) {
+        let ips = service_ips(service)
+            .into_iter()
+            .filter(|ip| self.ranges.contains(*ip) || *ip == self.ranges.kubernetes_ip())
+            .collect();
+        (ips, service_node_ports(service))
+    }
+
+    /// One repair pass over the store's reservations ([`allocations::repair`]); afterwards
+    /// memory knows every value reserved by any server. Nothing to do without a store.
+    pub async fn repair(&self, grace: std::time::Duration) -> Result<()> {
+        let Some(store) = &self.store else {
+            return Ok(());
+        };
+        let prefix = skiff_kinds::builtin::service::INFO.storage_prefix();
+        let repaired =
+            allocations::repair(store.as_ref(), prefix.as_bytes(), |s| self.held(s), grace).await?;
+        for duplicate in &repaired.duplicates {
+            tracing::warn!(%duplicate, "a ClusterIP or NodePort is held twice");
+        }
+        if repaired.created + repaired.deleted > 0 {
+            tracing::info!(
+                created = repaired.created,
+                deleted = repaired.deleted,
+                "repaired the ClusterIP/NodePort reservations"
+            );
+        }
+        let mut used = self.lock();
+        used.ips = repaired.ips;
+        used.ips.insert(self.ranges.kubernetes_ip());
+        used.ports = repaired.ports;
+        Ok(())
+    }
+
+    /// Admits a create or update of a Service: picks and reserves what it needs (claimed in the
+    /// store when there is one, picking again when another server got there first).
+    async fn admit_service(
+        &self,
+        info: &ResourceInfo,
+        owner: &str,
+        name: &str,
+        service: &mut Value,
+        old: Option<&Value>,
+    ) -> Result<()> {
+        let Some(store) = &self.store else {
+            let taken = self.reserve(info, name, service, old)?;
+            self.pending_set(owner, taken);
+            return Ok(());
+        };
+        let original = service.clone();
+        // The first attempt trusts the store alone for values the user asked for (memory may
+        // remember another server's value that is free again); after a lost claim, memory
+        // knows the values taken and the check gives the user's error.
+        let mut check_requested = false;
+        for _ in 0..CLAIM_ATTEMPTS {
+            let taken = self.reserve_checked(info, name, service, old, check_requested)?;
+            let claimed = allocations::claim(store.as_ref(), owner, &taken.keys()).await;
+            match claimed {
+                Ok(allocations::Claimed::All) => {
+                    self.pending_set(owner, taken);
+                    return Ok(());
+                }
+                Ok(allocations::Claimed::Taken(existing)) => {
+                    let mut used = self.lock();
+                    for ip in &taken.ips {
+                        if !existing.contains(&allocations::ip_key(*ip)) {
+                            used.ips.remove(ip);
+                        }
+                    }
+                    for port in &taken.ports {
+                        if !existing.contains(&allocations::port_key(*port)) {
+                            used.ports.remove(port);
+                        }
+                    }
+                    drop(used);
+                    *service = original.clone();
+                    check_requested = true;
+                }
+                Err(e) => {
+                    self.forget(&taken);
+                    return Err(e);
+                }
+            }
+        }
+        Err(Error::Unavailable(
+            "failed to allocate a ClusterIP or NodePort: other API servers took every pick; try again"
+                .into(),
+        ))
+    }
+
+    fn pending_set(&self, owner: &str, taken: Taken) {
+        self.pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(owner.to_string(), taken);
+    }
+
+    /// Drops `taken` from memory.
+    fn forget(&self, taken: &Taken) {
+        let mut used = self.lock();
+        for ip in &taken.ips {
+            used.ips.remove(ip);
+        }
+        for port in &taken.ports {
+            used.ports.remove(port);
+        }
+    }
+
+    /// Releases what a Service admission took for a write that did not happen.
+    async fn give_back(&self, owner: &str) {
+        let taken = self
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(owner)
+            .unwrap_or_default();
+        self.forget(&taken);
+        self.release_keys(owner, taken.keys()).await;
+    }
+
+    async fn release_keys(&self, owner: &str, keys: Vec<Vec<u8>>) {
+        let Some(store) = &self.store else {
+            return;
+        };
+        for key in keys {
+            if let Err(e) = allocations::release(store.as_ref(), owner, &key).await {
+                tracing::warn!(
+                    key = %String::from_utf8_lossy(&key), error = %e,
+                    "cannot release a reservation; the repair pass will"
+                );
+            }
         }
     }
 
@@ -385,14 +743,27 @@ impl ServiceIps {
         )
     }
 
-    /// Reserves what a new or changed service needs; on error nothing stays reserved.
+    /// Reserves in memory what a new or changed service needs; on error nothing stays reserved.
     fn reserve(
         &self,
         info: &ResourceInfo,
         name: &str,
         service: &mut Value,
         old: Option<&Value>,
-    ) -> Result<()> {
+    ) -> Result<Taken> {
+        self.reserve_checked(info, name, service, old, true)
+    }
+
+    /// [`ServiceIps::reserve`]; `check_requested` false takes values the user asked for even if
+    /// memory says they are used (the store's claim decides).
+    fn reserve_checked(
+        &self,
+        info: &ResourceInfo,
+        name: &str,
+        service: &mut Value,
+        old: Option<&Value>,
+        check_requested: bool,
+    ) -> Result<Taken> {
         let mut used = self.lock();
         let mut taken_ips = Vec::new();
         let mut taken_ports = Vec::new();
@@ -432,7 +803,7 @@ impl ServiceIps {
                                 ),
                             ));
                         }
-                        if !used.ips.insert(ip) {
+                        if !used.ips.insert(ip) && check_requested {
                             return Err(Self::invalid(
                                 info,
                                 name,
@@ -473,7 +844,7 @@ impl ServiceIps {
                                         ),
                                     ));
                                 }
-                                if !used.ports.insert(p) {
+                                if !used.ports.insert(p) && check_requested {
                                     return Err(Self::invalid(
                                         info,
                                         name,
@@ -501,14 +872,18 @@ impl ServiceIps {
             Ok(())
         })();
         if result.is_err() {
-            for ip in taken_ips {
-                used.ips.remove(&ip);
+            for ip in &taken_ips {
+                used.ips.remove(ip);
             }
-            for p in taken_ports {
-                used.ports.remove(&p);
+            for p in &taken_ports {
+                used.ports.remove(p);
             }
         }
-        result
+        result?;
+        Ok(Taken {
+            ips: taken_ips,
+            ports: taken_ports,
+        })
     }
 
     fn release(&self, service: &Value) {
@@ -532,22 +907,43 @@ impl Plugin for ServiceIps {
         if a.info.kind != "Service" || a.subresource.is_some() {
             return Ok(());
         }
-        match (a.operation, a.object.as_deref_mut()) {
-            (Operation::Create, Some(service)) => self.reserve(a.info, a.name, service, None),
-            (Operation::Update, Some(service)) => self.reserve(a.info, a.name, service, a.old),
-            _ => Ok(()),
+        let owner = format!("{}/{}", a.namespace.unwrap_or_default(), a.name);
+        let old = match a.operation {
+            Operation::Create => None,
+            Operation::Update => a.old,
+            Operation::Delete => return Ok(()),
+        };
+        match a.object.as_deref_mut() {
+            Some(service) => {
+                self.admit_service(a.info, &owner, a.name, service, old)
+                    .await
+            }
+            None => Ok(()),
         }
     }
 
-    fn abandoned(&self, info: &ResourceInfo, object: &Value) {
+    async fn abandoned(&self, info: &ResourceInfo, object: &Value) {
         if info.kind == "Service" {
-            self.release(object);
+            // Only what this write newly took: what the stored Service holds stays its own.
+            self.give_back(&allocations::owner_of(object)).await;
         }
     }
 
-    fn removed(&self, info: &ResourceInfo, object: &Value) {
+    async fn removed(&self, info: &ResourceInfo, object: &Value) {
         if info.kind == "Service" {
+            self.pending
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&allocations::owner_of(object));
             self.release(object);
+            let (ips, ports) = self.held(object);
+            let keys = ips
+                .into_iter()
+                .map(allocations::ip_key)
+                .chain(ports.into_iter().map(allocations::port_key))
+                .collect();
+            self.release_keys(&allocations::owner_of(object), keys)
+                .await;
         }
     }
 }
@@ -555,6 +951,60 @@ impl Plugin for ServiceIps {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pods_get_the_projected_token_in_every_container_that_lacks_one() {
+        let mut pod = json!({"spec": {
+            "initContainers": [{"name": "init"}],
+            "containers": [
+                {"name": "a", "volumeMounts": [{"name": "data", "mountPath": "/data"}]},
+                {"name": "own", "volumeMounts": [{"name": "mine", "mountPath": SERVICE_ACCOUNT_MOUNT_PATH}]},
+            ],
+            "volumes": [{"name": "data", "emptyDir": {}}, {"name": "mine", "emptyDir": {}}],
+        }});
+        assert_eq!(default_service_account(&mut pod), "default");
+        assert_eq!(pod["spec"]["serviceAccountName"], "default");
+        mount_service_account_token(&mut pod, "x2b4z");
+        let volumes = pod["spec"]["volumes"].as_array().unwrap();
+        assert_eq!(volumes.len(), 3);
+        assert_eq!(
+            volumes[2],
+            json!({"name": "kube-api-access-x2b4z", "projected": {"defaultMode": 420, "sources": [
+                {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                {"downwardAPI": {"items": [{"path": "namespace",
+                    "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}},
+            ]}})
+        );
+        let mount = json!({"name": "kube-api-access-x2b4z", "readOnly": true,
+            "mountPath": SERVICE_ACCOUNT_MOUNT_PATH});
+        assert_eq!(
+            pod["spec"]["initContainers"][0]["volumeMounts"],
+            json!([mount])
+        );
+        assert_eq!(pod["spec"]["containers"][0]["volumeMounts"][1], mount);
+        // A container that mounts its own thing there keeps it.
+        assert_eq!(
+            pod["spec"]["containers"][1]["volumeMounts"]
+                .as_array()
+                .unwrap()
+                .len(),
+            1
+        );
+        // Admitting again adds nothing.
+        let before = pod.clone();
+        mount_service_account_token(&mut pod, "other");
+        assert_eq!(pod, before);
+        // The deprecated field names the account when the new one does not.
+        let mut old = json!({"spec": {"serviceAccount": "builder", "containers": []}});
+        assert_eq!(default_service_account(&mut old), "builder");
+        // With nothing to mount it into, no volume is added.
+        let mut empty = json!({"spec": {"containers": [{"name": "c", "volumeMounts":
+            [{"name": "v", "mountPath": SERVICE_ACCOUNT_MOUNT_PATH}]}]}});
+        mount_service_account_token(&mut empty, "zzzzz");
+        assert!(empty["spec"]["volumes"].is_null());
+        assert_eq!(random_suffix().len(), 5);
+    }
 
     fn services() -> &'static ResourceInfo {
         &skiff_kinds::builtin::service::INFO
@@ -634,5 +1084,225 @@ mod tests {
         assert!(ips.reserve(services(), "s", &mut svc, None).is_err());
         let mut np = json!({"spec": {"type": "NodePort", "ports": [{"nodePort": 31000}]}});
         assert!(ips.reserve(services(), "n", &mut np, None).is_err());
+    }
+
+    fn shared_store() -> (tempfile::TempDir, Arc<dyn skiff_store::Store>) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = skiff_store::SledStore::open(skiff_store::Config::new(dir.path())).unwrap();
+        (dir, Arc::new(store))
+    }
+
+    async fn keys_under(store: &Arc<dyn skiff_store::Store>, prefix: &str) -> Vec<String> {
+        store
+            .range(skiff_store::RangeRequest::new(
+                skiff_store::KeyRange::prefix(prefix.as_bytes().to_vec()),
+            ))
+            .await
+            .unwrap()
+            .kvs
+            .iter()
+            .map(|kv| String::from_utf8_lossy(&kv.key).into_owned())
+            .collect()
+    }
+
+    fn node_port_service(name: &str) -> Value {
+        json!({"metadata": {"name": name, "namespace": "default"},
+               "spec": {"type": "NodePort", "ports": [{"port": 80}]}})
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn two_servers_sharing_a_store_never_hand_out_the_same_ip_or_port() {
+        let (_dir, store) = shared_store();
+        // 29 addresses for services and 40 ports: picks collide often between the two servers,
+        // whose memories know nothing of each other.
+        let ranges = ServiceRanges {
+            cluster_ip_base: Ipv4Addr::new(127, 96, 0, 0),
+            cluster_ip_prefix: 27,
+            node_ports: (30000, 30039),
+        };
+        let a = Arc::new(ServiceIps::new(ranges.clone(), &[]).in_store(store.clone()));
+        let b = Arc::new(ServiceIps::new(ranges.clone(), &[]).in_store(store.clone()));
+        let mut tasks = tokio::task::JoinSet::new();
+        for i in 0..26 {
+            let ips = if i % 2 == 0 { a.clone() } else { b.clone() };
+            tasks.spawn(async move {
+                let name = format!("s{i}");
+                let mut svc = node_port_service(&name);
+                ips.admit_service(
+                    services(),
+                    &format!("default/{name}"),
+                    &name,
+                    &mut svc,
+                    None,
+                )
+                .await
+                .map(|()| (i, svc))
+            });
+        }
+        let mut made = Vec::new();
+        while let Some(done) = tasks.join_next().await {
+            made.push(
+                done.unwrap()
+                    .expect("every create gets an address and a port"),
+            );
+        }
+        made.sort_by_key(|(i, _)| *i);
+        let made: Vec<Value> = made.into_iter().map(|(_, s)| s).collect();
+        let ips: BTreeSet<String> = made
+            .iter()
+            .map(|s| s["spec"]["clusterIP"].as_str().unwrap().to_string())
+            .collect();
+        let ports: BTreeSet<u64> = made
+            .iter()
+            .map(|s| s["spec"]["ports"][0]["nodePort"].as_u64().unwrap())
+            .collect();
+        assert_eq!(ips.len(), 26, "duplicate ClusterIPs: {made:?}");
+        assert_eq!(ports.len(), 26, "duplicate NodePorts: {made:?}");
+        assert_eq!(
+            keys_under(&store, allocations::SERVICE_IPS_PREFIX)
+                .await
+                .len(),
+            26
+        );
+        assert_eq!(
+            keys_under(&store, allocations::NODE_PORTS_PREFIX)
+                .await
+                .len(),
+            26
+        );
+
+        // A value one server handed out is "already allocated" through the other.
+        let first = made[0].clone();
+        let ip = first["spec"]["clusterIP"].as_str().unwrap().to_string();
+        let mut want = json!({"metadata": {"name": "x", "namespace": "default"},
+                              "spec": {"clusterIP": ip}});
+        // s0 was made through a.
+        let (holder, other) = (&a, &b);
+        let err = other
+            .admit_service(services(), "default/x", "x", &mut want, None)
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("already allocated"), "{err}");
+        // Deleted through one server, it is free for the other at once.
+        holder.removed(services(), &first).await;
+        assert_eq!(
+            keys_under(&store, allocations::SERVICE_IPS_PREFIX)
+                .await
+                .len(),
+            25
+        );
+        let mut want = json!({"metadata": {"name": "x", "namespace": "default"},
+                              "spec": {"clusterIP": ip}});
+        other
+            .admit_service(services(), "default/x", "x", &mut want, None)
+            .await
+            .unwrap();
+        assert_eq!(want["spec"]["clusterIP"], ip.as_str());
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_failed_write_gives_back_only_what_it_took() {
+        let (_dir, store) = shared_store();
+        let ips = ServiceIps::new(ServiceRanges::default(), &[]).in_store(store.clone());
+        let mut svc = node_port_service("web");
+        ips.admit_service(services(), "default/web", "web", &mut svc, None)
+            .await
+            .unwrap();
+        // An update that adds a port, whose write then fails.
+        let old = svc.clone();
+        let mut more = svc.clone();
+        more["spec"]["ports"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"port": 81}));
+        ips.admit_service(services(), "default/web", "web", &mut more, Some(&old))
+            .await
+            .unwrap();
+        assert_eq!(
+            keys_under(&store, allocations::NODE_PORTS_PREFIX)
+                .await
+                .len(),
+            2
+        );
+        ips.abandoned(services(), &more).await;
+        // The stored Service's address and port keep their reservations.
+        let ports = keys_under(&store, allocations::NODE_PORTS_PREFIX).await;
+        assert_eq!(ports.len(), 1, "{ports:?}");
+        assert!(ports[0].ends_with(&old["spec"]["ports"][0]["nodePort"].to_string()));
+        assert_eq!(
+            keys_under(&store, allocations::SERVICE_IPS_PREFIX)
+                .await
+                .len(),
+            1
+        );
+        // The same holds in memory alone (the old release freed the stored Service's address).
+        let memory = ServiceIps::new(ServiceRanges::default(), &[]);
+        let mut svc = json!({"metadata": {"name": "m", "namespace": "default"}, "spec": {}});
+        memory
+            .admit_service(services(), "default/m", "m", &mut svc, None)
+            .await
+            .unwrap();
+        let mut update = svc.clone();
+        memory
+            .admit_service(services(), "default/m", "m", &mut update, Some(&svc))
+            .await
+            .unwrap();
+        memory.abandoned(services(), &update).await;
+        let ip: Ipv4Addr = svc["spec"]["clusterIP"].as_str().unwrap().parse().unwrap();
+        assert!(memory.lock().ips.contains(&ip));
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn repair_reserves_what_services_hold_and_drops_old_orphans() {
+        let (_dir, store) = shared_store();
+        let info = services();
+        // A Service written before reservations were kept, and a claim whose Service never came.
+        let stored = json!({"metadata": {"name": "old", "namespace": "default"},
+            "spec": {"clusterIP": "127.96.0.20", "type": "NodePort", "ports": [{"port": 80, "nodePort": 30500}]}});
+        store
+            .put(
+                info.storage_key(Some("default"), "old").into_bytes(),
+                serde_json::to_vec(&stored).unwrap(),
+                None,
+            )
+            .await
+            .unwrap();
+        let orphan = allocations::ip_key(Ipv4Addr::new(127, 96, 0, 30));
+        assert_eq!(
+            allocations::claim(
+                store.as_ref(),
+                "default/gone",
+                std::slice::from_ref(&orphan)
+            )
+            .await
+            .unwrap(),
+            allocations::Claimed::All
+        );
+        let ips = ServiceIps::new(ServiceRanges::default(), &[]).in_store(store.clone());
+        // A young orphan is kept (its Service may be on its way).
+        ips.repair(std::time::Duration::from_secs(3600))
+            .await
+            .unwrap();
+        let keys = keys_under(&store, "/registry/ranges/").await;
+        assert_eq!(
+            keys,
+            vec![
+                "/registry/ranges/serviceips/127.96.0.20".to_string(),
+                "/registry/ranges/serviceips/127.96.0.30".to_string(),
+                "/registry/ranges/servicenodeports/30500".to_string(),
+            ]
+        );
+        // Memory now knows them all: asking for one is refused.
+        let mut want = json!({"metadata": {"name": "x", "namespace": "default"},
+                              "spec": {"clusterIP": "127.96.0.30"}});
+        assert!(ips.reserve(info, "x", &mut want, None).is_err());
+        // Past the grace period it goes; what the Service holds stays.
+        ips.repair(std::time::Duration::ZERO).await.unwrap();
+        let keys = keys_under(&store, "/registry/ranges/").await;
+        assert_eq!(keys.len(), 2, "{keys:?}");
+        assert!(!keys.iter().any(|k| k.ends_with("127.96.0.30")));
+        let mut want = json!({"metadata": {"name": "x", "namespace": "default"},
+                              "spec": {"clusterIP": "127.96.0.30"}});
+        ips.reserve(info, "x", &mut want, None).unwrap();
     }
 }

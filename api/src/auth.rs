@@ -8,7 +8,11 @@
 //! The first start creates it with one admin token (user `system:admin`, group
 //! `system:masters`); more tokens (a node join token, ...) are added with
 //! [`Authenticator::add_token`].
+//!
+//! A bearer token that is not in the file and is a JWT of the service-account issuer is checked
+//! as a service-account token ([`crate::serviceaccount`]) by [`Authenticator::filter_with`].
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
@@ -58,13 +62,17 @@ pub enum Error {
     /// The bearer token is not known.
     #[error("invalid bearer token")]
     InvalidToken,
+    /// A service-account token that does not hold (expired, wrongly signed, its service account
+    /// gone); the reason is logged, the client sees only 401.
+    #[error("invalid bearer token, {0}")]
+    InvalidServiceAccountToken(String),
 }
 
 /// Result of this module.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// An authenticated user, handed to the handlers (RBAC decides with it later).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct User {
     /// The user name (`system:admin`, `system:node:n1`).
     pub name: String,
@@ -72,6 +80,8 @@ pub struct User {
     pub uid: String,
     /// The groups the user is in; authenticated users are always in `system:authenticated`.
     pub groups: Vec<String>,
+    /// What else the authenticator knows (a service account's bound pod, the credential id).
+    pub extra: BTreeMap<String, Vec<String>>,
 }
 
 impl User {
@@ -81,6 +91,7 @@ impl User {
             name: ADMIN_USER.to_string(),
             uid: "admin".to_string(),
             groups: vec![MASTERS_GROUP.to_string()],
+            extra: BTreeMap::new(),
         }
     }
 
@@ -223,14 +234,11 @@ impl Authenticator {
     /// Authenticates a request from its `Authorization` header value: `Bearer <token>` (the
     /// scheme is case-insensitive). Every known token is compared, in constant time.
     pub fn authenticate(&self, authorization: Option<&str>) -> Result<User> {
-        let token = authorization
-            .map(str::trim)
-            .and_then(|value| {
-                let (scheme, token) = value.split_once(' ')?;
-                scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
-            })
-            .filter(|token| !token.is_empty())
-            .ok_or(Error::MissingToken)?;
+        self.lookup(bearer(authorization)?)
+    }
+
+    /// The user of `token` in the token file, in `system:authenticated`.
+    pub fn lookup(&self, token: &str) -> Result<User> {
         let presented = digest(token);
         let entries = self.entries.read().expect("token lock poisoned");
         let mut found = None;
@@ -260,6 +268,65 @@ impl Authenticator {
             })
             .boxed()
     }
+
+    /// [`Authenticator::filter`] that also takes service-account tokens of `api`'s issuer
+    /// (verified, and their service account looked up, as kube-apiserver does).
+    pub fn filter_with(
+        self: &Arc<Self>,
+        api: Arc<crate::server::ApiServer>,
+    ) -> BoxedFilter<(User,)> {
+        let this = self.clone();
+        warp::header::optional::<String>("authorization")
+            .and_then(move |header: Option<String>| {
+                let this = this.clone();
+                let api = api.clone();
+                async move {
+                    authenticate_with(&this, &api, header.as_deref())
+                        .await
+                        .map_err(|error| warp::reject::custom(Unauthorized { error }))
+                }
+            })
+            .boxed()
+    }
+}
+
+/// The user of a request's `Authorization` header: a token-file token, else a service-account
+/// token of `api`'s issuer.
+pub async fn authenticate_with(
+    tokens: &Authenticator,
+    api: &crate::server::ApiServer,
+    authorization: Option<&str>,
+) -> Result<User> {
+    let token = bearer(authorization)?;
+    match tokens.lookup(token) {
+        Err(Error::InvalidToken) => {}
+        found => return found,
+    }
+    match api
+        .service_accounts
+        .authenticate(&api.registry, token, &[])
+        .await
+    {
+        Ok(Some(found)) => {
+            let mut user = found.user;
+            user.groups.push(AUTHENTICATED_GROUP.to_string());
+            Ok(user)
+        }
+        Ok(None) => Err(Error::InvalidToken),
+        Err(reason) => Err(Error::InvalidServiceAccountToken(reason)),
+    }
+}
+
+/// The token of an `Authorization: Bearer <token>` header value.
+pub fn bearer(authorization: Option<&str>) -> Result<&str> {
+    authorization
+        .map(str::trim)
+        .and_then(|value| {
+            let (scheme, token) = value.split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+        })
+        .filter(|token| !token.is_empty())
+        .ok_or(Error::MissingToken)
 }
 
 fn validate_field(value: &str, what: &'static str) -> Result<()> {
@@ -324,6 +391,7 @@ fn parse(path: &Path, text: &str) -> Result<Vec<Entry>> {
                 name: name.to_string(),
                 uid: uid.to_string(),
                 groups,
+                extra: BTreeMap::new(),
             },
         });
     }
@@ -357,6 +425,7 @@ impl warp::reject::Reject for Unauthorized {}
 impl Unauthorized {
     /// The 401 response: a `Status` with reason `Unauthorized`, as kube-apiserver sends.
     pub fn response(&self) -> warp::reply::Response {
+        tracing::debug!(error = %self.error, "unauthorized");
         crate::routes::status_response(unauthorized_status(), StatusCode::UNAUTHORIZED)
     }
 }
@@ -440,6 +509,7 @@ mod tests {
             name: "system:node:n1".into(),
             uid: "node-n1".into(),
             groups: vec!["system:nodes".into(), "skiff:join".into()],
+            ..Default::default()
         };
         let token = auth.add_token(node.clone()).unwrap();
         let reopened = open(&dir);

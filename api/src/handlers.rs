@@ -91,6 +91,9 @@ pub async fn handle(server: &Arc<ApiServer>, request: Request, target: Target) -
             delete(server, &request, kind, ns, name, format).await
         }
         (&Method::POST, Some(name), Some("binding")) => bind(server, &request, ns, name).await,
+        (&Method::POST, Some(name), Some("token")) if info.kind == "ServiceAccount" => {
+            crate::serviceaccount::token_request(server, &request, ns, name).await
+        }
         (&Method::GET, Some(name), Some("scale")) => {
             let paths = kind.scale().ok_or(Error::NoRoute)?;
             let object = get(server, &request, kind, ns, name).await?;
@@ -103,6 +106,14 @@ pub async fn handle(server: &Arc<ApiServer>, request: Request, target: Target) -
             finalize(server, &request, kind, name, format).await
         }
         (&Method::GET, Some(name), Some("log")) => server.pod_log(&request, ns, name).await,
+        (
+            &Method::GET | &Method::POST,
+            Some(name),
+            Some(sub @ ("exec" | "attach" | "portforward")),
+        ) => {
+            let sub = sub.to_string();
+            server.pod_stream(request, ns, name, &sub).await
+        }
         _ => Err(Error::MethodNotAllowed),
     }
 }
@@ -735,7 +746,7 @@ async fn admit_and_create(
     .await;
     // A dry run, or a create that failed, gives back what admission reserved.
     if dry || result.is_err() {
-        server.admission.abandoned(info, &object);
+        server.admission.abandoned(info, &object).await;
     }
     if let Some(revision) = result? {
         crate::registry::set_resource_version(&mut object, revision);
@@ -806,7 +817,7 @@ async fn admit_update(
         )
         .await?;
     if let Err(e) = server.validate(kind, &new, Some(current), ns) {
-        server.admission.abandoned(info, &new);
+        server.admission.abandoned(info, &new).await;
         return Err(e);
     }
     if strategy::ready_to_remove(&new) {
@@ -816,7 +827,7 @@ async fn admit_update(
     Ok(Update::Write(new))
 }
 
-fn outcome_response(
+async fn outcome_response(
     server: &ApiServer,
     kind: &dyn Kind,
     format: &render::Format,
@@ -827,7 +838,7 @@ fn outcome_response(
     let code = StatusCode::OK;
     let object = match outcome {
         UpdateOutcome::Deleted(object) => {
-            server.admission.removed(info, &object);
+            server.admission.removed(info, &object).await;
             object
         }
         other => other.into_object(),
@@ -886,7 +897,7 @@ async fn update(
         })
         .await;
     let outcome = outcome?;
-    Ok(outcome_response(server, kind, &format, outcome, &warnings))
+    Ok(outcome_response(server, kind, &format, outcome, &warnings).await)
 }
 
 async fn patch(
@@ -972,7 +983,7 @@ async fn patch(
         .await;
     let outcome = outcome?;
     let warnings = warnings.into_inner().unwrap_or_else(|e| e.into_inner());
-    Ok(outcome_response(server, kind, &format, outcome, &warnings))
+    Ok(outcome_response(server, kind, &format, outcome, &warnings).await)
 }
 
 /// Server-side apply of a new object: the applied configuration, created.
@@ -1195,7 +1206,7 @@ async fn delete_one(
             Deletion::AlreadyMarked => return Ok((StatusCode::ACCEPTED, current)),
             Deletion::Now => match server.registry.delete(info, ns, name, current_rev).await {
                 Ok(deleted) => {
-                    server.admission.removed(info, &deleted);
+                    server.admission.removed(info, &deleted).await;
                     return Ok((StatusCode::OK, deleted));
                 }
                 // Someone wrote in between: decide again on the new state.
@@ -1578,7 +1589,7 @@ async fn finalize(
             std::future::ready(Ok(decided))
         })
         .await?;
-    Ok(outcome_response(server, kind, &format, outcome, &[]))
+    Ok(outcome_response(server, kind, &format, outcome, &[]).await)
 }
 
 /// Used by the server for request-scoped filters.

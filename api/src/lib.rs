@@ -24,6 +24,8 @@
 //! - [`bench`](mod@bench): `skiff bench api`, skiff's API against etcd 3.4 side by side.
 //! - [`auth`], [`tls`], [`kubeconfig`], [`version`]: tokens, certificates, the admin kubeconfig,
 //!   `/version` and health.
+//! - [`serviceaccount`]: service-account tokens (TokenRequest, their authentication, TokenReview,
+//!   OIDC discovery) and their signing key.
 
 pub mod admission;
 pub mod auth;
@@ -45,6 +47,7 @@ pub mod request;
 pub mod routes;
 pub mod selectors;
 pub mod server;
+pub mod serviceaccount;
 #[cfg(test)]
 mod test_kinds;
 pub mod tls;

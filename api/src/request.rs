@@ -27,6 +27,9 @@ pub struct Request {
     pub body: Bytes,
     /// The user the request acts as (authenticated, and impersonated where asked).
     pub user: crate::auth::User,
+    /// The connection's upgrade, for requests that ask to switch protocols (exec, attach,
+    /// port-forward); hyper completes it once a 101 answer was sent.
+    pub upgrade: Option<hyper::upgrade::OnUpgrade>,
 }
 
 /// Query parameters.
@@ -41,6 +44,11 @@ impl Query {
                 .map(|(k, v)| (k.into_owned(), v.into_owned()))
                 .collect(),
         )
+    }
+
+    /// Every pair, in order.
+    pub fn pairs(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
     }
 
     /// The first value of `key`.

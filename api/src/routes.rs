@@ -22,6 +22,7 @@ use crate::version;
 pub fn routes(api: Arc<ApiServer>, authenticator: Arc<Authenticator>) -> BoxedFilter<(Response,)> {
     let ready_api = api.clone();
     let public = version::routes(move || readiness(&ready_api));
+    let _ = api.static_tokens.set(authenticator.clone());
     let ca_pem = api.config.ca_pem.clone();
     let cacerts = warp::path!("cacerts").and(warp::get()).and_then(move || {
         let ca_pem = ca_pem.clone();
@@ -38,7 +39,7 @@ pub fn routes(api: Arc<ApiServer>, authenticator: Arc<Authenticator>) -> BoxedFi
     public
         .or(cacerts)
         .unify()
-        .or(api_routes(api, authenticator.filter()))
+        .or(api_routes(api.clone(), authenticator.filter_with(api)))
         .unify()
         .recover(recover)
         .unify()
@@ -75,6 +76,7 @@ fn api_routes(api: Arc<ApiServer>, user: BoxedFilter<(User,)>) -> BoxedFilter<(R
     let openapi = crate::openapi::routes(api.openapi.clone());
     let metrics = crate::metrics::route(api.clone());
     let debug = crate::replay::http::routes(api.clone());
+    let oidc = crate::serviceaccount::routes(api.clone());
     let limit = api.config.max_body_bytes;
     let path_api = api.clone();
     // Paths that are not resources need RBAC's non-resource rules (discovery: `system:discovery`).
@@ -116,14 +118,15 @@ fn api_routes(api: Arc<ApiServer>, user: BoxedFilter<(User,)>) -> BoxedFilter<(R
                 .unify(),
         )
         .and(warp::header::headers_cloned())
+        .and(warp::ext::optional::<hyper::upgrade::OnUpgrade>())
         .and(warp::body::stream())
         .and_then(
-            move |user: User, method: Method, path: warp::path::FullPath, query: String, headers: HeaderMap, body| {
+            move |user: User, method: Method, path: warp::path::FullPath, query: String, headers: HeaderMap, upgrade: Option<hyper::upgrade::OnUpgrade>, body| {
                 let api = api.clone();
                 async move {
                     let started = std::time::Instant::now();
                     let path = path.as_str().to_string();
-                    let response = match serve(&api, user, method.clone(), path.clone(), query.clone(), headers, Box::pin(body), limit).await {
+                    let response = match serve(&api, user, method.clone(), path.clone(), query.clone(), headers, upgrade, Box::pin(body), limit).await {
                         Ok(response) => response,
                         // Not a resource path: another route's answer (a denied discovery
                         // request) or a 404.
@@ -146,6 +149,8 @@ fn api_routes(api: Arc<ApiServer>, user: BoxedFilter<(User,)>) -> BoxedFilter<(R
                 .or(metrics)
                 .unify()
                 .or(debug)
+                .unify()
+                .or(oidc)
                 .unify(),
         )
         .or(resources)
@@ -168,6 +173,7 @@ async fn serve<S, B>(
     path: String,
     query: String,
     headers: HeaderMap,
+    upgrade: Option<hyper::upgrade::OnUpgrade>,
     body: S,
     limit: usize,
 ) -> Result<Response, Error>
@@ -185,6 +191,8 @@ where
     api.authorizer
         .check(&user, &authz::resource_request(verb, &target))?;
     let body = read_body(body, limit).await?;
+    // Only the streaming subresources may take over the connection.
+    let upgrade = upgrade.filter(|_| authz::is_stream(&target));
     let request = Request {
         method,
         path,
@@ -192,15 +200,16 @@ where
         headers,
         body,
         user,
+        upgrade,
     };
     if !target.kind.stored() {
-        return review(api, request, target);
+        return review(api, request, target).await;
     }
     handlers::handle(api, request, target).await
 }
 
 /// A review (`kubectl auth can-i`, `whoami`): answered, never stored.
-fn review(api: &ApiServer, request: Request, target: Target) -> Result<Response, Error> {
+async fn review(api: &ApiServer, request: Request, target: Target) -> Result<Response, Error> {
     if request.method != Method::POST || target.name.is_some() || target.subresource.is_some() {
         return Err(Error::MethodNotAllowed);
     }
@@ -210,13 +219,17 @@ fn review(api: &ApiServer, request: Request, target: Target) -> Result<Response,
     let decoded = kind
         .decode(&body)
         .map_err(|e| Error::BadRequest(format!("decoding the {}: {e}", kind.info().kind)))?;
-    let answer = authz::reviews::answer(
-        &api.authorizer,
-        kind,
-        &request.user,
-        target.namespace.as_deref(),
-        decoded,
-    )?;
+    let answer = if kind.info().kind == "TokenReview" {
+        crate::serviceaccount::token_review(api, decoded).await?
+    } else {
+        authz::reviews::answer(
+            &api.authorizer,
+            kind,
+            &request.user,
+            target.namespace.as_deref(),
+            decoded,
+        )?
+    };
     Ok(format.object(kind, http::StatusCode::CREATED, answer))
 }
 

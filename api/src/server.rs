@@ -46,7 +46,19 @@ pub struct Config {
     /// write nothing of its own (`skiff server --paused` on a data dir replayed to a point
     /// before they existed).
     pub create_system_namespaces: bool,
+    /// Service-account tokens: issuer, audiences, signing key.
+    pub service_accounts: crate::serviceaccount::Settings,
+    /// Other API servers may share the store (an external etcd): ClusterIPs and NodePorts are
+    /// claimed in it by transaction ([`admission::allocations`]), not only in this process's
+    /// memory, and a repair pass keeps the claims in line with the stored Services.
+    pub shared_store: bool,
 }
+
+/// How often the reservation repair pass runs on a shared store.
+pub const ALLOCATION_REPAIR_INTERVAL: Duration = Duration::from_secs(60);
+/// How old a reservation no Service holds must be before the repair pass deletes it (an API
+/// server may have claimed it and not yet written its Service).
+pub const ALLOCATION_REPAIR_GRACE: Duration = Duration::from_secs(120);
 
 impl Default for Config {
     fn default() -> Self {
@@ -61,6 +73,8 @@ impl Default for Config {
             watch_cache_capacity: crate::watch_cache::DEFAULT_CAPACITY,
             default_toleration_seconds: Default::default(),
             create_system_namespaces: true,
+            service_accounts: Default::default(),
+            shared_store: false,
         }
     }
 }
@@ -97,6 +111,11 @@ pub struct ApiServer {
     pub watchers: TaskTracker,
     /// One store watch per resource, shared by every API watch of it.
     pub watch_cache: WatchCache,
+    /// Issues and checks service-account tokens.
+    pub service_accounts: crate::serviceaccount::Tokens,
+    /// The token file's tokens, once the authenticating routes are built ([`crate::routes`]),
+    /// for TokenReview.
+    pub static_tokens: std::sync::OnceLock<Arc<crate::auth::Authenticator>>,
     /// The lease current Events are attached to, and when it was granted.
     event_lease: Mutex<Option<(LeaseId, Instant)>>,
 }
@@ -115,16 +134,39 @@ impl ApiServer {
             .list(services, None, None, None, None, None)
             .await?;
         let authorizer = Arc::new(crate::authz::Authorizer::default());
+        let mut service_ips =
+            admission::ServiceIps::new(config.service_ranges.clone(), &existing.items);
+        if config.shared_store {
+            service_ips = service_ips.in_store(registry.store().clone());
+        }
+        let service_ips = Arc::new(service_ips);
+        if config.shared_store && config.create_system_namespaces {
+            // At start: keys for Services written before (or without) reservations, and memory
+            // learns what the other servers hold; then periodically.
+            if let Err(e) = service_ips.repair(ALLOCATION_REPAIR_GRACE).await {
+                tracing::warn!(error = %e, "cannot repair the ClusterIP/NodePort reservations yet");
+            }
+            let (ips, stop) = (service_ips.clone(), shutdown.clone());
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = tokio::time::sleep(ALLOCATION_REPAIR_INTERVAL) => {}
+                        _ = stop.cancelled() => return,
+                    }
+                    if let Err(e) = ips.repair(ALLOCATION_REPAIR_GRACE).await {
+                        tracing::warn!(error = %e, "cannot repair the ClusterIP/NodePort reservations");
+                    }
+                }
+            });
+        }
         let admission = Chain::new(vec![
             Box::new(admission::NamespaceLifecycle),
             Box::new(admission::RbacEscalation(authorizer.clone())),
-            Box::new(admission::ServiceIps::new(
-                config.service_ranges.clone(),
-                &existing.items,
-            )),
+            Box::new(service_ips),
             Box::new(admission::DefaultTolerationSeconds(
                 config.default_toleration_seconds,
             )),
+            Box::new(admission::ServiceAccount),
             Box::new(admission::storage::DefaultStorageClass),
             Box::new(admission::storage::StorageObjectInUseProtection),
             Box::new(admission::storage::PersistentVolumeClaimResize),
@@ -136,7 +178,11 @@ impl ApiServer {
             shutdown.clone(),
         );
         let kinds = Arc::new(Kinds::builtin());
+        let service_accounts = crate::serviceaccount::Tokens::new(&config.service_accounts)
+            .map_err(|e| Error::Internal(e.to_string()))?;
         let server = Arc::new(ApiServer {
+            service_accounts,
+            static_tokens: std::sync::OnceLock::new(),
             openapi: Arc::new(crate::openapi::OpenApi::new(kinds.clone())),
             kinds,
             registry,
@@ -252,35 +298,7 @@ impl ApiServer {
             )));
         }
         let container = log_container(&pod, name, request.query.get("container"))?;
-        let nodes = &skiff_kinds::builtin::node::INFO;
-        let node = self.registry.get(nodes, None, node_name, None).await?;
-        let address = node
-            .pointer("/status/addresses")
-            .and_then(Value::as_array)
-            .and_then(|addrs| {
-                let of = |t: &str| {
-                    addrs
-                        .iter()
-                        .find(|a| a["type"] == t)
-                        .and_then(|a| a["address"].as_str())
-                };
-                of("InternalIP").or_else(|| of("Hostname"))
-            })
-            .map(str::to_string);
-        let port = node
-            .pointer("/status/daemonEndpoints/kubeletEndpoint/Port")
-            .and_then(Value::as_u64)
-            .unwrap_or(0);
-        let Some(address) = address.filter(|_| port != 0) else {
-            return Err(Error::BadRequest(format!(
-                "node {node_name} has no kubelet endpoint to serve logs of pod {name}"
-            )));
-        };
-        let host = if address.contains(':') {
-            format!("[{address}]")
-        } else {
-            address
-        };
+        let host = self.kubelet_endpoint(node_name, name).await?;
         let query = {
             let mut query = form_urlencoded::Serializer::new(String::new());
             for key in [
@@ -299,7 +317,7 @@ impl ApiServer {
             query.finish()
         };
         let ns = namespace.unwrap_or("default");
-        let url = format!("http://{host}:{port}/containerLogs/{ns}/{name}/{container}?{query}");
+        let url = format!("http://{host}/containerLogs/{ns}/{name}/{container}?{query}");
         let mut call = kubelet_client().get(&url);
         if let Some(token) = &self.config.kubelet_token {
             call = call.bearer_auth(token);
@@ -340,7 +358,227 @@ impl ApiServer {
         );
         Ok(reply)
     }
+
+    /// `host:port` of the kubelet of `node_name` (its InternalIP, else Hostname, and
+    /// `daemonEndpoints.kubeletEndpoint.Port`), for a request about pod `pod`.
+    async fn kubelet_endpoint(&self, node_name: &str, pod: &str) -> Result<String> {
+        let nodes = &skiff_kinds::builtin::node::INFO;
+        let node = match self.registry.get(nodes, None, node_name, None).await {
+            Ok(node) => node,
+            Err(Error::NotFound { .. }) => {
+                return Err(Error::Unavailable(format!(
+                    "node {node_name} of pod {pod} is gone"
+                )));
+            }
+            Err(e) => return Err(e),
+        };
+        let address = node
+            .pointer("/status/addresses")
+            .and_then(Value::as_array)
+            .and_then(|addrs| {
+                let of = |t: &str| {
+                    addrs
+                        .iter()
+                        .find(|a| a["type"] == t)
+                        .and_then(|a| a["address"].as_str())
+                };
+                of("InternalIP").or_else(|| of("Hostname"))
+            })
+            .map(str::to_string);
+        let port = node
+            .pointer("/status/daemonEndpoints/kubeletEndpoint/Port")
+            .and_then(Value::as_u64)
+            .unwrap_or(0);
+        let Some(address) = address.filter(|_| port != 0) else {
+            return Err(Error::BadRequest(format!(
+                "node {node_name} has no kubelet endpoint to serve pod {pod}"
+            )));
+        };
+        Ok(if address.contains(':') {
+            format!("[{address}]:{port}")
+        } else {
+            format!("{address}:{port}")
+        })
+    }
+
+    /// `pods/{name}/exec` (and the other streaming subresources): authorized by the routes,
+    /// then proxied as kube-apiserver does: the request goes to the kubelet of the pod's node
+    /// with its upgrade headers and the API server's kubelet credentials; the kubelet's answer
+    /// comes back as it is, and once both sides switched protocols the two connections are
+    /// joined byte for byte until either ends.
+    pub async fn pod_stream(
+        &self,
+        mut request: Request,
+        namespace: Option<&str>,
+        name: &str,
+        subresource: &str,
+    ) -> Result<Response> {
+        let pods = &skiff_kinds::builtin::pod::INFO;
+        let pod = self.registry.get(pods, namespace, name, None).await?;
+        let node_name = pod
+            .pointer("/spec/nodeName")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        if node_name.is_empty() {
+            return Err(Error::BadRequest(format!(
+                "pod {name} does not have a host assigned"
+            )));
+        }
+        let Some(client_upgrade) = request
+            .upgrade
+            .take()
+            .filter(|_| request.headers.contains_key(http::header::UPGRADE))
+        else {
+            return Err(Error::BadRequest("Upgrade request required".into()));
+        };
+        let ns = namespace.unwrap_or("default");
+        let path = if subresource == "portforward" {
+            format!("/portForward/{ns}/{name}")
+        } else {
+            let container = log_container(&pod, name, request.query.get("container"))?;
+            format!("/{subresource}/{ns}/{name}/{container}")
+        };
+        let host = self.kubelet_endpoint(node_name, name).await?;
+        let query = {
+            let mut query = form_urlencoded::Serializer::new(String::new());
+            for (key, value) in request.query.pairs() {
+                if matches!(
+                    key,
+                    "command"
+                        | "stdin"
+                        | "stdout"
+                        | "stderr"
+                        | "tty"
+                        | "input"
+                        | "output"
+                        | "error"
+                        | "ports"
+                ) {
+                    query.append_pair(key, value);
+                }
+            }
+            query.finish()
+        };
+        let path = format!("{path}?{query}");
+        let dial = async {
+            let tcp = tokio::net::TcpStream::connect(&host).await?;
+            let _ = tcp.set_nodelay(true);
+            Ok::<_, std::io::Error>(tcp)
+        };
+        let tcp = match tokio::time::timeout(Duration::from_secs(10), dial).await {
+            Ok(Ok(tcp)) => tcp,
+            Ok(Err(e)) => {
+                return Err(Error::Unavailable(format!(
+                    "error dialing backend: dial tcp {host}: {e}"
+                )));
+            }
+            Err(_) => {
+                return Err(Error::Unavailable(format!(
+                    "error dialing backend: dial tcp {host}: timed out"
+                )));
+            }
+        };
+        let (mut sender, connection) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp))
+                .await
+                .map_err(|e| Error::Unavailable(format!("error dialing backend: {e}")))?;
+        tokio::spawn(async move {
+            if let Err(e) = connection.with_upgrades().await {
+                tracing::debug!(%e, "kubelet stream connection");
+            }
+        });
+        let mut forward = http::Request::builder()
+            .method(request.method.clone())
+            .uri(&path)
+            .header(http::header::HOST, &host);
+        for header in STREAM_REQUEST_HEADERS {
+            for value in request.headers.get_all(*header) {
+                forward = forward.header(*header, value);
+            }
+        }
+        if let Some(token) = &self.config.kubelet_token {
+            forward = forward.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
+        }
+        let forward = forward
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .map_err(|e| Error::Internal(format!("building the kubelet request: {e}")))?;
+        let mut answer = sender
+            .send_request(forward)
+            .await
+            .map_err(|e| Error::Unavailable(format!("the kubelet of node {node_name}: {e}")))?;
+        if answer.status() != http::StatusCode::SWITCHING_PROTOCOLS {
+            use http_body_util::BodyExt;
+            let status = answer.status();
+            let content_type = answer.headers().get(http::header::CONTENT_TYPE).cloned();
+            let body = http_body_util::Limited::new(answer.into_body(), 64 * 1024)
+                .collect()
+                .await
+                .map(|b| b.to_bytes())
+                .unwrap_or_default();
+            if status == http::StatusCode::UNAUTHORIZED || status == http::StatusCode::FORBIDDEN {
+                return Err(Error::Internal(format!(
+                    "the kubelet of node {node_name} refused the API server: {}",
+                    String::from_utf8_lossy(&body)
+                )));
+            }
+            let mut reply = Response::new(body.into());
+            *reply.status_mut() = status;
+            if let Some(content_type) = content_type {
+                reply
+                    .headers_mut()
+                    .insert(http::header::CONTENT_TYPE, content_type);
+            }
+            return Ok(reply);
+        }
+        let kubelet_upgrade = hyper::upgrade::on(&mut answer);
+        let mut reply = Response::new(Default::default());
+        *reply.status_mut() = http::StatusCode::SWITCHING_PROTOCOLS;
+        for header in STREAM_RESPONSE_HEADERS {
+            for value in answer.headers().get_all(*header) {
+                reply.headers_mut().append(*header, value.clone());
+            }
+        }
+        self.watchers.spawn(async move {
+            let (client, kubelet) = tokio::join!(client_upgrade, kubelet_upgrade);
+            let (client, kubelet) = match (client, kubelet) {
+                (Ok(client), Ok(kubelet)) => (client, kubelet),
+                (client, kubelet) => {
+                    tracing::debug!(
+                        client = client.is_ok(),
+                        kubelet = kubelet.is_ok(),
+                        "stream upgrade failed"
+                    );
+                    return;
+                }
+            };
+            let mut client = hyper_util::rt::TokioIo::new(client);
+            let mut kubelet = hyper_util::rt::TokioIo::new(kubelet);
+            let _ = tokio::io::copy_bidirectional(&mut client, &mut kubelet).await;
+        });
+        Ok(reply)
+    }
 }
+
+/// Headers of a streaming request that go on to the kubelet (the upgrade and its negotiation).
+const STREAM_REQUEST_HEADERS: &[&str] = &[
+    "connection",
+    "upgrade",
+    "sec-websocket-key",
+    "sec-websocket-version",
+    "sec-websocket-protocol",
+    "sec-websocket-extensions",
+    "x-stream-protocol-version",
+];
+
+/// Headers of the kubelet's 101 answer that go back to the client.
+const STREAM_RESPONSE_HEADERS: &[&str] = &[
+    "connection",
+    "upgrade",
+    "sec-websocket-accept",
+    "sec-websocket-protocol",
+    "sec-websocket-extensions",
+    "x-stream-protocol-version",
+];
 
 /// The HTTP client for kubelets (plain HTTP on the node's address), shared by all requests.
 fn kubelet_client() -> &'static reqwest::Client {

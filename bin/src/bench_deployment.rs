@@ -219,10 +219,6 @@ fn phase(pod: &Pod) -> &str {
         .unwrap_or_default()
 }
 
-fn running(pod: &Pod) -> bool {
-    phase(pod) == "Running"
-}
-
 /// Whether the kubelet has reported the pod started (Running) or finished.
 fn reported(pod: &Pod) -> bool {
     matches!(phase(pod), "Running" | "Succeeded" | "Failed")
@@ -637,8 +633,8 @@ pub(crate) fn print_phase(
 /// A control plane under test (`skiff server` with the controllers and the scheduler) and
 /// hollow nodes with their kubelet in this process.
 pub(crate) struct HollowCluster {
-    /// The server; dropped, it is stopped.
-    pub(crate) server: SpawnedServer,
+    /// The server, held so that it is stopped when the cluster is dropped.
+    _server: SpawnedServer,
     /// A client of the server.
     pub(crate) client: Client,
     /// The server's process id.
@@ -710,7 +706,7 @@ impl HollowCluster {
         kubelet.spawn_workers(concurrency);
         let queue_down = QueueGuard(kubelet.queue.clone());
         Ok(HollowCluster {
-            server,
+            _server: server,
             client,
             pid,
             kubelet,

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use skiff_client::Client;
+use skiff_client::{Client, leaderelection};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -59,6 +59,10 @@ pub struct Options {
     /// Proxy flags.
     #[command(flatten, next_help_heading = "Proxy")]
     pub proxy: skiff_proxy::Options,
+    /// Leader election of the scheduler and the controllers (one set of flags for both; each
+    /// has its own Lease, `kube-scheduler` and `kube-controller-manager`).
+    #[command(flatten, next_help_heading = "Leader election")]
+    pub leader_election: skiff_client::leaderelection::Flags,
 }
 
 /// What in-process components get from the server that hosts them.
@@ -70,6 +74,9 @@ pub struct Host {
     pub kubelet_token: String,
     /// Whether the local-path provisioner runs (`--disable local-storage` says no).
     pub local_storage: bool,
+    /// Whether the scheduler and the controllers elect a leader when `--leader-elect` is not
+    /// given (on an external etcd).
+    pub leader_elect_default: bool,
 }
 
 /// Which components run, from `--components` or `--disable`.
@@ -108,22 +115,50 @@ pub fn spawn(
                         skiff_controllers::manager::LOCAL_PATH_PROVISIONER
                     ));
                 }
-                skiff_controllers::run(client, controllers, shutdown)
-                    .await
-                    .context("the controllers failed")
+                match options.leader_election.config(
+                    leaderelection::CONTROLLER_MANAGER_LEASE,
+                    host.leader_elect_default,
+                ) {
+                    Ok(election) => {
+                        let work = client.clone();
+                        leaderelection::run(client, election, shutdown, move |stop| {
+                            skiff_controllers::run(work.clone(), controllers.clone(), stop)
+                        })
+                        .await
+                        .context("the controllers failed")
+                    }
+                    Err(e) => Err(e.into()),
+                }
             }
             Component::LocalStorage => {
                 unreachable!("the local-path provisioner runs in the controllers")
             }
-            Component::Scheduler => skiff_scheduler::run(client, options.scheduler, shutdown)
-                .await
-                .context("the scheduler failed"),
+            Component::Scheduler => match options
+                .leader_election
+                .config(leaderelection::SCHEDULER_LEASE, host.leader_elect_default)
+            {
+                Ok(election) => {
+                    let (work, scheduler) = (client.clone(), options.scheduler);
+                    leaderelection::run(client, election, shutdown, move |stop| {
+                        skiff_scheduler::run(work.clone(), scheduler.clone(), stop)
+                    })
+                    .await
+                    .context("the scheduler failed")
+                }
+                Err(e) => Err(e.into()),
+            },
             Component::Kubelet => {
                 let mut kubelet = options.kubelet;
                 kubelet
                     .root_dir
                     .get_or_insert_with(|| host.data_dir.join("kubelet"));
                 kubelet.token.get_or_insert(host.kubelet_token);
+                kubelet
+                    .images_dir
+                    .get_or_insert_with(|| host.data_dir.join("images"));
+                kubelet
+                    .registry_config
+                    .get_or_insert_with(|| host.data_dir.join("registries.yaml"));
                 skiff_kubelet::run(client, kubelet, shutdown)
                     .await
                     .context("the kubelet failed")

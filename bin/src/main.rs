@@ -81,6 +81,50 @@ enum Command {
     Export(replay_cmd::ExportArgs),
     /// Create a data dir from an archive written by `skiff export`.
     Import(replay_cmd::ImportArgs),
+    /// Container images of the node's containerd.
+    #[command(subcommand)]
+    Images(ImagesCommand),
+}
+
+/// `skiff images`.
+#[derive(Debug, Subcommand)]
+enum ImagesCommand {
+    /// Load OCI or docker image archives (`docker save`, `skopeo copy ... oci-archive:`) into
+    /// the node's containerd, where pods run them without a registry (`imagePullPolicy: Never`
+    /// or `IfNotPresent`). `<data-dir>/images/*.tar` is imported when `skiff server` starts.
+    Import(ImagesImportArgs),
+}
+
+/// `skiff images import`.
+#[derive(Debug, clap::Args)]
+struct ImagesImportArgs {
+    /// The containerd socket (`unix:///run/containerd/containerd.sock`).
+    #[arg(
+        long,
+        env = "SKIFF_CONTAINER_RUNTIME_ENDPOINT",
+        default_value = "unix:///run/containerd/containerd.sock"
+    )]
+    container_runtime_endpoint: String,
+    /// The archives.
+    #[arg(required = true)]
+    archives: Vec<std::path::PathBuf>,
+}
+
+/// `skiff images import`: each archive in turn, its image names printed; fails on the first
+/// archive that does not import.
+async fn images_import(args: ImagesImportArgs) -> anyhow::Result<()> {
+    let socket = skiff_kubelet::runtime::cri::parse_endpoint(&args.container_runtime_endpoint)
+        .map_err(anyhow::Error::msg)?;
+    for archive in args.archives {
+        let socket = socket.clone();
+        let names =
+            tokio::task::spawn_blocking(move || skiff_kubelet::images::import(&socket, &archive))
+                .await??;
+        for name in names {
+            println!("imported {name}");
+        }
+    }
+    Ok(())
 }
 
 /// `skiff controllers`.
@@ -90,6 +134,8 @@ struct ControllersArgs {
     client: skiff_client::ClientConfig,
     #[command(flatten)]
     options: skiff_controllers::Options,
+    #[command(flatten, next_help_heading = "Leader election")]
+    leader_election: skiff_client::leaderelection::Flags,
 }
 
 /// `skiff scheduler`.
@@ -99,6 +145,8 @@ struct SchedulerArgs {
     client: skiff_client::ClientConfig,
     #[command(flatten)]
     options: skiff_scheduler::Options,
+    #[command(flatten, next_help_heading = "Leader election")]
+    leader_election: skiff_client::leaderelection::Flags,
 }
 
 /// `skiff kubelet`.
@@ -232,14 +280,37 @@ fn main() -> std::process::ExitCode {
             }
             Command::Apiserver(args) => server::run(args, server::Plan::api_only()).await,
             Command::Controllers(args) => {
+                use skiff_client::leaderelection;
+                // As kube-controller-manager: leader election is on unless turned off.
+                let election = args
+                    .leader_election
+                    .config(leaderelection::CONTROLLER_MANAGER_LEASE, true)?;
+                let options = args.options;
                 run_component(&args.client, |client, shutdown| async move {
-                    Ok(skiff_controllers::run(client, args.options, shutdown).await?)
+                    let work = client.clone();
+                    Ok(
+                        leaderelection::run(client, election, shutdown, move |stop| {
+                            skiff_controllers::run(work.clone(), options.clone(), stop)
+                        })
+                        .await?,
+                    )
                 })
                 .await
             }
             Command::Scheduler(args) => {
+                use skiff_client::leaderelection;
+                let election = args
+                    .leader_election
+                    .config(leaderelection::SCHEDULER_LEASE, true)?;
+                let options = args.options;
                 run_component(&args.client, |client, shutdown| async move {
-                    Ok(skiff_scheduler::run(client, args.options, shutdown).await?)
+                    let work = client.clone();
+                    Ok(
+                        leaderelection::run(client, election, shutdown, move |stop| {
+                            skiff_scheduler::run(work.clone(), options.clone(), stop)
+                        })
+                        .await?,
+                    )
                 })
                 .await
             }
@@ -294,6 +365,7 @@ fn main() -> std::process::ExitCode {
             Command::Replay(args) => replay_cmd::replay(args).await,
             Command::Export(args) => replay_cmd::export(args).await,
             Command::Import(args) => replay_cmd::import(args).await,
+            Command::Images(ImagesCommand::Import(args)) => images_import(args).await,
         }
     });
     match result {

@@ -90,6 +90,19 @@ pub struct ApiArgs {
     #[arg(long, default_value = "10s", value_parser = parse_duration, env = "SKIFF_COMPACT_INTERVAL")]
     pub compact_interval: Duration,
 
+    /// The issuer (`iss`) of service-account tokens, and the base of the OIDC discovery URLs.
+    #[arg(long, default_value = skiff_api::serviceaccount::DEFAULT_ISSUER, env = "SKIFF_SERVICE_ACCOUNT_ISSUER")]
+    pub service_account_issuer: String,
+
+    /// Audiences the API server accepts in tokens (comma-separated) [default: the issuer].
+    #[arg(long, value_delimiter = ',', env = "SKIFF_API_AUDIENCES")]
+    pub api_audiences: Vec<String>,
+
+    /// The longest lifetime of a requested service-account token (e.g. `24h`); longer requests
+    /// get this. [default: no limit]
+    #[arg(long, value_parser = parse_duration, env = "SKIFF_SERVICE_ACCOUNT_MAX_TOKEN_EXPIRATION")]
+    pub service_account_max_token_expiration: Option<Duration>,
+
     #[command(flatten, next_help_heading = "Datastore")]
     pub datastore: crate::datastore::DatastoreArgs,
 }
@@ -175,6 +188,13 @@ pub async fn run(args: ApiArgs, plan: Plan) -> Result<()> {
         interval: args.compact_interval,
     };
     let etcd = args.datastore.etcd_config(retention.clone())?;
+    let etcd_backed = etcd.is_some();
+    if let Some(options) = &plan.options {
+        // Bad --leader-elect-* timings are refused before anything starts.
+        options
+            .leader_election
+            .config(skiff_client::leaderelection::SCHEDULER_LEASE, true)?;
+    }
     let store_config = skiff_store::Config {
         retention,
         prefix_retention: skiff_api::server::HIGH_CHURN_PREFIXES
@@ -212,7 +232,15 @@ pub async fn run(args: ApiArgs, plan: Plan) -> Result<()> {
         })?),
     };
 
-    let pki = tls::Pki::load_or_create(&data_dir.join("pki"), &tls::default_sans(&args.tls_san))
+    // In-cluster clients (pods with their service-account token) reach the API server at the
+    // `kubernetes` Service's ClusterIP, so the serving certificate names it, as kube-apiserver's.
+    let mut sans = args.tls_san.clone();
+    sans.push(
+        skiff_api::admission::ServiceRanges::default()
+            .kubernetes_ip()
+            .to_string(),
+    );
+    let pki = tls::Pki::load_or_create(&data_dir.join("pki"), &tls::default_sans(&sans))
         .context("cannot set up the cluster's certificates")?;
     let authenticator = Arc::new(
         auth::Authenticator::load_or_create(&data_dir.join("tokens.csv"))
@@ -222,6 +250,12 @@ pub async fn run(args: ApiArgs, plan: Plan) -> Result<()> {
         .admin_token()
         .context("the token file has no admin token")?;
     let join_token = ensure_join_token(&data_dir, &authenticator, pki.ca_pem())?;
+    let service_account_key = skiff_api::serviceaccount::SigningKey::load_or_create(
+        &data_dir
+            .join("pki")
+            .join(skiff_api::serviceaccount::keys::KEY_FILE),
+    )
+    .context("cannot set up the service-account signing key")?;
 
     let address = SocketAddr::new(args.bind_address, args.port);
     let listener = tokio::net::TcpListener::bind(address)
@@ -253,6 +287,15 @@ pub async fn run(args: ApiArgs, plan: Plan) -> Result<()> {
             unreachable: args.default_unreachable_toleration_seconds,
         },
         create_system_namespaces: !plan.paused,
+        shared_store: etcd_backed,
+        service_accounts: skiff_api::serviceaccount::Settings {
+            issuer: args.service_account_issuer.clone(),
+            api_audiences: args.api_audiences.clone(),
+            max_expiration_seconds: args
+                .service_account_max_token_expiration
+                .map(|d| d.as_secs() as i64),
+            key: Some(Arc::new(service_account_key)),
+        },
         ..Default::default()
     };
     let api = skiff_api::server::ApiServer::new(store.clone(), config, shutdown.clone())
@@ -337,6 +380,9 @@ pub async fn run(args: ApiArgs, plan: Plan) -> Result<()> {
             local_storage: plan
                 .components
                 .contains(&components::Component::LocalStorage),
+            // Several servers can share an etcd, and then their singletons must elect a leader;
+            // the embedded log is opened by one server only.
+            leader_elect_default: etcd_backed,
         };
         for component in plan.components.iter().filter(|c| c.is_task()) {
             components::spawn(
@@ -427,6 +473,7 @@ fn ensure_join_token(
                 name: AGENT_USER.to_string(),
                 uid: "skiff-agent".to_string(),
                 groups: vec!["system:nodes".to_string()],
+                ..Default::default()
             })
             .context("cannot create the join token")?,
     };

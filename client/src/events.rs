@@ -56,13 +56,40 @@ pub fn reference<K: Resource<DynamicType = ()>>(object: &K) -> ObjectReference {
     }
 }
 
-/// The new Event object `component` writes about `regarding` at `now`.
+/// Who writes an event: a component, and for a per-node one (the kubelet) the node it runs on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Source {
+    /// `source.component` and `reportingComponent` (`kubelet`, `default-scheduler`).
+    pub component: String,
+    /// `source.host` and `reportingInstance` for a component that runs once per node.
+    pub host: Option<String>,
+}
+
+impl Source {
+    /// A cluster-wide component (a controller, the scheduler).
+    pub fn component(component: &str) -> Source {
+        Source {
+            component: component.to_string(),
+            host: None,
+        }
+    }
+
+    /// A component of node `host` (the kubelet).
+    pub fn on_host(component: &str, host: &str) -> Source {
+        Source {
+            component: component.to_string(),
+            host: Some(host.to_string()),
+        }
+    }
+}
+
+/// The new Event object `source` writes about `regarding` at `now`.
 pub fn new_event(
     regarding: &ObjectReference,
     type_: EventType,
     reason: &str,
     message: &str,
-    component: &str,
+    source: &Source,
     now: Timestamp,
 ) -> Event {
     let name = regarding.name.as_deref().unwrap_or("object");
@@ -84,11 +111,16 @@ pub fn new_event(
         message: Some(message.to_string()),
         type_: Some(type_.as_str().to_string()),
         source: Some(EventSource {
-            component: Some(component.to_string()),
-            host: None,
+            component: Some(source.component.clone()),
+            host: source.host.clone(),
         }),
-        reporting_component: Some(component.to_string()),
-        reporting_instance: Some(component.to_string()),
+        reporting_component: Some(source.component.clone()),
+        reporting_instance: Some(
+            source
+                .host
+                .clone()
+                .unwrap_or_else(|| source.component.clone()),
+        ),
         first_timestamp: Some(Time(now)),
         last_timestamp: Some(Time(now)),
         count: Some(1),
@@ -170,19 +202,24 @@ impl Memory {
     }
 }
 
-/// Writes Events as one component (`job-controller`, `persistentvolume-controller`).
+/// Writes Events as one component (`job-controller`, `default-scheduler`, a node's `kubelet`).
 pub struct Recorder {
     client: Client,
-    component: String,
+    source: Source,
     memory: Mutex<Memory>,
 }
 
 impl Recorder {
-    /// A recorder writing as `component`.
+    /// A recorder writing as the cluster-wide `component`.
     pub fn new(client: Client, component: &str) -> Recorder {
+        Recorder::with_source(client, Source::component(component))
+    }
+
+    /// A recorder writing as `source` (a per-node component names its host).
+    pub fn with_source(client: Client, source: Source) -> Recorder {
         Recorder {
             client,
-            component: component.to_string(),
+            source,
             memory: Mutex::new(Memory::default()),
         }
     }
@@ -236,7 +273,7 @@ impl Recorder {
                 }
             }
         }
-        let event = new_event(regarding, type_, reason, message, &self.component, now);
+        let event = new_event(regarding, type_, reason, message, &self.source, now);
         let namespace = event.metadata.namespace.clone().unwrap_or_default();
         let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
         match api.create(&PostParams::default(), &event).await {
@@ -282,7 +319,7 @@ mod tests {
             EventType::Normal,
             "JobAlreadyActive",
             "busy",
-            "cronjob-controller",
+            &Source::component("cronjob-controller"),
             now,
         );
         memory.created(key("busy"), &event, now);
@@ -319,7 +356,7 @@ mod tests {
             EventType::Warning,
             "VolumeFailedDelete",
             "no such directory",
-            "persistentvolume-controller",
+            &Source::component("persistentvolume-controller"),
             now,
         );
         // A cluster-scoped object's events live in `default`.
@@ -335,5 +372,33 @@ mod tests {
             event.involved_object.kind.as_deref(),
             Some("PersistentVolume")
         );
+        assert_eq!(
+            event.reporting_instance.as_deref(),
+            Some("persistentvolume-controller")
+        );
+    }
+
+    #[test]
+    fn a_node_components_event_names_its_host() {
+        let reference = ObjectReference {
+            kind: Some("Pod".into()),
+            name: Some("web-0".into()),
+            namespace: Some("shop".into()),
+            ..Default::default()
+        };
+        let event = new_event(
+            &reference,
+            EventType::Normal,
+            "Pulled",
+            "pulled",
+            &Source::on_host("kubelet", "node-a"),
+            at("2026-12-01T10:00:00Z"),
+        );
+        assert_eq!(event.metadata.namespace.as_deref(), Some("shop"));
+        let source = event.source.unwrap();
+        assert_eq!(source.component.as_deref(), Some("kubelet"));
+        assert_eq!(source.host.as_deref(), Some("node-a"));
+        assert_eq!(event.reporting_component.as_deref(), Some("kubelet"));
+        assert_eq!(event.reporting_instance.as_deref(), Some("node-a"));
     }
 }

@@ -17,12 +17,15 @@
 //! - [`cache`]: the thread-safe indexed store an informer keeps.
 //! - [`workqueue`]: the rate-limited work queue controllers drain.
 //! - [`events`]: recording Events about objects, repeated ones counted on the first.
+//! - [`leaderelection`]: one active replica of a singleton, through a `coordination.k8s.io/v1`
+//!   Lease, as client-go's leader election.
 
 pub mod cache;
 mod config;
 pub mod events;
 pub mod informer;
 pub mod join;
+pub mod leaderelection;
 pub mod workqueue;
 
 pub use cache::{Cache, index, key_of};

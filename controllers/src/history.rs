@@ -40,11 +40,17 @@ pub struct Owner<'a> {
     pub template: &'a PodTemplateSpec,
     /// `revisionHistoryLimit` (10 when unset).
     pub limit: i32,
+    /// `status.collisionCount`: how often a revision name clashed with another template's.
+    pub collision_count: Option<i32>,
 }
 
-/// The revision name for `template` of the set named `set`.
-pub fn revision_name(set: &str, template: &PodTemplateSpec) -> String {
-    format!("{set}-{}", template_hash(template))
+/// The revision name for `template` of the set named `set` with its `collision_count`.
+pub fn revision_name(
+    set: &str,
+    template: &PodTemplateSpec,
+    collision_count: Option<i32>,
+) -> String {
+    format!("{set}-{}", template_hash(template, collision_count))
 }
 
 /// A revision's data: the patch that puts `template` back in place of the set's.
@@ -93,6 +99,9 @@ pub struct Plan {
     pub delete: Vec<String>,
     /// The current template's revision name.
     pub current: String,
+    /// A revision of that name holds another template (a hash collision): nothing else is
+    /// planned; the set's `collisionCount` goes up so the next name differs.
+    pub collision: bool,
 }
 
 /// Plans `owner`'s history given the revisions it controls (`existing`) and the revision names
@@ -103,7 +112,7 @@ pub fn plan(
     in_use: &BTreeSet<String>,
 ) -> Plan {
     let set = owner.meta.name.as_deref().unwrap_or_default();
-    let current = revision_name(set, owner.template);
+    let current = revision_name(set, owner.template, owner.collision_count);
     let max = existing.iter().map(|r| r.revision).max().unwrap_or(0);
     let mut plan = Plan {
         current: current.clone(),
@@ -113,6 +122,10 @@ pub fn plan(
         .iter()
         .find(|r| r.metadata.name.as_deref() == Some(&current))
     {
+        Some(r) if !holds(r, owner.template) => {
+            plan.collision = true;
+            return plan;
+        }
         Some(r) if r.revision < max => plan.renumber = Some((current.clone(), max + 1)),
         Some(_) => {}
         None => plan.create = Some(new_revision(owner, &current, max + 1)),
@@ -136,6 +149,11 @@ pub fn plan(
     plan
 }
 
+/// Whether `revision` holds `template` (compared as templates, not as bytes).
+fn holds(revision: &ControllerRevision, template: &PodTemplateSpec) -> bool {
+    template_of(revision).as_ref() == Some(template)
+}
+
 fn new_revision(owner: &Owner<'_>, name: &str, number: i64) -> ControllerRevision {
     let mut labels = owner
         .template
@@ -144,7 +162,10 @@ fn new_revision(owner: &Owner<'_>, name: &str, number: i64) -> ControllerRevisio
         .and_then(|m| m.labels.clone())
         .unwrap_or_default();
     if owner.kind == "DaemonSet" {
-        labels.insert(REVISION_HASH.into(), template_hash(owner.template));
+        labels.insert(
+            REVISION_HASH.into(),
+            template_hash(owner.template, owner.collision_count),
+        );
     }
     ControllerRevision {
         metadata: ObjectMeta {
@@ -161,14 +182,50 @@ fn new_revision(owner: &Owner<'_>, name: &str, number: i64) -> ControllerRevisio
     }
 }
 
-/// Carries `plan` out through `api` (the set's namespace). A revision created meanwhile by an
-/// earlier sync, or deleted already, is not an error.
-pub async fn apply(api: &Api<ControllerRevision>, plan: &Plan, set_key: &str) -> Result<()> {
+/// How soon a set syncs again after its collision count went up.
+pub const COLLISION_RETRY: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// What [`apply`] found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Applied {
+    /// The history is as planned.
+    Done,
+    /// The current revision's name is taken by another template or another owner: the set's
+    /// `collisionCount` must go up (see [`count_collision`]) and the sync run again.
+    Collision,
+}
+
+/// Carries `plan` out through `api` (the set's namespace) for `owner`. A revision created
+/// meanwhile by an earlier sync, or deleted already, is not an error; a name taken by something
+/// else is a [`Applied::Collision`].
+pub async fn apply(
+    api: &Api<ControllerRevision>,
+    owner: &Owner<'_>,
+    plan: &Plan,
+    set_key: &str,
+) -> Result<Applied> {
     let failed = |what: &str| Error::api(format!("{what} history of {set_key}"));
+    if plan.collision {
+        return Ok(Applied::Collision);
+    }
     if let Some(revision) = &plan.create {
         match api.create(&PostParams::default(), revision).await {
             Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                // Ours with this template (an earlier sync's) is fine; anything else collides.
+                let taken = api
+                    .get_opt(&plan.current)
+                    .await
+                    .map_err(failed("reading"))?;
+                let uid = owner.meta.uid.as_deref().unwrap_or_default();
+                let ours = taken.as_ref().is_some_and(|r| {
+                    pods::controller_of(&r.metadata).is_some_and(|c| c.uid == uid)
+                        && holds(r, owner.template)
+                });
+                if !ours {
+                    return Ok(Applied::Collision);
+                }
+            }
             Err(e) => return Err(failed("recording")(e)),
         }
     }
@@ -190,6 +247,26 @@ pub async fn apply(api: &Api<ControllerRevision>, plan: &Plan, set_key: &str) ->
             Err(e) => return Err(failed("truncating")(e)),
         }
     }
+    Ok(Applied::Done)
+}
+
+/// Raises the `status.collisionCount` of the set `name` (through `api`, its kind's) from
+/// `count`, so its next revision name differs from the one that clashed.
+pub async fn count_collision<K>(
+    api: &Api<K>,
+    name: &str,
+    count: Option<i32>,
+    set_key: &str,
+) -> Result<()>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let patch = json!({"status": {"collisionCount": count.unwrap_or(0) + 1}});
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(Error::api(format!(
+            "recording a hash collision of {set_key}"
+        )))?;
     Ok(())
 }
 
@@ -220,13 +297,14 @@ mod tests {
             meta,
             template,
             limit,
+            collision_count: None,
         }
     }
 
     fn revision(meta: &ObjectMeta, image: &str, number: i64) -> ControllerRevision {
         new_revision(
             &owner(meta, &template(image), 10),
-            &revision_name("web", &template(image)),
+            &revision_name("web", &template(image), None),
             number,
         )
     }
@@ -276,7 +354,7 @@ mod tests {
         let t1 = template("nginx:1");
         let p = plan(&owner(&m, &t1, 10), &[&one, &two], &BTreeSet::new());
         assert_eq!(p.create, None);
-        assert_eq!(p.renumber, Some((revision_name("web", &t1), 3)));
+        assert_eq!(p.renumber, Some((revision_name("web", &t1, None), 3)));
     }
 
     #[test]
@@ -320,7 +398,38 @@ mod tests {
         let created = plan(&o, &[], &BTreeSet::new()).create.unwrap();
         assert_eq!(
             created.metadata.labels.unwrap()[REVISION_HASH],
-            template_hash(&t)
+            template_hash(&t, None)
         );
+    }
+
+    #[test]
+    fn a_name_holding_another_template_is_a_collision_resolved_by_the_count() {
+        let m = meta();
+        let t = template("nginx:2");
+        // A revision of this set under the current template's name, holding another template
+        // (what a hash collision looks like).
+        let mut clash = revision(&m, "nginx:1", 1);
+        clash.metadata.name = Some(revision_name("web", &t, None));
+        let p = plan(&owner(&m, &t, 10), &[&clash], &BTreeSet::new());
+        assert!(p.collision);
+        assert_eq!((p.create, p.renumber, p.delete), (None, None, vec![]));
+        // With the count raised the name differs, and the template gets its own revision.
+        let mut o = owner(&m, &t, 10);
+        o.collision_count = Some(1);
+        let p = plan(&o, &[&clash], &BTreeSet::new());
+        assert!(!p.collision);
+        assert_ne!(p.current, revision_name("web", &t, None));
+        let created = p.create.expect("a revision under the new name");
+        assert_eq!(created.metadata.name.as_deref(), Some(p.current.as_str()));
+        assert_eq!(created.revision, 2);
+        assert_eq!(template_of(&created), Some(t));
+    }
+
+    #[test]
+    fn the_count_changes_the_hash_only_once_there_was_a_collision() {
+        let t = template("nginx:1");
+        assert_eq!(template_hash(&t, None), template_hash(&t, Some(0)));
+        assert_ne!(template_hash(&t, None), template_hash(&t, Some(1)));
+        assert_ne!(template_hash(&t, Some(1)), template_hash(&t, Some(2)));
     }
 }

@@ -26,6 +26,7 @@
 //! - [`namespace`]: what a terminating namespace must lose before it is finalized.
 //! - [`gc`]: owner references with background, foreground and orphan propagation.
 //! - [`serviceaccount`]: the `default` ServiceAccount of every namespace.
+//! - [`rootcacert`]: the `kube-root-ca.crt` ConfigMap (the cluster CA) in every namespace.
 //! - [`nodelifecycle`]: silent nodes, NoExecute taints and taint-based eviction.
 //! - [`nodeipam`]: pod ranges for nodes.
 //! - [`persistentvolume`]: the PV binder (claims to volumes, release and reclaim).
@@ -48,6 +49,7 @@ pub mod persistentvolume;
 pub mod pods;
 pub mod protection;
 pub mod replicaset;
+pub mod rootcacert;
 pub mod runtime;
 pub mod serviceaccount;
 pub mod statefulset;
@@ -81,6 +83,9 @@ pub enum Error {
         /// The known names, comma-separated.
         known: String,
     },
+    /// A setting could not be used (the root CA file cannot be read).
+    #[error("{0}")]
+    Config(String),
     /// The pod range could not be handed out.
     #[error(transparent)]
     Ipam(#[from] nodeipam::Error),

@@ -10,8 +10,8 @@ use crate::runtime::Started;
 use crate::{Options, Result};
 use crate::{
     cronjob, daemonset, deployment, endpoints, gc, job, localpath, namespace, nodeipam,
-    nodelifecycle, persistentvolume, protection, replicaset, serviceaccount, statefulset,
-    ttlafterfinished,
+    nodelifecycle, persistentvolume, protection, replicaset, rootcacert, serviceaccount,
+    statefulset, ttlafterfinished,
 };
 
 /// What a controller's shell is registered with.
@@ -85,6 +85,10 @@ pub const CONTROLLERS: &[Entry] = &[
     Entry {
         name: "serviceaccount",
         start: serviceaccount::controller::start,
+    },
+    Entry {
+        name: "root-ca-cert-publisher",
+        start: rootcacert::controller::start,
     },
     Entry {
         name: "nodeipam",

@@ -46,6 +46,10 @@ pub struct Options {
     /// [default: `<data-dir>/storage` under `skiff server`].
     #[arg(long)]
     pub default_local_storage_path: Option<std::path::PathBuf>,
+    /// The CA bundle published to every namespace as the ConfigMap `kube-root-ca.crt`
+    /// [default: the one the API server serves at `/cacerts`].
+    #[arg(long)]
+    pub root_ca_file: Option<std::path::PathBuf>,
 }
 
 impl Default for Options {
@@ -59,6 +63,7 @@ impl Default for Options {
             node_cidr_mask_size: 24,
             cronjob_clock_rate: 1.0,
             default_local_storage_path: None,
+            root_ca_file: None,
         }
     }
 }

@@ -695,23 +695,17 @@ pub fn replication_controller_row(object: &Value, now: Timestamp) -> Option<Vec<
     typed::<ReplicationController>(object).map(|rc| {
         let spec = rc.spec.clone().unwrap_or_default();
         let status = rc.status.clone().unwrap_or_default();
-        let containers = spec
-            .template
-            .as_ref()
-            .and_then(|t| t.spec.as_ref())
-            .map(|s| s.containers.clone())
-            .unwrap_or_default();
-        let (names, images) = container_cells(&containers);
-        vec![
-            name(&rc.metadata),
-            json!(i64::from(spec.replicas.unwrap_or(1))),
-            json!(i64::from(status.replicas)),
-            json!(i64::from(status.ready_replicas.unwrap_or(0))),
-            age(&rc.metadata, now),
-            names,
-            images,
-            json!(format_labels(spec.selector.as_ref())),
-        ]
+        replicated_cells(
+            &rc.metadata,
+            [
+                spec.replicas.unwrap_or(1),
+                status.replicas,
+                status.ready_replicas.unwrap_or(0),
+            ],
+            spec.template.as_ref(),
+            format_labels(spec.selector.as_ref()),
+            now,
+        )
     })
 }
 
@@ -1493,22 +1487,42 @@ fn deployment_cells(d: &Deployment, now: Timestamp) -> Vec<Value> {
 fn replica_set_cells(rs: &ReplicaSet, now: Timestamp) -> Vec<Value> {
     let spec = rs.spec.clone().unwrap_or_default();
     let status = rs.status.clone().unwrap_or_default();
-    let containers = spec
-        .template
-        .as_ref()
+    replicated_cells(
+        &rs.metadata,
+        [
+            spec.replicas.unwrap_or(1),
+            status.replicas,
+            status.ready_replicas.unwrap_or(0),
+        ],
+        spec.template.as_ref(),
+        format_selector(&spec.selector),
+        now,
+    )
+}
+
+/// A ReplicaSet's or ReplicationController's row: name, desired/current/ready counts, age, the
+/// template's containers and images, the selector as text.
+fn replicated_cells(
+    meta: &ObjectMeta,
+    [desired, current, ready]: [i32; 3],
+    template: Option<&k8s_openapi::api::core::v1::PodTemplateSpec>,
+    selector: String,
+    now: Timestamp,
+) -> Vec<Value> {
+    let containers = template
         .and_then(|t| t.spec.as_ref())
         .map(|s| s.containers.clone())
         .unwrap_or_default();
     let (names, images) = container_cells(&containers);
     vec![
-        name(&rs.metadata),
-        json!(i64::from(spec.replicas.unwrap_or(1))),
-        json!(i64::from(status.replicas)),
-        json!(i64::from(status.ready_replicas.unwrap_or(0))),
-        age(&rs.metadata, now),
+        name(meta),
+        json!(i64::from(desired)),
+        json!(i64::from(current)),
+        json!(i64::from(ready)),
+        age(meta, now),
         names,
         images,
-        json!(format_selector(&spec.selector)),
+        json!(selector),
     ]
 }
 

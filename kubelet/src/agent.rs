@@ -17,13 +17,14 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Event as KubeEvent, EventSource, Namespace, Node, NodeSpec, NodeStatus,
-    ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod, Secret,
+    ConfigMap, Namespace, Node, NodeSpec, NodeStatus, ObjectReference, PersistentVolume,
+    PersistentVolumeClaim, Pod, Secret,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
 use serde_json::json;
 use skiff_client::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use skiff_client::events::{Recorder, Source};
 use skiff_client::{Api, Client};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -53,7 +54,8 @@ pub enum Error {
     /// The runtime's state could not be opened.
     #[error(transparent)]
     Runtime(#[from] crate::runtime::Error),
-    /// `--container-runtime-endpoint` is not a unix socket.
+    /// `--container-runtime-endpoint` is not a unix socket, or the registry configuration
+    /// cannot be used.
     #[error("{0}")]
     Endpoint(String),
     /// The pod IP allocator could not be opened.
@@ -203,6 +205,60 @@ pub struct Options {
     /// unset leaves it to the runtime. The process runtime ignores it.
     #[arg(long)]
     pub cgroup_root: Option<String>,
+    /// Directory of image archives (`*.tar`, OCI or docker) imported into a CRI runtime at start,
+    /// for nodes without a registry [default: <data-dir>/images under `skiff server`].
+    #[arg(long)]
+    pub images_dir: Option<PathBuf>,
+    /// Registry mirrors, TLS settings and credentials of a CRI runtime's pulls, in k3s's
+    /// registries.yaml format [default: <data-dir>/registries.yaml under `skiff server`].
+    #[arg(long)]
+    pub registry_config: Option<PathBuf>,
+    /// containerd's registry hosts directory (its CRI `registry.config_path`, often
+    /// `/etc/containerd/certs.d`): the mirrors and TLS settings of `--registry-config` are
+    /// written there as `<host>/hosts.toml` at start.
+    #[arg(long)]
+    pub registry_hosts_dir: Option<PathBuf>,
+}
+
+/// The CRI runtime's settings for `socket` from the flags: cgroup parent and registries (whose
+/// hosts files are written now).
+fn cri_config(options: &Options, socket: &Path, node_name: &str) -> Result<cri::Config> {
+    let mut config = cri::Config::new(socket, node_name);
+    config.cgroup_parent = options.cgroup_root.clone();
+    let Some(path) = &options.registry_config else {
+        return Ok(config);
+    };
+    let Some(registries) =
+        crate::registries::Registries::load(path).map_err(|e| Error::Endpoint(e.to_string()))?
+    else {
+        return Ok(config);
+    };
+    let files = registries.hosts_files();
+    match &options.registry_hosts_dir {
+        Some(dir) => {
+            let written = registries
+                .write_hosts(dir)
+                .map_err(|e| Error::Endpoint(e.to_string()))?;
+            tracing::info!(config = %path.display(), dir = %dir.display(), ?written, "registry hosts written");
+        }
+        None if !files.is_empty() => tracing::warn!(
+            config = %path.display(),
+            hosts = ?files.keys().collect::<Vec<_>>(),
+            "registry mirrors and TLS settings need --registry-hosts-dir (containerd's registry config_path); only credentials apply"
+        ),
+        None => {}
+    }
+    config.registries = registries;
+    Ok(config)
+}
+
+/// Imports the archives of `--images-dir` into the CRI runtime at `socket` before any pod starts.
+async fn import_images(options: &Options, socket: &Path) {
+    let Some(dir) = options.images_dir.clone() else {
+        return;
+    };
+    let socket = socket.to_path_buf();
+    let _ = tokio::task::spawn_blocking(move || crate::images::import_dir(&socket, &dir)).await;
 }
 
 /// Where containerd listens unless told otherwise.
@@ -228,15 +284,15 @@ pub async fn open_runtime(
         Some(endpoint) => {
             let socket = cri::parse_endpoint(endpoint).map_err(Error::Endpoint)?;
             tracing::info!(socket = %socket.display(), "container runtime: CRI");
-            let mut config = cri::Config::new(socket, node_name);
-            config.cgroup_parent = options.cgroup_root.clone();
-            Ok(Arc::new(CriRuntime::connect(config).await))
+            let config = cri_config(options, &socket, node_name)?;
+            let rt = CriRuntime::connect(config).await;
+            import_images(options, &socket).await;
+            Ok(Arc::new(rt))
         }
         None => {
             let socket = Path::new(DEFAULT_CRI_SOCKET);
             if socket.exists() {
-                let mut config = cri::Config::new(socket, node_name);
-                config.cgroup_parent = options.cgroup_root.clone();
+                let config = cri_config(options, socket, node_name)?;
                 let rt = CriRuntime::new(config);
                 match rt.version().await {
                     Ok(v) => {
@@ -246,6 +302,7 @@ pub async fn open_runtime(
                             version = %v.version,
                             "container runtime: CRI, found at the default socket"
                         );
+                        import_images(options, socket).await;
                         return Ok(Arc::new(rt));
                     }
                     Err(err) => tracing::info!(
@@ -331,6 +388,7 @@ pub async fn run_with_host(
         range,
         Arc::new(ApiSources {
             client: client.clone(),
+            tokens: crate::identity::Tokens::new(client.clone()),
         }),
         events_tx,
         shutdown.child_token(),
@@ -662,6 +720,7 @@ async fn status_loop(
             thresholds: Thresholds::default(),
             runtime_error: runtime_error.clone(),
             runtime_version: runtime_version.clone(),
+            images: runtime.images().await.ok(),
             now: Timestamp::now(),
         };
         let mut ready = false;
@@ -759,9 +818,11 @@ impl skiff_client::EventHandler<Pod> for PodHandler {
     }
 }
 
-/// ConfigMaps and Secrets read from the API when a pod syncs.
+/// ConfigMaps and Secrets read from the API when a pod syncs, and the pod's service-account
+/// tokens and `kubernetes` Service variables ([`crate::identity`]).
 struct ApiSources {
     client: Client,
+    tokens: crate::identity::Tokens,
 }
 
 #[async_trait::async_trait]
@@ -787,6 +848,12 @@ impl pod::SourceProvider for ApiSources {
                 out.claims.insert(name, resolved);
             }
         }
+        for (audience, expiration) in crate::projected::token_requests(pod) {
+            let token = self.tokens.token(pod, &audience, expiration).await;
+            let key = crate::projected::token_key(&audience, expiration);
+            out.tokens.insert(key, token);
+        }
+        out.service_env = crate::identity::kubernetes_service_env(&self.client).await;
         out
     }
 }
@@ -851,8 +918,8 @@ async fn report_loop(
     shutdown: CancellationToken,
 ) {
     let reporter = Arc::new(Reporter {
+        events: Recorder::with_source(client.clone(), Source::on_host("kubelet", &node_name)),
         client,
-        node_name,
         statics,
         slots: tokio::sync::Semaphore::new(REPORTS_IN_FLIGHT),
     });
@@ -920,7 +987,8 @@ async fn pod_reports(
 /// What the report tasks share.
 struct Reporter {
     client: Client,
-    node_name: String,
+    /// The pods' Events, as this node's kubelet.
+    events: Recorder,
     statics: Arc<Mutex<HashSet<String>>>,
     slots: tokio::sync::Semaphore,
 }
@@ -930,7 +998,6 @@ impl Reporter {
     async fn send(&self, ev: Event) {
         let _slot = self.slots.acquire().await.expect("never closed");
         let client = &self.client;
-        let node_name = &self.node_name;
         let statics = &self.statics;
         match ev {
             Event::Status {
@@ -985,39 +1052,17 @@ impl Reporter {
                 reason,
                 message,
             } => {
-                let now = Timestamp::now();
-                let event = KubeEvent {
-                    metadata: ObjectMeta {
-                        name: Some(format!("{name}.{:x}", now.as_nanosecond())),
-                        namespace: Some(namespace.clone()),
-                        ..Default::default()
-                    },
-                    involved_object: ObjectReference {
-                        api_version: Some("v1".into()),
-                        kind: Some("Pod".into()),
-                        namespace: Some(namespace.clone()),
-                        name: Some(name.clone()),
-                        uid: Some(uid),
-                        ..Default::default()
-                    },
-                    reason: Some(reason),
-                    message: Some(message),
-                    type_: Some(type_.to_string()),
-                    source: Some(EventSource {
-                        component: Some("kubelet".into()),
-                        host: Some(node_name.clone()),
-                    }),
-                    first_timestamp: Some(Time(now)),
-                    last_timestamp: Some(Time(now)),
-                    count: Some(1),
-                    reporting_component: Some("kubelet".into()),
-                    reporting_instance: Some(node_name.clone()),
+                let regarding = ObjectReference {
+                    api_version: Some("v1".into()),
+                    kind: Some("Pod".into()),
+                    namespace: Some(namespace),
+                    name: Some(name),
+                    uid: Some(uid),
                     ..Default::default()
                 };
-                let api: Api<KubeEvent> = Api::namespaced(client.clone(), &namespace);
-                if let Err(err) = api.create(&PostParams::default(), &event).await {
-                    tracing::debug!(%err, "recording pod event");
-                }
+                self.events
+                    .record(&regarding, type_, &reason, &message)
+                    .await;
             }
         }
     }

@@ -11,20 +11,30 @@
 //! - [`runtime`]: the container runtime trait, the CRI runtime (containerd) and the process
 //!   runtime.
 //! - [`spec`]: env resolution, `$(VAR)` expansion, limits and the spec hash of a container.
-//! - [`volumes`]: emptyDir, hostPath, configMap and secret volumes and per-container roots.
+//! - [`volumes`]: emptyDir, hostPath, configMap, secret, downwardAPI and projected volumes
+//!   ([`projected`] says what they hold) and per-container roots.
+//! - [`identity`]: pods' service-account tokens (TokenRequest, refreshed) and the `kubernetes`
+//!   Service's environment variables.
 //! - [`ipam`]: pod IPs in the loopback block.
 //! - [`pod`]: the pod manager and per-pod workers (sync loop, back-off, probes, status).
-//! - [`server`]: the kubelet HTTP server (`/healthz`, `/pods`, container logs).
+//! - [`server`]: the kubelet HTTP server (`/healthz`, `/pods`, container logs, exec).
+//! - [`stream`]: exec sessions over WebSocket and their channel protocol.
 
 pub mod agent;
 pub mod host;
+pub mod identity;
+pub mod images;
 pub mod ipam;
 pub mod logs;
 pub mod node_status;
 pub mod pod;
+pub mod projected;
+pub mod pull_secrets;
+pub mod registries;
 pub mod runtime;
 pub mod server;
 pub mod spec;
+pub mod stream;
 pub mod volumes;
 
 pub use agent::{Error, HostReader, Options, Result, run, run_with_host};

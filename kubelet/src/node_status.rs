@@ -65,6 +65,9 @@ pub struct Context {
     pub runtime_error: Option<String>,
     /// `nodeInfo.containerRuntimeVersion`: `<name>://<version>`, empty until the runtime said.
     pub runtime_version: String,
+    /// The runtime's images (`status.images`); `None` keeps what the status has (a runtime
+    /// that did not answer).
+    pub images: Option<Vec<crate::runtime::Image>>,
     /// The time of this computation (heartbeat and transition times).
     pub now: Timestamp,
 }
@@ -78,6 +81,7 @@ pub fn default_setters() -> Vec<Setter> {
         set_addresses,
         set_machine_info,
         set_version_info,
+        set_images,
         set_daemon_endpoints,
         set_memory_pressure,
         set_disk_pressure,
@@ -176,6 +180,27 @@ pub fn set_version_info(status: &mut NodeStatus, ctx: &Context) {
     info.architecture = r.architecture.clone();
     info.kubelet_version = KUBELET_VERSION.to_string();
     info.container_runtime_version = ctx.runtime_version.clone();
+}
+
+/// Most images `status.images` lists (the Kubernetes kubelet's `--node-status-max-images`).
+pub const MAX_IMAGES: usize = 50;
+
+/// `status.images`: the runtime's images, largest first, at most [`MAX_IMAGES`]; none for a
+/// runtime without images.
+pub fn set_images(status: &mut NodeStatus, ctx: &Context) {
+    let Some(images) = &ctx.images else { return };
+    let mut images: Vec<&crate::runtime::Image> =
+        images.iter().filter(|i| !i.names.is_empty()).collect();
+    images.sort_by(|a, b| b.size.cmp(&a.size).then(a.names.cmp(&b.names)));
+    let list: Vec<k8s_openapi::api::core::v1::ContainerImage> = images
+        .into_iter()
+        .take(MAX_IMAGES)
+        .map(|i| k8s_openapi::api::core::v1::ContainerImage {
+            names: Some(i.names.clone()),
+            size_bytes: Some(i.size as i64),
+        })
+        .collect();
+    status.images = (!list.is_empty()).then_some(list);
 }
 
 /// The kubelet's HTTP port, where the API server proxies logs.
@@ -312,6 +337,7 @@ mod tests {
             thresholds: Thresholds::default(),
             runtime_error: None,
             runtime_version: RUNTIME_VERSION.into(),
+            images: None,
             now: Timestamp::from_second(now).unwrap(),
         }
     }

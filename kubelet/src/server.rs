@@ -1,4 +1,5 @@
-//! The kubelet's HTTP server: `/healthz`, `/pods` and container logs.
+//! The kubelet's HTTP server: `/healthz`, `/pods`, container logs, and the streams of exec,
+//! attach and port-forward.
 //!
 //! `GET /containerLogs/{namespace}/{pod}/{container}` takes the query of `pods/{name}/log`
 //! (`follow`, `tailLines`, `sinceSeconds`, `sinceTime`, `previous`, `timestamps`, `limitBytes`);
@@ -87,6 +88,47 @@ pub fn routes(
             });
             warp::reply::json(&value).into_response()
         });
+    let exec = warp::path!(String / String / String / String)
+        .and(warp::get().or(warp::post()).unify())
+        .and(auth.clone())
+        .and(warp::query::<Vec<(String, String)>>())
+        .and(warp::header::headers_cloned())
+        .and(warp::ws().map(Some).or(warp::any().map(|| None)).unify())
+        .and_then(
+            |verb: String,
+             namespace: String,
+             name: String,
+             container: String,
+             state: State,
+             query: Vec<(String, String)>,
+             headers: warp::http::HeaderMap,
+             ws: Option<warp::ws::Ws>| async move {
+                let attach = match verb.as_str() {
+                    "exec" => false,
+                    "attach" => true,
+                    _ => return Err(warp::reject::not_found()),
+                };
+                Ok(exec(
+                    &state, attach, &namespace, &name, &container, &query, &headers, ws,
+                ))
+            },
+        );
+    let port_forward = warp::path!("portForward" / String / String)
+        .and(warp::get().or(warp::post()).unify())
+        .and(auth.clone())
+        .and(warp::header::headers_cloned())
+        .and(warp::ext::optional::<hyper::upgrade::OnUpgrade>())
+        .and(warp::ws().map(Some).or(warp::any().map(|| None)).unify())
+        .map(
+            |namespace: String,
+             name: String,
+             state: State,
+             headers: warp::http::HeaderMap,
+             upgrade: Option<hyper::upgrade::OnUpgrade>,
+             ws: Option<warp::ws::Ws>| {
+                port_forward(&state, &namespace, &name, &headers, upgrade, ws)
+            },
+        );
     let logs = warp::path!("containerLogs" / String / String / String)
         .and(warp::get())
         .and(auth)
@@ -104,6 +146,10 @@ pub fn routes(
         .or(pods)
         .unify()
         .or(logs)
+        .unify()
+        .or(exec)
+        .unify()
+        .or(port_forward)
         .unify()
         .recover(|rejection: warp::Rejection| async move {
             if rejection.find::<Unauthorized>().is_some() {
@@ -128,6 +174,235 @@ pub async fn serve(listener: tokio::net::TcpListener, state: State, shutdown: Ca
         .graceful(shutdown.cancelled_owned())
         .run()
         .await;
+}
+
+/// A `Status` body (streaming requests are answered as the API server would, since it passes
+/// the kubelet's refusal through to the client).
+fn status(code: StatusCode, reason: &str, message: impl Into<String>) -> Response {
+    let body = serde_json::json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message.into(),
+        "reason": reason,
+        "code": code.as_u16(),
+    });
+    warp::reply::with_status(warp::reply::json(&body), code).into_response()
+}
+
+/// The id of the running container `container` of a pod on this node, or the refusal.
+fn running_container(
+    state: &State,
+    namespace: &str,
+    name: &str,
+    container: &str,
+) -> Result<String, Response> {
+    let Some(pod) = find_pod(state, namespace, name) else {
+        return Err(status(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            format!("pod {namespace}/{name} not found on this node"),
+        ));
+    };
+    let spec = pod.spec.clone().unwrap_or_default();
+    let known = spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .any(|c| c.name == container);
+    if !known {
+        return Err(status(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            format!("container {container} is not valid for pod {name}"),
+        ));
+    }
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    state
+        .runtime
+        .list(Some(&uid))
+        .into_iter()
+        .filter(|c| c.config.name == container && c.is_running())
+        .max_by_key(|c| c.config.attempt)
+        .map(|c| c.id)
+        .ok_or_else(|| {
+            status(
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                format!("container {container} in pod {namespace}/{name} is not running"),
+            )
+        })
+}
+
+/// `/exec/{namespace}/{pod}/{container}`: a command in the container, and
+/// `/attach/{namespace}/{pod}/{container}`: the container's main process, streamed over a
+/// WebSocket (`v5.channel.k8s.io` or `v4.channel.k8s.io`, see [`crate::stream::channel`]). A
+/// request that is not a WebSocket upgrade (kubectl's SPDY fallback) is refused with a
+/// `Status`, after the checks of the pod and container so that their errors reach the user
+/// either way.
+#[allow(clippy::too_many_arguments)]
+fn exec(
+    state: &State,
+    attach: bool,
+    namespace: &str,
+    name: &str,
+    container: &str,
+    query: &[(String, String)],
+    headers: &warp::http::HeaderMap,
+    ws: Option<warp::ws::Ws>,
+) -> Response {
+    use crate::stream::channel::{Options, Protocol};
+    let id = match running_container(state, namespace, name, container) {
+        Ok(id) => id,
+        Err(refusal) => return refusal,
+    };
+    let pairs = query.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+    let options = match Options::parse(pairs, !attach) {
+        Ok(options) => options,
+        Err(message) => return status(StatusCode::BAD_REQUEST, "BadRequest", message),
+    };
+    let Some(ws) = ws else {
+        let asked = headers
+            .get(warp::http::header::UPGRADE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("no upgrade");
+        return status(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            format!(
+                "{} is served over WebSocket (v5.channel.k8s.io, v4.channel.k8s.io), not {asked}",
+                if attach { "attach" } else { "exec" }
+            ),
+        );
+    };
+    let offered = headers
+        .get_all("sec-websocket-protocol")
+        .iter()
+        .filter_map(|v| v.to_str().ok());
+    let Some(protocol) = Protocol::negotiate(offered) else {
+        return status(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            "none of the offered WebSocket subprotocols is served (v5.channel.k8s.io, v4.channel.k8s.io)",
+        );
+    };
+    let runtime = state.runtime.clone();
+    let stream_options = crate::runtime::StreamOptions {
+        stdin: options.stdin,
+        stdout: options.stdout,
+        stderr: options.stderr,
+        tty: options.tty,
+    };
+    let command = options.command;
+    let reply = ws.on_upgrade(move |socket| {
+        crate::stream::run(socket, protocol, async move {
+            if attach {
+                runtime.attach(&id, stream_options).await
+            } else {
+                runtime.exec_stream(&id, &command, stream_options).await
+            }
+        })
+    });
+    warp::reply::with_header(reply, "sec-websocket-protocol", protocol.name()).into_response()
+}
+
+/// The WebSocket subprotocol of SPDY tunnelled in a WebSocket (kubectl 1.31+).
+const SPDY_OVER_WEBSOCKET: &str = "SPDY/3.1+portforward.k8s.io";
+/// The stream protocol of port-forward over SPDY.
+const PORT_FORWARD_PROTOCOL: &str = "portforward.k8s.io";
+
+/// `/portForward/{namespace}/{pod}`: SPDY streams to the pod's ports (see
+/// [`crate::stream::portforward`]), over a WebSocket tunnel (`SPDY/3.1+portforward.k8s.io`)
+/// or a plain HTTP upgrade to `SPDY/3.1`.
+fn port_forward(
+    state: &State,
+    namespace: &str,
+    name: &str,
+    headers: &warp::http::HeaderMap,
+    upgrade: Option<hyper::upgrade::OnUpgrade>,
+    ws: Option<warp::ws::Ws>,
+) -> Response {
+    use crate::stream::portforward;
+    let Some(pod) = find_pod(state, namespace, name) else {
+        return status(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            format!("pod {namespace}/{name} not found on this node"),
+        );
+    };
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let Some(address) = state
+        .runtime
+        .list(Some(&uid))
+        .into_iter()
+        .find(|c| c.is_running())
+        .map(|c| c.config.pod_ip)
+    else {
+        return status(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            format!("pod {namespace}/{name} has no running container to forward to"),
+        );
+    };
+    let label = format!("{namespace}/{name}");
+    let offered: Vec<&str> = headers
+        .get_all("sec-websocket-protocol")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .collect();
+    if let Some(ws) = ws {
+        if !offered.contains(&SPDY_OVER_WEBSOCKET) {
+            return status(
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                format!("port-forward over WebSocket is served as {SPDY_OVER_WEBSOCKET} only"),
+            );
+        }
+        let reply = ws.on_upgrade(move |socket| {
+            let (input, output) = portforward::from_websocket(socket);
+            portforward::serve(input, output, address, label)
+        });
+        return warp::reply::with_header(reply, "sec-websocket-protocol", SPDY_OVER_WEBSOCKET)
+            .into_response();
+    }
+    let spdy = headers
+        .get(warp::http::header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("SPDY/3.1"));
+    let protocol_ok = headers
+        .get_all("x-stream-protocol-version")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|v| v.trim() == PORT_FORWARD_PROTOCOL);
+    let Some(upgrade) = upgrade.filter(|_| spdy && protocol_ok) else {
+        return status(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            format!(
+                "port-forward needs an upgrade to SPDY/3.1 with protocol {PORT_FORWARD_PROTOCOL}"
+            ),
+        );
+    };
+    tokio::spawn(async move {
+        match upgrade.await {
+            Ok(upgraded) => {
+                let (input, output) = portforward::from_io(hyper_util::rt::TokioIo::new(upgraded));
+                portforward::serve(input, output, address, label).await;
+            }
+            Err(err) => tracing::debug!(%err, "port-forward upgrade"),
+        }
+    });
+    warp::http::Response::builder()
+        .status(StatusCode::SWITCHING_PROTOCOLS)
+        .header("connection", "Upgrade")
+        .header("upgrade", "SPDY/3.1")
+        .header("x-stream-protocol-version", PORT_FORWARD_PROTOCOL)
+        .body(Default::default())
+        .expect("a valid response")
 }
 
 fn flag(query: &HashMap<String, String>, key: &str) -> bool {

@@ -48,6 +48,12 @@ pub struct Sources {
     /// PersistentVolumeClaims by name: the host directory of the volume each is bound to, or
     /// why it cannot be mounted yet (unbound, being deleted, a volume without a local path).
     pub claims: BTreeMap<String, Result<std::path::PathBuf, String>>,
+    /// Service-account tokens of projected volumes by [`crate::projected::token_key`], or why
+    /// none could be had.
+    pub tokens: BTreeMap<String, Result<String, String>>,
+    /// `KUBERNETES_SERVICE_HOST`, `KUBERNETES_SERVICE_PORT` and the rest of the `kubernetes`
+    /// Service's variables, which every container gets first (its own `env` may override them).
+    pub service_env: Vec<(String, String)>,
 }
 
 impl Sources {
@@ -93,6 +99,10 @@ impl Sources {
                 }
             }
         }
+        // Registry credentials for the pulls.
+        for r in spec.image_pull_secrets.iter().flatten() {
+            out.push(("Secret", r.name.clone()));
+        }
         for v in spec.volumes.iter().flatten() {
             if let Some(cm) = &v.config_map {
                 out.push(("ConfigMap", cm.name.clone()));
@@ -100,6 +110,7 @@ impl Sources {
             if let Some(name) = v.secret.as_ref().and_then(|s| s.secret_name.clone()) {
                 out.push(("Secret", name));
             }
+            out.extend(crate::projected::referenced(v));
         }
         out.sort();
         out.dedup();
@@ -137,8 +148,9 @@ impl Sources {
     }
 }
 
-/// The container's environment in order: `envFrom` sources, then `env` (later entries win, as in
-/// Kubernetes), then `POD_IP` when the container does not set it. `$(VAR)` in values refers to
+/// The container's environment in order: the `kubernetes` Service's variables, `envFrom` sources,
+/// then `env` (later entries win, as in Kubernetes), then `POD_IP` when the container does not
+/// set it. `$(VAR)` in values refers to
 /// entries before it.
 pub fn resolve_env(
     pod: &Pod,
@@ -148,7 +160,7 @@ pub fn resolve_env(
     sources: &Sources,
 ) -> Result<Vec<(String, String)>> {
     let namespace = pod.metadata.namespace.clone().unwrap_or_default();
-    let mut env: Vec<(String, String)> = Vec::new();
+    let mut env: Vec<(String, String)> = sources.service_env.clone();
     let set = |env: &mut Vec<(String, String)>, k: String, v: String| {
         if let Some(slot) = env.iter_mut().find(|(name, _)| *name == k) {
             slot.1 = v;

@@ -1,7 +1,8 @@
-//! Pod volumes on the host (emptyDir, hostPath, configMap, secret, persistentVolumeClaim) and how a
-//! container sees them. A claim is its bound volume's directory on this node (a `hostPath` or
-//! `local` volume), made when missing: the node that holds the data makes it (see the
-//! local-path provisioner in skiff-controllers for who removes it).
+//! Pod volumes on the host (emptyDir, hostPath, configMap, secret, downwardAPI and projected, whose
+//! contents [`crate::projected`] works out, and persistentVolumeClaim) and how a container sees
+//! them. A claim is its bound volume's directory on this node (a `hostPath` or `local` volume),
+//! made when missing: the node that holds the data makes it (see the local-path provisioner in
+//! skiff-controllers for who removes it).
 //!
 //! Volumes live under the pod's directory (`<root-dir>/pods/<uid>/volumes/<kind>/<name>`), except
 //! hostPath, which is the host's path itself. A process cannot have a host path remapped without
@@ -51,6 +52,14 @@ pub enum Error {
         path: String,
         /// The required type.
         type_: String,
+    },
+    /// A projected service-account token could not be had (TokenRequest failed).
+    #[error("volume {volume}: cannot get a service account token: {reason}")]
+    TokenUnavailable {
+        /// The volume.
+        volume: String,
+        /// Why.
+        reason: String,
     },
     /// A path in `items`, `mountPath` or `subPath` escapes its directory.
     #[error("invalid path {0:?}")]
@@ -173,6 +182,17 @@ pub fn prepare(pod: &Pod, pod_dir: &Path, sources: &Sources) -> Result<BTreeMap<
                     });
                 }
             }
+        } else if let Some(projected) = &v.projected {
+            let p = pod_dir.join("volumes/projected").join(&v.name);
+            let files = crate::projected::projected_files(&v.name, pod, projected, sources)?;
+            write_file_list(&v.name, &p, files, projected.default_mode)?;
+            p
+        } else if let Some(downward) = &v.downward_api {
+            let p = pod_dir.join("volumes/downward-api").join(&v.name);
+            let items = downward.items.as_deref().unwrap_or_default();
+            let files = crate::projected::downward_files(&v.name, pod, items)?;
+            write_file_list(&v.name, &p, files, downward.default_mode)?;
+            p
         } else {
             return Err(Error::Unsupported(v.name.clone()));
         };
@@ -204,6 +224,28 @@ fn host_path(volume: &str, path: &str, type_: &str) -> Result<PathBuf> {
         _ => {}
     }
     Ok(p)
+}
+
+/// Writes `files` (path, contents, the item's own mode) into `dir` with `default_mode` unless an
+/// item says otherwise, removing files that went away.
+fn write_file_list(
+    volume: &str,
+    dir: &Path,
+    files: Vec<crate::projected::File>,
+    default_mode: Option<i32>,
+) -> Result<()> {
+    let modes: Vec<(String, i32)> = files
+        .iter()
+        .filter_map(|(path, _, mode)| Some((path.clone(), (*mode)?)))
+        .collect();
+    let data: BTreeMap<String, Vec<u8>> = files.into_iter().map(|(p, c, _)| (p, c)).collect();
+    write_files(volume, dir, &data, None, default_mode)?;
+    for (path, mode) in modes {
+        let file = dir.join(safe_relative(&path)?);
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode as u32))
+            .map_err(io(&file))?;
+    }
+    Ok(())
 }
 
 /// Writes `data` (or the listed `items`) as files with `mode`, removing files of keys that went

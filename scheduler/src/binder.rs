@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use k8s_openapi::api::core::v1::{Binding, Event, EventSource, ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use tokio::time::Instant;
 
@@ -96,42 +96,6 @@ pub fn binding(pod: &Pod, node: &str) -> Binding {
             name: Some(node.to_string()),
             ..Default::default()
         },
-    }
-}
-
-/// The `FailedScheduling` Event for a pod (core/v1, as kube-scheduler's recorder writes it).
-pub fn failed_scheduling_event(pod: &Pod, message: &str, scheduler_name: &str) -> Event {
-    let now = Time(jiff::Timestamp::now());
-    let name = pod.metadata.name.clone().unwrap_or_default();
-    let nanos = now.0.as_nanosecond();
-    Event {
-        metadata: ObjectMeta {
-            name: Some(format!("{name}.{nanos:x}")),
-            namespace: pod.metadata.namespace.clone(),
-            ..Default::default()
-        },
-        involved_object: ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Pod".into()),
-            name: Some(name),
-            namespace: pod.metadata.namespace.clone(),
-            uid: pod.metadata.uid.clone(),
-            resource_version: pod.metadata.resource_version.clone(),
-            ..Default::default()
-        },
-        reason: Some("FailedScheduling".into()),
-        message: Some(message.to_string()),
-        type_: Some("Warning".into()),
-        source: Some(EventSource {
-            component: Some(scheduler_name.to_string()),
-            host: None,
-        }),
-        reporting_component: Some(scheduler_name.to_string()),
-        reporting_instance: Some(scheduler_name.to_string()),
-        first_timestamp: Some(now.clone()),
-        last_timestamp: Some(now),
-        count: Some(1),
-        ..Default::default()
     }
 }
 
@@ -222,7 +186,7 @@ mod tests {
     }
 
     #[test]
-    fn binding_and_event_bodies() {
+    fn binding_and_condition_bodies() {
         let pod = Pod {
             metadata: ObjectMeta {
                 name: Some("web".into()),
@@ -236,11 +200,6 @@ mod tests {
         assert_eq!(b["metadata"]["name"], "web");
         assert_eq!(b["target"]["kind"], "Node");
         assert_eq!(b["target"]["name"], "n1");
-        let e = failed_scheduling_event(&pod, "0/1 nodes are available: x.", "default-scheduler");
-        assert_eq!(e.reason.as_deref(), Some("FailedScheduling"));
-        assert_eq!(e.type_.as_deref(), Some("Warning"));
-        assert_eq!(e.involved_object.name.as_deref(), Some("web"));
-        assert!(e.metadata.name.unwrap().starts_with("web."));
         let p = unschedulable_condition_patch("m");
         assert_eq!(p["status"]["conditions"][0]["reason"], "Unschedulable");
     }

@@ -7,20 +7,17 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use k8s_openapi::api::apps::v1::ReplicaSet;
-use k8s_openapi::api::core::v1::{
-    Event, Node, PersistentVolume, PersistentVolumeClaim, Pod, Service,
-};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::storage::v1::StorageClass;
 use skiff_client::api::{Patch, PatchParams, PostParams};
+use skiff_client::events::{self, EventType, Recorder};
 use skiff_client::informer::{SharedInformerFactory, handler_fn};
 use skiff_client::{Api, Client};
 use skiff_meta::labels::Selector;
 use tokio_util::sync::CancellationToken;
 
 use crate::algorithm::{Algorithm, DEFAULT_PROVIDER, Policy, Registry};
-use crate::binder::{
-    ApiError, ClusterApi, binding, failed_scheduling_event, unschedulable_condition_patch,
-};
+use crate::binder::{ApiError, ClusterApi, binding, unschedulable_condition_patch};
 use crate::cache::GroupKind;
 use crate::scheduler::Scheduler;
 use crate::{DEFAULT_SCHEDULER_NAME, Error, Result};
@@ -125,15 +122,15 @@ impl Options {
 #[derive(Clone)]
 pub struct KubeApi {
     client: Client,
-    scheduler_name: String,
+    events: Arc<Recorder>,
 }
 
 impl KubeApi {
     /// Writes as `scheduler_name` (the Event source).
     pub fn new(client: Client, scheduler_name: &str) -> KubeApi {
         KubeApi {
+            events: Arc::new(Recorder::new(client.clone(), scheduler_name)),
             client,
-            scheduler_name: scheduler_name.to_string(),
         }
     }
 }
@@ -166,17 +163,22 @@ impl ClusterApi for KubeApi {
             .clone()
             .unwrap_or_else(|| "default".into());
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
-        let events: Api<Event> = Api::namespaced(self.client.clone(), &ns);
         let name = pod.metadata.name.clone().unwrap_or_default();
         let patch = unschedulable_condition_patch(message);
-        let event = failed_scheduling_event(pod, message, &self.scheduler_name);
+        let (events, regarding, message) = (
+            self.events.clone(),
+            events::reference(pod),
+            message.to_string(),
+        );
         Box::pin(async move {
             let status = pods
                 .patch_status(&name, &PatchParams::default(), &Patch::Strategic(patch))
                 .await;
-            let event = events.create(&PostParams::default(), &event).await;
+            // Best effort, as kube-scheduler's recorder: a repeat bumps the first one's count.
+            events
+                .record(&regarding, EventType::Warning, "FailedScheduling", &message)
+                .await;
             status.map_err(|e| ApiError(format!("setting PodScheduled on {ns}/{name}: {e}")))?;
-            event.map_err(|e| ApiError(format!("recording the event of {ns}/{name}: {e}")))?;
             Ok(())
         })
     }

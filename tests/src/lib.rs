@@ -8,7 +8,10 @@
 //!   panicking).
 //! - [`Kubectl`]: runs the machine's kubectl against a cluster and captures what it prints.
 //! - [`etcd`]: a throwaway etcd member on loopback for the clusters that run on etcd.
+//! - [`containerd`]: a containerd of the test's own with a loopback registry and a bridge, for
+//!   the CRI runtime's tests.
 
+pub mod containerd;
 pub mod etcd;
 
 use std::path::{Path, PathBuf};
@@ -309,6 +312,14 @@ impl TestCluster {
         self.spawn();
     }
 
+    /// Kills the server outright (SIGKILL), as a lost machine would, and leaves it stopped.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
     /// Stops the server with SIGTERM and starts it again on the same data dir and port.
     pub fn restart(&mut self) {
         self.stop();
@@ -429,6 +440,15 @@ impl Component {
             .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
     }
 
+    /// Kills it outright (SIGKILL), as a crash or a lost machine would: nothing it runs is
+    /// stopped, its node is left as it was.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
     /// Stops it with SIGTERM (SIGKILL after [`STOP_WITHIN`]) and returns its exit status.
     pub fn stop(&mut self) -> Option<std::process::ExitStatus> {
         terminate(self.child.take()?)
@@ -514,7 +534,9 @@ impl Kubectl {
         }
     }
 
-    fn command(&self, args: &[&str]) -> Command {
+    /// The kubectl command for `args` (stdin null), for a test that needs its exit code,
+    /// binary input or a process of its own.
+    pub fn command(&self, args: &[&str]) -> Command {
         let mut command = Command::new(&self.program);
         command
             .arg("--kubeconfig")

@@ -314,6 +314,18 @@ pub fn cluster_roles() -> Vec<Value> {
             )],
         ),
         cluster_role(
+            "system:service-account-issuer-discovery",
+            vec![urls(
+                &[
+                    "/.well-known/openid-configuration",
+                    "/.well-known/openid-configuration/",
+                    "/openid/v1/jwks",
+                    "/openid/v1/jwks/",
+                ],
+                &["get"],
+            )],
+        ),
+        cluster_role(
             "system:auth-delegator",
             vec![
                 rule(&["authentication.k8s.io"], &["tokenreviews"], &["create"]),
@@ -492,6 +504,11 @@ pub fn cluster_role_bindings() -> Vec<Value> {
             ],
         ),
         binding(
+            "system:service-account-issuer-discovery",
+            "system:service-account-issuer-discovery",
+            &[("Group", "system:serviceaccounts")],
+        ),
+        binding(
             "system:kube-scheduler",
             "system:kube-scheduler",
             &[("User", "system:kube-scheduler")],
@@ -628,6 +645,7 @@ mod tests {
             name: "someone".into(),
             uid: String::new(),
             groups: groups.iter().map(|g| g.to_string()).collect(),
+            ..Default::default()
         };
         policy
             .authorize(

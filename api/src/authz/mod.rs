@@ -128,6 +128,9 @@ impl crate::follow::Follower for Objects {
 /// The verb of a resource request, as Kubernetes' request-info names it.
 pub fn resource_verb(method: &Method, target: &Target, query: &Query) -> &'static str {
     let named = target.name.is_some();
+    if is_stream(target) {
+        return "create";
+    }
     match *method {
         Method::GET | Method::HEAD if query.flag("watch") => "watch",
         Method::GET | Method::HEAD if named => "get",
@@ -139,6 +142,20 @@ pub fn resource_verb(method: &Method, target: &Target, query: &Query) -> &'stati
         Method::DELETE => "deletecollection",
         _ => "",
     }
+}
+
+/// Whether `target` is a streaming subresource (`pods/exec`, `pods/attach`,
+/// `pods/portforward`). These are authorized as `create` whatever the method: a WebSocket
+/// client must open them with `GET`, and reading a GET as `get` would let anyone who may read
+/// a pod run commands in it (kube-apiserver checks `create` on WebSocket upgrades since 1.35 for
+/// the same reason).
+pub fn is_stream(target: &Target) -> bool {
+    target.info.group.is_empty()
+        && target.info.plural == "pods"
+        && matches!(
+            target.subresource.as_deref(),
+            Some("exec" | "attach" | "portforward")
+        )
 }
 
 /// The attributes of a resource request at `target`.
@@ -278,8 +295,10 @@ pub fn impersonate(authorizer: &Authorizer, user: User, headers: &HeaderMap) -> 
     if let Some(uid) = &uid {
         check("authentication.k8s.io", "uids", "", uid)?;
     }
+    let mut impersonated_extra = std::collections::BTreeMap::new();
     for key in &extra {
-        for value in values(&format!("{IMPERSONATE_EXTRA}{key}")) {
+        let key_values = values(&format!("{IMPERSONATE_EXTRA}{key}"));
+        for value in &key_values {
             authorizer.check(
                 &user,
                 &Request::Resource {
@@ -288,10 +307,12 @@ pub fn impersonate(authorizer: &Authorizer, user: User, headers: &HeaderMap) -> 
                     resource: "userextras",
                     subresource: key,
                     namespace: "",
-                    name: &value,
+                    name: value,
                 },
             )?;
         }
+        // Header names are case-insensitive and lower-cased here; the key is percent-encoded.
+        impersonated_extra.insert(percent_decode(key), key_values);
     }
     if name != "system:anonymous" && !impersonated_groups.iter().any(|g| g == AUTHENTICATED_GROUP) {
         impersonated_groups.push(AUTHENTICATED_GROUP.to_string());
@@ -301,7 +322,16 @@ pub fn impersonate(authorizer: &Authorizer, user: User, headers: &HeaderMap) -> 
         name,
         uid: uid.unwrap_or_default(),
         groups: impersonated_groups,
+        extra: impersonated_extra,
     })
+}
+
+/// `%XX` escapes of an `Impersonate-Extra-` key decoded (kubectl escapes `/` and such).
+fn percent_decode(key: &str) -> String {
+    form_urlencoded::parse(format!("k={}", key.replace('+', "%2B")).as_bytes())
+        .next()
+        .map(|(_, v)| v.into_owned())
+        .unwrap_or_else(|| key.to_string())
 }
 
 /// The escalation checks on writes of roles and bindings (Kubernetes' `policybased` storage):

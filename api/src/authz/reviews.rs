@@ -27,7 +27,7 @@ pub fn answer(
     let info = kind.info();
     let invalid = |errors: Vec<FieldError>| Error::invalid_fields(info, "", &errors);
     let status = match info.kind {
-        "SelfSubjectReview" => json!({"userInfo": user_info(user)}),
+        "SelfSubjectReview" => json!({"userInfo": crate::serviceaccount::user_info(user)}),
         "SelfSubjectRulesReview" => {
             let ns = text(&review["spec"], "namespace");
             rules_review(authorizer, user, ns)
@@ -84,15 +84,6 @@ pub fn answer(
     Ok(review)
 }
 
-/// `status.userInfo` of a SelfSubjectReview.
-fn user_info(user: &User) -> Value {
-    let mut info = json!({"username": user.name, "groups": user.groups});
-    if !user.uid.is_empty() {
-        info["uid"] = json!(user.uid);
-    }
-    info
-}
-
 /// The user a SubjectAccessReview asks about: `spec.user`, `spec.groups`, `spec.uid`.
 fn subject_of(spec: &Value) -> Result<User, FieldError> {
     let name = text(spec, "user").to_string();
@@ -110,10 +101,21 @@ fn subject_of(spec: &Value) -> Result<User, FieldError> {
             "at least one of user or group must be specified",
         ));
     }
+    let extra = spec["extra"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| {
+            let values = v.as_array().into_iter().flatten();
+            let values = values.filter_map(Value::as_str).map(str::to_string);
+            (k.clone(), values.collect())
+        })
+        .collect();
     Ok(User {
         name,
         uid: text(spec, "uid").to_string(),
         groups,
+        extra,
     })
 }
 

@@ -14,11 +14,12 @@ use skiff_client::{Api, Informer, index, key_of};
 use skiff_meta::labels::Selector;
 
 use super as logic;
+use crate::history::{self, Applied, COLLISION_RETRY};
 use crate::manager::Context;
+use crate::pods;
 use crate::runtime::children::{self, Claims};
 use crate::runtime::{Action, Controller, Event, Expectations, Reconcile, Started, not_found};
 use crate::{Error, Result};
-use crate::{history, pods};
 
 /// The kind this controller owns pods for.
 const KIND: &str = "DaemonSet";
@@ -107,12 +108,15 @@ impl Reconcile for DaemonSets {
         let node_refs: Vec<&Node> = nodes.iter().map(Arc::as_ref).collect();
         let pod_refs: Vec<&Pod> = owned.iter().map(Arc::as_ref).collect();
         let plan = logic::plan(&ds, &node_refs, &pod_refs, Timestamp::now());
-        if !deleting {
-            self.record_history(&ds, key, &pod_refs).await?;
+        if !deleting && self.record_history(&ds, key, &pod_refs).await? == Applied::Collision {
+            let api: Api<DaemonSet> = Api::namespaced(self.client.clone(), &ns);
+            let count = ds.status.as_ref().and_then(|s| s.collision_count);
+            history::count_collision(&api, &name, count, key).await?;
+            return Ok(Action::Requeue(COLLISION_RETRY));
         }
 
         if self.expectations.satisfied(key) && !deleting {
-            let hash = logic::template_hash(&ds.spec.clone().unwrap_or_default().template);
+            let hash = logic::current_hash(&ds);
             self.expectations.expect(
                 key,
                 plan.create_on.len(),
@@ -151,7 +155,7 @@ impl Reconcile for DaemonSets {
 impl DaemonSets {
     /// Records the DaemonSet's template as a ControllerRevision and removes old ones beyond
     /// `revisionHistoryLimit`, keeping those its pods still run.
-    async fn record_history(&self, ds: &DaemonSet, key: &str, owned: &[&Pod]) -> Result<()> {
+    async fn record_history(&self, ds: &DaemonSet, key: &str, owned: &[&Pod]) -> Result<Applied> {
         let ns = ds.metadata.namespace.clone().unwrap_or_default();
         let name = ds.metadata.name.clone().unwrap_or_default();
         let spec = ds.spec.clone().unwrap_or_default();
@@ -169,9 +173,10 @@ impl DaemonSets {
             meta: &ds.metadata,
             template: &spec.template,
             limit: spec.revision_history_limit.unwrap_or(10),
+            collision_count: ds.status.as_ref().and_then(|s| s.collision_count),
         };
         let plan = history::plan(&owner, &existing, &in_use);
         let api: Api<ControllerRevision> = Api::namespaced(self.client.clone(), &ns);
-        history::apply(&api, &plan, key).await
+        history::apply(&api, &owner, &plan, key).await
     }
 }

@@ -57,10 +57,27 @@ fn tolerates(t: &Toleration, taint: &Taint) -> bool {
     effect_ok && key_ok && value_ok
 }
 
-/// The template hash of the DaemonSet's current template.
-pub fn template_hash(template: &PodTemplateSpec) -> String {
-    let digest = Sha256::digest(serde_json::to_vec(template).expect("a pod template serializes"));
-    hex::encode(&digest[..5])
+/// The hash naming a revision of `template`. A set whose revision name clashed with another
+/// template's (`status.collisionCount` > 0) mixes the count in, as kube-controller-manager does, so
+/// the next name is a different one; without a collision the hash is the template's alone.
+pub fn template_hash(template: &PodTemplateSpec, collision_count: Option<i32>) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(serde_json::to_vec(template).expect("a pod template serializes"));
+    if let Some(count) = collision_count.filter(|c| *c > 0) {
+        hasher.update(count.to_be_bytes());
+    }
+    hex::encode(&hasher.finalize()[..5])
+}
+
+/// The hash of the DaemonSet's current template (its pods' `controller-revision-hash`).
+pub fn current_hash(ds: &DaemonSet) -> String {
+    template_hash(
+        &ds.spec
+            .as_ref()
+            .map(|s| s.template.clone())
+            .unwrap_or_default(),
+        ds.status.as_ref().and_then(|s| s.collision_count),
+    )
 }
 
 /// Whether a daemon pod of `ds` belongs on `node`: the node is not being deleted, its labels
@@ -140,7 +157,7 @@ fn hash_of(p: &Pod) -> Option<&str> {
 /// One step for `ds` given every node and the pods it owns, at `now`.
 pub fn plan(ds: &DaemonSet, nodes: &[&Node], owned: &[&Pod], now: Timestamp) -> Plan {
     let spec = ds.spec.clone().unwrap_or_default();
-    let hash = template_hash(&spec.template);
+    let hash = current_hash(ds);
     let min_ready = spec.min_ready_seconds.unwrap_or(0);
     let mut by_node: BTreeMap<&str, Vec<&Pod>> = BTreeMap::new();
     let mut plan = Plan::default();
@@ -325,7 +342,7 @@ mod tests {
             "127.0.0.2",
             ready.then_some(0),
         );
-        let hash = template_hash(&d.spec.as_ref().unwrap().template);
+        let hash = current_hash(d);
         p.metadata
             .labels
             .as_mut()

@@ -15,6 +15,7 @@ use skiff_client::{Api, Informer, index, key_of};
 use skiff_meta::labels::Selector;
 
 use super as logic;
+use crate::history::{Applied, COLLISION_RETRY};
 use crate::manager::Context;
 use crate::runtime::children::{self, Claims};
 use crate::runtime::{Action, Controller, Reconcile, Started, conflict, not_found};
@@ -96,7 +97,14 @@ impl Reconcile for StatefulSets {
         };
         let owned = children::claim(&pod_api, &claims, candidates).await?;
         let refs: Vec<&Pod> = owned.iter().map(Arc::as_ref).collect();
-        let current_template = self.record_history(&set, key, &refs).await?;
+        let (applied, current_template) = self.record_history(&set, key, &refs).await?;
+        if applied == Applied::Collision {
+            let api: Api<StatefulSet> = Api::namespaced(self.client.clone(), &ns);
+            let name = set.metadata.name.clone().unwrap_or_default();
+            let count = set.status.as_ref().and_then(|s| s.collision_count);
+            history::count_collision(&api, &name, count, key).await?;
+            return Ok(Action::Requeue(COLLISION_RETRY));
+        }
         let plan = logic::plan(&set, &refs, current_template.as_ref(), Timestamp::now());
 
         let claim_api: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), &ns);
@@ -171,14 +179,14 @@ impl Reconcile for StatefulSets {
 
 impl StatefulSets {
     /// Brings the set's ControllerRevisions up to date (its template's revision recorded, old
-    /// ones beyond `revisionHistoryLimit` removed) and returns the template of its current
-    /// revision, when known.
+    /// ones beyond `revisionHistoryLimit` removed) and returns how that went with the template
+    /// of its current revision, when known.
     async fn record_history(
         &self,
         set: &StatefulSet,
         key: &str,
         owned: &[&Pod],
-    ) -> Result<Option<k8s_openapi::api::core::v1::PodTemplateSpec>> {
+    ) -> Result<(Applied, Option<k8s_openapi::api::core::v1::PodTemplateSpec>)> {
         let ns = set.metadata.namespace.clone().unwrap_or_default();
         let spec = set.spec.clone().unwrap_or_default();
         let cache = self.revisions.cache();
@@ -199,17 +207,21 @@ impl StatefulSets {
             meta: &set.metadata,
             template: &spec.template,
             limit: spec.revision_history_limit.unwrap_or(10),
+            collision_count: set.status.as_ref().and_then(|s| s.collision_count),
         };
         let plan = history::plan(&owner, &existing, &in_use);
-        if !pods::is_deleting(&set.metadata) {
+        let applied = if pods::is_deleting(&set.metadata) {
+            Applied::Done
+        } else {
             let api: Api<ControllerRevision> = Api::namespaced(self.client.clone(), &ns);
-            history::apply(&api, &plan, key).await?;
-        }
-        Ok(current.and_then(|name| {
+            history::apply(&api, &owner, &plan, key).await?
+        };
+        let template = current.and_then(|name| {
             existing
                 .iter()
                 .find(|r| r.metadata.name.as_deref() == Some(name.as_str()))
                 .and_then(|r| history::template_of(r))
-        }))
+        });
+        Ok((applied, template))
     }
 }

@@ -139,7 +139,10 @@ pub fn update_revision(set: &StatefulSet) -> String {
     format!(
         "{}-{}",
         set.metadata.name.as_deref().unwrap_or_default(),
-        template_hash(&template)
+        template_hash(
+            &template,
+            set.status.as_ref().and_then(|s| s.collision_count)
+        )
     )
 }
 

@@ -101,6 +101,7 @@ pub fn all() -> &'static [Arc<dyn Kind>] {
             Arc::new(reviews::LocalSubjectAccessReview),
             Arc::new(reviews::SubjectAccessReview),
             Arc::new(reviews::SelfSubjectReview),
+            Arc::new(reviews::TokenReview),
             Arc::new(custom_resource_definition::CustomResourceDefinition),
         ]
     });

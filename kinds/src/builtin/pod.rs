@@ -31,6 +31,27 @@ pub const INFO: ResourceInfo = ResourceInfo {
             kind: "Pod",
             verbs: &["get"],
         },
+        Subresource {
+            name: "attach",
+            group: "",
+            version: "v1",
+            kind: "PodAttachOptions",
+            verbs: &["create", "get"],
+        },
+        Subresource {
+            name: "exec",
+            group: "",
+            version: "v1",
+            kind: "PodExecOptions",
+            verbs: &["create", "get"],
+        },
+        Subresource {
+            name: "portforward",
+            group: "",
+            version: "v1",
+            kind: "PodPortForwardOptions",
+            verbs: &["create", "get"],
+        },
     ],
     categories: &["all"],
     selectable_fields: &[

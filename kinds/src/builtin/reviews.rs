@@ -1,8 +1,9 @@
 //! The review kinds: `authorization.k8s.io/v1` SelfSubjectAccessReview, SelfSubjectRulesReview,
 //! LocalSubjectAccessReview and SubjectAccessReview, and `authentication.k8s.io/v1`
-//! SelfSubjectReview. Each is a question (`kubectl auth can-i`, `can-i --list`, `auth whoami`):
-//! only ever created, never stored; the API server's authorizer writes the answer into `status`
-//! of the object it returns.
+//! SelfSubjectReview and TokenReview. Each is a question (`kubectl auth can-i`, `can-i --list`,
+//! `auth whoami`, "whose token is this?"): only ever created, never stored; the API server's
+//! authorizer (the authenticator, for TokenReview) writes the answer into `status` of the object
+//! it returns.
 
 use super::prelude::*;
 
@@ -100,5 +101,15 @@ review!(
     "authentication.k8s.io",
     "selfsubjectreviews",
     "selfsubjectreview",
+    false
+);
+review!(
+    /// Is this bearer token valid, and whose is it? (Webhooks, proxies and OIDC consumers ask it;
+    /// `system:auth-delegator` may.)
+    TokenReview,
+    api::authentication::v1::TokenReview,
+    "authentication.k8s.io",
+    "tokenreviews",
+    "tokenreview",
     false
 );

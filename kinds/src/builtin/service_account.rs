@@ -15,7 +15,14 @@ pub const INFO: ResourceInfo = ResourceInfo {
     short_names: &["sa"],
     namespaced: true,
     verbs: READ_WRITE,
-    subresources: &[],
+    subresources: &[Subresource {
+        // TokenRequest: `kubectl create token`, and the kubelet's projected tokens.
+        name: "token",
+        group: "authentication.k8s.io",
+        version: "v1",
+        kind: "TokenRequest",
+        verbs: &["create"],
+    }],
     categories: &[],
     selectable_fields: &[],
 };

@@ -472,6 +472,11 @@ mod tests {
                 "SelfSubjectReview",
                 json!({"metadata": {"name": "x"}}),
             ),
+            (
+                "authentication.k8s.io",
+                "TokenReview",
+                json!({"metadata": {"name": "x"}, "spec": {"token": "t"}}),
+            ),
         ];
         let cases_len = cases.len();
         for (group, kind, obj) in cases {

@@ -27,6 +27,7 @@
 //! side turns into requests; the manager itself knows nothing of the API client.
 
 pub mod backoff;
+pub mod hooks;
 pub mod probe;
 pub mod sandbox;
 pub mod status;
@@ -39,6 +40,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, Pod, PodStatus};
 use k8s_openapi::jiff::Timestamp;
+use skiff_client::events::EventType;
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 
@@ -92,8 +94,8 @@ pub enum Event {
         name: String,
         /// UID.
         uid: String,
-        /// `Normal` or `Warning`.
-        type_: &'static str,
+        /// Routine or a problem.
+        type_: EventType,
         /// `Started`, `Killing`, `BackOff`, `Unhealthy`, `Failed`, `FailedMount`...
         reason: String,
         /// Details.
@@ -456,7 +458,7 @@ impl Worker {
         (worker, probe_rx)
     }
 
-    fn record(&self, type_: &'static str, reason: &str, message: impl Into<String>) {
+    fn record(&self, type_: EventType, reason: &str, message: impl Into<String>) {
         let _ = self.shared.events.send(Event::Record {
             namespace: self.namespace.clone(),
             name: self.name.clone(),
@@ -557,7 +559,7 @@ impl Worker {
                 probe::Kind::Startup => "Startup",
             };
             self.record(
-                "Warning",
+                EventType::Warning,
                 "Unhealthy",
                 format!("{what} probe failed: {}", ev.message),
             );
@@ -607,7 +609,7 @@ impl Worker {
         match &error {
             Some((reason, message)) => {
                 if self.last_error.as_ref() != Some(message) {
-                    self.record("Warning", reason, message.clone());
+                    self.record(EventType::Warning, reason, message.clone());
                     self.last_error = Some(message.clone());
                 }
             }
@@ -708,7 +710,7 @@ impl Worker {
                     None
                 };
                 if let Some(message) = why {
-                    self.record("Normal", "Killing", message);
+                    self.record(EventType::Normal, "Killing", message);
                     self.stop_probes(&c.name);
                     if let Err(e) = self.shared.runtime.stop(&run.id, grace).await {
                         tracing::warn!(%e, id = %run.id, "stopping container");
@@ -787,7 +789,7 @@ impl Worker {
                     restart_at: to_timestamp_after(*finished_at, delay),
                 };
                 self.record(
-                    "Warning",
+                    EventType::Warning,
                     "BackOff",
                     format!(
                         "Back-off {}s restarting failed container {}",
@@ -840,14 +842,14 @@ impl Worker {
                 return;
             }
         }
-        if !self.image_ready(c, now).await {
+        if !self.image_ready(c, now, sources).await {
             return;
         }
         let sandboxed = self.shared.runtime.sandboxed();
         let retry = self.shared.config.backoff.base;
         let host_ip = self.shared.config.host_ip.to_string();
         let fail = |this: &mut Self, reason: &str, message: String| {
-            this.record("Warning", "Failed", format!("Error: {message}"));
+            this.record(EventType::Warning, "Failed", format!("Error: {message}"));
             this.waiting.insert(
                 c.name.clone(),
                 Waiting {
@@ -919,15 +921,48 @@ impl Worker {
                 attempt,
             ),
             env,
+            stdin: c.stdin.unwrap_or(false),
+            stdin_once: c.stdin_once.unwrap_or(false),
         };
         match self.shared.runtime.start(config).await {
             Ok(container) => {
                 self.waiting.remove(&c.name);
                 self.retry_at.remove(&c.name);
-                self.record("Normal", "Started", format!("Started container {}", c.name));
+                self.record(
+                    EventType::Normal,
+                    "Started",
+                    format!("Started container {}", c.name),
+                );
                 if self.warned.insert(container.id.clone()) {
                     for w in &container.warnings {
-                        self.record("Warning", "ResourceLimitsNotApplied", w.clone());
+                        self.record(EventType::Warning, "ResourceLimitsNotApplied", w.clone());
+                    }
+                }
+                let post_start = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref());
+                if let Some(handler) = post_start
+                    && container.is_running()
+                {
+                    let target = probe::Target {
+                        runtime: self.shared.runtime.clone(),
+                        container_id: container.id.clone(),
+                        container: c.clone(),
+                        pod_ip: ip,
+                    };
+                    if let Err(why) = hooks::run(handler, &target, hooks::POST_START_LIMIT).await {
+                        self.record(
+                            EventType::Warning,
+                            "FailedPostStartHook",
+                            format!("PostStartHook failed: {why}"),
+                        );
+                        self.record(
+                            EventType::Normal,
+                            "Killing",
+                            format!("FailedPostStartHook: stopping container {}", c.name),
+                        );
+                        let grace = grace_of(&self.pod);
+                        if let Err(e) = self.shared.runtime.stop(&container.id, grace).await {
+                            tracing::warn!(%e, id = %container.id, "stopping container");
+                        }
                     }
                 }
             }
@@ -937,7 +972,7 @@ impl Worker {
 
     /// Makes `c`'s image present by its pull policy; false (the container waiting in
     /// `ErrImagePull`, `ImagePullBackOff` or `ErrImageNeverPull`) when it is not.
-    async fn image_ready(&mut self, c: &Container, now: Timestamp) -> bool {
+    async fn image_ready(&mut self, c: &Container, now: Timestamp, sources: &Sources) -> bool {
         let image = c.image.clone().unwrap_or_default();
         if let Some(b) = self.pull_backoff.get(&c.name)
             && now < b.retry_at
@@ -959,10 +994,11 @@ impl Worker {
             return false;
         }
         let policy = PullPolicy::of(c);
+        let auth = crate::pull_secrets::credentials(&self.pod, &image, sources);
         match self
             .shared
             .runtime
-            .ensure_image(&self.uid, &image, policy)
+            .ensure_image(&self.uid, &image, policy, &auth)
             .await
         {
             Ok(_) => {
@@ -977,7 +1013,7 @@ impl Worker {
                     "ErrImagePull"
                 };
                 let message = e.to_string();
-                self.record("Warning", "Failed", format!("Error: {message}"));
+                self.record(EventType::Warning, "Failed", format!("Error: {message}"));
                 let previous = self.pull_backoff.get(&c.name).map(|b| b.delay);
                 let delay = self.shared.config.backoff.next(previous, Duration::ZERO);
                 self.pull_backoff.insert(
@@ -1215,13 +1251,52 @@ impl Worker {
             .collect();
         for c in &running {
             self.record(
-                "Normal",
+                EventType::Normal,
                 "Killing",
                 format!("Stopping container {}", c.config.name),
             );
         }
         let rt = self.shared.runtime.clone();
-        futures::future::join_all(running.iter().map(|c| rt.stop(&c.id, grace))).await;
+        // Each container's preStop hook, then its stop with what is left of the grace period.
+        let specs: Vec<Container> = self
+            .pod
+            .spec
+            .iter()
+            .flat_map(|s| s.init_containers.iter().flatten().chain(&s.containers))
+            .cloned()
+            .collect();
+        let pod_ip = self.pod_ip.unwrap_or(self.shared.config.host_ip);
+        let stops = running.iter().map(|c| {
+            let spec = specs.iter().find(|s| s.name == c.config.name).cloned();
+            let rt = rt.clone();
+            async move {
+                let started = tokio::time::Instant::now();
+                let mut failed = None;
+                let mut left = grace;
+                if let Some(spec) = spec
+                    && let Some(handler) = spec.lifecycle.as_ref().and_then(|l| l.pre_stop.clone())
+                {
+                    let target = probe::Target {
+                        runtime: rt.clone(),
+                        container_id: c.id.clone(),
+                        container: spec,
+                        pod_ip,
+                    };
+                    if let Err(why) = hooks::run(&handler, &target, grace).await {
+                        failed = Some(format!(
+                            "PreStopHook failed for container {}: {why}",
+                            c.config.name
+                        ));
+                    }
+                    left = grace.saturating_sub(started.elapsed());
+                }
+                let _ = rt.stop(&c.id, left).await;
+                failed
+            }
+        });
+        for why in futures::future::join_all(stops).await.into_iter().flatten() {
+            self.record(EventType::Warning, "FailedPreStopHook", why);
+        }
         self.report(None);
         // The pod's network goes before the API is told the pod is gone, so a pod of the same
         // name that follows does not meet its IP still in use.

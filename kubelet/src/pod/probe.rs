@@ -399,6 +399,8 @@ mod tests {
                 limits: Default::default(),
                 spec_hash: "h".into(),
                 log_path: dir.path().join("c.log"),
+                stdin: false,
+                stdin_once: false,
             })
             .await
             .unwrap();

@@ -342,6 +342,8 @@ mod tests {
                 limits: Limits::default(),
                 spec_hash: "h".into(),
                 log_path: "/tmp/x".into(),
+                stdin: false,
+                stdin_once: false,
             },
             state,
             warnings: vec![],

@@ -42,8 +42,8 @@ use tokio::sync::broadcast;
 use tonic::transport::{Channel, Endpoint, Uri};
 
 use super::{
-    Container, ContainerConfig, Error, ExecOutput, Limits, PullPolicy, Result, Runtime, Sandbox,
-    SandboxConfig, State, Version,
+    Container, ContainerConfig, Error, ExecOutput, Image, Limits, PullPolicy, RegistryAuth, Result,
+    Runtime, Sandbox, SandboxConfig, State, Version,
 };
 use cri::image_service_client::ImageServiceClient;
 use cri::runtime_service_client::RuntimeServiceClient;
@@ -77,6 +77,8 @@ pub struct Config {
     pub cgroup_parent: Option<String>,
     /// Time limit of calls that do not wait on containers (everything but pulls, stops, execs).
     pub call_timeout: Duration,
+    /// The node's registry configuration: its credentials go with pulls.
+    pub registries: crate::registries::Registries,
 }
 
 impl Config {
@@ -88,6 +90,7 @@ impl Config {
             relist_period: Duration::from_secs(1),
             cgroup_parent: None,
             call_timeout: Duration::from_secs(10),
+            registries: Default::default(),
         }
     }
 }
@@ -558,6 +561,8 @@ fn from_status(s: &cri::ContainerStatus, known: Option<&ContainerConfig>) -> Opt
             .cloned()
             .unwrap_or_default(),
         log_path: PathBuf::from(&s.log_path),
+        stdin: false,
+        stdin_once: false,
     });
     Some(Container {
         id: s.id.clone(),
@@ -1006,11 +1011,27 @@ impl Runtime for CriRuntime {
         Ok(uids)
     }
 
+    async fn images(&self) -> Result<Vec<Image>> {
+        let request = cri::ListImagesRequest { filter: None };
+        let images = self
+            .call("ListImages", None, self.image_client().list_images(request))
+            .await?
+            .images;
+        Ok(images
+            .into_iter()
+            .map(|i| Image {
+                names: i.repo_tags.into_iter().chain(i.repo_digests).collect(),
+                size: i.size,
+            })
+            .collect())
+    }
+
     async fn ensure_image(
         &self,
         pod_uid: &str,
         image: &str,
         policy: PullPolicy,
+        auth: &[RegistryAuth],
     ) -> Result<Option<String>> {
         if policy != PullPolicy::Always {
             if let Some(id) = self.image_present(image).await? {
@@ -1025,32 +1046,49 @@ impl Runtime for CriRuntime {
             .sandboxes
             .get(pod_uid)
             .map(|s| s.config.clone());
-        let request = cri::PullImageRequest {
-            image: Some(cri::ImageSpec {
-                image: image.to_string(),
-                ..Default::default()
-            }),
-            auth: None,
-            sandbox_config,
-        };
-        match self
-            .call(
-                "PullImage",
-                Some(Duration::from_secs(600)),
-                self.image_client().pull_image(request),
-            )
-            .await
-        {
-            Ok(r) => Ok(Some(r.image_ref)),
-            Err(Error::Cri { source, .. }) => Err(Error::ImagePull {
-                image: image.to_string(),
-                message: source.message().to_string(),
-            }),
-            Err(err) => Err(Error::ImagePull {
-                image: image.to_string(),
-                message: err.to_string(),
-            }),
+        // Each credential in turn, then none (the Kubernetes kubelet's order); the last
+        // failure is the one reported.
+        // No server address: the kubelet matched the credentials to the image already, and
+        // containerd drops credentials whose address is not the host it pulls from (a mirror).
+        let node_auth = self.inner.config.registries.auth_for(image);
+        let attempts = auth
+            .iter()
+            .chain(&node_auth)
+            .map(|a| {
+                Some(cri::AuthConfig {
+                    username: a.username.clone(),
+                    password: a.password.clone(),
+                    ..Default::default()
+                })
+            })
+            .chain(std::iter::once(None));
+        let mut failure = None;
+        for auth in attempts {
+            let request = cri::PullImageRequest {
+                image: Some(cri::ImageSpec {
+                    image: image.to_string(),
+                    ..Default::default()
+                }),
+                auth,
+                sandbox_config: sandbox_config.clone(),
+            };
+            match self
+                .call(
+                    "PullImage",
+                    Some(Duration::from_secs(600)),
+                    self.image_client().pull_image(request),
+                )
+                .await
+            {
+                Ok(r) => return Ok(Some(r.image_ref)),
+                Err(Error::Cri { source, .. }) => failure = Some(source.message().to_string()),
+                Err(err) => failure = Some(err.to_string()),
+            }
         }
+        Err(Error::ImagePull {
+            image: image.to_string(),
+            message: failure.unwrap_or_default(),
+        })
     }
 }
 

@@ -44,6 +44,12 @@ pub enum Error {
     /// No container with this id.
     #[error("no container {0}")]
     NotFound(String),
+    /// The container is not running (an exec or attach into it).
+    #[error("container {0} is not running")]
+    NotRunning(String),
+    /// The runtime does not serve this (streaming into a runtime that cannot).
+    #[error("{0}")]
+    Unsupported(String),
     /// An exec did not finish within its timeout.
     #[error("exec timed out after {0:?}")]
     ExecTimeout(Duration),
@@ -160,6 +166,12 @@ pub struct ContainerConfig {
     pub spec_hash: String,
     /// Where stdout/stderr go.
     pub log_path: PathBuf,
+    /// `stdin`: the container's stdin stays open for `kubectl attach -i`.
+    #[serde(default)]
+    pub stdin: bool,
+    /// `stdinOnce`: the container's stdin closes when the first attached client closes it.
+    #[serde(default)]
+    pub stdin_once: bool,
 }
 
 /// What a container is doing.
@@ -277,6 +289,27 @@ pub struct Sandbox {
     pub ips: Vec<IpAddr>,
 }
 
+/// Registry credentials for a pull (from the pod's `imagePullSecrets`: see
+/// [`crate::pull_secrets`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RegistryAuth {
+    /// The docker config key they were found under (the registry).
+    pub server: String,
+    /// The user name.
+    pub username: String,
+    /// The password.
+    pub password: String,
+}
+
+/// An image the runtime holds (`status.images` of the node).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Image {
+    /// Its tags and digests (`repo:tag`, `repo@sha256:...`).
+    pub names: Vec<String>,
+    /// Its size in bytes.
+    pub size: u64,
+}
+
 /// `imagePullPolicy`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PullPolicy {
@@ -324,6 +357,43 @@ pub struct ExecOutput {
     pub output: Vec<u8>,
 }
 
+/// What a streaming exec asks for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StreamOptions {
+    /// Give the command a stdin to write to.
+    pub stdin: bool,
+    /// Read the command's stdout.
+    pub stdout: bool,
+    /// Read the command's stderr (ignored with a TTY, which merges both into stdout).
+    pub stderr: bool,
+    /// Run the command on a pseudo-terminal.
+    pub tty: bool,
+}
+
+/// A writer to a streamed process's stdin.
+pub type StreamWriter = Box<dyn tokio::io::AsyncWrite + Send + Unpin>;
+/// A reader of a streamed process's output.
+pub type StreamReader = Box<dyn tokio::io::AsyncRead + Send + Unpin>;
+
+/// A command started by [`Runtime::exec_stream`], its stdio handed to the caller.
+///
+/// Dropping it before the command ended kills the command (its whole process group): a client
+/// that goes away leaves nothing behind.
+pub struct Session {
+    /// The command's stdin (with a TTY, the terminal's input), if asked for.
+    pub stdin: Option<StreamWriter>,
+    /// Its stdout (with a TTY, the terminal's output), if asked for.
+    pub stdout: Option<StreamReader>,
+    /// Its stderr, if asked for and without a TTY.
+    pub stderr: Option<StreamReader>,
+    /// Sets the terminal's size (width, height), with a TTY.
+    pub resize: Option<Box<dyn Fn(u16, u16) + Send + Sync>>,
+    /// Resolves to the exit code (128 + signal for a signalled process) when the command ends.
+    pub exit: futures::future::BoxFuture<'static, Result<i32>>,
+    /// Kills the command when dropped before it ended.
+    pub guard: Box<dyn Send + Sync>,
+}
+
 /// A container runtime.
 #[async_trait::async_trait]
 pub trait Runtime: Send + Sync + 'static {
@@ -348,6 +418,30 @@ pub trait Runtime: Send + Sync + 'static {
     /// fails with [`Error::ShuttingDown`]. The exits are recorded with reason `Shutdown`, which
     /// the next kubelet restarts without back-off, as it does `Orphaned` runs.
     async fn shutdown(&self, grace: &(dyn for<'c> Fn(&'c Container) -> Duration + Send + Sync));
+
+    /// Starts `cmd` in a running container with its stdio streamed to the caller (`kubectl
+    /// exec`). The default serves no streams.
+    async fn exec_stream(
+        &self,
+        id: &str,
+        cmd: &[String],
+        options: StreamOptions,
+    ) -> Result<Session> {
+        let _ = (id, cmd, options);
+        Err(Error::Unsupported(
+            "this container runtime does not serve exec streams".into(),
+        ))
+    }
+
+    /// Attaches to a running container's main process (`kubectl attach`): its output from now
+    /// on and, where the container has `stdin: true` and it is asked for, its stdin. Dropping
+    /// the session detaches and leaves the container running. The default serves no streams.
+    async fn attach(&self, id: &str, options: StreamOptions) -> Result<Session> {
+        let _ = (id, options);
+        Err(Error::Unsupported(
+            "this container runtime does not serve attach".into(),
+        ))
+    }
 
     /// The runtime's name and version. The process runtime's is this crate's version.
     async fn version(&self) -> Result<Version> {
@@ -380,15 +474,21 @@ pub trait Runtime: Send + Sync + 'static {
     async fn sandbox_pods(&self) -> Result<Vec<String>> {
         Ok(Vec::new())
     }
+    /// The images the runtime holds. The default has none.
+    async fn images(&self) -> Result<Vec<Image>> {
+        Ok(Vec::new())
+    }
     /// Makes `image` present by `policy` for a container of pod `pod_uid`; returns the runtime's
-    /// image reference. The default has no images: nothing to pull.
+    /// image reference. A pull tries each of `auth` in turn, then none. The default has no
+    /// images: nothing to pull.
     async fn ensure_image(
         &self,
         pod_uid: &str,
         image: &str,
         policy: PullPolicy,
+        auth: &[RegistryAuth],
     ) -> Result<Option<String>> {
-        let _ = (pod_uid, image, policy);
+        let _ = (pod_uid, image, policy, auth);
         Ok(None)
     }
 }

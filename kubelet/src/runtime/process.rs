@@ -91,9 +91,18 @@ struct Record {
     start_ticks: Option<u64>,
 }
 
+/// What `kubectl attach` reaches of a running container: its stdin (with `stdin: true`) and a
+/// copy of its output lines as they are logged.
+struct AttachPoint {
+    stdin: tokio::sync::Mutex<Option<tokio::process::ChildStdin>>,
+    output: broadcast::Sender<(logs::Stream, Arc<[u8]>)>,
+}
+
 struct Entry {
     record: Record,
     exited: watch::Receiver<bool>,
+    /// For containers this runtime started (not those of a previous kubelet).
+    attach: Option<Arc<AttachPoint>>,
     /// Stopped by [`Runtime::shutdown`]: its exit is recorded with reason `Shutdown`.
     shutdown: bool,
 }
@@ -157,6 +166,7 @@ impl ProcessRuntime {
                 Entry {
                     record,
                     exited,
+                    attach: None,
                     shutdown: false,
                 },
             );
@@ -305,26 +315,49 @@ pub fn resolve_program(program: &str, path: &str, cwd: &Path) -> std::io::Result
         })
 }
 
+/// What a process of a container runs: the resolved program, argv, environment and directory.
+struct Launch {
+    program: PathBuf,
+    argv: Vec<String>,
+    env: Vec<(String, String)>,
+    cwd: PathBuf,
+}
+
+impl Launch {
+    fn new(config: &ContainerConfig, argv: &[String]) -> std::io::Result<Launch> {
+        let cwd = PathBuf::from(config.working_dir.as_deref().unwrap_or("/"));
+        let path = config
+            .env
+            .iter()
+            .rev()
+            .find(|(k, _)| k == "PATH")
+            .map_or(DEFAULT_PATH, |(_, v)| v.as_str());
+        let program = resolve_program(&argv[0], path, &cwd)?;
+        let mut env = Vec::with_capacity(config.env.len() + 1);
+        if !config.env.iter().any(|(k, _)| k == "PATH") {
+            env.push(("PATH".to_string(), DEFAULT_PATH.to_string()));
+        }
+        env.extend(config.env.iter().cloned());
+        Ok(Launch {
+            program,
+            argv: argv.to_vec(),
+            env,
+            cwd,
+        })
+    }
+}
+
 fn command_for(
     config: &ContainerConfig,
     argv: &[String],
 ) -> std::io::Result<tokio::process::Command> {
-    let cwd = Path::new(config.working_dir.as_deref().unwrap_or("/"));
-    let path = config
-        .env
-        .iter()
-        .rev()
-        .find(|(k, _)| k == "PATH")
-        .map_or(DEFAULT_PATH, |(_, v)| v.as_str());
-    let mut cmd = tokio::process::Command::new(resolve_program(&argv[0], path, cwd)?);
+    let launch = Launch::new(config, argv)?;
+    let mut cmd = tokio::process::Command::new(&launch.program);
     // argv[0] stays the name the spec gave, as a shell would pass it.
-    cmd.arg0(&argv[0]);
-    cmd.args(&argv[1..]).env_clear();
-    if !config.env.iter().any(|(k, _)| k == "PATH") {
-        cmd.env("PATH", DEFAULT_PATH);
-    }
-    cmd.envs(config.env.iter().map(|(k, v)| (k, v)));
-    cmd.current_dir(cwd);
+    cmd.arg0(&launch.argv[0]);
+    cmd.args(&launch.argv[1..]).env_clear();
+    cmd.envs(launch.env.iter().map(|(k, v)| (k, v)));
+    cmd.current_dir(&launch.cwd);
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -333,11 +366,139 @@ fn command_for(
     Ok(cmd)
 }
 
+/// Ends an attach session's output copies when it is dropped (the container goes on).
+struct AbortOnDrop(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
+}
+
+/// Kills a streamed command's process group when dropped before the command ended.
+struct KillOnDrop {
+    pgid: i32,
+    ended: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if !self.ended.load(std::sync::atomic::Ordering::SeqCst) {
+            kill_group(self.pgid, Signal::KILL);
+        }
+    }
+}
+
+/// A pty master read as a stream: the kernel answers `EIO` once the terminal's last process
+/// closed it, which is the end of the output, not an error.
+struct PtyOutput(pty_process::OwnedReadPty);
+
+impl tokio::io::AsyncRead for PtyOutput {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match std::pin::Pin::new(&mut self.0).poll_read(cx, buf) {
+            std::task::Poll::Ready(Err(e))
+                if e.raw_os_error() == Some(rustix::io::Errno::IO.raw_os_error()) =>
+            {
+                std::task::Poll::Ready(Ok(()))
+            }
+            other => other,
+        }
+    }
+}
+
+/// Spawns a streamed command: on a new pseudo-terminal (its session leader, the terminal its
+/// controlling one) or with pipes in a process group of its own.
+fn spawn_stream(
+    launch: &Launch,
+    options: super::StreamOptions,
+) -> std::io::Result<(tokio::process::Child, super::Session)> {
+    use std::os::fd::AsFd;
+    let unused_exit: futures::future::BoxFuture<'static, Result<i32>> = Box::pin(async { Ok(0) });
+    if options.tty {
+        let (pty, pts) = pty_process::open().map_err(std::io::Error::other)?;
+        let winsize_fd = pty.as_fd().try_clone_to_owned()?;
+        let child = pty_process::Command::new(&launch.program)
+            .arg0(&launch.argv[0])
+            .args(&launch.argv[1..])
+            .env_clear()
+            .envs(launch.env.iter().map(|(k, v)| (k, v)))
+            .current_dir(&launch.cwd)
+            .kill_on_drop(false)
+            .spawn(pts)
+            .map_err(std::io::Error::other)?;
+        let (output, input) = pty.into_split();
+        let resize = move |width: u16, height: u16| {
+            let size = rustix::termios::Winsize {
+                ws_row: height,
+                ws_col: width,
+                ws_xpixel: 0,
+                ws_ypixel: 0,
+            };
+            let _ = rustix::termios::tcsetwinsize(&winsize_fd, size);
+        };
+        let session = super::Session {
+            stdin: options
+                .stdin
+                .then(|| Box::new(input) as super::StreamWriter),
+            stdout: Some(Box::new(PtyOutput(output))),
+            stderr: None,
+            resize: Some(Box::new(resize)),
+            exit: unused_exit,
+            guard: Box::new(()),
+        };
+        return Ok((child, session));
+    }
+    let mut cmd = tokio::process::Command::new(&launch.program);
+    cmd.arg0(&launch.argv[0])
+        .args(&launch.argv[1..])
+        .env_clear()
+        .envs(launch.env.iter().map(|(k, v)| (k, v)))
+        .current_dir(&launch.cwd)
+        .process_group(0)
+        .kill_on_drop(false);
+    let piped = |wanted: bool| {
+        if wanted {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        }
+    };
+    cmd.stdin(piped(options.stdin))
+        .stdout(piped(options.stdout))
+        .stderr(piped(options.stderr));
+    let mut child = cmd.spawn()?;
+    let session = super::Session {
+        stdin: child
+            .stdin
+            .take()
+            .map(|s| Box::new(s) as super::StreamWriter),
+        stdout: child
+            .stdout
+            .take()
+            .map(|s| Box::new(s) as super::StreamReader),
+        stderr: child
+            .stderr
+            .take()
+            .map(|s| Box::new(s) as super::StreamReader),
+        resize: None,
+        exit: unused_exit,
+        guard: Box::new(()),
+    };
+    Ok((child, session))
+}
+
 /// Copies lines of one pipe into the shared log writer.
 async fn pump(
     pipe: impl AsyncRead + Unpin,
     stream: logs::Stream,
     writer: Arc<Mutex<logs::Writer>>,
+    attached: broadcast::Sender<(logs::Stream, Arc<[u8]>)>,
 ) {
     let mut reader = BufReader::new(pipe);
     let mut line = Vec::new();
@@ -346,6 +507,9 @@ async fn pump(
         match reader.read_until(b'\n', &mut line).await {
             Ok(0) | Err(_) => return,
             Ok(_) => {
+                if attached.receiver_count() > 0 {
+                    let _ = attached.send((stream, Arc::from(&line[..])));
+                }
                 if line.last() == Some(&b'\n') {
                     line.pop();
                 }
@@ -380,12 +544,21 @@ impl Runtime for ProcessRuntime {
             return Err(Error::ShuttingDown(config.name));
         }
         let mut child = command_for(&config, &argv)
-            .and_then(|mut cmd| cmd.spawn())
+            .and_then(|mut cmd| {
+                if config.stdin {
+                    cmd.stdin(Stdio::piped());
+                }
+                cmd.spawn()
+            })
             .map_err(|source| Error::StartFailed {
                 container: config.name.clone(),
                 source,
             })?;
         let pid = child.id().expect("a just-spawned child has a pid");
+        let attach = Arc::new(AttachPoint {
+            stdin: tokio::sync::Mutex::new(child.stdin.take()),
+            output: broadcast::channel(1024).0,
+        });
         let started_at = Timestamp::now();
         let warnings = self.apply_limits(&id, pid, &config);
         let record = Record {
@@ -408,6 +581,7 @@ impl Runtime for ProcessRuntime {
             Entry {
                 record,
                 exited,
+                attach: Some(attach.clone()),
                 shutdown: false,
             },
         );
@@ -420,8 +594,18 @@ impl Runtime for ProcessRuntime {
 
         let stdout = child.stdout.take().expect("stdout piped");
         let stderr = child.stderr.take().expect("stderr piped");
-        let out = tokio::spawn(pump(stdout, logs::Stream::Stdout, writer.clone()));
-        let err = tokio::spawn(pump(stderr, logs::Stream::Stderr, writer));
+        let out = tokio::spawn(pump(
+            stdout,
+            logs::Stream::Stdout,
+            writer.clone(),
+            attach.output.clone(),
+        ));
+        let err = tokio::spawn(pump(
+            stderr,
+            logs::Stream::Stderr,
+            writer,
+            attach.output.clone(),
+        ));
         let this = self.clone();
         tokio::spawn(async move {
             let status = child.wait().await;
@@ -585,6 +769,176 @@ impl Runtime for ProcessRuntime {
         }
     }
 
+    /// Runs the command with the container's environment and working directory, in a process
+    /// group of its own (a new session on its terminal with a TTY) rather than the container's:
+    /// so that ending the session can kill everything the command started without touching the
+    /// container. The command still dies with the container: when the container's main process
+    /// exits, the command's group is killed.
+    async fn exec_stream(
+        &self,
+        id: &str,
+        cmd: &[String],
+        options: super::StreamOptions,
+    ) -> Result<super::Session> {
+        let (config, mut container_exited) = {
+            let entries = self.entries();
+            let entry = entries
+                .get(id)
+                .ok_or_else(|| Error::NotFound(id.to_string()))?;
+            if !entry.record.container.is_running() || *entry.exited.borrow() {
+                return Err(Error::NotRunning(
+                    entry.record.container.config.name.clone(),
+                ));
+            }
+            (entry.record.container.config.clone(), entry.exited.clone())
+        };
+        if cmd.is_empty() {
+            return Err(Error::NoCommand {
+                container: config.name,
+                image: config.image,
+            });
+        }
+        let start_failed = |source| Error::StartFailed {
+            container: config.name.clone(),
+            source,
+        };
+        let launch = Launch::new(&config, cmd).map_err(start_failed)?;
+        let (mut child, mut session) = spawn_stream(&launch, options).map_err(start_failed)?;
+        let pgid = child.id().expect("a just-spawned child has a pid") as i32;
+        let ended = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (exit_tx, exit_rx) = tokio::sync::oneshot::channel();
+        let task_ended = ended.clone();
+        tokio::spawn(async move {
+            let status = tokio::select! {
+                status = child.wait() => status,
+                _ = async { container_exited.wait_for(|e| *e).await.map(|_| ()) } => {
+                    kill_group(pgid, Signal::KILL);
+                    child.wait().await
+                }
+            };
+            // What the command left running in its group goes with it.
+            kill_group(pgid, Signal::KILL);
+            task_ended.store(true, std::sync::atomic::Ordering::SeqCst);
+            let code = status
+                .map(|s| s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(9)))
+                .map_err(|source| Error::StartFailed {
+                    container: String::new(),
+                    source,
+                });
+            let _ = exit_tx.send(code);
+        });
+        session.exit = Box::pin(async move {
+            exit_rx.await.unwrap_or_else(|_| {
+                Err(Error::StartFailed {
+                    container: String::new(),
+                    source: std::io::Error::other("the exec's waiter went away"),
+                })
+            })
+        });
+        session.guard = Box::new(KillOnDrop { pgid, ended });
+        Ok(session)
+    }
+
+    /// Attaches to the main process: a copy of its output lines from now on, and its stdin
+    /// (kept open by the runtime for containers with `stdin: true`; with `stdinOnce` closed
+    /// when the first attached client closes it). The session ends when the container does
+    /// (reported as success, as the kubelet reports attach); dropping it detaches.
+    async fn attach(&self, id: &str, options: super::StreamOptions) -> Result<super::Session> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (point, exited, config) = {
+            let entries = self.entries();
+            let entry = entries
+                .get(id)
+                .ok_or_else(|| Error::NotFound(id.to_string()))?;
+            let name = entry.record.container.config.name.clone();
+            if !entry.record.container.is_running() || *entry.exited.borrow() {
+                return Err(Error::NotRunning(name));
+            }
+            let point = entry.attach.clone().ok_or_else(|| {
+                Error::Unsupported(format!(
+                    "container {name} was started by a previous kubelet and cannot be attached to"
+                ))
+            })?;
+            (
+                point,
+                entry.exited.clone(),
+                entry.record.container.config.clone(),
+            )
+        };
+        let stdin = (options.stdin && config.stdin).then(|| {
+            let (client, mut ours) = tokio::io::duplex(64 * 1024);
+            let point = point.clone();
+            let once = config.stdin_once;
+            // Not aborted on detach: it ends when the client's side closes, and then closes
+            // the container's stdin for a `stdinOnce` container.
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 32 * 1024];
+                while let Ok(n) = ours.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                    let mut stdin = point.stdin.lock().await;
+                    let Some(pipe) = stdin.as_mut() else { break };
+                    if pipe.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                }
+                if once {
+                    point.stdin.lock().await.take();
+                }
+            });
+            Box::new(client) as super::StreamWriter
+        });
+        let mut copies = Vec::new();
+        let mut output = |wanted: bool, stream: logs::Stream| -> Option<super::StreamReader> {
+            if !wanted {
+                return None;
+            }
+            let (client, mut ours) = tokio::io::duplex(64 * 1024);
+            let mut lines = point.output.subscribe();
+            let mut exited = exited.clone();
+            copies.push(tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        biased;
+                        line = lines.recv() => match line {
+                            Ok((from, line)) if from == stream => {
+                                if ours.write_all(&line).await.is_err() {
+                                    return;
+                                }
+                            }
+                            Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                            Err(broadcast::error::RecvError::Closed) => return,
+                        },
+                        _ = async { exited.wait_for(|e| *e).await.map(|_| ()) } => {
+                            while let Ok((from, line)) = lines.try_recv() {
+                                if from == stream && ours.write_all(&line).await.is_err() {
+                                    return;
+                                }
+                            }
+                            return;
+                        }
+                    }
+                }
+            }));
+            Some(Box::new(client))
+        };
+        let stdout = output(options.stdout, logs::Stream::Stdout);
+        let stderr = output(options.stderr && !options.tty, logs::Stream::Stderr);
+        let mut exited = exited;
+        Ok(super::Session {
+            stdin,
+            stdout,
+            stderr,
+            resize: None,
+            exit: Box::pin(async move {
+                let _ = exited.wait_for(|e| *e).await.map(|_| ());
+                Ok(0)
+            }),
+            guard: Box::new(AbortOnDrop(copies)),
+        })
+    }
+
     fn subscribe(&self) -> broadcast::Receiver<String> {
         self.events.subscribe()
     }
@@ -685,6 +1039,8 @@ mod tests {
             limits: Limits::default(),
             spec_hash: "h".into(),
             log_path: dir.join("logs").join(format!("{name}.log")),
+            stdin: false,
+            stdin_once: false,
         }
     }
 
@@ -1070,6 +1426,148 @@ mod tests {
             .await;
         assert!(matches!(slow, Err(Error::ExecTimeout(_))));
         rt.stop(&c.id, Duration::from_secs(5)).await.unwrap();
+    }
+
+    /// Reads everything from a streamed output.
+    async fn read_all(reader: Option<crate::runtime::StreamReader>) -> Vec<u8> {
+        use tokio::io::AsyncReadExt;
+        let mut out = Vec::new();
+        if let Some(mut r) = reader {
+            r.read_to_end(&mut out).await.unwrap();
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn exec_stream_pipes_stdin_and_separate_outputs_and_reports_the_exit_code() {
+        use tokio::io::AsyncWriteExt;
+        let dir = tempfile::tempdir().unwrap();
+        let rt = runtime(dir.path());
+        let c = rt
+            .start(config(dir.path(), "c", "sleep 100"))
+            .await
+            .unwrap();
+        let options = crate::runtime::StreamOptions {
+            stdin: true,
+            stdout: true,
+            stderr: true,
+            tty: false,
+        };
+        let cmd: Vec<String> = ["sh", "-c", "echo $GREETING; cat; echo oops >&2; exit 4"]
+            .map(String::from)
+            .to_vec();
+        let mut session = rt.exec_stream(&c.id, &cmd, options).await.unwrap();
+        let mut stdin = session.stdin.take().unwrap();
+        stdin.write_all(b"piped\n").await.unwrap();
+        drop(stdin);
+        let out = read_all(session.stdout.take()).await;
+        let err = read_all(session.stderr.take()).await;
+        assert_eq!(out, b"hi\npiped\n");
+        assert_eq!(err, b"oops\n");
+        assert_eq!(session.exit.await.unwrap(), 4);
+        assert!(session.resize.is_none());
+
+        // A command the container's PATH does not have.
+        let missing = rt
+            .exec_stream(&c.id, &["no-such-program".to_string()], options)
+            .await;
+        assert!(matches!(missing, Err(Error::StartFailed { .. })));
+        rt.stop(&c.id, Duration::from_secs(5)).await.unwrap();
+        // A container that stopped takes no exec.
+        let stopped = rt.exec_stream(&c.id, &cmd, options).await;
+        assert!(
+            matches!(stopped, Err(Error::NotRunning(_))),
+            "{:?}",
+            stopped.err()
+        );
+    }
+
+    #[tokio::test]
+    async fn exec_stream_on_a_tty_is_a_terminal_of_the_size_asked() {
+        use tokio::io::AsyncWriteExt;
+        let dir = tempfile::tempdir().unwrap();
+        let rt = runtime(dir.path());
+        let c = rt
+            .start(config(dir.path(), "c", "sleep 100"))
+            .await
+            .unwrap();
+        let options = crate::runtime::StreamOptions {
+            stdin: true,
+            stdout: true,
+            stderr: true,
+            tty: true,
+        };
+        // The shell waits for a line before it asks the terminal its size, so the resize lands
+        // first.
+        let cmd: Vec<String> = ["sh", "-c", "read x; tty; stty size; echo got $x"]
+            .map(String::from)
+            .to_vec();
+        let mut session = rt.exec_stream(&c.id, &cmd, options).await.unwrap();
+        assert!(
+            session.stderr.is_none(),
+            "a terminal merges stderr into stdout"
+        );
+        (session.resize.as_ref().unwrap())(100, 30);
+        let mut stdin = session.stdin.take().unwrap();
+        stdin.write_all(b"line\n").await.unwrap();
+        let out = String::from_utf8(read_all(session.stdout.take()).await).unwrap();
+        assert!(out.contains("/dev/pts/"), "{out:?}");
+        assert!(out.contains("30 100"), "{out:?}");
+        assert!(out.contains("got line"), "{out:?}");
+        assert_eq!(session.exit.await.unwrap(), 0);
+        rt.stop(&c.id, Duration::from_secs(5)).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn dropping_a_stream_session_kills_its_group_and_the_container_ending_ends_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let rt = runtime(dir.path());
+        let c = rt
+            .start(config(dir.path(), "c", "sleep 100"))
+            .await
+            .unwrap();
+        let options = crate::runtime::StreamOptions {
+            stdout: true,
+            ..Default::default()
+        };
+        let pid_file = dir.path().join("child.pid");
+        let script = format!("sleep 200 & echo $! > {}; wait", pid_file.display());
+        let cmd: Vec<String> = vec!["sh".into(), "-c".into(), script];
+        let session = rt.exec_stream(&c.id, &cmd, options).await.unwrap();
+        let child_pid = loop {
+            if let Some(pid) = std::fs::read_to_string(&pid_file)
+                .ok()
+                .and_then(|s| s.trim().parse::<i32>().ok())
+            {
+                break pid;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert!(alive(child_pid));
+        drop(session);
+        for _ in 0..100 {
+            if !alive(child_pid) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(
+            !alive(child_pid),
+            "the session's background child survived its drop"
+        );
+        assert!(rt.list(None)[0].is_running(), "the container must stay");
+
+        // A session outlives nothing of its container's.
+        let session = rt
+            .exec_stream(&c.id, &["sleep".into(), "300".into()], options)
+            .await
+            .unwrap();
+        rt.stop(&c.id, Duration::from_secs(5)).await.unwrap();
+        let code = tokio::time::timeout(Duration::from_secs(5), session.exit)
+            .await
+            .expect("the exec ended with its container")
+            .unwrap();
+        assert_eq!(code, 137);
     }
 
     #[tokio::test]

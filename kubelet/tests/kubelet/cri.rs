@@ -1,5 +1,5 @@
-//! The pod manager on the CRI runtime against a containerd of the test's own ([`cri_lab`]):
-//! pulls, sandboxes with IPs on the test's bridge, init containers, restarts with `lastState`,
+//! The pod manager on the CRI runtime against a containerd of the test's own
+//! ([`skiff_tests::containerd`]): pulls, sandboxes with IPs on the test's bridge, init containers, restarts with `lastState`,
 //! image pull errors, deletion, and a runtime that does not answer.
 
 use std::collections::BTreeMap;
@@ -19,7 +19,7 @@ use skiff_kubelet::spec::Sources;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::cri_lab::{self, Lab};
+use skiff_tests::containerd::{self as cri_lab, Lab};
 
 const LIMIT: Duration = Duration::from_secs(60);
 /// The node of the kubelet run against the API server.

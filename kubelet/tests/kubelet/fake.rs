@@ -175,6 +175,7 @@ impl Runtime for Fake {
         _pod_uid: &str,
         image: &str,
         policy: PullPolicy,
+        _auth: &[skiff_kubelet::runtime::RegistryAuth],
     ) -> Result<Option<String>> {
         let present = self.present.lock().unwrap().contains(image);
         match policy {

@@ -6,7 +6,6 @@
 //! dependency tree again, and on a 2-core CI machine those links cost more than the tests run.
 
 mod cri;
-mod cri_lab;
 mod e2e;
 mod fake;
 mod node_status;

@@ -614,3 +614,155 @@ fn two_api_servers_on_one_etcd_see_each_others_writes() {
         "b2"
     );
 }
+
+/// A second API server on `etcd` with `first`'s CA and tokens, as a second machine of one
+/// cluster would have.
+fn second_server(first: &TestCluster, endpoint: &str) -> TestCluster {
+    TestCluster::start_prepared("apiserver", &["--datastore-endpoint", endpoint], |dir| {
+        let from = first.data_dir();
+        std::fs::create_dir_all(dir.join("pki")).unwrap();
+        for entry in std::fs::read_dir(from.join("pki")).unwrap() {
+            let entry = entry.unwrap();
+            std::fs::copy(entry.path(), dir.join("pki").join(entry.file_name())).unwrap();
+        }
+        std::fs::copy(from.join("tokens.csv"), dir.join("tokens.csv")).unwrap();
+    })
+}
+
+fn service(name: &str, cluster_ip: Option<&str>, node_port: Option<u16>) -> Value {
+    let mut port = json!({"port": 80, "targetPort": 80});
+    if let Some(p) = node_port {
+        port["nodePort"] = json!(p);
+    }
+    let mut spec = json!({"type": "NodePort", "selector": {"app": name}, "ports": [port]});
+    if let Some(ip) = cluster_ip {
+        spec["clusterIP"] = json!(ip);
+    }
+    json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name}, "spec": spec})
+}
+
+const SVC: &str = "/api/v1/namespaces/default/services";
+
+#[test]
+fn two_api_servers_never_hand_out_the_same_cluster_ip_or_node_port() {
+    let Some(etcd) = Etcd::start(&[]) else {
+        return;
+    };
+    let endpoint = etcd.endpoint();
+    let a = TestCluster::start(&["--datastore-endpoint", &endpoint]);
+    let b = second_server(&a, &endpoint);
+
+    // The same address and port asked of both servers at once: exactly one gets them, the
+    // other is told they are taken (per-process memory would give both).
+    for round in 0..6u16 {
+        let ip = format!("127.96.1.{}", round + 10);
+        let port = 31000 + round;
+        let (ra, rb) = std::thread::scope(|s| {
+            let ta = s.spawn(|| {
+                request(
+                    &a,
+                    "POST",
+                    SVC,
+                    Some(service(&format!("a{round}"), Some(&ip), None)),
+                )
+            });
+            let tb = s.spawn(|| {
+                request(
+                    &b,
+                    "POST",
+                    SVC,
+                    Some(service(&format!("b{round}"), Some(&ip), None)),
+                )
+            });
+            (ta.join().unwrap(), tb.join().unwrap())
+        });
+        let codes = [ra.0, rb.0];
+        assert!(
+            codes.contains(&201) && codes.contains(&422),
+            "round {round}, ClusterIP {ip}: {ra:?} {rb:?}"
+        );
+        let refused = if ra.0 == 422 { &ra.1 } else { &rb.1 };
+        assert!(
+            refused["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("already allocated"),
+            "{refused}"
+        );
+        let (ra, rb) = std::thread::scope(|s| {
+            let ta = s.spawn(|| {
+                request(
+                    &a,
+                    "POST",
+                    SVC,
+                    Some(service(&format!("pa{round}"), None, Some(port))),
+                )
+            });
+            let tb = s.spawn(|| {
+                request(
+                    &b,
+                    "POST",
+                    SVC,
+                    Some(service(&format!("pb{round}"), None, Some(port))),
+                )
+            });
+            (ta.join().unwrap(), tb.join().unwrap())
+        });
+        let codes = [ra.0, rb.0];
+        assert!(
+            codes.contains(&201) && codes.contains(&422),
+            "round {round}, NodePort {port}: {ra:?} {rb:?}"
+        );
+    }
+
+    // Many picks through both servers at once: all distinct.
+    std::thread::scope(|s| {
+        for (server, tag) in [(&a, "x"), (&b, "y")] {
+            s.spawn(move || {
+                for i in 0..20 {
+                    let (code, body) = request(
+                        server,
+                        "POST",
+                        SVC,
+                        Some(service(&format!("{tag}{i}"), None, None)),
+                    );
+                    assert_eq!(code, 201, "{body}");
+                }
+            });
+        }
+    });
+    let (_, list) = request(&a, "GET", SVC, None);
+    let items: Vec<&Value> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["metadata"]["name"] != "kubernetes")
+        .collect();
+    assert_eq!(items.len(), 6 + 6 + 40, "{list}");
+    let ips: std::collections::BTreeSet<&str> = items
+        .iter()
+        .map(|s| s["spec"]["clusterIP"].as_str().unwrap())
+        .collect();
+    let ports: std::collections::BTreeSet<u64> = items
+        .iter()
+        .map(|s| s["spec"]["ports"][0]["nodePort"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ips.len(), items.len(), "duplicate ClusterIPs");
+    assert_eq!(ports.len(), items.len(), "duplicate NodePorts");
+    // Every one is reserved in etcd, next to the objects.
+    let reserved = etcd.keys(b"/skiff/registry/ranges/servicenodeports/").len();
+    assert_eq!(reserved, items.len());
+
+    // Deleted through B, an address is free through A at once.
+    let taken = items
+        .iter()
+        .find(|s| s["metadata"]["name"] == "x0")
+        .unwrap()["spec"]["clusterIP"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (code, _) = request(&b, "DELETE", &format!("{SVC}/x0"), None);
+    assert_eq!(code, 200);
+    let (code, body) = request(&a, "POST", SVC, Some(service("again", Some(&taken), None)));
+    assert_eq!(code, 201, "{body}");
+}

@@ -4,12 +4,16 @@
 //! dependency tree again, and on a 2-core CI machine those links cost more than the tests run.
 
 mod api;
+mod containerd;
 mod crd;
 mod etcd;
+mod identity;
 mod kubectl;
+mod leader;
 mod rbac;
 mod replay;
 mod services;
 mod split;
 mod storage;
+mod streaming;
 mod workloads;

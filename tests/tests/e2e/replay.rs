@@ -620,7 +620,9 @@ fn scripted_scenario_reads_back_at_every_step() {
     for (before, after) in steps.iter().zip(&steps[1..]) {
         assert!(before.revision < after.revision, "{steps:#?}");
     }
-    assert!(s0.deployments.is_empty() && s0.configmaps.is_empty() && s0.pods.is_empty());
+    assert!(s0.deployments.is_empty() && s0.pods.is_empty());
+    // The root CA publisher's ConfigMap is in every namespace from the start, as in Kubernetes.
+    assert_eq!(names(&s0.configmaps), ["kube-root-ca.crt"]);
     assert_eq!(s4.pods.len(), 5);
     assert!(s6.deployments.is_empty() && s6.replicasets.is_empty() && s6.pods.is_empty());
 

@@ -63,6 +63,7 @@ fn user(name: &str, groups: &[String]) -> User {
         name: name.into(),
         uid: String::new(),
         groups: groups.to_vec(),
+        ..Default::default()
     }
 }
 

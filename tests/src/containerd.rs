@@ -1,7 +1,8 @@
-//! A containerd of the test's own: config, state, root, socket, CNI config and bridge in a temp
-//! dir, a busybox image built offline with umoci and served by a registry on loopback, and a
-//! teardown that leaves nothing behind (containerd, shims, container processes, bridge, network
-//! namespaces, cgroups).
+//! A containerd of the test's own (the "lab"): config, state, root, socket, CNI config and bridge
+//! in a temp dir, a busybox image built offline with umoci and served by a registry on loopback,
+//! and a teardown that leaves nothing behind (containerd, shims, container processes, bridge,
+//! network namespaces, cgroups). Used by the kubelet's CRI tests and the end-to-end tests of
+//! `skiff server --container-runtime-endpoint`.
 //!
 //! Why it looks the way it does (Debian 12 machines of this project):
 //! - no systemd and no services started by apt: the test starts containerd and the registry;
@@ -12,9 +13,10 @@
 //!   masquerade, no route out. Nothing leaves the machine.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 /// Programs the lab needs, all from Debian packages (`.ci/run` installs them).
@@ -26,11 +28,15 @@ const PROGRAMS: &[&str] = &[
     "docker-registry",
     "busybox",
     "ip",
+    "ctr",
+    "python3",
 ];
 
 /// A running lab.
 pub struct Lab {
+    /// The lab's directory (containerd's root and state, the registry's data, logs).
     pub dir: tempfile::TempDir,
+    /// containerd's socket.
     pub socket: PathBuf,
     /// `127.0.0.1:<port>` of the registry.
     pub registry: String,
@@ -38,12 +44,68 @@ pub struct Lab {
     pub image: String,
     /// The bridge's name and the pods' subnet prefix (`10.89.N.`).
     pub bridge: String,
+    /// The pods' subnet prefix (`10.89.N.`; the subnet is `<prefix>0/24`).
     pub subnet_prefix: String,
     /// The cgroup parent of the pods (cgroupfs syntax), for the kubelet's CRI config.
     pub cgroup_parent: String,
+    /// `127.0.0.1:<port>` of a second registry that wants a user and password (htpasswd):
+    /// [`PRIVATE_CREDENTIALS`].
+    pub private_registry: String,
+    /// The busybox image in the private registry.
+    pub private_image: String,
     containerd: Option<Child>,
     registry_proc: Option<Child>,
+    private_proc: Option<Child>,
     ip_forward: Option<String>,
+}
+
+/// User and password of the lab's private registry.
+pub const PRIVATE_CREDENTIALS: (&str, &str) = ("skiff", "lab-pass-7");
+
+/// Starts docker-registry on a free loopback port with its data under `<root>/<name>`, wanting
+/// `credentials` (an htpasswd file with a bcrypt hash, made with Python's `crypt`) when given.
+fn start_registry(root: &Path, name: &str, credentials: Option<(&str, &str)>) -> (String, Child) {
+    let address = format!("127.0.0.1:{}", crate::free_port());
+    let dir = root.join(name);
+    std::fs::create_dir_all(dir.join("data")).unwrap();
+    let mut config = format!(
+        "version: 0.1\nlog: {{level: warn}}\nstorage: {{filesystem: {{rootdirectory: {}}}}}\nhttp: {{addr: {address}}}\n",
+        dir.join("data").display(),
+    );
+    if let Some((user, password)) = credentials {
+        let hash = Command::new("python3")
+            .args([
+                "-W",
+                "ignore",
+                "-c",
+                "import crypt, sys; print(crypt.crypt(sys.argv[1], crypt.mksalt(crypt.METHOD_BLOWFISH, rounds=1 << 5)))",
+                password,
+            ])
+            .output()
+            .expect("python3 for the htpasswd hash");
+        assert!(hash.status.success(), "{hash:?}");
+        let hash = String::from_utf8(hash.stdout).unwrap();
+        assert!(hash.starts_with("$2"), "bcrypt from crypt: {hash}");
+        std::fs::write(dir.join("htpasswd"), format!("{user}:{}\n", hash.trim())).unwrap();
+        config.push_str(&format!(
+            "auth: {{htpasswd: {{realm: skiff-lab, path: {}}}}}\n",
+            dir.join("htpasswd").display()
+        ));
+    }
+    std::fs::write(dir.join("config.yml"), config).unwrap();
+    let log = format!("{name}.log");
+    let child = Command::new("docker-registry")
+        .arg("serve")
+        .arg(dir.join("config.yml"))
+        .stdout(log_file(root, &log))
+        .stderr(log_file(root, &log))
+        .spawn()
+        .unwrap();
+    let addr: SocketAddr = address.parse().unwrap();
+    wait_for(name, Duration::from_secs(20), || {
+        TcpStream::connect(addr).is_ok()
+    });
+    (address, child)
 }
 
 /// Whether the containerd test can run: every program is installed. Without them the test
@@ -92,14 +154,6 @@ fn run(cmd: &mut Command) {
     );
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn wait_for(what: &str, limit: Duration, mut ready: impl FnMut() -> bool) {
     let start = Instant::now();
     while !ready() {
@@ -116,47 +170,45 @@ impl Lab {
             .prefix("skcri")
             .tempdir_in("/tmp")
             .unwrap();
-        let n = std::process::id() % 200 + 20;
+        // Unique per process and per lab within it (tests of one binary run side by side).
+        static LABS: AtomicU32 = AtomicU32::new(0);
+        let seq = LABS.fetch_add(1, Ordering::SeqCst);
+        let pid = std::process::id();
+        let n = (pid.wrapping_mul(7) + seq) % 200 + 20;
         let mut lab = Lab {
             socket: dir.path().join("containerd.sock"),
             registry: String::new(),
             image: String::new(),
-            bridge: format!("skcri{}", std::process::id() % 100_000),
+            private_registry: String::new(),
+            private_image: String::new(),
+            bridge: format!("skcri{}{seq}", pid % 100_000),
             subnet_prefix: format!("10.89.{n}."),
-            cgroup_parent: format!("/skiff-cri-test-{}", std::process::id()),
+            cgroup_parent: format!("/skiff-cri-test-{pid}-{seq}"),
             dir,
             containerd: None,
             registry_proc: None,
+            private_proc: None,
             ip_forward: std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward").ok(),
         };
         let root = lab.dir.path().to_path_buf();
         build_image(&root.join("oci"));
 
-        let port = free_port();
-        lab.registry = format!("127.0.0.1:{port}");
-        std::fs::create_dir_all(root.join("registry/data")).unwrap();
-        std::fs::write(
-            root.join("registry/config.yml"),
-            format!(
-                "version: 0.1\nlog: {{level: warn}}\nstorage: {{filesystem: {{rootdirectory: {}}}}}\nhttp: {{addr: {}}}\n",
-                root.join("registry/data").display(),
-                lab.registry
-            ),
-        )
-        .unwrap();
-        lab.registry_proc = Some(
-            Command::new("docker-registry")
-                .arg("serve")
-                .arg(root.join("registry/config.yml"))
-                .stdout(log_file(&root, "registry.log"))
-                .stderr(log_file(&root, "registry.log"))
-                .spawn()
-                .unwrap(),
-        );
-        let addr: SocketAddr = lab.registry.parse().unwrap();
-        wait_for("registry", Duration::from_secs(20), || {
-            TcpStream::connect(addr).is_ok()
-        });
+        let (registry, child) = start_registry(&root, "registry", None);
+        lab.registry = registry;
+        lab.registry_proc = Some(child);
+        let (private, child) = start_registry(&root, "private", Some(PRIVATE_CREDENTIALS));
+        lab.private_registry = private;
+        lab.private_proc = Some(child);
+        run(Command::new("skopeo").args([
+            "copy",
+            "-q",
+            "--dest-tls-verify=false",
+            "--dest-creds",
+            &format!("{}:{}", PRIVATE_CREDENTIALS.0, PRIVATE_CREDENTIALS.1),
+            &format!("oci:{}:busybox", root.join("oci").display()),
+            &format!("docker://{}/private/busybox:test", lab.private_registry),
+        ]));
+        lab.private_image = format!("{}/private/busybox:test", lab.private_registry);
         for tag in ["busybox", "pause"] {
             run(Command::new("skopeo").args([
                 "copy",
@@ -188,6 +240,36 @@ impl Lab {
     /// containerd's log so far (printed when a test fails).
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("containerd.log")).unwrap_or_default()
+    }
+
+    /// What the registries logged.
+    pub fn registry_logs(&self) -> String {
+        ["registry.log", "private.log"]
+            .iter()
+            .map(|f| std::fs::read_to_string(self.dir.path().join(f)).unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// `unix://<socket>`: the value of `--container-runtime-endpoint`.
+    pub fn endpoint(&self) -> String {
+        format!("unix://{}", self.socket.display())
+    }
+
+    /// Writes the lab's busybox image as an archive named `name` (`localhost/imported:v1`) that
+    /// is in no registry: `format` is `oci-archive` or `docker-archive` (skopeo's transports).
+    pub fn image_archive(&self, format: &str, name: &str) -> PathBuf {
+        let path = self
+            .dir
+            .path()
+            .join(format!("{}.tar", name.replace(['/', ':'], "_")));
+        run(Command::new("skopeo").args([
+            "copy",
+            "-q",
+            &format!("oci:{}:busybox", self.dir.path().join("oci").display()),
+            &format!("{format}:{}:{name}", path.display()),
+        ]));
+        path
     }
 }
 
@@ -260,16 +342,18 @@ fn build_image(oci: &Path) {
 fn write_containerd_config(lab: &Lab) {
     let r = lab.dir.path();
     let d = |p: &str| r.join(p).display().to_string();
-    let certs = r.join("certs.d").join(&lab.registry);
-    std::fs::create_dir_all(&certs).unwrap();
-    std::fs::write(
-        certs.join("hosts.toml"),
-        format!(
-            "server = \"http://{0}\"\n[host.\"http://{0}\"]\n  capabilities = [\"pull\", \"resolve\"]\n",
-            lab.registry
-        ),
-    )
-    .unwrap();
+    for registry in [&lab.registry, &lab.private_registry] {
+        let certs = r.join("certs.d").join(registry);
+        std::fs::create_dir_all(&certs).unwrap();
+        std::fs::write(
+            certs.join("hosts.toml"),
+            format!(
+                "server = \"http://{0}\"\n[host.\"http://{0}\"]\n  capabilities = [\"pull\", \"resolve\"]\n",
+                registry
+            ),
+        )
+        .unwrap();
+    }
     std::fs::create_dir_all(r.join("cni/net.d")).unwrap();
     std::fs::write(
         r.join("cni/net.d/10-skiff-test.conflist"),
@@ -397,9 +481,13 @@ impl Lab {
             kill(pid);
         }
         let shim_sockets = self.shim_sockets();
-        for child in [self.containerd.take(), self.registry_proc.take()]
-            .into_iter()
-            .flatten()
+        for child in [
+            self.containerd.take(),
+            self.registry_proc.take(),
+            self.private_proc.take(),
+        ]
+        .into_iter()
+        .flatten()
         {
             let mut child = child;
             let _ = Command::new("kill")
@@ -490,6 +578,7 @@ fn remove_cgroup_tree(dir: &Path) {
 impl Drop for Lab {
     fn drop(&mut self) {
         if self.containerd.is_some() || self.registry_proc.is_some() {
+            eprintln!("--- registry logs ---\n{}", self.registry_logs());
             eprintln!("--- containerd log ---\n{}", self.log());
         }
         self.teardown();

@@ -1,0 +1,818 @@
+//! Real containers end to end: `skiff server --container-runtime-endpoint unix:///...` against a
+//! containerd of the test's own ([`skiff_tests::containerd`]: its own socket, a registry on a
+//! free loopback port serving a busybox image built offline, a bridge with the pods' subnet),
+//! driven with kubectl.
+//!
+//! Images without a registry come first: `skiff images import` of an OCI archive, the docker
+//! archive the server found in `<data-dir>/images` at start, both run with
+//! `imagePullPolicy: Never`.
+//!
+//! One test, one lab, the steps in order (each lab costs a containerd, a registry and a bridge):
+//! a Deployment pulled from the registry reaches Running with pod IPs on the bridge, a Service in
+//! front answers round-robin through the proxy, a crashing container restarts with `lastState`,
+//! a memory limit far below what the command allocates is `OOMKilled`, a missing image shows
+//! `ErrImagePull` then `ImagePullBackOff`, configMap and secret volumes are readable and
+//! read-only where asked, `kubectl delete pod` ends within the grace period (and not before it
+//! when the container ignores SIGTERM), and a server restart leaves running pods running (same
+//! container, same IP, no restart). At the end the namespace's deletion leaves no pod process
+//! and the lab's teardown leaves nothing at all.
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use skiff_tests::containerd::{self, Lab};
+use skiff_tests::{Kubectl, TestCluster, eventually};
+
+/// Far above anything a wait needs; waits poll, nothing is timed by it.
+const PATIENCE: Duration = Duration::from_secs(90);
+const NS: &str = "cri";
+
+/// The cluster and the lab, stopped in that order (the kubelet first, then its containerd) when
+/// dropped, also when a step fails.
+struct Env {
+    cluster: Option<TestCluster>,
+    lab: Lab,
+    node: String,
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        if let Some(mut cluster) = self.cluster.take() {
+            cluster.stop();
+            if std::thread::panicking() {
+                eprintln!("---- skiff server log ----\n{}", cluster.log_text());
+            }
+        }
+        self.lab.teardown();
+    }
+}
+
+impl Env {
+    fn start(prepare: impl FnOnce(&Lab, &Path)) -> Env {
+        let lab = Lab::start();
+        let node = format!("cri-{}", std::process::id());
+        let endpoint = lab.endpoint();
+        let hosts_dir = lab.dir.path().join("certs.d");
+        let cluster = TestCluster::start_prepared(
+            "server",
+            &[
+                "--node-name",
+                &node,
+                "--container-runtime-endpoint",
+                &endpoint,
+                "--cgroup-root",
+                &lab.cgroup_parent,
+                "--registry-hosts-dir",
+                hosts_dir.to_str().unwrap(),
+                "--crash-loop-backoff",
+                "1s",
+                "--crash-loop-backoff-max",
+                "4s",
+            ],
+            |data| prepare(&lab, data),
+        );
+        Env {
+            cluster: Some(cluster),
+            lab,
+            node,
+        }
+    }
+
+    fn cluster(&mut self) -> &mut TestCluster {
+        self.cluster.as_mut().expect("cluster running")
+    }
+
+    fn kubectl(&self) -> Kubectl {
+        self.cluster.as_ref().expect("cluster running").kubectl()
+    }
+
+    /// kubectl in the test's namespace; must succeed.
+    fn ok(&self, args: &[&str]) -> String {
+        let mut all = vec!["-n", NS];
+        all.extend_from_slice(args);
+        self.kubectl().ok(&all)
+    }
+
+    /// kubectl in the test's namespace; stdout when it succeeds, else empty.
+    fn get(&self, args: &[&str]) -> String {
+        let mut all = vec!["-n", NS];
+        all.extend_from_slice(args);
+        let run = self.kubectl().run(&all);
+        if run.ok { run.stdout } else { String::new() }
+    }
+
+    fn field(&self, pod: &str, path: &str) -> String {
+        self.get(&["get", "pod", pod, "-o", &format!("jsonpath={{{path}}}")])
+    }
+
+    fn pod_json(&self, pod: &str) -> Value {
+        serde_json::from_str(&self.ok(&["get", "pod", pod, "-o", "json"])).expect("pod JSON")
+    }
+
+    fn apply(&self, manifest: Value) {
+        self.kubectl()
+            .ok_with_input(&["-n", NS, "apply", "-f", "-"], &manifest.to_string());
+    }
+
+    fn wait(&self, what: &str, mut check: impl FnMut() -> bool) {
+        let ok = eventually(PATIENCE, &mut check);
+        assert!(
+            ok,
+            "never: {what}\n{}\n{}",
+            self.get(&["get", "pods", "-o", "wide"]),
+            self.get(&["get", "events"]),
+        );
+    }
+
+    /// A pod of one busybox container running `script` under `sh -c`.
+    fn pod(&self, name: &str, restart: &str, grace: u32, script: &str) -> Value {
+        json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name},
+            "spec": {
+                "restartPolicy": restart,
+                "terminationGracePeriodSeconds": grace,
+                "containers": [{
+                    "name": "c",
+                    "image": self.lab.image,
+                    "command": ["/bin/sh", "-c", script],
+                }]
+            }
+        })
+    }
+}
+
+/// GET `/` from `addr` over a new HTTP/1.0 connection: the body.
+fn http_get(addr: SocketAddr) -> std::io::Result<String> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    s.write_all(b"GET / HTTP/1.0\r\nHost: web\r\n\r\n")?;
+    let mut response = String::new();
+    s.read_to_string(&mut response)?;
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| std::io::Error::other(format!("no HTTP response: {response:?}")))?;
+    if !head.contains(" 200 ") {
+        return Err(std::io::Error::other(head.to_string()));
+    }
+    Ok(body.trim().to_string())
+}
+
+#[test]
+fn containerd_pods_through_kubectl() {
+    if !containerd::available() {
+        return;
+    }
+    // A docker archive in the data dir's image directory, imported when the server starts.
+    // A registries.yaml naming the lab's registries as mirrors of made-up hosts, one with
+    // credentials.
+    let mut env = Env::start(|lab, data| {
+        let tar = lab.image_archive("docker-archive", "localhost/preloaded:v1");
+        std::fs::create_dir_all(data.join("images")).unwrap();
+        std::fs::rename(tar, data.join("images/preloaded.tar")).unwrap();
+        let (user, password) = containerd::PRIVATE_CREDENTIALS;
+        std::fs::write(
+            data.join("registries.yaml"),
+            format!(
+                "mirrors:\n  mirror.skiff.test:\n    endpoint: [\"http://{}\"]\n  private.skiff.test:\n    endpoint: [\"http://{}\"]\nconfigs:\n  private.skiff.test:\n    auth: {{username: {user}, password: {password}}}\n",
+                lab.registry, lab.private_registry
+            ),
+        )
+        .unwrap();
+    });
+    let node = env.node.clone();
+    let k = env.kubectl();
+
+    // The node is Ready on containerd and says so.
+    assert!(
+        eventually(PATIENCE, || k
+            .run(&[
+                "get",
+                "node",
+                &node,
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}"
+            ])
+            .stdout
+            == "True"),
+        "node Ready"
+    );
+    let runtime = k.ok(&[
+        "get",
+        "node",
+        &node,
+        "-o",
+        "jsonpath={.status.nodeInfo.containerRuntimeVersion}",
+    ]);
+    assert!(runtime.starts_with("containerd://1."), "{runtime}");
+    k.ok(&["create", "namespace", NS]);
+
+    imported_images(&env);
+    deployment_and_service(&env);
+    restarts_and_oom(&env);
+    pull_errors(&env);
+    pull_secrets(&env);
+    mirrors(&env);
+    config_volumes(&env);
+    graceful_deletion(&env);
+    lifecycle_hooks(&env);
+    server_restart_keeps_pods(&mut env);
+
+    // Deleting the namespace stops and removes every sandbox: no pod process is left in the
+    // pods' cgroup, before the lab's own teardown cleans anything.
+    env.kubectl()
+        .ok(&["delete", "namespace", NS, "--timeout=120s"]);
+    let lab_pods = || {
+        env.lab
+            .leftovers()
+            .into_iter()
+            .filter(|l| l.starts_with("pod process"))
+            .collect::<Vec<_>>()
+    };
+    assert!(
+        eventually(Duration::from_secs(30), || lab_pods().is_empty()),
+        "pod processes left after the namespace went: {:?}",
+        lab_pods()
+    );
+    let mut cluster = env.cluster.take().unwrap();
+    cluster.stop();
+    env.lab.teardown();
+    let left = env.lab.leftovers();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+/// Images without a registry: an OCI archive loaded with `skiff images import` and the docker
+/// archive of `<data-dir>/images` run with `imagePullPolicy: Never`; an image nobody loaded is
+/// `ErrImageNeverPull`.
+fn imported_images(env: &Env) {
+    let archive = env
+        .lab
+        .image_archive("oci-archive", "localhost/imported:v1");
+    let endpoint = env.lab.endpoint();
+    let out = skiff_tests::skiff_ok(&[
+        "images",
+        "import",
+        "--container-runtime-endpoint",
+        &endpoint,
+        archive.to_str().unwrap(),
+    ]);
+    assert_eq!(out, "imported localhost/imported:v1\n");
+    let (ok, _, err) = skiff_tests::skiff(&[
+        "images",
+        "import",
+        "--container-runtime-endpoint",
+        &endpoint,
+        "/nonexistent/archive.tar",
+    ]);
+    assert!(!ok && err.contains("/nonexistent/archive.tar"), "{err}");
+    for (name, image) in [
+        ("imported", "localhost/imported:v1"),
+        ("preloaded", "localhost/preloaded:v1"),
+        ("absent", "localhost/absent:v1"),
+    ] {
+        let mut pod = env.pod(
+            name,
+            "Always",
+            1,
+            &format!("echo ran {image}; while true; do sleep 1; done"),
+        );
+        pod["spec"]["containers"][0]["image"] = json!(image);
+        pod["spec"]["containers"][0]["imagePullPolicy"] = json!("Never");
+        env.apply(pod);
+    }
+    for (name, image) in [
+        ("imported", "localhost/imported:v1"),
+        ("preloaded", "localhost/preloaded:v1"),
+    ] {
+        env.wait(&format!("{name} Running"), || {
+            env.field(name, ".status.phase") == "Running"
+                && env.get(&["logs", name]).contains("ran")
+        });
+        assert_eq!(env.ok(&["logs", name]), format!("ran {image}\n"));
+    }
+    env.wait("absent is ErrImageNeverPull", || {
+        env.field(
+            "absent",
+            ".status.containerStatuses[0].state.waiting.reason",
+        ) == "ErrImageNeverPull"
+    });
+    let message = env.field(
+        "absent",
+        ".status.containerStatuses[0].state.waiting.message",
+    );
+    assert!(message.contains("localhost/absent:v1"), "{message}");
+    env.ok(&[
+        "delete",
+        "pod",
+        "imported",
+        "preloaded",
+        "absent",
+        "--timeout=60s",
+    ]);
+}
+
+/// A Deployment of the registry's image: Running, pod IPs on the bridge, containerd's ids; a
+/// Service in front answers round-robin through the proxy.
+fn deployment_and_service(env: &Env) {
+    env.apply(json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web"},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {
+                    "terminationGracePeriodSeconds": 2,
+                    "containers": [{
+                        "name": "httpd",
+                        "image": env.lab.image,
+                        "imagePullPolicy": "Always",
+                        "command": ["/bin/sh", "-c",
+                            "hostname > /www/index.html && exec httpd -f -p 8080 -h /www"],
+                        "ports": [{"name": "http", "containerPort": 8080}],
+                        "readinessProbe": {
+                            "httpGet": {"path": "/", "port": "http"},
+                            "periodSeconds": 1
+                        }
+                    }]
+                }
+            }
+        }
+    }));
+    env.apply(json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "web"},
+        "spec": {
+            "selector": {"app": "web"},
+            "ports": [{"name": "http", "port": 8000, "targetPort": "http"}]
+        }
+    }));
+    env.wait("2 web pods Running and ready", || {
+        env.get(&[
+            "get",
+            "pods",
+            "-l",
+            "app=web",
+            "-o",
+            "jsonpath={range .items[*]}{.status.phase}/{.status.containerStatuses[0].ready} {end}",
+        ])
+        .split_whitespace()
+        .filter(|s| *s == "Running/true")
+        .count()
+            == 2
+    });
+    let pods: Value =
+        serde_json::from_str(&env.ok(&["get", "pods", "-l", "app=web", "-o", "json"]))
+            .expect("pod list");
+    let mut names = Vec::new();
+    for p in pods["items"].as_array().unwrap() {
+        let ip = p["status"]["podIP"].as_str().unwrap();
+        assert!(
+            ip.starts_with(&env.lab.subnet_prefix),
+            "pod IP {ip} on the lab's bridge {}0/24",
+            env.lab.subnet_prefix
+        );
+        assert_eq!(p["status"]["podIPs"][0]["ip"], ip);
+        let c = &p["status"]["containerStatuses"][0];
+        assert!(
+            c["containerID"]
+                .as_str()
+                .unwrap()
+                .starts_with("containerd://"),
+            "{c}"
+        );
+        assert!(
+            c["imageID"].as_str().unwrap().contains("sha256:"),
+            "imageID is the runtime's digest: {c}"
+        );
+        assert_eq!(c["image"], env.lab.image.as_str());
+        // The host reaches the pod on the bridge.
+        let body = http_get(SocketAddr::new(ip.parse().unwrap(), 8080)).expect("pod answers");
+        let name = p["metadata"]["name"].as_str().unwrap().to_string();
+        assert_eq!(body, name, "the pod serves its hostname");
+        names.push(name);
+    }
+    names.sort();
+
+    // The node lists the pulled image in its status.images.
+    env.wait("status.images names the image", || {
+        env.kubectl()
+            .run(&[
+                "get",
+                "node",
+                &env.node,
+                "-o",
+                "jsonpath={.status.images[*].names}",
+            ])
+            .stdout
+            .contains(&env.lab.image)
+    });
+
+    // The Service through the proxy: once it has both endpoints, strict round-robin.
+    env.wait("2 ready endpoints", || {
+        env.get(&[
+            "get",
+            "endpoints",
+            "web",
+            "-o",
+            "jsonpath={.subsets[*].addresses[*].ip}",
+        ])
+        .split_whitespace()
+        .count()
+            == 2
+    });
+    let ip: IpAddr = env
+        .ok(&["get", "service", "web", "-o", "jsonpath={.spec.clusterIP}"])
+        .parse()
+        .expect("ClusterIP");
+    let address = SocketAddr::new(ip, 8000);
+    let mut seen = std::collections::BTreeSet::new();
+    env.wait("the proxy reaches both pods", || {
+        if let Ok(body) = http_get(address) {
+            seen.insert(body);
+        }
+        seen.len() >= 2
+    });
+    let mut hits = std::collections::BTreeMap::<String, usize>::new();
+    for i in 0..20 {
+        let body = http_get(address).unwrap_or_else(|e| panic!("request {i} via {address}: {e}"));
+        *hits.entry(body).or_default() += 1;
+    }
+    let expected: std::collections::BTreeMap<String, usize> =
+        names.iter().map(|n| (n.clone(), 10)).collect();
+    assert_eq!(hits, expected, "20 requests round-robin over the 2 pods");
+}
+
+/// A container that exits restarts with `lastState`; one far over its memory limit is
+/// `OOMKilled`.
+fn restarts_and_oom(env: &Env) {
+    env.apply(env.pod("crash", "Always", 1, "echo crashing; exit 3"));
+    env.wait("crash restarted with lastState", || {
+        env.field("crash", ".status.containerStatuses[0].restartCount")
+            .parse::<u32>()
+            .unwrap_or(0)
+            >= 1
+            && env.field(
+                "crash",
+                ".status.containerStatuses[0].lastState.terminated.exitCode",
+            ) == "3"
+    });
+    let p = env.pod_json("crash");
+    let last = &p["status"]["containerStatuses"][0]["lastState"]["terminated"];
+    assert_eq!(last["reason"], "Error", "{last}");
+    assert!(
+        last["containerID"]
+            .as_str()
+            .unwrap()
+            .starts_with("containerd://")
+    );
+    assert_eq!(env.ok(&["logs", "crash", "--previous"]), "crashing\n");
+
+    // 256 MiB into dd's buffer under a 32 MiB limit: the kernel's OOM killer ends it.
+    let mut oom = env.pod(
+        "oom",
+        "Never",
+        1,
+        "exec dd if=/dev/zero of=/dev/null bs=256M count=1",
+    );
+    oom["spec"]["containers"][0]["resources"] = json!({"limits": {"memory": "32Mi"}});
+    env.apply(oom);
+    env.wait("oom terminated", || {
+        !env.field(
+            "oom",
+            ".status.containerStatuses[0].state.terminated.reason",
+        )
+        .is_empty()
+    });
+    let p = env.pod_json("oom");
+    let terminated = &p["status"]["containerStatuses"][0]["state"]["terminated"];
+    assert_eq!(
+        (&terminated["reason"], &terminated["exitCode"]),
+        (&json!("OOMKilled"), &json!(137)),
+        "{terminated}; log: {:?}",
+        env.get(&["logs", "oom"])
+    );
+    assert_eq!(p["status"]["phase"], "Failed");
+}
+
+/// A missing image: `ErrImagePull` with the registry's message, then `ImagePullBackOff`, seen
+/// by a watch.
+fn pull_errors(env: &Env) {
+    let missing = format!("{}/missing:v1", env.lab.registry);
+    let mut ghost = env.pod("ghost", "Always", 1, "true");
+    ghost["spec"]["containers"][0]["image"] = json!(missing);
+    let out = env
+        .cluster
+        .as_ref()
+        .unwrap()
+        .dir
+        .path()
+        .join("ghost-watch.txt");
+    let mut watch = env.kubectl().spawn(
+        &[
+            "-n",
+            NS,
+            "get",
+            "pods",
+            "-w",
+            "--field-selector",
+            "metadata.name=ghost",
+            "-o",
+            "jsonpath={.status.containerStatuses[0].state.waiting.reason}|{.status.containerStatuses[0].state.waiting.message}{\"\\n\"}",
+        ],
+        &out,
+    );
+    env.apply(ghost);
+    let seen = || std::fs::read_to_string(&out).unwrap_or_default();
+    let both = eventually(PATIENCE, || {
+        let text = seen();
+        text.find("ErrImagePull|")
+            .is_some_and(|first| text[first..].contains("ImagePullBackOff|"))
+    });
+    let _ = watch.kill();
+    let _ = watch.wait();
+    let text = seen();
+    assert!(both, "ErrImagePull then ImagePullBackOff: {text}");
+    let message = text
+        .lines()
+        .find_map(|l| l.strip_prefix("ErrImagePull|"))
+        .unwrap();
+    assert!(
+        message.contains("missing") && message.contains("not found"),
+        "the registry's message: {message}"
+    );
+    assert_eq!(env.field("ghost", ".status.phase"), "Pending");
+    let events = env.ok(&[
+        "get",
+        "events",
+        "--field-selector",
+        "involvedObject.name=ghost",
+    ]);
+    assert!(events.contains("Failed"), "{events}");
+}
+
+/// A registry that wants a password: no secret and a wrong one fail to pull with the
+/// registry's refusal; the right dockerconfigjson secret pulls and runs.
+fn pull_secrets(env: &Env) {
+    let (user, password) = containerd::PRIVATE_CREDENTIALS;
+    let server = env.lab.private_registry.clone();
+    for (name, password) in [("wrong", "not-the-password"), ("right", password)] {
+        env.ok(&[
+            "create",
+            "secret",
+            "docker-registry",
+            name,
+            &format!("--docker-server={server}"),
+            &format!("--docker-username={user}"),
+            &format!("--docker-password={password}"),
+        ]);
+    }
+    for (pod, secret) in [
+        ("private-none", None),
+        ("private-wrong", Some("wrong")),
+        ("private-right", Some("right")),
+    ] {
+        let mut p = env.pod(pod, "Always", 1, "echo pulled with a secret; sleep 3600");
+        p["spec"]["containers"][0]["image"] = json!(env.lab.private_image);
+        p["spec"]["containers"][0]["imagePullPolicy"] = json!("Always");
+        if let Some(secret) = secret {
+            p["spec"]["imagePullSecrets"] = json!([{"name": secret}]);
+        }
+        env.apply(p);
+    }
+    env.wait("private-right Running", || {
+        env.field("private-right", ".status.phase") == "Running"
+    });
+    for pod in ["private-none", "private-wrong"] {
+        env.wait(&format!("{pod} cannot pull"), || {
+            let reason = env.field(pod, ".status.containerStatuses[0].state.waiting.reason");
+            reason == "ErrImagePull" || reason == "ImagePullBackOff"
+        });
+        let message = env.field(pod, ".status.containerStatuses[0].state.waiting.message");
+        assert!(
+            message.to_lowercase().contains("unauthorized") || message.contains("401"),
+            "{pod}: the registry's refusal: {message}"
+        );
+        assert_eq!(env.field(pod, ".status.phase"), "Pending");
+    }
+    env.ok(&[
+        "delete",
+        "pod",
+        "private-none",
+        "private-wrong",
+        "private-right",
+        "--timeout=60s",
+    ]);
+}
+
+/// registries.yaml: images of hosts that do not exist come from their mirrors, one with the
+/// node's credentials for it; the hosts files are containerd's.
+fn mirrors(env: &Env) {
+    let hosts = env
+        .lab
+        .dir
+        .path()
+        .join("certs.d/mirror.skiff.test/hosts.toml");
+    let text = std::fs::read_to_string(&hosts).expect("hosts.toml written at start");
+    assert!(
+        text.contains(&format!("[host.\"http://{}\"]", env.lab.registry)),
+        "{text}"
+    );
+    for (pod, image) in [
+        ("mirrored", "mirror.skiff.test/busybox:test"),
+        (
+            "mirrored-private",
+            "private.skiff.test/private/busybox:test",
+        ),
+    ] {
+        let mut p = env.pod(pod, "Always", 1, "echo via a mirror; sleep 3600");
+        p["spec"]["containers"][0]["image"] = json!(image);
+        env.apply(p);
+    }
+    for pod in ["mirrored", "mirrored-private"] {
+        env.wait(&format!("{pod} Running"), || {
+            env.field(pod, ".status.phase") == "Running" && !env.get(&["logs", pod]).is_empty()
+        });
+        assert_eq!(env.ok(&["logs", pod]), "via a mirror\n");
+    }
+    env.ok(&[
+        "delete",
+        "pod",
+        "mirrored",
+        "mirrored-private",
+        "--timeout=60s",
+    ]);
+}
+
+/// configMap and secret volumes are readable in the container; the one mounted `readOnly` cannot
+/// be written, an emptyDir can.
+fn config_volumes(env: &Env) {
+    env.kubectl().ok(&[
+        "-n",
+        NS,
+        "create",
+        "configmap",
+        "conf",
+        "--from-literal=greeting=hello from a configmap",
+    ]);
+    env.kubectl().ok(&[
+        "-n",
+        NS,
+        "create",
+        "secret",
+        "generic",
+        "cred",
+        "--from-literal=password=s3cret",
+    ]);
+    let script = "cat /cm/greeting; echo; cat /sec/password; echo; \
+        (echo x > /sec/new) 2>/dev/null && echo secret-writable || echo secret-read-only; \
+        (echo x > /cm/new) 2>/dev/null && echo configmap-writable || echo configmap-read-only; \
+        echo x > /scratch/new && echo emptydir-writable; \
+        while true; do sleep 1; done";
+    let mut pod = env.pod("vols", "Always", 1, script);
+    pod["spec"]["volumes"] = json!([
+        {"name": "cm", "configMap": {"name": "conf"}},
+        {"name": "sec", "secret": {"secretName": "cred"}},
+        {"name": "scratch", "emptyDir": {}}
+    ]);
+    pod["spec"]["containers"][0]["volumeMounts"] = json!([
+        {"name": "cm", "mountPath": "/cm", "readOnly": true},
+        {"name": "sec", "mountPath": "/sec", "readOnly": true},
+        {"name": "scratch", "mountPath": "/scratch"}
+    ]);
+    env.apply(pod);
+    env.wait("vols wrote its report", || {
+        env.get(&["logs", "vols"]).contains("emptydir-writable")
+    });
+    assert_eq!(
+        env.ok(&["logs", "vols"]),
+        "hello from a configmap\ns3cret\nsecret-read-only\nconfigmap-read-only\nemptydir-writable\n"
+    );
+}
+
+/// `kubectl delete pod` returns once the container stopped: at once for a container that exits
+/// on SIGTERM (grace 30 s), after the grace period for one that ignores it (grace 3 s).
+fn graceful_deletion(env: &Env) {
+    env.apply(env.pod(
+        "polite",
+        "Always",
+        30,
+        "trap 'echo got TERM; exit 0' TERM; while true; do sleep 0.2; done",
+    ));
+    // PID 1 of its PID namespace without a handler: SIGTERM does nothing to it.
+    env.apply(env.pod("stubborn", "Always", 3, "while true; do sleep 1; done"));
+    env.wait("both Running", || {
+        env.field("polite", ".status.phase") == "Running"
+            && env.field("stubborn", ".status.phase") == "Running"
+    });
+    let start = Instant::now();
+    env.ok(&["delete", "pod", "polite", "--timeout=60s"]);
+    let polite = start.elapsed();
+    assert!(
+        polite < Duration::from_secs(10),
+        "a container that exits on SIGTERM is gone well within its 30 s grace: {polite:?}"
+    );
+    let start = Instant::now();
+    env.ok(&["delete", "pod", "stubborn", "--timeout=60s"]);
+    let stubborn = start.elapsed();
+    assert!(
+        stubborn >= Duration::from_millis(2_500) && stubborn < Duration::from_secs(13),
+        "a container that ignores SIGTERM is killed when its 3 s grace ends: {stubborn:?}"
+    );
+}
+
+/// postStart runs in the container right after it starts, preStop before it is stopped; both
+/// write into a hostPath directory the test reads.
+fn lifecycle_hooks(env: &Env) {
+    let dir = env.lab.dir.path().join("hooks");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut pod = env.pod(
+        "hooks",
+        "Always",
+        10,
+        "while [ ! -f /hooks/post ]; do sleep 0.1; done; echo saw-poststart; \
+         while true; do sleep 1; done",
+    );
+    pod["spec"]["volumes"] = json!([
+        {"name": "hooks", "hostPath": {"path": dir.display().to_string(), "type": "Directory"}}
+    ]);
+    let c = &mut pod["spec"]["containers"][0];
+    c["volumeMounts"] = json!([{"name": "hooks", "mountPath": "/hooks"}]);
+    c["lifecycle"] = json!({
+        "postStart": {"exec": {"command": ["/bin/sh", "-c", "echo post > /hooks/post"]}},
+        "preStop": {"exec": {"command": ["/bin/sh", "-c", "echo pre > /hooks/pre"]}}
+    });
+    env.apply(pod);
+    env.wait("the container saw its postStart hook's file", || {
+        env.get(&["logs", "hooks"]).contains("saw-poststart")
+    });
+    assert!(!dir.join("pre").exists());
+    let start = Instant::now();
+    env.ok(&["delete", "pod", "hooks", "--timeout=60s"]);
+    assert_eq!(
+        std::fs::read_to_string(dir.join("pre")).expect("preStop ran"),
+        "pre\n"
+    );
+    // sh as PID 1 ignores SIGTERM: the stop waits out what is left of the 10 s grace.
+    assert!(
+        start.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+/// SIGTERM to the server and a new one on the same data dir: the running pods keep their
+/// containers (same id, same start, no restart) and IPs, and still answer.
+fn server_restart_keeps_pods(env: &mut Env) {
+    let before = env.ok(&[
+        "get",
+        "pods",
+        "-l",
+        "app=web",
+        "-o",
+        "jsonpath={range .items[*]}{.metadata.name} {.status.podIP} {.status.containerStatuses[0].containerID} {.status.containerStatuses[0].state.running.startedAt} {.status.containerStatuses[0].restartCount}{\"\\n\"}{end}",
+    ]);
+    assert_eq!(before.lines().count(), 2, "{before}");
+    env.cluster().restart();
+    let node = env.node.clone();
+    let k = env.kubectl();
+    assert!(
+        eventually(PATIENCE, || k
+            .run(&[
+                "get",
+                "node",
+                &node,
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}"
+            ])
+            .stdout
+            == "True"),
+        "node Ready again"
+    );
+    // Several syncs of the new kubelet: nothing changes.
+    std::thread::sleep(Duration::from_secs(5));
+    let after = env.ok(&[
+        "get",
+        "pods",
+        "-l",
+        "app=web",
+        "-o",
+        "jsonpath={range .items[*]}{.metadata.name} {.status.podIP} {.status.containerStatuses[0].containerID} {.status.containerStatuses[0].state.running.startedAt} {.status.containerStatuses[0].restartCount}{\"\\n\"}{end}",
+    ]);
+    assert_eq!(after, before, "the pods were adopted, not restarted");
+    for line in after.lines() {
+        let ip: IpAddr = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+        let name = line.split_whitespace().next().unwrap();
+        assert_eq!(
+            http_get(SocketAddr::new(ip, 8080)).expect("still serving"),
+            name
+        );
+    }
+}

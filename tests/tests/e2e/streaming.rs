@@ -1,0 +1,553 @@
+//! Streaming through kubectl against `skiff server` with the process runtime: `kubectl exec`
+//! (exit codes, separate stdout and stderr, stdin, the container's environment), `kubectl cp`
+//! both ways, what a client that goes away leaves behind, RBAC on `pods/exec`, and a pod whose
+//! kubelet is gone.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use skiff_tests::{Kubectl, TestCluster, eventually};
+
+/// A server whose pod processes are killed when the test ends, whatever happened.
+struct Cluster {
+    cluster: TestCluster,
+    roots: Vec<PathBuf>,
+    agent: Option<skiff_tests::Component>,
+}
+
+impl Cluster {
+    fn start() -> Cluster {
+        let cluster = TestCluster::start_server(&[]);
+        let roots = vec![cluster.kubelet_root()];
+        Cluster {
+            cluster,
+            roots,
+            agent: None,
+        }
+    }
+}
+
+impl std::ops::Deref for Cluster {
+    type Target = TestCluster;
+
+    fn deref(&self) -> &TestCluster {
+        &self.cluster
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if let Some(agent) = self.agent.as_mut() {
+            agent.stop();
+        }
+        self.cluster.stop();
+        for root in &self.roots {
+            skiff_tests::kill_pod_processes(root);
+        }
+    }
+}
+
+/// A pod of one long-running shell container, with an environment variable and a working
+/// directory to find again in exec'd commands.
+fn shell_pod(name: &str, workdir: &Path, node: Option<&str>) -> String {
+    let node = node.map_or(String::new(), |n| format!("  nodeName: {n}\n"));
+    format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, labels: {{app: {name}}}}}
+spec:
+{node}  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: busybox
+    command: ["sh", "-c", "sleep 3600"]
+    workingDir: {workdir}
+    env: [{{name: GREETING, value: hello-from-env}}]
+"#,
+        workdir = workdir.display()
+    )
+}
+
+fn wait_ready(k: &Kubectl, pod: &str) {
+    let run = k.run(&[
+        "wait",
+        "--for=condition=Ready",
+        &format!("pod/{pod}"),
+        "--timeout=60s",
+    ]);
+    assert!(
+        run.ok,
+        "pod {pod} not Ready: {} {}\n{}",
+        run.stdout,
+        run.stderr,
+        k.run(&["get", "pods", "-o", "yaml"]).stdout
+    );
+}
+
+/// kubectl with `args`, `input` on its stdin; its exit code, stdout and stderr.
+fn kubectl_code(k: &Kubectl, args: &[&str], input: &[u8]) -> (i32, Vec<u8>, String) {
+    use std::io::Write;
+    let mut child = k
+        .command(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("running kubectl");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let input = input.to_vec();
+    let writer = std::thread::spawn(move || {
+        let _ = stdin.write_all(&input);
+    });
+    let out = child.wait_with_output().expect("kubectl output");
+    writer.join().expect("stdin writer");
+    (
+        out.status.code().unwrap_or(-1),
+        out.stdout,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Pids of processes whose command line is exactly `argv`.
+fn processes_running(argv: &[&str]) -> Vec<i32> {
+    let want: Vec<u8> = argv
+        .iter()
+        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
+        .collect();
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == want))
+        .collect()
+}
+
+#[test]
+fn exec_streams_exit_codes_stdin_and_refusals() {
+    let cluster = Cluster::start();
+    let k = cluster.kubectl();
+    let workdir = cluster.dir.path().join("work");
+    std::fs::create_dir_all(&workdir).unwrap();
+    k.ok_with_input(&["apply", "-f", "-"], &shell_pod("shell", &workdir, None));
+    wait_ready(&k, "shell");
+
+    // stdout and stderr arrive apart.
+    let (code, out, err) = kubectl_code(
+        &k,
+        &["exec", "shell", "--", "sh", "-c", "echo out; echo err >&2"],
+        b"",
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(String::from_utf8_lossy(&out), "out\n");
+    assert_eq!(err, "err\n");
+
+    // The exit code is kubectl's.
+    let (code, _, err) = kubectl_code(&k, &["exec", "shell", "--", "sh", "-c", "exit 3"], b"");
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("command terminated with exit code 3"), "{err}");
+
+    // The container's environment and working directory.
+    let (code, out, err) = kubectl_code(
+        &k,
+        &[
+            "exec",
+            "shell",
+            "-c",
+            "main",
+            "--",
+            "sh",
+            "-c",
+            "echo $GREETING; pwd",
+        ],
+        b"",
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        String::from_utf8_lossy(&out),
+        format!("hello-from-env\n{}\n", workdir.display())
+    );
+
+    // stdin, ended by kubectl's close signal: a here-document through `cat`, and a megabyte
+    // counted by `wc`.
+    let heredoc = "line one\nline two\n\tand a tab\n";
+    let (code, out, err) = kubectl_code(
+        &k,
+        &["exec", "-i", "shell", "--", "cat"],
+        heredoc.as_bytes(),
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(String::from_utf8_lossy(&out), heredoc);
+    let megabyte: Vec<u8> = (0..1024 * 1024).map(|i| (i % 251) as u8).collect();
+    let (code, out, err) = kubectl_code(
+        &k,
+        &["exec", "-i", "shell", "--", "sh", "-c", "wc -c"],
+        &megabyte,
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(String::from_utf8_lossy(&out).trim(), "1048576");
+
+    // A program that is not there.
+    let (code, _, err) = kubectl_code(&k, &["exec", "shell", "--", "no-such-program-here"], b"");
+    assert_ne!(code, 0);
+    assert!(err.contains("no-such-program-here"), "{err}");
+
+    // A container the pod does not have.
+    let (code, _, err) = kubectl_code(&k, &["exec", "shell", "-c", "nope", "--", "true"], b"");
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("container nope is not valid for pod shell"),
+        "{err}"
+    );
+
+    // A container that is not running (its sibling is, so the pod is Running).
+    k.ok_with_input(
+        &["apply", "-f", "-"],
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: half}
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  containers:
+  - {name: runs, image: busybox, command: ["sh", "-c", "sleep 3600"]}
+  - {name: done, image: busybox, command: ["true"]}
+"#,
+    );
+    assert!(
+        eventually(Duration::from_secs(60), || {
+            k.run(&[
+                "get",
+                "pod",
+                "half",
+                "-o",
+                "jsonpath={.status.containerStatuses[?(@.name==\"done\")].state.terminated.reason}",
+            ])
+            .stdout
+                == "Completed"
+        }),
+        "container done never completed"
+    );
+    let (code, _, err) = kubectl_code(&k, &["exec", "half", "-c", "done", "--", "true"], b"");
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("container done in pod default/half is not running"),
+        "{err}"
+    );
+
+    // A client that goes away leaves nothing behind.
+    let mut client = k
+        .command(&["exec", "shell", "--", "sleep", "987"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(20), || processes_running(&[
+            "sleep", "987"
+        ])
+        .len()
+            == 1),
+        "the exec'd command never ran"
+    );
+    client.kill().unwrap();
+    client.wait().unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || processes_running(&[
+            "sleep", "987"
+        ])
+        .is_empty()),
+        "the exec'd command outlived its client: {:?}",
+        processes_running(&["sleep", "987"])
+    );
+    // ... and the container it ran in is untouched.
+    let (code, out, _) = kubectl_code(&k, &["exec", "shell", "--", "echo", "still here"], b"");
+    assert_eq!(
+        (code, String::from_utf8_lossy(&out).trim()),
+        (0, "still here")
+    );
+}
+
+#[test]
+fn cp_copies_both_ways_through_tar() {
+    let cluster = Cluster::start();
+    let k = cluster.kubectl();
+    let workdir = cluster.dir.path().join("work");
+    std::fs::create_dir_all(&workdir).unwrap();
+    k.ok_with_input(&["apply", "-f", "-"], &shell_pod("box", &workdir, None));
+    wait_ready(&k, "box");
+
+    // 4 MiB of bytes that are not all text (a 100 MiB copy is the benchmark's, not the suite's).
+    let data: Vec<u8> = (0u32..4 * 1024 * 1024)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    let local = cluster.dir.path().join("local.bin");
+    std::fs::write(&local, &data).unwrap();
+    let in_pod = workdir.join("in-pod.bin");
+    k.ok(&[
+        "cp",
+        local.to_str().unwrap(),
+        &format!("box:{}", in_pod.display()),
+    ]);
+    assert!(
+        std::fs::read(&in_pod).unwrap() == data,
+        "copied into the pod, the bytes differ"
+    );
+
+    let back = cluster.dir.path().join("back.bin");
+    k.ok(&[
+        "cp",
+        &format!("box:{}", in_pod.display()),
+        back.to_str().unwrap(),
+    ]);
+    assert!(
+        std::fs::read(&back).unwrap() == data,
+        "copied out of the pod, the bytes differ"
+    );
+
+    // A file that is not there: tar's complaint reaches the user through the stderr channel
+    // (kubectl 1.32 prints it on its stdout and still exits 0, as against any cluster) and
+    // nothing is written.
+    let run = k.run(&[
+        "cp",
+        &format!("box:{}", workdir.join("missing").display()),
+        cluster.dir.path().join("x").to_str().unwrap(),
+    ]);
+    assert!(
+        format!("{}{}", run.stdout, run.stderr).contains("Cannot stat"),
+        "{run:?}"
+    );
+    assert!(!cluster.dir.path().join("x").exists());
+}
+
+#[test]
+fn exec_needs_create_on_pods_exec_and_a_reachable_kubelet() {
+    let mut cluster = Cluster::start();
+    let k = cluster.kubectl();
+    let workdir = cluster.dir.path().join("work");
+    std::fs::create_dir_all(&workdir).unwrap();
+    k.ok_with_input(&["apply", "-f", "-"], &shell_pod("guarded", &workdir, None));
+    wait_ready(&k, "guarded");
+
+    // A user who may read pods, and `get` pods/exec (which a WebSocket's GET would ask for),
+    // may not exec; `create` on pods/exec lets them.
+    k.ok(&[
+        "create",
+        "role",
+        "reader",
+        "--verb=get,list",
+        "--resource=pods,pods/exec",
+    ]);
+    k.ok(&[
+        "create",
+        "rolebinding",
+        "reader",
+        "--role=reader",
+        "--user=carol",
+    ]);
+    let (code, _, err) = kubectl_code(&k, &["--as", "carol", "exec", "guarded", "--", "true"], b"");
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("Forbidden") || err.contains("forbidden"),
+        "{err}"
+    );
+    assert!(
+        err.contains("pods/exec") || err.contains("\"pods/exec\""),
+        "{err}"
+    );
+    k.ok(&[
+        "create",
+        "role",
+        "execer",
+        "--verb=create",
+        "--resource=pods/exec",
+    ]);
+    k.ok(&[
+        "create",
+        "rolebinding",
+        "execer",
+        "--role=execer",
+        "--user=carol",
+    ]);
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            kubectl_code(
+                &k,
+                &["--as", "carol", "exec", "guarded", "--", "echo", "ok"],
+                b"",
+            )
+            .1 == b"ok\n"
+        }),
+        "carol could not exec with create on pods/exec"
+    );
+
+    // A pod on a node whose kubelet is gone: the API server cannot reach it.
+    let root = cluster.dir.path().join("edge");
+    let root_arg = root.to_str().unwrap().to_string();
+    let agent = cluster.spawn_agent(&[
+        "--node-name",
+        "edge",
+        "--root-dir",
+        &root_arg,
+        "--no-nodeports",
+    ]);
+    cluster.agent = Some(agent);
+    cluster.roots.push(root);
+    assert!(
+        eventually(Duration::from_secs(60), || {
+            k.run(&["get", "node", "edge"]).ok
+        }),
+        "node edge never registered"
+    );
+    k.ok_with_input(
+        &["apply", "-f", "-"],
+        &shell_pod("far", &workdir, Some("edge")),
+    );
+    wait_ready(&k, "far");
+    let (code, out, err) = kubectl_code(&k, &["exec", "far", "--", "echo", "reached"], b"");
+    assert_eq!((code, out.as_slice()), (0, &b"reached\n"[..]), "{err}");
+    cluster.agent.as_mut().unwrap().kill();
+    let (code, _, err) = kubectl_code(&k, &["exec", "far", "--", "true"], b"");
+    assert_ne!(code, 0);
+    assert!(err.contains("error dialing backend"), "{err}");
+}
+
+/// One HTTP/1.0 GET to `127.0.0.1:port`; the whole answer.
+fn http_get(port: u16, path: &str) -> std::io::Result<String> {
+    use std::io::{Read, Write};
+    let mut conn = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    conn.set_read_timeout(Some(Duration::from_secs(20)))?;
+    write!(conn, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer)?;
+    Ok(answer)
+}
+
+#[test]
+fn port_forward_carries_many_http_requests() {
+    let cluster = Cluster::start();
+    let k = cluster.kubectl();
+    let site = cluster.dir.path().join("site");
+    std::fs::create_dir_all(&site).unwrap();
+    std::fs::write(site.join("hello.txt"), "hello through the tunnel\n").unwrap();
+    let pod_port = skiff_tests::free_port();
+    k.ok_with_input(
+        &["apply", "-f", "-"],
+        &format!(
+            r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: web}}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: http
+    image: python
+    command: ["python3", "-m", "http.server", "{pod_port}", "--bind", "0.0.0.0"]
+    workingDir: {site}
+"#,
+            site = site.display()
+        ),
+    );
+    wait_ready(&k, "web");
+    let local = skiff_tests::free_port();
+    let out = cluster.dir.path().join("port-forward.log");
+    let mut forward = k.spawn(
+        &["port-forward", "pod/web", &format!("{local}:{pod_port}")],
+        &out,
+    );
+    let first = eventually(Duration::from_secs(30), || {
+        http_get(local, "/hello.txt").is_ok_and(|a| a.contains("hello through the tunnel"))
+    });
+    if !first {
+        let _ = forward.kill();
+        panic!(
+            "no answer through port-forward: {}",
+            std::fs::read_to_string(&out).unwrap_or_default()
+        );
+    }
+    // 200 requests, each a connection of its own (a stream pair of the session), four at a
+    // time.
+    let failures: Vec<String> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..4)
+            .map(|w| {
+                s.spawn(move || {
+                    (0..50)
+                        .filter_map(|i| match http_get(local, "/hello.txt") {
+                            Ok(a)
+                                if a.starts_with("HTTP/1.0 200")
+                                    && a.ends_with("hello through the tunnel\n") =>
+                            {
+                                None
+                            }
+                            other => Some(format!("worker {w} request {i}: {other:?}")),
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap())
+            .collect()
+    });
+    let _ = forward.kill();
+    let _ = forward.wait();
+    assert!(
+        failures.is_empty(),
+        "{} failures: {:?}",
+        failures.len(),
+        &failures[..failures.len().min(3)]
+    );
+    let log = std::fs::read_to_string(&out).unwrap_or_default();
+    assert!(
+        log.contains(&format!("Forwarding from 127.0.0.1:{local} -> {pod_port}")),
+        "{log}"
+    );
+}
+
+#[test]
+fn attach_reaches_a_container_reading_stdin() {
+    let cluster = Cluster::start();
+    let k = cluster.kubectl();
+    k.ok_with_input(
+        &["apply", "-f", "-"],
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: reader}
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: busybox
+    stdin: true
+    stdinOnce: true
+    command: ["sh", "-c", "read first; echo got $first; read second; echo then $second >&2; cat > /dev/null; echo stdin closed"]
+"#,
+    );
+    wait_ready(&k, "reader");
+    let (code, out, err) = kubectl_code(
+        &k,
+        &["attach", "-i", "reader", "-c", "main"],
+        b"hello\nworld\n",
+    );
+    let out = String::from_utf8_lossy(&out);
+    assert_eq!(code, 0, "{out} {err}");
+    assert!(out.contains("got hello"), "{out} {err}");
+    assert!(err.contains("then world"), "{out} {err}");
+    // kubectl's stdin ended, stdinOnce closed the container's: it finished.
+    assert!(out.contains("stdin closed"), "{out} {err}");
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            k.run(&["get", "pod", "reader", "-o", "jsonpath={.status.phase}"])
+                .stdout
+                == "Succeeded"
+        }),
+        "the attached container did not finish"
+    );
+}
