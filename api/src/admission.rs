@@ -624,18 +624,22 @@ impl ServiceIps {
                     self.pending_set(owner, taken);
                     return Ok(());
                 }
-                Ok(allocations::Claimed::Taken(existing)) => {
+                Ok(allocations::Claimed::Taken { reserved, .. }) => {
+                    // Give back the picks nobody else holds, then learn every value reserved
+                    // anywhere: the next pick avoids them all.
                     let mut used = self.lock();
                     for ip in &taken.ips {
-                        if !existing.contains(&allocations::ip_key(*ip)) {
+                        if !reserved.ips.contains(ip) {
                             used.ips.remove(ip);
                         }
                     }
                     for port in &taken.ports {
-                        if !existing.contains(&allocations::port_key(*port)) {
+                        if !reserved.ports.contains(port) {
                             used.ports.remove(port);
                         }
                     }
+                    used.ips.extend(reserved.ips);
+                    used.ports.extend(reserved.ports);
                     drop(used);
                     *service = original.clone();
                     check_requested = true;
@@ -1198,6 +1202,36 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(want["spec"]["clusterIP"], ip.as_str());
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_lost_claim_names_its_clashes_and_every_reservation() {
+        let (_dir, store) = shared_store();
+        let held = allocations::ip_key(Ipv4Addr::new(127, 96, 0, 7));
+        let port = allocations::port_key(30111);
+        let free = allocations::ip_key(Ipv4Addr::new(127, 96, 0, 8));
+        for key in [&held, &port] {
+            let claimed = allocations::claim(store.as_ref(), "default/a", std::slice::from_ref(key));
+            assert_eq!(claimed.await.unwrap(), allocations::Claimed::All);
+        }
+        let lost = allocations::claim(store.as_ref(), "default/b", &[held.clone(), free.clone()])
+            .await
+            .unwrap();
+        assert_eq!(
+            lost,
+            allocations::Claimed::Taken {
+                clashed: BTreeSet::from([held]),
+                reserved: allocations::Reserved {
+                    ips: BTreeSet::from([Ipv4Addr::new(127, 96, 0, 7)]),
+                    ports: BTreeSet::from([30111]),
+                },
+            }
+        );
+        // All or nothing: the free key was not created.
+        assert_eq!(
+            keys_under(&store, allocations::SERVICE_IPS_PREFIX).await,
+            vec!["/registry/ranges/serviceips/127.96.0.7".to_string()]
+        );
     }
 
     #[tokio::test(flavor = "multi_thread")]

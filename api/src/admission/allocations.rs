@@ -74,11 +74,52 @@ impl Reservation {
 pub enum Claimed {
     /// Every key was created for the owner.
     All,
-    /// None was created: these keys exist already (someone else holds them).
-    Taken(BTreeSet<Vec<u8>>),
+    /// None was created: `clashed` of the keys exist already (someone else holds them), and
+    /// `reserved` is every value reserved at that moment, so that the loser's next pick is made
+    /// knowing all of them rather than learning one clash per attempt.
+    Taken {
+        /// The asked-for keys that exist.
+        clashed: BTreeSet<Vec<u8>>,
+        /// Every reservation in the store when the claim failed.
+        reserved: Reserved,
+    },
 }
 
-/// Creates every key in `keys` for `owner`, all or none, in one transaction.
+/// The values reserved in the store at one revision.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Reserved {
+    /// Reserved ClusterIPs.
+    pub ips: BTreeSet<Ipv4Addr>,
+    /// Reserved NodePorts.
+    pub ports: BTreeSet<u16>,
+}
+
+impl Reserved {
+    fn insert_key(&mut self, key: &[u8]) {
+        let text = String::from_utf8_lossy(key);
+        if let Some(ip) = text.strip_prefix(SERVICE_IPS_PREFIX) {
+            self.ips.extend(ip.parse::<Ipv4Addr>().ok());
+        } else if let Some(port) = text.strip_prefix(NODE_PORTS_PREFIX) {
+            self.ports.extend(port.parse::<u16>().ok());
+        }
+    }
+}
+
+/// Reads every reservation key, keys only.
+fn read_every_reservation() -> Vec<Op> {
+    [SERVICE_IPS_PREFIX, NODE_PORTS_PREFIX]
+        .into_iter()
+        .map(|prefix| {
+            Op::Range(RangeRequest {
+                keys_only: true,
+                ..RangeRequest::new(KeyRange::prefix(prefix.as_bytes().to_vec()))
+            })
+        })
+        .collect()
+}
+
+/// Creates every key in `keys` for `owner`, all or none, in one transaction; when some exist,
+/// the same transaction reads every reservation for the caller's next pick.
 pub async fn claim(store: &dyn Store, owner: &str, keys: &[Vec<u8>]) -> Result<Claimed> {
     if keys.is_empty() {
         return Ok(Claimed::All);
@@ -94,21 +135,24 @@ pub async fn claim(store: &dyn Store, owner: &str, keys: &[Vec<u8>]) -> Result<C
                 .iter()
                 .map(|k| Op::put(k.clone(), value.clone()))
                 .collect(),
-            failure: keys.iter().map(|k| Op::get(k.clone())).collect(),
+            failure: read_every_reservation(),
         })
         .await?;
     if response.succeeded {
         return Ok(Claimed::All);
     }
-    let taken = response
-        .responses
-        .into_iter()
-        .filter_map(|r| match r {
-            OpResponse::Range(range) => range.kvs.into_iter().next().map(|kv| kv.key),
-            _ => None,
-        })
-        .collect();
-    Ok(Claimed::Taken(taken))
+    let mut reserved = Reserved::default();
+    let mut clashed = BTreeSet::new();
+    for kv in response.responses.into_iter().flat_map(|r| match r {
+        OpResponse::Range(range) => range.kvs,
+        _ => Vec::new(),
+    }) {
+        reserved.insert_key(&kv.key);
+        if keys.contains(&kv.key) {
+            clashed.insert(kv.key);
+        }
+    }
+    Ok(Claimed::Taken { clashed, reserved })
 }
 
 /// Deletes `key` if `owner` holds it (and nobody changed it since it was read).
@@ -231,13 +275,11 @@ pub async fn repair(
             kept.insert(key.clone());
         }
     }
+    let mut reserved = Reserved::default();
     for key in kept {
-        let text = String::from_utf8_lossy(&key).into_owned();
-        if let Some(ip) = text.strip_prefix(SERVICE_IPS_PREFIX) {
-            repaired.ips.extend(ip.parse::<Ipv4Addr>().ok());
-        } else if let Some(port) = text.strip_prefix(NODE_PORTS_PREFIX) {
-            repaired.ports.extend(port.parse::<u16>().ok());
-        }
+        reserved.insert_key(&key);
     }
+    repaired.ips = reserved.ips;
+    repaired.ports = reserved.ports;
     Ok(repaired)
 }
