@@ -8,10 +8,11 @@
 //! `DefaultTolerationSeconds` (pods tolerate not-ready and unreachable nodes for 300 s, or as
 //! configured), `ServiceAccount` (pods run as `default` unless they name an account, and get its
 //! token projected at `/var/run/secrets/kubernetes.io/serviceaccount` unless automount is off),
-//! then the storage plugins of [`storage`] (`DefaultStorageClass`,
+//! [`priority::Priority`] (a pod's priority from its PriorityClass), then the storage plugins of [`storage`] (`DefaultStorageClass`,
 //! `StorageObjectInUseProtection`, `PersistentVolumeClaimResize`).
 
 pub mod allocations;
+pub mod priority;
 pub mod storage;
 
 use std::collections::BTreeSet;

@@ -91,6 +91,9 @@ pub async fn handle(server: &Arc<ApiServer>, request: Request, target: Target) -
             delete(server, &request, kind, ns, name, format).await
         }
         (&Method::POST, Some(name), Some("binding")) => bind(server, &request, ns, name).await,
+        (&Method::POST, Some(name), Some("eviction")) if info.kind == "Pod" => {
+            crate::eviction::evict(server, &request, ns, name).await
+        }
         (&Method::POST, Some(name), Some("token")) if info.kind == "ServiceAccount" => {
             crate::serviceaccount::token_request(server, &request, ns, name).await
         }
@@ -1051,19 +1054,23 @@ fn options_body(request: &Request, kind: &str) -> Result<Value> {
 }
 
 /// What a delete asks for: the options of the body (a `DeleteOptions`) or the query.
-struct DeleteRequest {
+pub(crate) struct DeleteRequest {
     options: strategy::DeleteOptions,
     /// `preconditions.uid`.
     uid: Option<String>,
     /// `preconditions.resourceVersion`.
     resource_version: Option<Revision>,
     /// `dryRun: [All]` in the body or `dryRun=All` in the query.
-    dry_run: bool,
+    pub(crate) dry_run: bool,
 }
 
 fn delete_options(request: &Request) -> Result<DeleteRequest> {
     let body = options_body(request, "DeleteOptions")?;
-    let q = &request.query;
+    delete_options_from(&body, &request.query)
+}
+
+/// The delete options of `body` (a `DeleteOptions`, `{}` for none) and the query `q`.
+pub(crate) fn delete_options_from(body: &Value, q: &crate::request::Query) -> Result<DeleteRequest> {
     let grace_period = match body.get("gracePeriodSeconds").and_then(Value::as_i64) {
         Some(g) => Some(g),
         None => q.number("gracePeriodSeconds")?,
@@ -1131,7 +1138,7 @@ fn delete_options(request: &Request) -> Result<DeleteRequest> {
 }
 
 /// Deletes one object by the rules of its kind; `Ok(None)` when there is nothing to delete.
-async fn delete_one(
+pub(crate) async fn delete_one(
     server: &ApiServer,
     request: &Request,
     kind: &dyn Kind,

@@ -24,6 +24,7 @@
 //! - [`bench`](mod@bench): `skiff bench api`, skiff's API against etcd 3.4 side by side.
 //! - [`auth`], [`tls`], [`kubeconfig`], [`version`]: tokens, certificates, the admin kubeconfig,
 //!   `/version` and health.
+//! - [`eviction`]: `pods/eviction`, a delete that honours the pod's PodDisruptionBudget.
 //! - [`serviceaccount`]: service-account tokens (TokenRequest, their authentication, TokenReview,
 //!   OIDC discovery) and their signing key.
 
@@ -34,6 +35,7 @@ pub mod bench;
 pub mod crd;
 pub mod discovery;
 pub mod error;
+pub mod eviction;
 pub mod follow;
 pub mod handlers;
 pub mod kubeconfig;

@@ -167,6 +167,7 @@ impl ApiServer {
                 config.default_toleration_seconds,
             )),
             Box::new(admission::ServiceAccount),
+            Box::new(admission::priority::Priority),
             Box::new(admission::storage::DefaultStorageClass),
             Box::new(admission::storage::StorageObjectInUseProtection),
             Box::new(admission::storage::PersistentVolumeClaimResize),
@@ -196,6 +197,7 @@ impl ApiServer {
         });
         if server.config.create_system_namespaces {
             server.ensure_system_namespaces().await?;
+            server.ensure_system_priority_classes().await?;
         }
         if server.config.create_system_namespaces {
             crate::authz::bootstrap::reconcile(&server).await?;
@@ -216,6 +218,21 @@ impl ApiServer {
             });
             self.prepare_create(namespaces, &mut ns);
             match self.registry.create(namespaces.info(), ns, None).await {
+                Ok(_) | Err(Error::AlreadyExists { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// The built-in PriorityClasses (`system-node-critical`, `system-cluster-critical`), as
+    /// kube-apiserver's start-up hook makes them.
+    async fn ensure_system_priority_classes(&self) -> Result<()> {
+        let kind = &skiff_kinds::builtin::priority_class::PriorityClass;
+        for class in skiff_kinds::builtin::priority_class::SYSTEM_CLASSES {
+            let mut object = class.object();
+            self.prepare_create(kind, &mut object);
+            match self.registry.create(kind.info(), object, None).await {
                 Ok(_) | Err(Error::AlreadyExists { .. }) => {}
                 Err(e) => return Err(e),
             }

@@ -21,6 +21,8 @@
 //! - [`job`]: a Job's pods (indexes, parallelism), counting through tracking finalizers,
 //!   backoff limit, deadline, suspend, pod failure policy and the terminal conditions.
 //! - [`cronjob`]: Jobs on a cron schedule: missed runs, concurrency policy, history limits.
+//! - [`disruption`]: PodDisruptionBudget status (healthy, desired and expected pods, the
+//!   disruptions allowed), which `pods/eviction` spends.
 //! - [`ttlafterfinished`]: finished Jobs deleted `ttlSecondsAfterFinished` after they finished.
 //! - [`deployment`]: one rollout step (RollingUpdate, Recreate, revisions, cleanup, conditions).
 //! - [`namespace`]: what a terminating namespace must lose before it is finalized.
@@ -36,6 +38,7 @@
 pub mod cronjob;
 pub mod daemonset;
 pub mod deployment;
+pub mod disruption;
 pub mod endpoints;
 pub mod gc;
 pub mod history;

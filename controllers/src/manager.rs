@@ -9,7 +9,7 @@ use tokio_util::task::TaskTracker;
 use crate::runtime::Started;
 use crate::{Options, Result};
 use crate::{
-    cronjob, daemonset, deployment, endpoints, gc, job, localpath, namespace, nodeipam,
+    cronjob, daemonset, deployment, disruption, endpoints, gc, job, localpath, namespace, nodeipam,
     nodelifecycle, persistentvolume, protection, replicaset, rootcacert, serviceaccount,
     statefulset, ttlafterfinished,
 };
@@ -65,6 +65,10 @@ pub const CONTROLLERS: &[Entry] = &[
     Entry {
         name: "ttl-after-finished",
         start: ttlafterfinished::controller::start,
+    },
+    Entry {
+        name: "disruption",
+        start: disruption::controller::start,
     },
     Entry {
         name: "endpoints",

@@ -1,5 +1,6 @@
-//! The scheduling queue (kube-scheduler's `PriorityQueue`, without pod priorities): an active
-//! FIFO of pods to schedule, a backoff set of pods that failed recently (per-pod exponential
+//! The scheduling queue (kube-scheduler's `PriorityQueue`): an active queue of pods to schedule,
+//! highest `spec.priority` first and first-come first-served within a priority (the default
+//! `PrioritySort`), a backoff set of pods that failed recently (per-pod exponential
 //! backoff), and an unschedulable set parked until the cluster changes.
 //!
 //! ```text
@@ -15,7 +16,8 @@
 //! [`State`] is the pure state machine, stepped with explicit instants so tests need no clock;
 //! [`SchedulingQueue`] wraps it in a mutex with a notifier for the async scheduling loop.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -64,11 +66,48 @@ pub enum Place {
     InFlight,
 }
 
+/// The active pods in scheduling order: highest priority first, then in the order they became
+/// active.
+#[derive(Debug, Default)]
+struct Active {
+    order: BTreeMap<(Reverse<i32>, u64), String>,
+    slots: HashMap<String, (Reverse<i32>, u64)>,
+    next: u64,
+}
+
+impl Active {
+    fn push(&mut self, key: String, pod: &Pod) {
+        let priority = pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0);
+        let slot = (Reverse(priority), self.next);
+        self.next += 1;
+        if let Some(old) = self.slots.insert(key.clone(), slot) {
+            self.order.remove(&old);
+        }
+        self.order.insert(slot, key);
+    }
+
+    fn pop(&mut self) -> Option<String> {
+        let (_, key) = self.order.pop_first()?;
+        self.slots.remove(&key);
+        Some(key)
+    }
+
+    fn remove(&mut self, key: &str) {
+        if let Some(slot) = self.slots.remove(key) {
+            self.order.remove(&slot);
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.order.len()
+    }
+}
+
 /// The queue's state.
 #[derive(Debug, Default)]
 pub struct State {
     pods: HashMap<String, (QueuedPod, Place)>,
-    active: VecDeque<String>,
+    active: Active,
     /// Incremented by every `pop`.
     scheduling_cycle: u64,
     /// The cycle of the last cluster event that moved pods; a pod whose attempt started before it
@@ -87,8 +126,9 @@ impl State {
         self.deleted_in_flight.remove(&key);
         match self.pods.get_mut(&key) {
             None => {
+                self.active.push(key.clone(), &pod);
                 self.pods.insert(
-                    key.clone(),
+                    key,
                     (
                         QueuedPod {
                             pod,
@@ -98,7 +138,6 @@ impl State {
                         Place::Active,
                     ),
                 );
-                self.active.push_back(key);
             }
             Some((q, place)) => {
                 q.pod = pod;
@@ -108,7 +147,7 @@ impl State {
                         *place = Place::Backoff;
                     } else {
                         *place = Place::Active;
-                        self.active.push_back(key);
+                        self.active.push(key, &q.pod);
                     }
                 }
             }
@@ -119,7 +158,7 @@ impl State {
     pub fn delete(&mut self, key: &str) {
         if let Some((_, place)) = self.pods.remove(key) {
             if place == Place::Active {
-                self.active.retain(|k| k != key);
+                self.active.remove(key);
             }
             if place == Place::InFlight {
                 self.deleted_in_flight.insert(key.to_string());
@@ -130,7 +169,7 @@ impl State {
     /// The next pod to schedule, if any is active; it stays in flight until
     /// [`State::done`], [`State::unschedulable`] or [`State::error`].
     pub fn pop(&mut self) -> Option<QueuedPod> {
-        let key = self.active.pop_front()?;
+        let key = self.active.pop()?;
         let (q, place) = self
             .pods
             .get_mut(&key)
@@ -189,7 +228,7 @@ impl State {
                     *place = Place::Backoff;
                 } else {
                     *place = Place::Active;
-                    self.active.push_back(key.clone());
+                    self.active.push(key.clone(), &q.pod);
                 }
             }
         }
@@ -208,7 +247,7 @@ impl State {
             };
             if ready {
                 *place = Place::Active;
-                self.active.push_back(key.clone());
+                self.active.push(key.clone(), &q.pod);
                 moved += 1;
             }
         }
@@ -309,6 +348,57 @@ mod tests {
         assert_eq!(s.place("a"), None);
         assert!(s.pop().is_some());
         assert!(s.pop().is_none());
+    }
+
+    fn named(name: &str, priority: Option<i32>) -> Arc<Pod> {
+        Arc::new(Pod {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            spec: Some(k8s_openapi::api::core::v1::PodSpec {
+                priority,
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+    }
+
+    fn drain(s: &mut State) -> Vec<String> {
+        std::iter::from_fn(|| s.pop())
+            .map(|q| q.pod.metadata.name.clone().unwrap_or_default())
+            .collect()
+    }
+
+    #[test]
+    fn higher_priority_first_then_first_come_first_served() {
+        let now = Instant::now();
+        let mut s = State::default();
+        for (name, priority) in [
+            ("low-1", None),
+            ("high-1", Some(1000)),
+            ("low-2", Some(0)),
+            ("high-2", Some(1000)),
+            ("critical", Some(2_000_000_000)),
+            ("negative", Some(-5)),
+            ("low-3", None),
+        ] {
+            s.add(name.into(), named(name, priority), now);
+        }
+        s.delete("low-2");
+        assert_eq!(
+            drain(&mut s),
+            ["critical", "high-1", "high-2", "low-1", "low-3", "negative"]
+        );
+        // A pod back from backoff waits behind those of its priority that became active first.
+        let mut s = State::default();
+        s.add("a".into(), named("a", None), now);
+        s.add("b".into(), named("b", None), now);
+        assert_eq!(s.pop().unwrap().pod.metadata.name.as_deref(), Some("a"));
+        s.error("a", now);
+        s.add("c".into(), named("c", None), now);
+        assert_eq!(s.flush(now + MAX_BACKOFF), 1);
+        assert_eq!(drain(&mut s), ["b", "c", "a"]);
     }
 
     #[test]

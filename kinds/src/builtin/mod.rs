@@ -9,12 +9,15 @@ pub mod cluster_role_binding;
 pub mod config_map;
 pub mod controller_revision;
 pub mod cron_job;
+pub mod csi_driver;
+pub mod csi_node;
 pub mod custom_resource_definition;
 pub mod daemon_set;
 pub mod deployment;
 pub mod endpoint_slice;
 pub mod endpoints;
 pub mod event;
+pub mod flow_schema;
 pub mod job;
 pub mod lease;
 pub mod namespace;
@@ -22,16 +25,21 @@ pub mod node;
 pub mod persistent_volume;
 pub mod persistent_volume_claim;
 pub mod pod;
+pub mod pod_disruption_budget;
+pub mod priority_class;
+pub mod priority_level_configuration;
 pub mod replica_set;
 pub mod replication_controller;
 pub mod reviews;
 pub mod role;
 pub mod role_binding;
+pub mod runtime_class;
 pub mod secret;
 pub mod service;
 pub mod service_account;
 pub mod stateful_set;
 pub mod storage_class;
+pub mod volume_attachment;
 
 #[cfg(test)]
 mod tests;
@@ -96,6 +104,14 @@ pub fn all() -> &'static [Arc<dyn Kind>] {
             Arc::new(role::Role),
             Arc::new(role_binding::RoleBinding),
             Arc::new(storage_class::StorageClass),
+            Arc::new(csi_driver::CsiDriver),
+            Arc::new(csi_node::CsiNode),
+            Arc::new(volume_attachment::VolumeAttachment),
+            Arc::new(pod_disruption_budget::PodDisruptionBudget),
+            Arc::new(priority_class::PriorityClass),
+            Arc::new(runtime_class::RuntimeClass),
+            Arc::new(flow_schema::FlowSchema),
+            Arc::new(priority_level_configuration::PriorityLevelConfiguration),
             Arc::new(reviews::SelfSubjectAccessReview),
             Arc::new(reviews::SelfSubjectRulesReview),
             Arc::new(reviews::LocalSubjectAccessReview),

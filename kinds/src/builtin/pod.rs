@@ -25,6 +25,13 @@ pub const INFO: ResourceInfo = ResourceInfo {
             verbs: &["create"],
         },
         Subresource {
+            name: "eviction",
+            group: "policy",
+            version: "v1",
+            kind: "Eviction",
+            verbs: &["create"],
+        },
+        Subresource {
             name: "log",
             group: "",
             version: "v1",

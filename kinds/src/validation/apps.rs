@@ -180,7 +180,7 @@ fn int_or_percent(v: Option<&IntOrString>) -> (i64, bool) {
     }
 }
 
-fn ios_value(v: Option<&IntOrString>) -> Value {
+pub(crate) fn ios_value(v: Option<&IntOrString>) -> Value {
     match v {
         Some(IntOrString::Int(n)) => Value::from(*n),
         Some(IntOrString::String(s)) => Value::from(s.as_str()),
@@ -188,8 +188,8 @@ fn ios_value(v: Option<&IntOrString>) -> Value {
     }
 }
 
-/// `ValidatePositiveIntOrPercent` and `IsNotMoreThan100Percent` (when `max_100`).
-fn validate_int_or_percent(v: Option<&IntOrString>, path: Path, max_100: bool) -> Vec<FieldError> {
+/// `ValidateNonnegativeIntOrPercent` and `IsNotMoreThan100Percent` (when `max_100`).
+pub(crate) fn validate_int_or_percent(v: Option<&IntOrString>, path: Path, max_100: bool) -> Vec<FieldError> {
     let mut errs = Vec::new();
     match v {
         Some(IntOrString::String(p)) => {

@@ -1278,3 +1278,228 @@ spec:
             .is_empty()
     );
 }
+
+/// A PodDisruptionBudget `web` in `namespace` keeping `min_available` pods of `app=web`.
+fn budget(namespace: &str, min_available: u32) -> String {
+    format!(
+        r#"
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {{name: web, namespace: {namespace}}}
+spec:
+  minAvailable: {min_available}
+  selector: {{matchLabels: {{app: web}}}}
+"#
+    )
+}
+
+/// A pod `name` in `namespace` with the extra spec lines `extra`.
+fn bare_pod(namespace: &str, name: &str, extra: &str) -> String {
+    format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: {namespace}}}
+spec:
+  {extra}
+  containers:
+  - name: main
+    image: busybox:1.36
+    command: ["sh", "-c", "while true; do sleep 1; done"]
+"#
+    )
+}
+
+#[test]
+fn drain_evicts_within_the_disruption_budget_and_priority_classes_set_pod_priority() {
+    let cluster = Fixture::start(&["--node-name", "main"]);
+    let k = cluster.kubectl();
+    wait_for(&k, "node main Ready", 60, || {
+        node_ready(&k, "main") == "True"
+    });
+    k.ok(&["create", "namespace", "shop"]);
+    k.ok_with_input(
+        &["apply", "-f", "-"],
+        &deployment("shop", 2, "busybox:1.36", "v1"),
+    );
+    wait_for(&k, "2 Running pods", 60, || {
+        settled(&k, "shop", "app=web", 2).is_some()
+    });
+    let originals: Vec<String> = pods(&k, "shop", "app=web")
+        .into_iter()
+        .map(|p| p.name)
+        .collect();
+
+    // A budget that allows no disruption: the controller says so, and drain evicts nothing.
+    k.ok_with_input(&["apply", "-f", "-"], &budget("shop", 2));
+    let status = |path: &str| jsonpath(&k, "shop", "pdb/web", path);
+    wait_for(&k, "the budget's status", 30, || {
+        status("{.status.currentHealthy}/{.status.desiredHealthy}/{.status.expectedPods}/{.status.disruptionsAllowed}")
+            == "2/2/2/0"
+    });
+    let table = k.ok(&["-n", "shop", "get", "pdb"]);
+    assert!(
+        table.contains("MIN AVAILABLE   MAX UNAVAILABLE   ALLOWED DISRUPTIONS"),
+        "{table}"
+    );
+    let refused = k.run(&["drain", "main", "--ignore-daemonsets", "--timeout=8s"]);
+    assert!(!refused.ok, "{}", refused.stdout);
+    assert!(
+        refused
+            .stderr
+            .contains("Cannot evict pod as it would violate the pod's disruption budget."),
+        "{}",
+        refused.stderr
+    );
+    let still: Vec<String> = settled(&k, "shop", "app=web", 2)
+        .expect("both pods still running")
+        .into_iter()
+        .map(|p| p.name)
+        .collect();
+    assert_eq!(still, originals);
+
+    // One disruption allowed: drain evicts one pod, and the second waits for its replacement,
+    // which cannot start on the cordoned node; drain gives up at its timeout.
+    k.ok_with_input(&["apply", "-f", "-"], &budget("shop", 1));
+    wait_for(&k, "one disruption allowed", 30, || {
+        status("{.status.disruptionsAllowed}") == "1"
+    });
+    let partial = k.run(&["drain", "main", "--ignore-daemonsets", "--timeout=12s"]);
+    assert!(!partial.ok, "{}", partial.stdout);
+    wait_for(&k, "exactly one original pod evicted", 30, || {
+        let left: Vec<PodRow> = pods(&k, "shop", "app=web")
+            .into_iter()
+            .filter(|p| originals.contains(&p.name))
+            .collect();
+        left.len() == 1 && left[0].phase == "Running" && !left[0].deleting
+    });
+    assert!(
+        partial.stdout.contains("evicted"),
+        "{}\n{}",
+        partial.stdout,
+        partial.stderr
+    );
+    // The replacement waits unscheduled; the budget counts it as expected but not healthy.
+    wait_for(&k, "the budget counts the pending replacement", 30, || {
+        status("{.status.currentHealthy}/{.status.expectedPods}/{.status.disruptionsAllowed}")
+            == "1/2/0"
+    });
+
+    // Without eviction, drain deletes regardless of the budget.
+    k.ok(&[
+        "drain",
+        "main",
+        "--ignore-daemonsets",
+        "--disable-eviction",
+        "--timeout=60s",
+    ]);
+    assert!(
+        pods(&k, "shop", "app=web")
+            .iter()
+            .all(|p| !originals.contains(&p.name)),
+        "every original pod is gone"
+    );
+    k.ok(&["uncordon", "main"]);
+
+    // Priority classes: the two built-in ones exist and stay; a pod takes its class's value.
+    let classes = k.ok(&["get", "priorityclasses"]);
+    for line in ["system-cluster-critical   2000000000", "system-node-critical      2000001000"] {
+        assert!(classes.contains(line), "{classes}");
+    }
+    let gone = k.fails(&["delete", "priorityclass", "system-node-critical"]);
+    assert!(
+        gone.contains("this is a system priority class and cannot be deleted"),
+        "{gone}"
+    );
+    let too_high = k.fails(&["create", "priorityclass", "huge", "--value=1000000001"]);
+    assert!(
+        too_high.contains("maximum allowed value of a user defined priority is 1000000000"),
+        "{too_high}"
+    );
+    k.ok(&["create", "priorityclass", "high", "--value=1000"]);
+    k.ok_with_input(
+        &["apply", "-f", "-"],
+        &bare_pod("shop", "urgent", "priorityClassName: high"),
+    );
+    assert_eq!(
+        jsonpath(&k, "shop", "pod/urgent", "{.spec.priority} {.spec.preemptionPolicy}"),
+        "1000 PreemptLowerPriority"
+    );
+    let unknown = k.run_with_input(
+        &["apply", "-f", "-"],
+        &bare_pod("shop", "lost", "priorityClassName: nowhere"),
+    );
+    assert!(
+        unknown
+            .stderr
+            .contains("no PriorityClass with name nowhere was found"),
+        "{}",
+        unknown.stderr
+    );
+    let liar = k.run_with_input(
+        &["apply", "-f", "-"],
+        &bare_pod("shop", "liar", "priorityClassName: high\n  priority: 5"),
+    );
+    assert!(
+        liar.stderr
+            .contains("the integer value of priority (5) must not be provided in pod spec"),
+        "{}",
+        liar.stderr
+    );
+    // A global default class is what pods without a class get; only one may exist.
+    k.ok(&["create", "priorityclass", "usual", "--value=10", "--global-default"]);
+    k.ok_with_input(&["apply", "-f", "-"], &bare_pod("shop", "plain", ""));
+    assert_eq!(
+        jsonpath(&k, "shop", "pod/plain", "{.spec.priorityClassName} {.spec.priority}"),
+        "usual 10"
+    );
+    let second = k.fails(&["create", "priorityclass", "other", "--value=20", "--global-default"]);
+    assert!(
+        second.contains("PriorityClass usual is already marked as default. Only one default can exist"),
+        "{second}"
+    );
+
+    // The kinds charts carry are served and stored.
+    k.ok_with_input(
+        &["apply", "-f", "-"],
+        r#"
+apiVersion: node.k8s.io/v1
+kind: RuntimeClass
+metadata: {name: runc}
+handler: runc
+---
+apiVersion: storage.k8s.io/v1
+kind: CSIDriver
+metadata: {name: hostpath.csi.k8s.io}
+spec: {}
+---
+apiVersion: flowcontrol.apiserver.k8s.io/v1
+kind: PriorityLevelConfiguration
+metadata: {name: low}
+spec: {type: Limited, limited: {limitResponse: {type: Queue}}}
+---
+apiVersion: flowcontrol.apiserver.k8s.io/v1
+kind: FlowSchema
+metadata: {name: mine}
+spec: {priorityLevelConfiguration: {name: low}, distinguisherMethod: {type: ByUser}}
+"#,
+    );
+    let shown = k.ok(&[
+        "get",
+        "runtimeclasses,csidrivers,prioritylevelconfigurations,flowschemas",
+        "--no-headers",
+    ]);
+    for name in [
+        "runtimeclass.node.k8s.io/runc",
+        "csidriver.storage.k8s.io/hostpath.csi.k8s.io",
+        "prioritylevelconfiguration.flowcontrol.apiserver.k8s.io/low",
+        "flowschema.flowcontrol.apiserver.k8s.io/mine",
+    ] {
+        assert!(shown.contains(name), "{name} in {shown}");
+    }
+    let resources = k.ok(&["api-resources", "--no-headers"]);
+    for line in ["poddisruptionbudgets", "priorityclasses", "volumeattachments", "csinodes"] {
+        assert!(resources.contains(line), "{line} in {resources}");
+    }
+    k.ok(&["delete", "namespace", "shop", "--wait=false"]);
+}
