@@ -596,6 +596,10 @@ mod tests {
                 "discovery.k8s.io",
                 "rbac.authorization.k8s.io",
                 "storage.k8s.io",
+                "policy",
+                "scheduling.k8s.io",
+                "node.k8s.io",
+                "flowcontrol.apiserver.k8s.io",
                 "authorization.k8s.io",
                 "authentication.k8s.io",
                 "apiextensions.k8s.io"

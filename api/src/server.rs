@@ -695,7 +695,8 @@ mod start_tests {
 
     /// Regression: `skiff server --paused` on a data dir replayed to a point before
     /// `kube-public` existed created it, moving the log past the replayed point. A server that
-    /// may write creates the system namespaces and the default RBAC policy, once.
+    /// may write creates the system namespaces, the built-in PriorityClasses and the default RBAC
+    /// policy, once.
     #[tokio::test]
     async fn a_server_that_must_not_write_leaves_missing_system_namespaces_missing() {
         let quiet = Config {
@@ -704,6 +705,7 @@ mod start_tests {
         };
         assert_eq!(revision_after_start(quiet).await, Revision(0));
         let defaults = admission::SYSTEM_NAMESPACES.len()
+            + skiff_kinds::builtin::priority_class::SYSTEM_CLASSES.len()
             + crate::authz::bootstrap::cluster_roles().len()
             + crate::authz::bootstrap::cluster_role_bindings().len();
         assert_eq!(

@@ -1,6 +1,7 @@
 //! kube-apiserver's `Priority` admission plugin: a new pod's `priorityClassName` becomes its
 //! `spec.priority` (and `preemptionPolicy`); a pod that names no class gets the global default
-//! class (the lowest-valued one if several claim it), or priority 0 when there is none. A pod
+//! class (the lowest-valued one if several claim it), or priority 0 and `PreemptLowerPriority`
+//! when there is none. A pod
 //! may not state a priority that disagrees with its class, nor name a class that does not exist
 //! (403). Of PriorityClasses, only one may be the global default, and the built-in `system-`
 //! classes cannot be deleted.
@@ -122,7 +123,7 @@ impl Priority {
             global_default(&classes.items).unwrap_or(Resolved {
                 class: String::new(),
                 value: DEFAULT_PRIORITY,
-                preemption_policy: None,
+                preemption_policy: Some(priority_class::PREEMPT_LOWER_PRIORITY.into()),
             })
         } else {
             match registry.get(&priority_class::INFO, None, &name, None).await {

@@ -70,8 +70,8 @@ pub fn default_pod_spec(spec: &mut PodSpec) {
     }
 }
 
-/// `SetDefaults_Pod` plus the Priority admission plugin for a pod without a priority class:
-/// requests default to limits, service links on, priority 0, preempting lower priorities.
+/// `SetDefaults_Pod`: requests default to limits, service links on. (A pod's priority is the
+/// API server's Priority admission plugin's business: it depends on the PriorityClasses.)
 pub(super) fn default_pod_only(spec: &mut PodSpec) {
     for c in spec
         .containers
@@ -89,12 +89,6 @@ pub(super) fn default_pod_only(spec: &mut PodSpec) {
         }
     }
     spec.enable_service_links.get_or_insert(true);
-    if spec.priority_class_name.as_deref().unwrap_or("").is_empty() {
-        spec.priority.get_or_insert(0);
-        if spec.preemption_policy.is_none() {
-            spec.preemption_policy = Some("PreemptLowerPriority".into());
-        }
-    }
 }
 
 /// `Always` when the image has no tag or the `latest` tag (and no digest), else `IfNotPresent`
@@ -251,8 +245,6 @@ mod tests {
                 }],
                 "dnsPolicy": "ClusterFirst",
                 "enableServiceLinks": true,
-                "preemptionPolicy": "PreemptLowerPriority",
-                "priority": 0,
                 "restartPolicy": "Always",
                 "schedulerName": "default-scheduler",
                 "securityContext": {},
@@ -271,10 +263,10 @@ mod tests {
         assert_eq!(spec["terminationGracePeriodSeconds"], 0);
         assert_eq!(spec["enableServiceLinks"], false);
         assert_eq!(spec["containers"][0]["imagePullPolicy"], "Never");
-        let spec = pod(json!({"priorityClassName": "high", "containers": []}));
+        let spec = pod(json!({"containers": []}));
         assert!(
-            spec.get("priority").is_none(),
-            "priority comes from the class"
+            spec.get("priority").is_none() && spec.get("preemptionPolicy").is_none(),
+            "priority comes from admission"
         );
     }
 

@@ -477,6 +477,49 @@ mod tests {
                 "TokenReview",
                 json!({"metadata": {"name": "x"}, "spec": {"token": "t"}}),
             ),
+            (
+                "policy",
+                "PodDisruptionBudget",
+                json!({"metadata": {"name": "db", "namespace": "default"},
+                       "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "db"}}}}),
+            ),
+            (
+                "scheduling.k8s.io",
+                "PriorityClass",
+                json!({"metadata": {"name": "high"}, "value": 1000}),
+            ),
+            (
+                "node.k8s.io",
+                "RuntimeClass",
+                json!({"metadata": {"name": "runc"}, "handler": "runc"}),
+            ),
+            (
+                "storage.k8s.io",
+                "CSIDriver",
+                json!({"metadata": {"name": "hostpath.csi.k8s.io"}, "spec": {}}),
+            ),
+            (
+                "storage.k8s.io",
+                "CSINode",
+                json!({"metadata": {"name": "n1"}, "spec": {"drivers": []}}),
+            ),
+            (
+                "storage.k8s.io",
+                "VolumeAttachment",
+                json!({"metadata": {"name": "va"}, "spec": {"attacher": "a.csi", "nodeName": "n1",
+                       "source": {"persistentVolumeName": "pv1"}}}),
+            ),
+            (
+                "flowcontrol.apiserver.k8s.io",
+                "FlowSchema",
+                json!({"metadata": {"name": "mine"},
+                       "spec": {"priorityLevelConfiguration": {"name": "low"}}}),
+            ),
+            (
+                "flowcontrol.apiserver.k8s.io",
+                "PriorityLevelConfiguration",
+                json!({"metadata": {"name": "low"}, "spec": {"type": "Exempt", "exempt": {}}}),
+            ),
         ];
         let cases_len = cases.len();
         for (group, kind, obj) in cases {

@@ -558,34 +558,41 @@ fn apply_reports_unserved_kinds_and_applies_the_rest() {
 }
 
 #[test]
-fn drain_deletes_pods_with_protobuf_delete_options() {
-    // Without a pods/eviction subresource drain DELETEs each pod through its typed client,
-    // which sends the DeleteOptions as protobuf.
+fn drain_evicts_pods_or_deletes_them_with_protobuf_delete_options() {
+    // Drain evicts through pods/eviction (its typed client sends the Eviction as protobuf);
+    // with --disable-eviction it DELETEs each pod, sending the DeleteOptions as protobuf.
     let cluster = TestCluster::start(&[]);
     let default = cluster.kubectl();
     for (client, k) in [
         ("1.32", default.bundled("1.32")),
         ("1.33", default.bundled("1.33")),
     ] {
-        k.ok_with_input(
-            &["apply", "-f", "-"],
-            "apiVersion: v1\nkind: Node\nmetadata: {name: drained}\n---\n\
-             apiVersion: v1\nkind: Pod\nmetadata: {name: victim, namespace: default}\n\
-             spec: {nodeName: drained, containers: [{name: c, image: busybox}]}\n",
-        );
-        let drained = k.ok(&[
-            "drain",
-            "drained",
-            "--force",
-            "--grace-period=0",
-            "--timeout=60s",
-        ]);
-        assert!(
-            drained.contains("pod/victim deleted") && drained.contains("node/drained drained"),
-            "{client}: {drained}"
-        );
-        assert!(!k.run(&["get", "pod", "victim"]).ok, "{client}");
-        k.ok(&["uncordon", "drained"]);
+        for (how, extra, said) in [
+            ("eviction", None, "pod/victim evicted"),
+            ("delete", Some("--disable-eviction"), "pod/victim deleted"),
+        ] {
+            k.ok_with_input(
+                &["apply", "-f", "-"],
+                "apiVersion: v1\nkind: Node\nmetadata: {name: drained}\n---\n\
+                 apiVersion: v1\nkind: Pod\nmetadata: {name: victim, namespace: default}\n\
+                 spec: {nodeName: drained, containers: [{name: c, image: busybox}]}\n",
+            );
+            let mut args = vec![
+                "drain",
+                "drained",
+                "--force",
+                "--grace-period=0",
+                "--timeout=60s",
+            ];
+            args.extend(extra);
+            let drained = k.ok(&args);
+            assert!(
+                drained.contains(said) && drained.contains("node/drained drained"),
+                "{client} {how}: {drained}"
+            );
+            assert!(!k.run(&["get", "pod", "victim"]).ok, "{client} {how}");
+            k.ok(&["uncordon", "drained"]);
+        }
     }
 }
 
