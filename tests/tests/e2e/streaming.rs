@@ -310,17 +310,28 @@ fn cp_copies_both_ways_through_tar() {
 
     // A file that is not there: tar's complaint reaches the user through the stderr channel
     // (kubectl 1.32 prints it on its stdout and still exits 0, as against any cluster) and
-    // nothing is written.
-    let run = k.run(&[
-        "cp",
-        &format!("box:{}", workdir.join("missing").display()),
-        cluster.dir.path().join("x").to_str().unwrap(),
-    ]);
+    // nothing is written. kubectl copies the stderr channel to its output on a goroutine of its
+    // own and may exit before that copy ran once the empty tar stream has ended (seen on a loaded
+    // machine), so a few tries are allowed; the server sends the complaint every time.
+    let mut runs = Vec::new();
+    for _ in 0..5 {
+        let run = k.run(&[
+            "cp",
+            &format!("box:{}", workdir.join("missing").display()),
+            cluster.dir.path().join("x").to_str().unwrap(),
+        ]);
+        assert!(!cluster.dir.path().join("x").exists());
+        let said = format!("{}{}", run.stdout, run.stderr).contains("Cannot stat");
+        runs.push(run);
+        if said {
+            break;
+        }
+    }
     assert!(
-        format!("{}{}", run.stdout, run.stderr).contains("Cannot stat"),
-        "{run:?}"
+        runs.iter()
+            .any(|run| format!("{}{}", run.stdout, run.stderr).contains("Cannot stat")),
+        "{runs:?}"
     );
-    assert!(!cluster.dir.path().join("x").exists());
 }
 
 #[test]
