@@ -1212,7 +1212,8 @@ mod tests {
         let port = allocations::port_key(30111);
         let free = allocations::ip_key(Ipv4Addr::new(127, 96, 0, 8));
         for key in [&held, &port] {
-            let claimed = allocations::claim(store.as_ref(), "default/a", std::slice::from_ref(key));
+            let claimed =
+                allocations::claim(store.as_ref(), "default/a", std::slice::from_ref(key));
             assert_eq!(claimed.await.unwrap(), allocations::Claimed::All);
         }
         let lost = allocations::claim(store.as_ref(), "default/b", &[held.clone(), free.clone()])

@@ -144,8 +144,7 @@ pub fn spend(budget: &Value, pod: &Value) -> Result<bool> {
     let disrupted = status["disruptedPods"].as_object().map_or(0, |m| m.len());
     if disrupted > MAX_DISRUPTED_PODS {
         return Err(Error::Forbidden(
-            "DisruptedPods map too big - too many evictions not confirmed by PDB controller"
-                .into(),
+            "DisruptedPods map too big - too many evictions not confirmed by PDB controller".into(),
         ));
     }
     if allowed == 0 {
@@ -167,9 +166,7 @@ pub fn spent(mut budget: Value, pod_name: &str, now: &str) -> Value {
             .and_then(Value::as_i64)
             .unwrap_or(0);
         status.insert("disruptionsAllowed".into(), json!(allowed - 1));
-        let pods = status
-            .entry("disruptedPods")
-            .or_insert_with(|| json!({}));
+        let pods = status.entry("disruptedPods").or_insert_with(|| json!({}));
         if !pods.is_object() {
             *pods = json!({});
         }
@@ -210,14 +207,23 @@ pub(crate) async fn evict(
     let pod = server.registry.get(pods, namespace, name, None).await?;
     let budgets = server
         .registry
-        .list(&pod_disruption_budget::INFO, namespace, None, None, None, None)
+        .list(
+            &pod_disruption_budget::INFO,
+            namespace,
+            None,
+            None,
+            None,
+            None,
+        )
         .await?;
     match decide(&pod, &budgets.items) {
         Verdict::Refuse(e) => return Err(e),
         Verdict::Delete => {}
         Verdict::Spend(_) if delete.dry_run => {}
         Verdict::Spend(budget) => {
-            let now = jiff::Timestamp::now().round(jiff::Unit::Second).unwrap_or_default();
+            let now = jiff::Timestamp::now()
+                .round(jiff::Unit::Second)
+                .unwrap_or_default();
             let now = now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
             server
                 .registry
@@ -294,10 +300,16 @@ mod tests {
         unselecting["spec"] = json!({});
         assert!(matches!(decide(&pod, &[unselecting]), Verdict::Delete));
         let everything = budget("all", json!({}), 0, 1, 1);
-        assert!(matches!(decide(&pod, std::slice::from_ref(&everything)), Verdict::Refuse(_)));
+        assert!(matches!(
+            decide(&pod, std::slice::from_ref(&everything)),
+            Verdict::Refuse(_)
+        ));
         let mut pending = pod.clone();
         pending["status"]["phase"] = json!("Pending");
-        assert!(matches!(decide(&pending, &[everything.clone()]), Verdict::Delete));
+        assert!(matches!(
+            decide(&pending, &[everything.clone()]),
+            Verdict::Delete
+        ));
         let mut deleting = pod;
         deleting["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
         assert!(matches!(decide(&deleting, &[everything]), Verdict::Delete));
@@ -310,7 +322,10 @@ mod tests {
         assert!(matches!(decide(&pod, &[roomy.clone()]), Verdict::Spend(ref n) if n == "db"));
         let after = spent(roomy, "db-0", "2026-01-01T00:00:00Z");
         assert_eq!(after["status"]["disruptionsAllowed"], 0);
-        assert_eq!(after["status"]["disruptedPods"]["db-0"], "2026-01-01T00:00:00Z");
+        assert_eq!(
+            after["status"]["disruptedPods"]["db-0"],
+            "2026-01-01T00:00:00Z"
+        );
         assert_eq!(
             refusal(decide(&pod, &[after])),
             (
@@ -318,9 +333,10 @@ mod tests {
                 "Cannot evict pod as it would violate the pod's disruption budget.".into()
             )
         );
-        let Verdict::Refuse(Error::Api(e)) =
-            decide(&pod, &[budget("db", json!({"matchLabels": {"app": "db"}}), 0, 2, 2)])
-        else {
+        let Verdict::Refuse(Error::Api(e)) = decide(
+            &pod,
+            &[budget("db", json!({"matchLabels": {"app": "db"}}), 0, 2, 2)],
+        ) else {
             panic!("not an API error")
         };
         let status = e.to_status();

@@ -1070,7 +1070,10 @@ fn delete_options(request: &Request) -> Result<DeleteRequest> {
 }
 
 /// The delete options of `body` (a `DeleteOptions`, `{}` for none) and the query `q`.
-pub(crate) fn delete_options_from(body: &Value, q: &crate::request::Query) -> Result<DeleteRequest> {
+pub(crate) fn delete_options_from(
+    body: &Value,
+    q: &crate::request::Query,
+) -> Result<DeleteRequest> {
     let grace_period = match body.get("gracePeriodSeconds").and_then(Value::as_i64) {
         Some(g) => Some(g),
         None => q.number("gracePeriodSeconds")?,

@@ -101,7 +101,9 @@ impl Priority {
         };
         if a.operation == Operation::Update {
             // The priority set at creation stays (validation refuses changing it).
-            if let (Some(old), Some(spec)) = (old, pod.get_mut("spec").and_then(Value::as_object_mut)) {
+            if let (Some(old), Some(spec)) =
+                (old, pod.get_mut("spec").and_then(Value::as_object_mut))
+            {
                 for field in ["priority", "preemptionPolicy"] {
                     if spec.get(field).is_none_or(Value::is_null)
                         && let Some(value) = old["spec"].get(field).filter(|v| !v.is_null())
@@ -145,7 +147,10 @@ impl Priority {
     async fn admit_class(&self, registry: &Registry, a: &Attributes<'_>) -> Result<()> {
         if a.operation == Operation::Delete {
             if priority_class::system_class(a.name).is_some() {
-                return Err(forbidden(a, "this is a system priority class and cannot be deleted"));
+                return Err(forbidden(
+                    a,
+                    "this is a system priority class and cannot be deleted",
+                ));
             }
             return Ok(());
         }
@@ -159,12 +164,15 @@ impl Priority {
             .list(&priority_class::INFO, None, None, None, None, None)
             .await?;
         if let Some(other) = classes.items.iter().find(|c| {
-            c["globalDefault"].as_bool() == Some(true) && c["metadata"]["name"].as_str() != Some(a.name)
+            c["globalDefault"].as_bool() == Some(true)
+                && c["metadata"]["name"].as_str() != Some(a.name)
         }) {
             let other = other["metadata"]["name"].as_str().unwrap_or_default();
             return Err(forbidden(
                 a,
-                format!("PriorityClass {other} is already marked as default. Only one default can exist"),
+                format!(
+                    "PriorityClass {other} is already marked as default. Only one default can exist"
+                ),
             ));
         }
         Ok(())
@@ -202,7 +210,11 @@ mod tests {
 
     #[test]
     fn the_lowest_global_default_wins() {
-        let classes = [class("a", 10, true), class("b", 5, true), class("c", 1, false)];
+        let classes = [
+            class("a", 10, true),
+            class("b", 5, true),
+            class("c", 1, false),
+        ];
         assert_eq!(global_default(&classes).unwrap().class, "b");
         assert_eq!(global_default(&classes[2..]), None);
     }
@@ -222,7 +234,11 @@ mod tests {
             "the integer value of priority (7) must not be provided in pod spec; priority admission controller computed 1000 from the given PriorityClass name"
         );
         let mut never = json!({"spec": {"priorityClassName": "high", "preemptionPolicy": "Never"}});
-        assert!(apply(&mut never, &high).unwrap_err().contains("PreemptionPolicy (Never)"));
+        assert!(
+            apply(&mut never, &high)
+                .unwrap_err()
+                .contains("PreemptionPolicy (Never)")
+        );
         let none = Resolved {
             class: String::new(),
             value: 0,

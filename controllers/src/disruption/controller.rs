@@ -71,10 +71,18 @@ pub(crate) fn start(ctx: &Context) -> Result<Started> {
     let controller = Controller::new("disruption", ctx.workers)
         .primary(&budgets)
         .watches(&pods, of_pod)
-        .watches(&replica_sets, move |e| rs(e.object().metadata.namespace.as_deref()))
-        .watches(&deployments, move |e| dep(e.object().metadata.namespace.as_deref()))
-        .watches(&controllers, move |e| rc(e.object().metadata.namespace.as_deref()))
-        .watches(&stateful_sets, move |e| sts(e.object().metadata.namespace.as_deref()));
+        .watches(&replica_sets, move |e| {
+            rs(e.object().metadata.namespace.as_deref())
+        })
+        .watches(&deployments, move |e| {
+            dep(e.object().metadata.namespace.as_deref())
+        })
+        .watches(&controllers, move |e| {
+            rc(e.object().metadata.namespace.as_deref())
+        })
+        .watches(&stateful_sets, move |e| {
+            sts(e.object().metadata.namespace.as_deref())
+        });
     Ok(controller.run(Arc::new(Budgets {
         budgets,
         pods,
@@ -87,7 +95,12 @@ pub(crate) fn start(ctx: &Context) -> Result<Started> {
 }
 
 /// The UID and replicas of a cached object whose UID is `uid`.
-fn scale<K>(informer: &Informer<K>, namespace: &str, owner: &OwnerReference, replicas: impl Fn(&K) -> Option<i32>) -> Option<Scale>
+fn scale<K>(
+    informer: &Informer<K>,
+    namespace: &str,
+    owner: &OwnerReference,
+    replicas: impl Fn(&K) -> Option<i32>,
+) -> Option<Scale>
 where
     K: skiff_client::informer::Informable,
 {
@@ -103,7 +116,10 @@ impl Scales for Budgets {
     fn scale_of(&self, namespace: &str, owner: &OwnerReference) -> Option<Scale> {
         match (owner.api_version.as_str(), owner.kind.as_str()) {
             ("apps/v1", "ReplicaSet") => {
-                let rs = self.replica_sets.cache().get(Some(namespace), &owner.name)?;
+                let rs = self
+                    .replica_sets
+                    .cache()
+                    .get(Some(namespace), &owner.name)?;
                 if rs.metadata.uid.as_deref() != Some(owner.uid.as_str()) {
                     return None;
                 }
@@ -120,14 +136,17 @@ impl Scales for Budgets {
                     replicas: rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1),
                 })
             }
-            ("v1", "ReplicationController") => {
-                scale(&self.controllers, namespace, owner, |rc: &ReplicationController| {
-                    rc.spec.as_ref().and_then(|s| s.replicas)
+            ("v1", "ReplicationController") => scale(
+                &self.controllers,
+                namespace,
+                owner,
+                |rc: &ReplicationController| rc.spec.as_ref().and_then(|s| s.replicas),
+            ),
+            ("apps/v1", "StatefulSet") => {
+                scale(&self.stateful_sets, namespace, owner, |s: &StatefulSet| {
+                    s.spec.as_ref().and_then(|s| s.replicas)
                 })
             }
-            ("apps/v1", "StatefulSet") => scale(&self.stateful_sets, namespace, owner, |s: &StatefulSet| {
-                s.spec.as_ref().and_then(|s| s.replicas)
-            }),
             _ => None,
         }
     }
@@ -157,7 +176,11 @@ impl Reconcile for Budgets {
                 Err(e) if not_found(&e) => return Ok(Action::AwaitChange),
                 // A newer budget is on its way through the informer.
                 Err(e) if conflict(&e) => return Ok(Action::AwaitChange),
-                Err(e) => return Err(Error::api(format!("updating status of PodDisruptionBudget {key}"))(e)),
+                Err(e) => {
+                    return Err(Error::api(format!(
+                        "updating status of PodDisruptionBudget {key}"
+                    ))(e));
+                }
             }
         }
         Ok(match decision.recheck {

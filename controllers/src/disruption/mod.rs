@@ -148,15 +148,13 @@ pub fn decide(
     let old = budget.status.clone().unwrap_or_default();
     let pods = selected(budget, pods);
     let (disrupted, recheck) = disrupted_pods(&old, &pods, now);
-    let current = len(
-        &pods
-            .iter()
-            .copied()
-            .filter(|p| p.metadata.deletion_timestamp.is_none())
-            .filter(|p| !disrupted.contains_key(p.metadata.name.as_deref().unwrap_or_default()))
-            .filter(|p| is_ready(p))
-            .collect::<Vec<_>>(),
-    );
+    let current = len(&pods
+        .iter()
+        .copied()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| !disrupted.contains_key(p.metadata.name.as_deref().unwrap_or_default()))
+        .filter(|p| is_ready(p))
+        .collect::<Vec<_>>());
     let generation = budget.metadata.generation;
     let mut status = PodDisruptionBudgetStatus {
         observed_generation: generation,
@@ -256,7 +254,10 @@ fn disrupted_pods(
 }
 
 /// Whether `new` says something `old` does not (transition times aside).
-pub fn status_changed(old: Option<&PodDisruptionBudgetStatus>, new: &PodDisruptionBudgetStatus) -> bool {
+pub fn status_changed(
+    old: Option<&PodDisruptionBudgetStatus>,
+    new: &PodDisruptionBudgetStatus,
+) -> bool {
     old != Some(new)
 }
 

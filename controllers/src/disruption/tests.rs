@@ -16,10 +16,34 @@ impl Scales for Known {
 /// ReplicaSet of 2; `sts` a StatefulSet of 3.
 fn scales() -> Known {
     Known(BTreeMap::from([
-        ("rs-a".into(), Scale { uid: "web".into(), replicas: 4 }),
-        ("rs-a2".into(), Scale { uid: "web".into(), replicas: 4 }),
-        ("rs-b".into(), Scale { uid: "rs-b".into(), replicas: 2 }),
-        ("sts".into(), Scale { uid: "sts".into(), replicas: 3 }),
+        (
+            "rs-a".into(),
+            Scale {
+                uid: "web".into(),
+                replicas: 4,
+            },
+        ),
+        (
+            "rs-a2".into(),
+            Scale {
+                uid: "web".into(),
+                replicas: 4,
+            },
+        ),
+        (
+            "rs-b".into(),
+            Scale {
+                uid: "rs-b".into(),
+                replicas: 2,
+            },
+        ),
+        (
+            "sts".into(),
+            Scale {
+                uid: "sts".into(),
+                replicas: 3,
+            },
+        ),
     ]))
 }
 
@@ -60,11 +84,22 @@ fn condition(d: &Decision) -> (String, String) {
 
 #[test]
 fn an_integer_min_available_counts_the_selected_pods() {
-    let b = budget(json!({"minAvailable": 2, "selector": {"matchLabels": {"app": "web"}}}), json!({}));
-    let pods = [pod("a", Some("rs-a"), true), pod("b", Some("rs-a"), true), pod("c", None, true)];
+    let b = budget(
+        json!({"minAvailable": 2, "selector": {"matchLabels": {"app": "web"}}}),
+        json!({}),
+    );
+    let pods = [
+        pod("a", Some("rs-a"), true),
+        pod("b", Some("rs-a"), true),
+        pod("c", None, true),
+    ];
     let d = decide_for(&b, &pods);
     assert_eq!(
-        (d.status.expected_pods, d.status.desired_healthy, d.status.current_healthy),
+        (
+            d.status.expected_pods,
+            d.status.desired_healthy,
+            d.status.current_healthy
+        ),
         (3, 2, 3)
     );
     assert_eq!(d.status.disruptions_allowed, 1);
@@ -73,7 +108,10 @@ fn an_integer_min_available_counts_the_selected_pods() {
     // Unready pods are not healthy; at the minimum nothing may go.
     let pods = [pod("a", Some("rs-a"), true), pod("b", Some("rs-a"), false)];
     let d = decide_for(&b, &pods);
-    assert_eq!((d.status.current_healthy, d.status.disruptions_allowed), (1, 0));
+    assert_eq!(
+        (d.status.current_healthy, d.status.disruptions_allowed),
+        (1, 0)
+    );
     assert_eq!(condition(&d), ("False".into(), "InsufficientPods".into()));
 }
 
@@ -120,9 +158,20 @@ fn an_unknown_controller_fails_the_sync_and_allows_nothing() {
 fn selectors_pick_pods_and_nothing_expected_allows_nothing() {
     let none = budget(json!({"minAvailable": 0}), json!({}));
     let d = decide_for(&none, &[pod("a", Some("rs-a"), true)]);
-    assert_eq!((d.status.current_healthy, d.status.disruptions_allowed), (0, 0));
-    let other = budget(json!({"minAvailable": 0, "selector": {"matchLabels": {"app": "db"}}}), json!({}));
-    assert_eq!(decide_for(&other, &[pod("a", Some("rs-a"), true)]).status.expected_pods, 0);
+    assert_eq!(
+        (d.status.current_healthy, d.status.disruptions_allowed),
+        (0, 0)
+    );
+    let other = budget(
+        json!({"minAvailable": 0, "selector": {"matchLabels": {"app": "db"}}}),
+        json!({}),
+    );
+    assert_eq!(
+        decide_for(&other, &[pod("a", Some("rs-a"), true)])
+            .status
+            .expected_pods,
+        0
+    );
 }
 
 #[test]
@@ -135,7 +184,11 @@ fn evicted_pods_stay_unhealthy_until_gone_or_two_minutes_pass() {
             "gone": "2026-06-01T11:59:50Z" // no such pod: dropped
         }}),
     );
-    let pods = [pod("a", Some("rs-a"), true), pod("b", Some("rs-a"), true), pod("c", Some("rs-a"), true)];
+    let pods = [
+        pod("a", Some("rs-a"), true),
+        pod("b", Some("rs-a"), true),
+        pod("c", Some("rs-a"), true),
+    ];
     let d = decide_for(&b, &pods);
     let kept: Vec<&String> = d.status.disrupted_pods.as_ref().unwrap().keys().collect();
     assert_eq!(kept, ["a"]);
@@ -157,5 +210,8 @@ fn the_condition_keeps_its_transition_time_while_it_holds() {
     assert_eq!(c.last_transition_time.0.to_string(), "2026-01-01T00:00:00Z");
     let mut with_status = b.clone();
     with_status.status = Some(d.status.clone());
-    assert!(!status_changed(with_status.status.as_ref(), &decide_for(&with_status, &pods).status));
+    assert!(!status_changed(
+        with_status.status.as_ref(),
+        &decide_for(&with_status, &pods).status
+    ));
 }

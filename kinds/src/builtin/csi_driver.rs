@@ -58,7 +58,12 @@ fn validate(new: &Value, old: Option<&Value>) -> Checked {
     }
     if let Some(old) = old {
         // attachRequired, podInfoOnMount, volumeLifecycleModes and fsGroupPolicy stay.
-        for field in ["attachRequired", "podInfoOnMount", "volumeLifecycleModes", "fsGroupPolicy"] {
+        for field in [
+            "attachRequired",
+            "podInfoOnMount",
+            "volumeLifecycleModes",
+            "fsGroupPolicy",
+        ] {
             if new["spec"].get(field) != old["spec"].get(field) {
                 errs.push(FieldError::invalid(
                     path.child(field),
@@ -92,12 +97,36 @@ impl Kind for CsiDriver {
         use table::{AGE, NAME, col};
         vec![
             NAME,
-            col("AttachRequired", "boolean", "attachRequired indicates this CSI volume driver requires an attach operation."),
-            col("PodInfoOnMount", "boolean", "podInfoOnMount indicates this CSI volume driver requires additional pod information during mount operations."),
-            col("StorageCapacity", "boolean", "storageCapacity indicates that the CSI volume driver wants pod scheduling to consider the storage capacity."),
-            col("TokenRequests", "string", "tokenRequests indicates the CSI driver needs pods' service account tokens it is mounting volume for."),
-            col("RequiresRepublish", "boolean", "requiresRepublish indicates the CSI driver wants NodePublishVolume being periodically called."),
-            col("Modes", "string", "volumeLifecycleModes defines what kind of volumes this CSI volume driver supports."),
+            col(
+                "AttachRequired",
+                "boolean",
+                "attachRequired indicates this CSI volume driver requires an attach operation.",
+            ),
+            col(
+                "PodInfoOnMount",
+                "boolean",
+                "podInfoOnMount indicates this CSI volume driver requires additional pod information during mount operations.",
+            ),
+            col(
+                "StorageCapacity",
+                "boolean",
+                "storageCapacity indicates that the CSI volume driver wants pod scheduling to consider the storage capacity.",
+            ),
+            col(
+                "TokenRequests",
+                "string",
+                "tokenRequests indicates the CSI driver needs pods' service account tokens it is mounting volume for.",
+            ),
+            col(
+                "RequiresRepublish",
+                "boolean",
+                "requiresRepublish indicates the CSI driver wants NodePublishVolume being periodically called.",
+            ),
+            col(
+                "Modes",
+                "string",
+                "volumeLifecycleModes defines what kind of volumes this CSI volume driver supports.",
+            ),
             AGE,
         ]
     }
@@ -176,11 +205,20 @@ mod tests {
         let mut object = driver(json!({}));
         CsiDriver.default(&mut object);
         assert_eq!(object["spec"]["attachRequired"], true);
-        assert_eq!(object["spec"]["volumeLifecycleModes"], json!(["Persistent"]));
+        assert_eq!(
+            object["spec"]["volumeLifecycleModes"],
+            json!(["Persistent"])
+        );
         assert!(create_msgs("storage.k8s.io", "CSIDriver", object.clone()).is_empty());
         assert_eq!(
-            create_msgs("storage.k8s.io", "CSIDriver", driver(json!({"volumeLifecycleModes": ["Forever"]}))),
-            ["spec.volumeLifecycleModes[0]: Unsupported value: \"Forever\": supported values: \"Persistent\", \"Ephemeral\""]
+            create_msgs(
+                "storage.k8s.io",
+                "CSIDriver",
+                driver(json!({"volumeLifecycleModes": ["Forever"]}))
+            ),
+            [
+                "spec.volumeLifecycleModes[0]: Unsupported value: \"Forever\": supported values: \"Persistent\", \"Ephemeral\""
+            ]
         );
         assert_eq!(
             update_msgs(
@@ -194,7 +232,14 @@ mod tests {
         let cells = CsiDriver.cells(&object, Timestamp::now()).unwrap();
         assert_eq!(
             cells[1..7],
-            [json!(true), json!(false), json!(false), json!("<unset>"), json!(false), json!("Persistent")]
+            [
+                json!(true),
+                json!(false),
+                json!(false),
+                json!("<unset>"),
+                json!(false),
+                json!("Persistent")
+            ]
         );
     }
 }

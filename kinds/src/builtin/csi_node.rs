@@ -41,7 +41,11 @@ impl Kind for CsiNode {
         use table::{AGE, NAME, col};
         vec![
             NAME,
-            col("Drivers", "integer", "Drivers indicates the number of CSI drivers registered on the node"),
+            col(
+                "Drivers",
+                "integer",
+                "Drivers indicates the number of CSI drivers registered on the node",
+            ),
             AGE,
         ]
     }

@@ -76,11 +76,27 @@ impl Kind for FlowSchema {
         use table::{AGE, NAME, col};
         vec![
             NAME,
-            col("PriorityLevel", "string", "`name` is the name of the priority level configuration being referenced"),
-            col("MatchingPrecedence", "string", "`matchingPrecedence` is used to choose among the FlowSchemas that match a given request."),
-            col("DistinguisherMethod", "string", "`distinguisherMethod` defines how to compute the flow distinguisher for requests that match this schema."),
+            col(
+                "PriorityLevel",
+                "string",
+                "`name` is the name of the priority level configuration being referenced",
+            ),
+            col(
+                "MatchingPrecedence",
+                "string",
+                "`matchingPrecedence` is used to choose among the FlowSchemas that match a given request.",
+            ),
+            col(
+                "DistinguisherMethod",
+                "string",
+                "`distinguisherMethod` defines how to compute the flow distinguisher for requests that match this schema.",
+            ),
             AGE,
-            col("MissingPL", "string", "references a broken or non-existent PriorityLevelConfiguration"),
+            col(
+                "MissingPL",
+                "string",
+                "references a broken or non-existent PriorityLevelConfiguration",
+            ),
         ]
     }
 
@@ -95,7 +111,11 @@ impl Kind for FlowSchema {
             .unwrap_or("?");
         Some(vec![
             json!(object["metadata"]["name"].as_str().unwrap_or_default()),
-            json!(spec["priorityLevelConfiguration"]["name"].as_str().unwrap_or_default()),
+            json!(
+                spec["priorityLevelConfiguration"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+            ),
             json!(spec["matchingPrecedence"].as_i64().unwrap_or(0).to_string()),
             json!(spec["distinguisherMethod"]["type"].as_str().unwrap_or("*")),
             table::age_of(object, now),
@@ -105,7 +125,11 @@ impl Kind for FlowSchema {
 
     fn default(&self, object: &mut Value) {
         if let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut)
-            && spec.get("matchingPrecedence").and_then(Value::as_i64).unwrap_or(0) == 0
+            && spec
+                .get("matchingPrecedence")
+                .and_then(Value::as_i64)
+                .unwrap_or(0)
+                == 0
         {
             spec.insert("matchingPrecedence".into(), json!(1000));
         }
@@ -138,7 +162,10 @@ mod tests {
         assert_eq!(fs["spec"]["matchingPrecedence"], 1000);
         assert!(create_msgs(G, "FlowSchema", fs.clone()).is_empty());
         let cells = FlowSchema.cells(&fs, Timestamp::now()).unwrap();
-        assert_eq!(cells[1..4], [json!("workload-low"), json!("1000"), json!("ByUser")]);
+        assert_eq!(
+            cells[1..4],
+            [json!("workload-low"), json!("1000"), json!("ByUser")]
+        );
         assert_eq!(cells[5], json!("?"));
         fs["spec"]["matchingPrecedence"] = json!(20_000);
         fs["spec"]["priorityLevelConfiguration"]["name"] = json!("");

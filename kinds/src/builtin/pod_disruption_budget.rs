@@ -203,6 +203,9 @@ mod tests {
         let cells = PodDisruptionBudget
             .cells(&object, Timestamp::now())
             .unwrap();
-        assert_eq!(cells[..4], [json!("db"), json!("N/A"), json!("25%"), json!(1)]);
+        assert_eq!(
+            cells[..4],
+            [json!("db"), json!("N/A"), json!("25%"), json!(1)]
+        );
     }
 }

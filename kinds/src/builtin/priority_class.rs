@@ -94,7 +94,9 @@ fn not_system_class(pc: &Pc) -> Option<String> {
         ));
     }
     if pc.global_default.unwrap_or(false) {
-        return Some(format!("globalDefault of {name} PriorityClass must be false"));
+        return Some(format!(
+            "globalDefault of {name} PriorityClass must be false"
+        ));
     }
     None
 }
@@ -229,7 +231,9 @@ mod tests {
         never["preemptionPolicy"] = json!("Sometimes");
         assert_eq!(
             create_msgs(G, "PriorityClass", never),
-            ["preemptionPolicy: Unsupported value: \"Sometimes\": supported values: \"PreemptLowerPriority\", \"Never\""]
+            [
+                "preemptionPolicy: Unsupported value: \"Sometimes\": supported values: \"PreemptLowerPriority\", \"Never\""
+            ]
         );
     }
 
@@ -244,11 +248,15 @@ mod tests {
         }
         assert_eq!(
             create_msgs(G, "PriorityClass", pc("system-mine", 5)),
-            ["metadata.name: Forbidden: priority class names with 'system-' prefix are reserved for system use only. error: name system-mine is not a known system priority class"]
+            [
+                "metadata.name: Forbidden: priority class names with 'system-' prefix are reserved for system use only. error: name system-mine is not a known system priority class"
+            ]
         );
         assert_eq!(
             create_msgs(G, "PriorityClass", pc("system-node-critical", 5)),
-            ["metadata.name: Forbidden: priority class names with 'system-' prefix are reserved for system use only. error: value of system-node-critical PriorityClass must be 2000001000"]
+            [
+                "metadata.name: Forbidden: priority class names with 'system-' prefix are reserved for system use only. error: value of system-node-critical PriorityClass must be 2000001000"
+            ]
         );
     }
 

@@ -77,11 +77,31 @@ impl Kind for PriorityLevelConfiguration {
         use table::{AGE, NAME, col};
         vec![
             NAME,
-            col("Type", "string", "`type` indicates whether this priority level is subject to limitation on request execution."),
-            col("NominalConcurrencyShares", "string", "`nominalConcurrencyShares` (NCS) contributes to the computation of the NominalConcurrencyLimit (NominalCL) of this level."),
-            col("Queues", "string", "`queues` is the number of queues for this priority level."),
-            col("HandSize", "string", "`handSize` is a small positive number that configures the shuffle sharding of requests into queues."),
-            col("QueueLengthLimit", "string", "`queueLengthLimit` is the maximum number of requests allowed to be waiting in a given queue of this priority level at a time."),
+            col(
+                "Type",
+                "string",
+                "`type` indicates whether this priority level is subject to limitation on request execution.",
+            ),
+            col(
+                "NominalConcurrencyShares",
+                "string",
+                "`nominalConcurrencyShares` (NCS) contributes to the computation of the NominalConcurrencyLimit (NominalCL) of this level.",
+            ),
+            col(
+                "Queues",
+                "string",
+                "`queues` is the number of queues for this priority level.",
+            ),
+            col(
+                "HandSize",
+                "string",
+                "`handSize` is a small positive number that configures the shuffle sharding of requests into queues.",
+            ),
+            col(
+                "QueueLengthLimit",
+                "string",
+                "`queueLengthLimit` is the maximum number of requests allowed to be waiting in a given queue of this priority level at a time.",
+            ),
             AGE,
         ]
     }
@@ -159,7 +179,13 @@ mod tests {
             .unwrap();
         assert_eq!(
             cells[1..6],
-            [json!("Limited"), json!("30"), json!("64"), json!("8"), json!("50")]
+            [
+                json!("Limited"),
+                json!("30"),
+                json!("64"),
+                json!("8"),
+                json!("50")
+            ]
         );
         let bad = json!({"apiVersion": "flowcontrol.apiserver.k8s.io/v1",
             "kind": "PriorityLevelConfiguration", "metadata": {"name": "low"},

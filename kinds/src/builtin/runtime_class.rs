@@ -33,7 +33,11 @@ fn validate(new: &Value, old: Option<&Value>) -> Checked {
         errs.push(FieldError::required(Path::new("handler"), ""));
     } else {
         for m in names::dns1123_label(&rc.handler) {
-            errs.push(FieldError::invalid(Path::new("handler"), rc.handler.as_str(), m));
+            errs.push(FieldError::invalid(
+                Path::new("handler"),
+                rc.handler.as_str(),
+                m,
+            ));
         }
     }
     if let Some(old) = old {

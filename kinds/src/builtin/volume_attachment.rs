@@ -72,10 +72,26 @@ impl Kind for VolumeAttachment {
         use table::{AGE, NAME, col};
         vec![
             NAME,
-            col("Attacher", "string", "attacher indicates the name of the volume driver that MUST handle this request."),
-            col("PV", "string", "persistentVolumeName represents the name of the persistent volume to attach."),
-            col("Node", "string", "nodeName represents the node that the volume should be attached to."),
-            col("Attached", "boolean", "attached indicates the volume is successfully attached."),
+            col(
+                "Attacher",
+                "string",
+                "attacher indicates the name of the volume driver that MUST handle this request.",
+            ),
+            col(
+                "PV",
+                "string",
+                "persistentVolumeName represents the name of the persistent volume to attach.",
+            ),
+            col(
+                "Node",
+                "string",
+                "nodeName represents the node that the volume should be attached to.",
+            ),
+            col(
+                "Attached",
+                "boolean",
+                "attached indicates the volume is successfully attached.",
+            ),
             AGE,
         ]
     }
@@ -85,7 +101,11 @@ impl Kind for VolumeAttachment {
         Some(vec![
             json!(object["metadata"]["name"].as_str().unwrap_or_default()),
             json!(spec["attacher"].as_str().unwrap_or_default()),
-            json!(spec["source"]["persistentVolumeName"].as_str().unwrap_or_default()),
+            json!(
+                spec["source"]["persistentVolumeName"]
+                    .as_str()
+                    .unwrap_or_default()
+            ),
             json!(spec["nodeName"].as_str().unwrap_or_default()),
             json!(object["status"]["attached"].as_bool().unwrap_or(false)),
             table::age_of(object, now),
@@ -130,6 +150,14 @@ mod tests {
             1
         );
         let cells = VolumeAttachment.cells(&ok, Timestamp::now()).unwrap();
-        assert_eq!(cells[1..5], [json!("hostpath.csi.k8s.io"), json!("pv1"), json!("n1"), json!(false)]);
+        assert_eq!(
+            cells[1..5],
+            [
+                json!("hostpath.csi.k8s.io"),
+                json!("pv1"),
+                json!("n1"),
+                json!(false)
+            ]
+        );
     }
 }

@@ -189,7 +189,11 @@ pub(crate) fn ios_value(v: Option<&IntOrString>) -> Value {
 }
 
 /// `ValidateNonnegativeIntOrPercent` and `IsNotMoreThan100Percent` (when `max_100`).
-pub(crate) fn validate_int_or_percent(v: Option<&IntOrString>, path: Path, max_100: bool) -> Vec<FieldError> {
+pub(crate) fn validate_int_or_percent(
+    v: Option<&IntOrString>,
+    path: Path,
+    max_100: bool,
+) -> Vec<FieldError> {
     let mut errs = Vec::new();
     match v {
         Some(IntOrString::String(p)) => {

@@ -1334,8 +1334,9 @@ fn drain_evicts_within_the_disruption_budget_and_priority_classes_set_pod_priori
     k.ok_with_input(&["apply", "-f", "-"], &budget("shop", 2));
     let status = |path: &str| jsonpath(&k, "shop", "pdb/web", path);
     wait_for(&k, "the budget's status", 30, || {
-        status("{.status.currentHealthy}/{.status.desiredHealthy}/{.status.expectedPods}/{.status.disruptionsAllowed}")
-            == "2/2/2/0"
+        status(
+            "{.status.currentHealthy}/{.status.desiredHealthy}/{.status.expectedPods}/{.status.disruptionsAllowed}",
+        ) == "2/2/2/0"
     });
     let table = k.ok(&["-n", "shop", "get", "pdb"]);
     assert!(
@@ -1403,7 +1404,10 @@ fn drain_evicts_within_the_disruption_budget_and_priority_classes_set_pod_priori
 
     // Priority classes: the two built-in ones exist and stay; a pod takes its class's value.
     let classes = k.ok(&["get", "priorityclasses"]);
-    for line in ["system-cluster-critical   2000000000", "system-node-critical      2000001000"] {
+    for line in [
+        "system-cluster-critical   2000000000",
+        "system-node-critical      2000001000",
+    ] {
         assert!(classes.contains(line), "{classes}");
     }
     let gone = k.fails(&["delete", "priorityclass", "system-node-critical"]);
@@ -1422,7 +1426,12 @@ fn drain_evicts_within_the_disruption_budget_and_priority_classes_set_pod_priori
         &bare_pod("shop", "urgent", "priorityClassName: high"),
     );
     assert_eq!(
-        jsonpath(&k, "shop", "pod/urgent", "{.spec.priority} {.spec.preemptionPolicy}"),
+        jsonpath(
+            &k,
+            "shop",
+            "pod/urgent",
+            "{.spec.priority} {.spec.preemptionPolicy}"
+        ),
         "1000 PreemptLowerPriority"
     );
     let unknown = k.run_with_input(
@@ -1447,15 +1456,34 @@ fn drain_evicts_within_the_disruption_budget_and_priority_classes_set_pod_priori
         liar.stderr
     );
     // A global default class is what pods without a class get; only one may exist.
-    k.ok(&["create", "priorityclass", "usual", "--value=10", "--global-default"]);
+    k.ok(&[
+        "create",
+        "priorityclass",
+        "usual",
+        "--value=10",
+        "--global-default",
+    ]);
     k.ok_with_input(&["apply", "-f", "-"], &bare_pod("shop", "plain", ""));
     assert_eq!(
-        jsonpath(&k, "shop", "pod/plain", "{.spec.priorityClassName} {.spec.priority}"),
+        jsonpath(
+            &k,
+            "shop",
+            "pod/plain",
+            "{.spec.priorityClassName} {.spec.priority}"
+        ),
         "usual 10"
     );
-    let second = k.fails(&["create", "priorityclass", "other", "--value=20", "--global-default"]);
+    let second = k.fails(&[
+        "create",
+        "priorityclass",
+        "other",
+        "--value=20",
+        "--global-default",
+    ]);
     assert!(
-        second.contains("PriorityClass usual is already marked as default. Only one default can exist"),
+        second.contains(
+            "PriorityClass usual is already marked as default. Only one default can exist"
+        ),
         "{second}"
     );
 
@@ -1498,7 +1526,12 @@ spec: {priorityLevelConfiguration: {name: low}, distinguisherMethod: {type: ByUs
         assert!(shown.contains(name), "{name} in {shown}");
     }
     let resources = k.ok(&["api-resources", "--no-headers"]);
-    for line in ["poddisruptionbudgets", "priorityclasses", "volumeattachments", "csinodes"] {
+    for line in [
+        "poddisruptionbudgets",
+        "priorityclasses",
+        "volumeattachments",
+        "csinodes",
+    ] {
         assert!(resources.contains(line), "{line} in {resources}");
     }
     k.ok(&["delete", "namespace", "shop", "--wait=false"]);
