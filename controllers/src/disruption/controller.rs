@@ -54,35 +54,13 @@ pub(crate) fn start(ctx: &Context) -> Result<Started> {
                 .collect()
         }
     };
-    let in_namespace = |budgets: &Informer<PodDisruptionBudget>| {
-        let budgets = budgets.clone();
-        move |namespace: Option<&str>| -> Vec<String> {
-            budgets
-                .cache()
-                .keys_by_index(index::NAMESPACE, namespace.unwrap_or_default())
-        }
-    };
-    let (rs, dep, rc, sts) = (
-        in_namespace(&budgets),
-        in_namespace(&budgets),
-        in_namespace(&budgets),
-        in_namespace(&budgets),
-    );
     let controller = Controller::new("disruption", ctx.workers)
         .primary(&budgets)
         .watches(&pods, of_pod)
-        .watches(&replica_sets, move |e| {
-            rs(e.object().metadata.namespace.as_deref())
-        })
-        .watches(&deployments, move |e| {
-            dep(e.object().metadata.namespace.as_deref())
-        })
-        .watches(&controllers, move |e| {
-            rc(e.object().metadata.namespace.as_deref())
-        })
-        .watches(&stateful_sets, move |e| {
-            sts(e.object().metadata.namespace.as_deref())
-        });
+        .watches(&replica_sets, every_budget_of_its_namespace(&budgets))
+        .watches(&deployments, every_budget_of_its_namespace(&budgets))
+        .watches(&controllers, every_budget_of_its_namespace(&budgets))
+        .watches(&stateful_sets, every_budget_of_its_namespace(&budgets));
     Ok(controller.run(Arc::new(Budgets {
         budgets,
         pods,
@@ -94,7 +72,20 @@ pub(crate) fn start(ctx: &Context) -> Result<Started> {
     })))
 }
 
-/// The UID and replicas of a cached object whose UID is `uid`.
+/// Maps an event of a workload to every budget of its namespace (a scale change moves
+/// `expectedPods`).
+fn every_budget_of_its_namespace<K: skiff_client::informer::Informable>(
+    budgets: &Informer<PodDisruptionBudget>,
+) -> impl Fn(Event<'_, K>) -> Vec<String> + Send + Sync + 'static {
+    let budgets = budgets.clone();
+    move |event: Event<'_, K>| {
+        let meta = kube::Resource::meta(event.object());
+        let namespace = meta.namespace.as_deref().unwrap_or_default();
+        budgets.cache().keys_by_index(index::NAMESPACE, namespace)
+    }
+}
+
+/// The scale of the cached object `owner` names, if it is still that object (same UID).
 fn scale<K>(
     informer: &Informer<K>,
     namespace: &str,
