@@ -17,6 +17,7 @@
 //! /debug/skiff/timeline?[since=P][&until=P][&buckets=N][&filters]              -> Timeline
 //! /debug/skiff/changes?[since=P][&until=P][&limit=L][&continue=T][&filters]    -> Changes
 //! /debug/skiff/snapshot?at=P[&namespace=N]                                     -> Snapshot
+//! /debug/skiff/owned?uid=U&at=P[&namespace=N]                                 -> [Owned]
 //! /debug/skiff/kinds                                                           -> [KindName]
 //! ```
 //!
@@ -335,6 +336,19 @@ pub async fn answer(
                 .map(String::as_str)
                 .filter(|s| !s.is_empty());
             ok(&super::timeline::snapshot(replay, revision, namespace).await?)
+        }
+        "owned" => {
+            let uid = params
+                .get("uid")
+                .filter(|s| !s.is_empty())
+                .ok_or_else(|| Error::BadRequest("uid is required".into()))?;
+            let at = point(&params, "at")?.unwrap_or(Point::Now);
+            let revision = replay.resolve(&at).await?;
+            let namespace = params
+                .get("namespace")
+                .map(String::as_str)
+                .filter(|s| !s.is_empty());
+            ok(&super::timeline::owned(replay, revision, namespace, uid).await?)
         }
         "kinds" => ok(&super::timeline::kind_names(replay)),
         _ => Err(Error::NoRoute),
