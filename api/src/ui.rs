@@ -170,13 +170,14 @@ pub fn session_routes(
     let login = warp::path!("ui" / "login")
         .and(warp::post())
         .and(warp::header::optional::<String>("origin"))
-        .and(warp::header::optional::<String>("host"))
+        // The Host header, or for HTTP/2 the request's `:authority`.
+        .and(warp::host::optional())
         .and(warp::body::content_length_limit(16 * 1024))
         .and(warp::body::form::<Login>())
-        .then(move |origin: Option<String>, host: Option<String>, form: Login| {
+        .then(move |origin: Option<String>, host: Option<warp::host::Authority>, form: Login| {
             let (api, tokens, sessions) = (api.clone(), tokens.clone(), login_sessions.clone());
             async move {
-                if !same_origin(origin.as_deref(), host.as_deref()) {
+                if !same_origin(origin.as_deref(), host.as_ref().map(|h| h.as_str())) {
                     return crate::routes::error_response(&crate::Error::Api(
                         skiff_meta::status::ApiError::new(
                             403,
