@@ -191,7 +191,9 @@ function attachBrush(svg, brush, t, bw) {
     brush.setAttribute('x', Math.min(start, x)); brush.setAttribute('width', Math.abs(x - start));
     brush.setAttribute('visibility', 'visible');
   });
-  window.addEventListener('mouseup', (ev) => {
+  // One window listener for the current chart (a redraw replaces it).
+  window.removeEventListener('mouseup', state.brushUp || (() => {}));
+  state.brushUp = (ev) => {
     if (start === null) return;
     const end = toX(ev);
     const [a, b] = [Math.min(start, end), Math.max(start, end)];
@@ -210,7 +212,8 @@ function attachBrush(svg, brush, t, bw) {
     setLive(false);
     $('#since').value = state.since; $('#until').value = state.until;
     refresh();
-  }, { once: false });
+  };
+  window.addEventListener('mouseup', state.brushUp);
 }
 
 // ---- The change list ----------------------------------------------------------------------
