@@ -27,7 +27,7 @@ function check(ok, what) {
 }
 
 async function main() {
-  const browser = await chromium.launch({ executablePath: env('SKIFF_CHROMIUM'), args: ['--no-sandbox'] });
+  const browser = await chromium.launch({ executablePath: env('SKIFF_CHROMIUM'), args: ['--no-sandbox', '--disable-dev-shm-usage'] });
   try {
     // The server's certificate is signed by the cluster's own CA.
     const context = await browser.newContext({ ignoreHTTPSErrors: true, viewport: { width: 1500, height: 1100 } });
