@@ -117,21 +117,25 @@ fn asset(body: &'static str, content_type: &'static str) -> Response {
 
 /// The page's files: `/ui/` (and `/ui`, redirected), `/ui/app.js`, `/ui/app.css`.
 pub fn assets() -> BoxedFilter<(Response,)> {
-    let bare = warp::path!("ui").and(warp::path::end()).map(|| {
-        let mut response = Response::new(Default::default());
-        *response.status_mut() = StatusCode::MOVED_PERMANENTLY;
-        response
-            .headers_mut()
-            .insert("location", http::HeaderValue::from_static("/ui/"));
-        response
-    });
+    // warp matches `/ui` and `/ui/` alike; the page's relative links need the slash.
     let index = warp::path("ui")
         .and(warp::path::end())
-        .map(|| asset(INDEX, "text/html; charset=utf-8"));
+        .and(warp::path::full())
+        .map(|path: warp::path::FullPath| {
+            if path.as_str().ends_with('/') {
+                return asset(INDEX, "text/html; charset=utf-8");
+            }
+            let mut response = Response::new(Default::default());
+            *response.status_mut() = StatusCode::MOVED_PERMANENTLY;
+            response
+                .headers_mut()
+                .insert("location", http::HeaderValue::from_static("/ui/"));
+            response
+        });
     let script = warp::path!("ui" / "app.js").map(|| asset(SCRIPT, "text/javascript; charset=utf-8"));
     let style = warp::path!("ui" / "app.css").map(|| asset(STYLE, "text/css; charset=utf-8"));
     warp::get()
-        .and(index.or(bare).unify().or(script).unify().or(style).unify())
+        .and(index.or(script).unify().or(style).unify())
         .boxed()
 }
 

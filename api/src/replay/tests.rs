@@ -596,7 +596,8 @@ async fn timeline_pages_filters_and_bounds() {
             let manager = if i == 3 { "editor" } else { "m" };
             let mut o = cm(&format!("c{i}"), &round.to_string(), "m", "t");
             if manager == "editor" {
-                o["metadata"]["managedFields"] = json!([{"manager": "editor", "operation": "Update", "time": "t"}]);
+                // A new entry each round: the manager of a change is the one whose entry it wrote.
+                o["metadata"]["managedFields"] = json!([{"manager": "editor", "operation": "Update", "time": format!("t{round}")}]);
             }
             put(store.as_ref(), &format!("/registry/core/configmaps/default/c{i}"), &o).await;
         }
