@@ -116,6 +116,11 @@ fn conditions(node: Option<&Value>) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// The status of a node condition when all is well.
+fn healthy(condition: &str) -> &'static str {
+    if condition == "Ready" { "True" } else { "False" }
+}
+
 /// The markers of one change, from its kind and the object before and after.
 pub fn markers(change: &Change) -> Vec<Marker> {
     let mut out = Vec::new();
@@ -146,8 +151,9 @@ pub fn markers(change: &Change) -> Vec<Marker> {
                         kind: MarkerKind::NodeCondition,
                         detail: format!("{kind}: {was} -> {status}"),
                     }),
-                    // A condition first reported is news only when it is not the healthy one.
-                    None if before.is_some() => out.push(Marker {
+                    // A condition first reported is news only when it is not the healthy one
+                    // (Ready True, the pressure conditions False), as on a node's first report.
+                    None if before.is_some() && status != healthy(&kind) => out.push(Marker {
                         kind: MarkerKind::NodeCondition,
                         detail: format!("{kind}: {status}"),
                     }),
@@ -926,6 +932,9 @@ mod tests {
             kinds_of(&change("Node", Operation::Created, None, Some(node("True")))).is_empty(),
             "a new node's first conditions are not a change"
         );
+        let first = |ready: &str| change("Node", Operation::StatusUpdated, Some(json!({"status": {}})), Some(node(ready)));
+        assert!(kinds_of(&first("True")).is_empty(), "a first healthy report is no news");
+        assert_eq!(kinds_of(&first("False")), [MarkerKind::NodeCondition], "a first unhealthy one is");
 
         let event = |t: &str, count: u64| json!({"type": t, "reason": "BackOff", "count": count});
         let warned = change("Event", Operation::Created, None, Some(event("Warning", 1)));
