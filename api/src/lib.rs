@@ -21,6 +21,7 @@
 //!   of the kinds served now.
 //! - [`replay`]: the cluster's past from the log (objects at a point, history, changes, diffs)
 //!   and its `/debug/skiff/` endpoints.
+//! - [`ui`]: the timeline page at `/ui/` over those endpoints, and its login sessions.
 //! - [`bench`](mod@bench): `skiff bench api`, skiff's API against etcd 3.4 side by side.
 //! - [`auth`], [`tls`], [`kubeconfig`], [`version`]: tokens, certificates, the admin kubeconfig,
 //!   `/version` and health.
@@ -53,6 +54,7 @@ pub mod serviceaccount;
 #[cfg(test)]
 mod test_kinds;
 pub mod tls;
+pub mod ui;
 pub mod version;
 pub mod watch_cache;
 

@@ -18,7 +18,8 @@ use crate::request::{self, Query, Request, Response, Target};
 use crate::server::ApiServer;
 use crate::version;
 
-/// Every route, with bearer-token authentication on all but `/version` and the health checks.
+/// Every route, with bearer-token authentication on all but `/version`, the health checks and
+/// the timeline page's files and login ([`crate::ui`]).
 pub fn routes(api: Arc<ApiServer>, authenticator: Arc<Authenticator>) -> BoxedFilter<(Response,)> {
     let ready_api = api.clone();
     let public = version::routes(move || readiness(&ready_api));
@@ -36,10 +37,20 @@ pub fn routes(api: Arc<ApiServer>, authenticator: Arc<Authenticator>) -> BoxedFi
             }
         }
     });
+    // The timeline page's session cookie stands for its user on reads (see `crate::ui`).
+    let sessions = Arc::new(crate::ui::Sessions::default());
+    let user = crate::ui::session_user(sessions.clone())
+        .or(authenticator.filter_with(api.clone()))
+        .unify()
+        .boxed();
     public
         .or(cacerts)
         .unify()
-        .or(api_routes(api.clone(), authenticator.filter_with(api)))
+        .or(crate::ui::assets())
+        .unify()
+        .or(crate::ui::session_routes(api.clone(), authenticator.clone(), sessions))
+        .unify()
+        .or(api_routes(api.clone(), user))
         .unify()
         .recover(recover)
         .unify()
@@ -51,6 +62,8 @@ pub fn routes(api: Arc<ApiServer>, authenticator: Arc<Authenticator>) -> BoxedFi
 pub fn insecure_routes(api: Arc<ApiServer>) -> BoxedFilter<(Response,)> {
     let ready_api = api.clone();
     version::routes(move || readiness(&ready_api))
+        .or(crate::ui::assets())
+        .unify()
         .or(api_routes(api, warp::any().map(User::admin).boxed()))
         .unify()
         .recover(recover)

@@ -10,6 +10,17 @@
 //! /debug/skiff/diff?from=P&to=P[&resource=R][&namespace=N]    -> Diff
 //! ```
 //!
+//! and for the timeline page ([`super::timeline`]), with the filters `resource`, `namespace`,
+//! `name`, `labelSelector` and `manager`:
+//!
+//! ```text
+//! /debug/skiff/timeline?[since=P][&until=P][&buckets=N][&filters]              -> Timeline
+//! /debug/skiff/changes?[since=P][&until=P][&limit=L][&continue=T][&filters]    -> Changes
+//! /debug/skiff/snapshot?at=P[&namespace=N]                                     -> Snapshot
+//! /debug/skiff/owned?uid=U&at=P[&namespace=N]                                 -> [Owned]
+//! /debug/skiff/kinds                                                           -> [KindName]
+//! ```
+//!
 //! `log` with `wait=S` (seconds, at most [`MAX_LOG_WAIT`]) and no `until` is a long poll: when
 //! nothing in scope was committed after `since`, the answer waits for the next change in scope
 //! (or the end of the wait) instead of coming back empty at once, so `skiff log --follow` streams
@@ -156,6 +167,32 @@ fn scope<'a>(replay: &Replay, params: &'a Params) -> Result<Scope<'a>, Error> {
     })
 }
 
+/// The page's filters beyond the scope: `name`, `labelSelector`, `manager`.
+fn select(params: &Params) -> Result<super::timeline::Select, Error> {
+    let text = |k: &str| params.get(k).filter(|s| !s.is_empty()).cloned();
+    let selector = match text("labelSelector") {
+        Some(s) => Some(skiff_meta::labels::parse(&s).map_err(|e| {
+            Error::BadRequest(format!("labelSelector={s:?} is not a label selector: {e}"))
+        })?),
+        None => None,
+    };
+    Ok(super::timeline::Select {
+        name: text("name"),
+        selector,
+        manager: text("manager"),
+    })
+}
+
+/// A whole-number parameter, `default` when absent; 400 when not a number.
+fn number(params: &Params, name: &str, default: usize) -> Result<usize, Error> {
+    match params.get(name).filter(|s| !s.is_empty()) {
+        Some(s) => s
+            .parse()
+            .map_err(|_| Error::BadRequest(format!("{name}={s:?} is not a whole number"))),
+        None => Ok(default),
+    }
+}
+
 fn ok<T: serde::Serialize>(body: &T) -> Result<serde_json::Value, Error> {
     serde_json::to_value(body).map_err(|e| Error::Internal(e.to_string()))
 }
@@ -270,6 +307,50 @@ pub async fn answer(
                 pruned: page.pruned,
             })
         }
+        "timeline" => {
+            let scope = scope(replay, &params)?;
+            let select = select(&params)?;
+            let buckets = number(&params, "buckets", 60)?;
+            let since = point(&params, "since")?;
+            let until = point(&params, "until")?;
+            ok(&super::timeline::timeline(replay, Default::default(), since, until, buckets, &scope, &select).await?)
+        }
+        "changes" => {
+            let scope = scope(replay, &params)?;
+            let select = select(&params)?;
+            let limit = number(&params, "limit", 200)?;
+            let since = point(&params, "since")?;
+            let until = point(&params, "until")?;
+            let resume = params
+                .get("continue")
+                .map(String::as_str)
+                .filter(|s| !s.is_empty());
+            ok(&super::timeline::changes(replay, Default::default(), since, until, resume, limit, &scope, &select)
+                .await?)
+        }
+        "snapshot" => {
+            let at = point(&params, "at")?.unwrap_or(Point::Now);
+            let revision = replay.resolve(&at).await?;
+            let namespace = params
+                .get("namespace")
+                .map(String::as_str)
+                .filter(|s| !s.is_empty());
+            ok(&super::timeline::snapshot(replay, revision, namespace).await?)
+        }
+        "owned" => {
+            let uid = params
+                .get("uid")
+                .filter(|s| !s.is_empty())
+                .ok_or_else(|| Error::BadRequest("uid is required".into()))?;
+            let at = point(&params, "at")?.unwrap_or(Point::Now);
+            let revision = replay.resolve(&at).await?;
+            let namespace = params
+                .get("namespace")
+                .map(String::as_str)
+                .filter(|s| !s.is_empty());
+            ok(&super::timeline::owned(replay, revision, namespace, uid).await?)
+        }
+        "kinds" => ok(&super::timeline::kind_names(replay)),
         _ => Err(Error::NoRoute),
     }
 }

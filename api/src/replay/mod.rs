@@ -8,6 +8,8 @@
 //! - [`objects`]: kind names, storage keys, operations, field managers, noise-free views.
 //! - [`Replay`]: the reads, over any [`Store`].
 //! - [`http`]: the debug endpoints and their JSON shapes.
+//! - [`timeline`]: the timeline page's reads: changes per time bucket, pages of changes newest
+//!   first, the cluster at one revision as rows per kind.
 //!
 //! A point before the retained history is [`Error::Compacted`], which names the oldest revision
 //! and time still readable; it never reads as an empty or a wrong answer.
@@ -15,6 +17,7 @@
 pub mod http;
 pub mod objects;
 pub mod point;
+pub mod timeline;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

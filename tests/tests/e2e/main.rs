@@ -16,4 +16,5 @@ mod services;
 mod split;
 mod storage;
 mod streaming;
+mod ui;
 mod workloads;
