@@ -26,6 +26,8 @@ use skiff_tests::{Kubectl, TestCluster, eventually};
 
 const PATIENCE: Duration = Duration::from_secs(60);
 const NS: &str = "dnse2e";
+/// The kube-dns ClusterIP of this test's server.
+const SERVICE_IP: &str = "127.96.5.53";
 
 /// The StatefulSet's pods: sleep until their parent (the kubelet inside the server) goes away.
 const POD: &str = r#"
@@ -196,6 +198,9 @@ fn cluster_dns_answers_services_pods_and_forwards_the_rest() {
         "--no-nodeports",
         "--dns-upstream",
         &upstream.to_string(),
+        // A kube-dns ClusterIP of this test's own: servers of other tests hold the default one.
+        "--dns-service-ip",
+        SERVICE_IP,
     ]);
     let k = cluster.kubectl();
 
@@ -230,7 +235,7 @@ fn cluster_dns_answers_services_pods_and_forwards_the_rest() {
     ]);
     assert_eq!(
         service,
-        format!("127.96.0.10 dns dns-tcp 53 53 UDP TCP {}", server.port())
+        format!("{SERVICE_IP} dns dns-tcp 53 53 UDP TCP {}", server.port())
     );
 
     k.ok(&["create", "namespace", NS]);
@@ -368,6 +373,21 @@ fn cluster_dns_answers_services_pods_and_forwards_the_rest() {
     // TCP answers the same.
     let tcp = pod_resolver(server, true);
     assert_eq!(ask(&rt, &tcp, "db", RecordType::A), records(&[&db_ip]));
+
+    // The kube-dns ClusterIP answers on port 53 over UDP and TCP, through the proxy (whose
+    // listeners on port 53 need root or CAP_NET_BIND_SERVICE).
+    let cluster_ip = SocketAddr::new(SERVICE_IP.parse().unwrap(), 53);
+    if std::net::UdpSocket::bind("127.96.5.54:53").is_ok() {
+        let via_udp = pod_resolver(cluster_ip, false);
+        let via_tcp = pod_resolver(cluster_ip, true);
+        let proxied = eventually(PATIENCE, || {
+            ask(&rt, &via_udp, "db", RecordType::A) == records(&[&db_ip])
+                && ask(&rt, &via_tcp, "web-0.web", RecordType::A) == records(&[&web0])
+        });
+        assert!(proxied, "the kube-dns ClusterIP never answered:\n{}", cluster.log_text());
+    } else {
+        eprintln!("not checking the kube-dns ClusterIP: binding port 53 needs privileges");
+    }
 
     // Malformed queries: a question cut short, and two questions in one message.
     let cut = [0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0, 0x3f, b'd', b'b'];
