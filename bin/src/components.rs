@@ -25,6 +25,9 @@ pub enum Component {
     /// The built-in local-path provisioner (`skiff.io/local-path`) and its default
     /// `local-path` StorageClass; it runs inside the controller manager.
     LocalStorage,
+    /// The cluster DNS server and its `kube-dns` Service in `kube-system` (`--disable dns` to
+    /// bring your own; then give the kubelet `--cluster-dns`).
+    Dns,
 }
 
 impl Component {
@@ -35,6 +38,7 @@ impl Component {
         Component::Kubelet,
         Component::Proxy,
         Component::LocalStorage,
+        Component::Dns,
     ];
 
     /// Whether the component is a task of its own (the local-path provisioner is one of the
@@ -59,6 +63,9 @@ pub struct Options {
     /// Proxy flags.
     #[command(flatten, next_help_heading = "Proxy")]
     pub proxy: skiff_proxy::Options,
+    /// Cluster DNS flags (its domain is the kubelet's `--cluster-domain`).
+    #[command(flatten, next_help_heading = "Cluster DNS")]
+    pub dns: skiff_dns::Options,
     /// Leader election of the scheduler and the controllers (one set of flags for both; each
     /// has its own Lease, `kube-scheduler` and `kube-controller-manager`).
     #[command(flatten, next_help_heading = "Leader election")]
@@ -74,6 +81,9 @@ pub struct Host {
     pub kubelet_token: String,
     /// Whether the local-path provisioner runs (`--disable local-storage` says no).
     pub local_storage: bool,
+    /// Whether the cluster DNS runs (`--disable dns` says no): then the kubelet's pods get the
+    /// `kube-dns` ClusterIP as their nameserver unless `--cluster-dns` says otherwise.
+    pub dns: bool,
     /// Whether the scheduler and the controllers elect a leader when `--leader-elect` is not
     /// given (on an external etcd).
     pub leader_elect_default: bool,
@@ -159,6 +169,9 @@ pub fn spawn(
                 kubelet
                     .registry_config
                     .get_or_insert_with(|| host.data_dir.join("registries.yaml"));
+                if host.dns && kubelet.cluster_dns.is_empty() {
+                    kubelet.cluster_dns.push(options.dns.dns_service_ip);
+                }
                 skiff_kubelet::run(client, kubelet, shutdown)
                     .await
                     .context("the kubelet failed")
@@ -166,6 +179,12 @@ pub fn spawn(
             Component::Proxy => skiff_proxy::run(client, options.proxy, shutdown)
                 .await
                 .context("the proxy failed"),
+            Component::Dns => {
+                let domain = options.kubelet.cluster_domain.clone();
+                skiff_dns::run(client, options.dns, domain, shutdown)
+                    .await
+                    .context("the cluster DNS failed")
+            }
         };
         (component, result)
     });
@@ -183,7 +202,8 @@ mod tests {
             BTreeSet::from([
                 Component::Controllers,
                 Component::Scheduler,
-                Component::LocalStorage
+                Component::LocalStorage,
+                Component::Dns
             ])
         );
         assert_eq!(

@@ -380,6 +380,7 @@ pub async fn run(args: ApiArgs, plan: Plan) -> Result<()> {
             local_storage: plan
                 .components
                 .contains(&components::Component::LocalStorage),
+            dns: plan.components.contains(&components::Component::Dns),
             // Several servers can share an etcd, and then their singletons must elect a leader;
             // the embedded log is opened by one server only.
             leader_elect_default: etcd_backed,

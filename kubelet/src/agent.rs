@@ -133,6 +133,15 @@ pub struct Options {
     /// The node's InternalIP, also the pods' hostIP.
     #[arg(long, default_value = "127.0.0.1")]
     pub node_ip: IpAddr,
+    /// The cluster DNS servers written into the resolv.conf of `ClusterFirst` pods
+    /// (comma-separated) [default: none, so pods get the host's resolver settings; under
+    /// `skiff server` with its DNS on, the kube-dns Service's ClusterIP]. Pods of the process
+    /// runtime share the host's /etc/resolv.conf whatever this says.
+    #[arg(long, value_delimiter = ',')]
+    pub cluster_dns: Vec<IpAddr>,
+    /// The cluster's DNS domain: `ClusterFirst` pods search `NS.svc.DOMAIN svc.DOMAIN DOMAIN`.
+    #[arg(long, default_value = "cluster.local")]
+    pub cluster_domain: String,
     /// Address the kubelet's HTTP server (logs, /pods, /healthz) listens on.
     #[arg(
         id = "kubelet_address",
@@ -383,6 +392,10 @@ pub async fn run_with_host(
                 reset_after: options.crash_loop_backoff_max * 2,
             },
             resync: options.sync_frequency,
+            cluster_dns: pod::sandbox::ClusterDns {
+                servers: options.cluster_dns.clone(),
+                domain: options.cluster_domain.clone(),
+            },
         },
         runtime.clone(),
         range,

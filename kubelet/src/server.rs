@@ -697,6 +697,7 @@ mod tests {
                 host_ip: "127.0.0.1".parse().unwrap(),
                 backoff: Default::default(),
                 resync: Duration::from_secs(10),
+                cluster_dns: Default::default(),
             },
             runtime.clone(),
             "127.100.0.0/24".parse().unwrap(),

@@ -256,6 +256,8 @@ impl TestCluster {
                 std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
             )
             .env("SKIFF_CONTAINER_RUNTIME_ENDPOINT", container_runtime())
+            // Servers of tests running side by side must not share the cluster DNS's port.
+            .env("SKIFF_DNS_PORT", "0")
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log handle"))
             .stderr(log)

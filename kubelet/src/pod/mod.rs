@@ -61,6 +61,8 @@ pub struct Config {
     pub backoff: backoff::Config,
     /// How often a worker syncs without a reason.
     pub resync: Duration,
+    /// The cluster DNS servers and domain pods' resolver settings name.
+    pub cluster_dns: sandbox::ClusterDns,
 }
 
 /// What the manager reports, for the API side to send.
@@ -631,6 +633,7 @@ impl Worker {
             &self.pod,
             &self.shared.config.root_dir,
             &self.shared.host_dns,
+            &self.shared.config.cluster_dns,
         );
         let sandbox = rt
             .run_sandbox(&config)

@@ -204,6 +204,7 @@ async fn scenario(lab: &Lab, root: &std::path::Path, runtime: &CriRuntime) {
                 reset_after: Duration::from_secs(600),
             },
             resync: Duration::from_secs(1),
+            cluster_dns: Default::default(),
         },
         Arc::new(runtime.clone()) as Arc<dyn Runtime>,
         "127.100.9.0/24".parse().unwrap(),

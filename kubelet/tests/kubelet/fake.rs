@@ -224,6 +224,7 @@ fn node() -> Node {
                 reset_after: Duration::from_secs(600),
             },
             resync: Duration::from_secs(5),
+            cluster_dns: Default::default(),
         },
         fake.clone() as Arc<dyn Runtime>,
         "127.100.8.0/24".parse().unwrap(),

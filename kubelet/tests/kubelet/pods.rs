@@ -65,6 +65,7 @@ fn start_node(root: &Path, sources: Sources) -> Node {
                 reset_after: Duration::from_secs(600),
             },
             resync: Duration::from_secs(1),
+            cluster_dns: Default::default(),
         },
         runtime.clone() as Arc<dyn Runtime>,
         "127.100.7.0/24".parse().unwrap(),

@@ -111,6 +111,7 @@ async fn health_pods_and_logs() {
                 ..Default::default()
             },
             resync: Duration::from_secs(1),
+            cluster_dns: Default::default(),
         },
         runtime.clone(),
         "127.100.9.0/24".parse().unwrap(),

@@ -6,6 +6,7 @@
 mod api;
 mod containerd;
 mod crd;
+mod dns;
 mod etcd;
 mod identity;
 mod kubectl;
