@@ -48,7 +48,11 @@ pub fn routes(api: Arc<ApiServer>, authenticator: Arc<Authenticator>) -> BoxedFi
         .unify()
         .or(crate::ui::assets())
         .unify()
-        .or(crate::ui::session_routes(api.clone(), authenticator.clone(), sessions))
+        .or(crate::ui::session_routes(
+            api.clone(),
+            authenticator.clone(),
+            sessions,
+        ))
         .unify()
         .or(api_routes(api.clone(), user))
         .unify()

@@ -74,7 +74,10 @@ impl Sessions {
 
     /// Ends a session.
     pub fn remove(&self, id: &str) {
-        self.by_id.lock().expect("sessions lock poisoned").remove(id);
+        self.by_id
+            .lock()
+            .expect("sessions lock poisoned")
+            .remove(id);
     }
 }
 
@@ -132,7 +135,8 @@ pub fn assets() -> BoxedFilter<(Response,)> {
                 .insert("location", http::HeaderValue::from_static("/ui/"));
             response
         });
-    let script = warp::path!("ui" / "app.js").map(|| asset(SCRIPT, "text/javascript; charset=utf-8"));
+    let script =
+        warp::path!("ui" / "app.js").map(|| asset(SCRIPT, "text/javascript; charset=utf-8"));
     let style = warp::path!("ui" / "app.css").map(|| asset(STYLE, "text/css; charset=utf-8"));
     warp::get()
         .and(index.or(script).unify().or(style).unify())
@@ -178,34 +182,36 @@ pub fn session_routes(
         .and(warp::host::optional())
         .and(warp::body::content_length_limit(16 * 1024))
         .and(warp::body::form::<Login>())
-        .then(move |origin: Option<String>, host: Option<warp::host::Authority>, form: Login| {
-            let (api, tokens, sessions) = (api.clone(), tokens.clone(), login_sessions.clone());
-            async move {
-                if !same_origin(origin.as_deref(), host.as_ref().map(|h| h.as_str())) {
-                    return crate::routes::error_response(&crate::Error::Api(
-                        skiff_meta::status::ApiError::new(
-                            403,
-                            skiff_meta::status::Reason::Forbidden,
-                            "a login must come from this server's own page",
-                            None,
-                        ),
-                    ));
-                }
-                let header = format!("Bearer {}", form.token.trim());
-                match auth::authenticate_with(&tokens, &api, Some(&header)).await {
-                    Ok(user) => {
-                        let body = serde_json::json!({"user": user.name});
-                        let mut response = warp::reply::json(&body).into_response();
-                        let id = sessions.create(user);
-                        response
-                            .headers_mut()
-                            .insert("set-cookie", cookie(&id, SESSION_TTL.as_secs()));
-                        response
+        .then(
+            move |origin: Option<String>, host: Option<warp::host::Authority>, form: Login| {
+                let (api, tokens, sessions) = (api.clone(), tokens.clone(), login_sessions.clone());
+                async move {
+                    if !same_origin(origin.as_deref(), host.as_ref().map(|h| h.as_str())) {
+                        return crate::routes::error_response(&crate::Error::Api(
+                            skiff_meta::status::ApiError::new(
+                                403,
+                                skiff_meta::status::Reason::Forbidden,
+                                "a login must come from this server's own page",
+                                None,
+                            ),
+                        ));
                     }
-                    Err(error) => auth::Unauthorized { error }.response(),
+                    let header = format!("Bearer {}", form.token.trim());
+                    match auth::authenticate_with(&tokens, &api, Some(&header)).await {
+                        Ok(user) => {
+                            let body = serde_json::json!({"user": user.name});
+                            let mut response = warp::reply::json(&body).into_response();
+                            let id = sessions.create(user);
+                            response
+                                .headers_mut()
+                                .insert("set-cookie", cookie(&id, SESSION_TTL.as_secs()));
+                            response
+                        }
+                        Err(error) => auth::Unauthorized { error }.response(),
+                    }
                 }
-            }
-        });
+            },
+        );
     let logout = warp::path!("ui" / "logout")
         .and(warp::post())
         .and(warp::cookie::optional::<String>(COOKIE))
@@ -252,9 +258,18 @@ mod tests {
 
     #[test]
     fn logins_from_other_sites_are_refused() {
-        assert!(same_origin(None, Some("127.0.0.1:6443")), "no Origin: not a browser's cross-site post");
-        assert!(same_origin(Some("https://127.0.0.1:6443"), Some("127.0.0.1:6443")));
-        assert!(!same_origin(Some("https://evil.example"), Some("127.0.0.1:6443")));
+        assert!(
+            same_origin(None, Some("127.0.0.1:6443")),
+            "no Origin: not a browser's cross-site post"
+        );
+        assert!(same_origin(
+            Some("https://127.0.0.1:6443"),
+            Some("127.0.0.1:6443")
+        ));
+        assert!(!same_origin(
+            Some("https://evil.example"),
+            Some("127.0.0.1:6443")
+        ));
         assert!(!same_origin(Some("https://127.0.0.1:6443"), None));
     }
 
@@ -280,7 +295,11 @@ mod tests {
         let unknown = call(filter.clone(), request("GET", "nope")).await;
         assert_eq!(unknown.status(), 404);
         sessions.remove(&id);
-        assert_eq!(call(filter, request("GET", &id)).await.status(), 404, "logged out");
+        assert_eq!(
+            call(filter, request("GET", &id)).await.status(),
+            404,
+            "logged out"
+        );
     }
 
     #[tokio::test]
@@ -288,12 +307,17 @@ mod tests {
         use crate::tls::testing::{call, get};
         let response = call(assets(), get("/ui/", &[])).await;
         assert_eq!(response.status(), 200);
-        let policy = response.headers()["content-security-policy"].to_str().unwrap();
+        let policy = response.headers()["content-security-policy"]
+            .to_str()
+            .unwrap();
         assert!(policy.contains("script-src 'self'"), "{policy}");
         let body = String::from_utf8_lossy(response.body());
         assert!(body.contains("app.js"), "{body}");
         let script = call(assets(), get("/ui/app.js", &[])).await;
-        assert_eq!(script.headers()["content-type"], "text/javascript; charset=utf-8");
+        assert_eq!(
+            script.headers()["content-type"],
+            "text/javascript; charset=utf-8"
+        );
         assert!(String::from_utf8_lossy(script.body()).contains("/debug/skiff/"));
         let bare = call(assets(), get("/ui", &[])).await;
         assert_eq!(bare.status(), 301);

@@ -65,8 +65,10 @@ mod tests {
 
     #[test]
     fn port_53_in_front_of_the_servers_own_port() {
-        let (service, endpoints, slice) =
-            desired(Some("127.96.0.10".parse().unwrap()), "127.0.0.1:1053".parse().unwrap());
+        let (service, endpoints, slice) = desired(
+            Some("127.96.0.10".parse().unwrap()),
+            "127.0.0.1:1053".parse().unwrap(),
+        );
         let service: Service = serde_json::from_value(service).unwrap();
         let spec = service.spec.unwrap();
         assert_eq!(spec.cluster_ip.as_deref(), Some("127.96.0.10"));
@@ -77,13 +79,26 @@ mod tests {
             .collect();
         assert_eq!(
             summary,
-            [("dns".into(), 53, "UDP".into()), ("dns-tcp".into(), 53, "TCP".into())]
+            [
+                ("dns".into(), 53, "UDP".into()),
+                ("dns-tcp".into(), 53, "TCP".into())
+            ]
         );
-        assert!(spec.selector.is_none(), "the endpoints are ours, not a controller's");
+        assert!(
+            spec.selector.is_none(),
+            "the endpoints are ours, not a controller's"
+        );
         let endpoints: Endpoints = serde_json::from_value(endpoints).unwrap();
         let subset = &endpoints.subsets.unwrap()[0];
         assert_eq!(subset.addresses.as_ref().unwrap()[0].ip, "127.0.0.1");
-        assert!(subset.ports.as_ref().unwrap().iter().all(|p| p.port == 1053));
+        assert!(
+            subset
+                .ports
+                .as_ref()
+                .unwrap()
+                .iter()
+                .all(|p| p.port == 1053)
+        );
         let slice: EndpointSlice = serde_json::from_value(slice).unwrap();
         assert_eq!(slice.address_type, "IPv4");
         assert_eq!(slice.endpoints[0].addresses, ["127.0.0.1"]);

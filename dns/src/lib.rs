@@ -156,7 +156,9 @@ pub async fn run(
                         tracing::info!(%advertised, service_ip = ?service_ip, "kube-dns Service points at the cluster DNS");
                         return;
                     }
-                    Err(e) => tracing::warn!(error = %format!("{e:#}"), "cannot write kube-dns yet; retrying"),
+                    Err(e) => {
+                        tracing::warn!(error = %format!("{e:#}"), "cannot write kube-dns yet; retrying")
+                    }
                 }
                 tokio::select! {
                     () = shutdown.cancelled() => return,
@@ -183,9 +185,18 @@ mod tests {
 
     #[test]
     fn upstreams_parse_with_and_without_port() {
-        assert_eq!(parse_upstream("192.0.2.1"), Ok("192.0.2.1:53".parse().unwrap()));
-        assert_eq!(parse_upstream("127.0.0.1:5300"), Ok("127.0.0.1:5300".parse().unwrap()));
-        assert_eq!(parse_upstream("[::1]:5300"), Ok("[::1]:5300".parse().unwrap()));
+        assert_eq!(
+            parse_upstream("192.0.2.1"),
+            Ok("192.0.2.1:53".parse().unwrap())
+        );
+        assert_eq!(
+            parse_upstream("127.0.0.1:5300"),
+            Ok("127.0.0.1:5300".parse().unwrap())
+        );
+        assert_eq!(
+            parse_upstream("[::1]:5300"),
+            Ok("[::1]:5300".parse().unwrap())
+        );
         assert!(parse_upstream("dns.example").is_err());
     }
 
@@ -202,7 +213,13 @@ mod tests {
         assert_eq!(cli.options.dns_bind_address, defaults.dns_bind_address);
         assert_eq!(cli.options.dns_port, defaults.dns_port);
         assert_eq!(cli.options.dns_service_ip, defaults.dns_service_ip);
-        let cli = Cli::parse_from(["dns", "--dns-upstream", "127.0.0.1:5300,192.0.2.9", "--dns-port", "0"]);
+        let cli = Cli::parse_from([
+            "dns",
+            "--dns-upstream",
+            "127.0.0.1:5300,192.0.2.9",
+            "--dns-port",
+            "0",
+        ]);
         assert_eq!(cli.options.dns_upstream.len(), 2);
         assert_eq!(cli.options.dns_port, 0);
     }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use hickory_proto::op::{Metadata, OpCode, ResponseCode};
 use hickory_proto::rr::rdata::{A, AAAA, CNAME, PTR, SOA, SRV, TXT};
 use hickory_proto::rr::{Name, RData, Record, RecordType};
-use hickory_resolver::config::{ConnectionConfig, NameServerConfig, ResolverConfig, ResolveHosts};
+use hickory_resolver::config::{ConnectionConfig, NameServerConfig, ResolveHosts, ResolverConfig};
 use hickory_resolver::net::runtime::{Time, TokioRuntimeProvider};
 use hickory_resolver::{Resolver, TokioResolver};
 use hickory_server::server::{Request, RequestHandler, ResponseHandler, ResponseInfo};

@@ -208,7 +208,10 @@ impl Zone {
             ) else {
                 continue;
             };
-            slices.entry((ns, service.as_str())).or_default().push(slice);
+            slices
+                .entry((ns, service.as_str()))
+                .or_default()
+                .push(slice);
         }
         for service in objects.services {
             let (Some(ns), Some(name)) = (
@@ -807,7 +810,11 @@ mod tests {
                 (8080, 33, "web-1.web.prod.svc.cluster.local".to_string()),
             ]
         );
-        assert_eq!(additionals.len(), 3, "each target's address: {additionals:?}");
+        assert_eq!(
+            additionals.len(),
+            3,
+            "each target's address: {additionals:?}"
+        );
     }
 
     #[test]

@@ -98,7 +98,10 @@ fn newest_source(dir: &Path, skip: &[&Path]) -> Option<std::time::SystemTime> {
                 continue;
             }
             newest_source(&path, skip)
-        } else if [".rs", ".html", ".js", ".css"].iter().any(|ext| name.ends_with(ext)) {
+        } else if [".rs", ".html", ".js", ".css"]
+            .iter()
+            .any(|ext| name.ends_with(ext))
+        {
             // Sources, and the timeline page's files the binary embeds (`api/src/ui/`).
             entry.metadata().and_then(|m| m.modified()).ok()
         } else {

@@ -313,7 +313,16 @@ pub async fn answer(
             let buckets = number(&params, "buckets", 60)?;
             let since = point(&params, "since")?;
             let until = point(&params, "until")?;
-            ok(&super::timeline::timeline(replay, Default::default(), since, until, buckets, &scope, &select).await?)
+            ok(&super::timeline::timeline(
+                replay,
+                Default::default(),
+                since,
+                until,
+                buckets,
+                &scope,
+                &select,
+            )
+            .await?)
         }
         "changes" => {
             let scope = scope(replay, &params)?;
@@ -325,8 +334,17 @@ pub async fn answer(
                 .get("continue")
                 .map(String::as_str)
                 .filter(|s| !s.is_empty());
-            ok(&super::timeline::changes(replay, Default::default(), since, until, resume, limit, &scope, &select)
-                .await?)
+            ok(&super::timeline::changes(
+                replay,
+                Default::default(),
+                since,
+                until,
+                resume,
+                limit,
+                &scope,
+                &select,
+            )
+            .await?)
         }
         "snapshot" => {
             let at = point(&params, "at")?.unwrap_or(Point::Now);

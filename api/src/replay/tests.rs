@@ -589,7 +589,12 @@ async fn timeline_pages_filters_and_bounds() {
     let store = open(&dir);
     // r1..r10: c0..c9 created; r11..r30: c0..c9 updated twice (c3's by "editor").
     for i in 0..10 {
-        put(store.as_ref(), &format!("/registry/core/configmaps/default/c{i}"), &cm(&format!("c{i}"), "0", "m", "t")).await;
+        put(
+            store.as_ref(),
+            &format!("/registry/core/configmaps/default/c{i}"),
+            &cm(&format!("c{i}"), "0", "m", "t"),
+        )
+        .await;
     }
     for round in 1..=2 {
         for i in 0..10 {
@@ -599,21 +604,38 @@ async fn timeline_pages_filters_and_bounds() {
                 // A new entry each round: the manager of a change is the one whose entry it wrote.
                 o["metadata"]["managedFields"] = json!([{"manager": "editor", "operation": "Update", "time": format!("t{round}")}]);
             }
-            put(store.as_ref(), &format!("/registry/core/configmaps/default/c{i}"), &o).await;
+            put(
+                store.as_ref(),
+                &format!("/registry/core/configmaps/default/c{i}"),
+                &o,
+            )
+            .await;
         }
     }
     let replay = Replay::new(store.clone());
     let all = Filter::default();
-    let small = Bounds { scan: 1_000, chunk: 4 };
+    let small = Bounds {
+        scan: 1_000,
+        chunk: 4,
+    };
 
     // Pages of 7, newest first, continued by token, across chunk boundaries.
     let mut seen = Vec::new();
     let mut token: Option<String> = None;
     let mut pages = 0;
     loop {
-        let page = timeline::changes(&replay, small, None, None, token.as_deref(), 7, &all, &Select::default())
-            .await
-            .unwrap();
+        let page = timeline::changes(
+            &replay,
+            small,
+            None,
+            None,
+            token.as_deref(),
+            7,
+            &all,
+            &Select::default(),
+        )
+        .await
+        .unwrap();
         pages += 1;
         seen.extend(page.items.iter().map(|r| r.revision));
         match page.r#continue {
@@ -621,43 +643,91 @@ async fn timeline_pages_filters_and_bounds() {
             None => break,
         }
     }
-    assert_eq!(seen, (1..=30).rev().collect::<Vec<_>>(), "every change once, newest first");
+    assert_eq!(
+        seen,
+        (1..=30).rev().collect::<Vec<_>>(),
+        "every change once, newest first"
+    );
     assert_eq!(pages, 5);
 
     // Filters: one object's changes; one manager's.
-    let c3 = Select { name: Some("c3".into()), ..Select::default() };
-    let page = timeline::changes(&replay, small, None, None, None, 100, &all, &c3).await.unwrap();
-    assert_eq!(page.items.iter().map(|r| r.revision).collect::<Vec<_>>(), [24, 14, 4]);
+    let c3 = Select {
+        name: Some("c3".into()),
+        ..Select::default()
+    };
+    let page = timeline::changes(&replay, small, None, None, None, 100, &all, &c3)
+        .await
+        .unwrap();
+    assert_eq!(
+        page.items.iter().map(|r| r.revision).collect::<Vec<_>>(),
+        [24, 14, 4]
+    );
     assert_eq!(page.items[2].operation, Operation::Created);
-    let editor = Select { manager: Some("editor".into()), ..Select::default() };
-    let page = timeline::changes(&replay, small, None, None, None, 100, &all, &editor).await.unwrap();
-    assert_eq!(page.items.iter().map(|r| r.revision).collect::<Vec<_>>(), [24, 14]);
+    let editor = Select {
+        manager: Some("editor".into()),
+        ..Select::default()
+    };
+    let page = timeline::changes(&replay, small, None, None, None, 100, &all, &editor)
+        .await
+        .unwrap();
+    assert_eq!(
+        page.items.iter().map(|r| r.revision).collect::<Vec<_>>(),
+        [24, 14]
+    );
 
     // The scan bound: a request reads at most `scan` revisions and says where to go on.
     let tight = Bounds { scan: 8, chunk: 3 };
-    let page = timeline::changes(&replay, tight, None, None, None, 100, &all, &c3).await.unwrap();
-    assert_eq!(page.items.iter().map(|r| r.revision).collect::<Vec<_>>(), [24]);
-    assert_eq!(page.r#continue.as_deref(), Some("22"), "r23..=r30 read, continue below");
+    let page = timeline::changes(&replay, tight, None, None, None, 100, &all, &c3)
+        .await
+        .unwrap();
+    assert_eq!(
+        page.items.iter().map(|r| r.revision).collect::<Vec<_>>(),
+        [24]
+    );
+    assert_eq!(
+        page.r#continue.as_deref(),
+        Some("22"),
+        "r23..=r30 read, continue below"
+    );
     assert_eq!((page.scanned_from, page.scanned_to), (23, 30));
 
     // The timeline counts the window by operation; a bound window counts its newest part.
-    let t = timeline::timeline(&replay, small, Some(Point::Revision(Revision(1))), None, 10, &all, &Select::default())
-        .await
-        .unwrap();
+    let t = timeline::timeline(
+        &replay,
+        small,
+        Some(Point::Revision(Revision(1))),
+        None,
+        10,
+        &all,
+        &Select::default(),
+    )
+    .await
+    .unwrap();
     let count = |f: fn(&timeline::Bucket) -> u64| t.buckets.iter().map(f).sum::<u64>();
     assert_eq!((count(|b| b.created), count(|b| b.updated)), (10, 20));
     assert!(t.complete);
     assert_eq!((t.from, t.to, t.oldest, t.newest), (1, 30, 1, 30));
-    let t = timeline::timeline(&replay, tight, Some(Point::Revision(Revision(1))), None, 10, &all, &Select::default())
-        .await
-        .unwrap();
+    let t = timeline::timeline(
+        &replay,
+        tight,
+        Some(Point::Revision(Revision(1))),
+        None,
+        10,
+        &all,
+        &Select::default(),
+    )
+    .await
+    .unwrap();
     assert!(!t.complete);
     assert_eq!(t.scanned_from, 23);
     assert_eq!(t.buckets.iter().map(|b| b.updated).sum::<u64>(), 8);
 
     // Over HTTP: malformed input is 400, a point before the retained history 410.
     let params = |pairs: &[(&str, &str)]| -> http::Params {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     };
     for bad in [
         params(&[("buckets", "many")]),
@@ -667,16 +737,28 @@ async fn timeline_pages_filters_and_bounds() {
         let e = http::answer(&replay, "timeline", &bad).await.unwrap_err();
         assert_eq!(e.code().as_u16(), 400, "{bad:?}: {e:?}");
     }
-    let e = http::answer(&replay, "changes", &params(&[("continue", "x")])).await.unwrap_err();
+    let e = http::answer(&replay, "changes", &params(&[("continue", "x")]))
+        .await
+        .unwrap_err();
     assert_eq!(e.code().as_u16(), 400, "{e:?}");
-    let ok = http::answer(&replay, "changes", &params(&[("name", "c9"), ("limit", "2")])).await.unwrap();
+    let ok = http::answer(
+        &replay,
+        "changes",
+        &params(&[("name", "c9"), ("limit", "2")]),
+    )
+    .await
+    .unwrap();
     assert_eq!(ok["items"][0]["revision"], 30);
     assert_eq!(ok["continue"], "19");
     store.compact(Revision(20)).await.unwrap();
-    let e = http::answer(&replay, "timeline", &params(&[("since", "5")])).await.unwrap_err();
+    let e = http::answer(&replay, "timeline", &params(&[("since", "5")]))
+        .await
+        .unwrap_err();
     assert_eq!(e.code().as_u16(), 410, "{e:?}");
     assert!(e.to_string().contains("compacted at revision 20"), "{e}");
-    let snap = http::answer(&replay, "snapshot", &params(&[("at", "25")])).await.unwrap();
+    let snap = http::answer(&replay, "snapshot", &params(&[("at", "25")]))
+        .await
+        .unwrap();
     assert_eq!(snap["kinds"][0]["kind"], "ConfigMap");
     assert_eq!(snap["kinds"][0]["total"], 10);
     assert_eq!(snap["kinds"][0]["rows"][0]["summary"], "data 1");

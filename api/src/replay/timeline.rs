@@ -65,7 +65,9 @@ impl Default for Bounds {
 }
 
 /// What a change is worth pointing at on the chart.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "camelCase")]
 pub enum MarkerKind {
     /// An object was deleted.
@@ -93,7 +95,12 @@ fn restarts(pod: Option<&Value>) -> BTreeMap<String, u64> {
         return out;
     };
     for list in ["initContainerStatuses", "containerStatuses"] {
-        for c in status.get(list).and_then(Value::as_array).into_iter().flatten() {
+        for c in status
+            .get(list)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
             let name = c.get("name").and_then(Value::as_str).unwrap_or_default();
             let count = c.get("restartCount").and_then(Value::as_u64).unwrap_or(0);
             out.insert(name.to_string(), count);
@@ -118,7 +125,11 @@ fn conditions(node: Option<&Value>) -> BTreeMap<String, String> {
 
 /// The status of a node condition when all is well.
 fn healthy(condition: &str) -> &'static str {
-    if condition == "Ready" { "True" } else { "False" }
+    if condition == "Ready" {
+        "True"
+    } else {
+        "False"
+    }
 }
 
 /// The markers of one change, from its kind and the object before and after.
@@ -162,7 +173,8 @@ pub fn markers(change: &Change) -> Vec<Marker> {
             }
         }
         "Event" => {
-            let warning = after.and_then(|e| e.get("type")).and_then(Value::as_str) == Some("Warning");
+            let warning =
+                after.and_then(|e| e.get("type")).and_then(Value::as_str) == Some("Warning");
             // An event series rewrites its object; a marker for each new occurrence, not for
             // other writes (a count going up is a new occurrence).
             let count = |e: Option<&Value>| {
@@ -292,7 +304,9 @@ impl Buckets {
         if time < self.start {
             return false;
         }
-        let Some(bucket) = self.buckets.get_mut(((time - self.start) / self.width) as usize)
+        let Some(bucket) = self
+            .buckets
+            .get_mut(((time - self.start) / self.width) as usize)
         else {
             return false;
         };
@@ -302,8 +316,16 @@ impl Buckets {
             Operation::StatusUpdated => bucket.status_updated += 1,
             Operation::Deleted => bucket.deleted += 1,
         }
-        bucket.first_revision = Some(bucket.first_revision.map_or(change.revision, |r| r.min(change.revision)));
-        bucket.last_revision = Some(bucket.last_revision.map_or(change.revision, |r| r.max(change.revision)));
+        bucket.first_revision = Some(
+            bucket
+                .first_revision
+                .map_or(change.revision, |r| r.min(change.revision)),
+        );
+        bucket.last_revision = Some(
+            bucket
+                .last_revision
+                .map_or(change.revision, |r| r.max(change.revision)),
+        );
         for marker in markers {
             let name = serde_json::to_value(marker.kind)
                 .ok()
@@ -345,7 +367,10 @@ impl Select {
     /// Whether `change` is shown.
     pub fn matches(&self, change: &Change) -> bool {
         self.name.as_ref().is_none_or(|n| *n == change.name)
-            && self.manager.as_ref().is_none_or(|m| change.manager.as_ref() == Some(m))
+            && self
+                .manager
+                .as_ref()
+                .is_none_or(|m| change.manager.as_ref() == Some(m))
             && self.selector.as_ref().is_none_or(|s| {
                 [&change.before, &change.after]
                     .into_iter()
@@ -550,7 +575,10 @@ pub async fn owned(
             let owned = o
                 .pointer("/metadata/ownerReferences")
                 .and_then(Value::as_array)
-                .is_some_and(|refs| refs.iter().any(|r| r.get("uid").and_then(Value::as_str) == Some(uid)));
+                .is_some_and(|refs| {
+                    refs.iter()
+                        .any(|r| r.get("uid").and_then(Value::as_str) == Some(uid))
+                });
             if owned {
                 let text = |p: &str| o.pointer(p).and_then(Value::as_str).map(str::to_string);
                 out.push(Owned {
@@ -584,7 +612,12 @@ pub fn summary(kind: &str, object: &Value) -> String {
         ),
         "Pod" => {
             let r: u64 = restarts(Some(object)).values().sum();
-            format!("{} restarts {} node {}", text("/status/phase"), r, text("/spec/nodeName"))
+            format!(
+                "{} restarts {} node {}",
+                text("/status/phase"),
+                r,
+                text("/spec/nodeName")
+            )
         }
         "Node" => {
             let c = conditions(Some(object));
@@ -593,9 +626,16 @@ pub fn summary(kind: &str, object: &Value) -> String {
         "Service" => format!("{} {}", text("/spec/type"), text("/spec/clusterIP")),
         "ConfigMap" | "Secret" => format!(
             "data {}",
-            at("/data").and_then(Value::as_object).map_or(0, |d| d.len())
+            at("/data")
+                .and_then(Value::as_object)
+                .map_or(0, |d| d.len())
         ),
-        "Event" => format!("{} {}: {}", text("/type"), text("/reason"), text("/message")),
+        "Event" => format!(
+            "{} {}: {}",
+            text("/type"),
+            text("/reason"),
+            text("/message")
+        ),
         "Job" => format!("succeeded {}", num("/status/succeeded")),
         _ => String::new(),
     }
@@ -759,9 +799,11 @@ pub async fn changes(
     let w = window(replay, since, until, u64::MAX).await?;
     let hi = match resume {
         Some(token) => {
-            let r: u64 = token
-                .parse()
-                .map_err(|_| Error::BadRequest(format!("continue={token:?} is not a token this server gave")))?;
+            let r: u64 = token.parse().map_err(|_| {
+                Error::BadRequest(format!(
+                    "continue={token:?} is not a token this server gave"
+                ))
+            })?;
             Revision(r).min(w.to)
         }
         None => w.to,
@@ -887,7 +929,12 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn change(kind: &str, operation: Operation, before: Option<Value>, after: Option<Value>) -> Change {
+    fn change(
+        kind: &str,
+        operation: Operation,
+        before: Option<Value>,
+        after: Option<Value>,
+    ) -> Change {
         Change {
             revision: 7,
             time: "2026-12-01T10:00:00Z".into(),
@@ -910,11 +957,22 @@ mod tests {
     fn deletes_restarts_node_conditions_and_warnings_are_marked() {
         let pod = |n: u64| json!({"status": {"containerStatuses": [{"name": "main", "restartCount": n}]}});
         assert_eq!(
-            kinds_of(&change("Pod", Operation::StatusUpdated, Some(pod(1)), Some(pod(2)))),
+            kinds_of(&change(
+                "Pod",
+                Operation::StatusUpdated,
+                Some(pod(1)),
+                Some(pod(2))
+            )),
             [MarkerKind::Restart]
         );
         assert!(
-            kinds_of(&change("Pod", Operation::StatusUpdated, Some(pod(2)), Some(pod(2)))).is_empty(),
+            kinds_of(&change(
+                "Pod",
+                Operation::StatusUpdated,
+                Some(pod(2)),
+                Some(pod(2))
+            ))
+            .is_empty(),
             "an unchanged restartCount is no restart"
         );
         assert_eq!(
@@ -923,31 +981,83 @@ mod tests {
             "a deleted pod's restarts are not new"
         );
 
-        let node = |ready: &str| json!({"status": {"conditions": [{"type": "Ready", "status": ready}]}});
-        let flip = change("Node", Operation::StatusUpdated, Some(node("True")), Some(node("False")));
+        let node =
+            |ready: &str| json!({"status": {"conditions": [{"type": "Ready", "status": ready}]}});
+        let flip = change(
+            "Node",
+            Operation::StatusUpdated,
+            Some(node("True")),
+            Some(node("False")),
+        );
         assert_eq!(kinds_of(&flip), [MarkerKind::NodeCondition]);
         assert_eq!(markers(&flip)[0].detail, "Ready: True -> False");
-        assert!(kinds_of(&change("Node", Operation::StatusUpdated, Some(node("True")), Some(node("True")))).is_empty());
         assert!(
-            kinds_of(&change("Node", Operation::Created, None, Some(node("True")))).is_empty(),
+            kinds_of(&change(
+                "Node",
+                Operation::StatusUpdated,
+                Some(node("True")),
+                Some(node("True"))
+            ))
+            .is_empty()
+        );
+        assert!(
+            kinds_of(&change(
+                "Node",
+                Operation::Created,
+                None,
+                Some(node("True"))
+            ))
+            .is_empty(),
             "a new node's first conditions are not a change"
         );
-        let first = |ready: &str| change("Node", Operation::StatusUpdated, Some(json!({"status": {}})), Some(node(ready)));
-        assert!(kinds_of(&first("True")).is_empty(), "a first healthy report is no news");
-        assert_eq!(kinds_of(&first("False")), [MarkerKind::NodeCondition], "a first unhealthy one is");
+        let first = |ready: &str| {
+            change(
+                "Node",
+                Operation::StatusUpdated,
+                Some(json!({"status": {}})),
+                Some(node(ready)),
+            )
+        };
+        assert!(
+            kinds_of(&first("True")).is_empty(),
+            "a first healthy report is no news"
+        );
+        assert_eq!(
+            kinds_of(&first("False")),
+            [MarkerKind::NodeCondition],
+            "a first unhealthy one is"
+        );
 
         let event = |t: &str, count: u64| json!({"type": t, "reason": "BackOff", "count": count});
         let warned = change("Event", Operation::Created, None, Some(event("Warning", 1)));
         assert_eq!(kinds_of(&warned), [MarkerKind::Warning]);
         assert_eq!(markers(&warned)[0].detail, "BackOff");
         assert_eq!(
-            kinds_of(&change("Event", Operation::Updated, Some(event("Warning", 1)), Some(event("Warning", 2)))),
+            kinds_of(&change(
+                "Event",
+                Operation::Updated,
+                Some(event("Warning", 1)),
+                Some(event("Warning", 2))
+            )),
             [MarkerKind::Warning],
             "a repeated warning is a new occurrence"
         );
-        assert!(kinds_of(&change("Event", Operation::Created, None, Some(event("Normal", 1)))).is_empty());
+        assert!(
+            kinds_of(&change(
+                "Event",
+                Operation::Created,
+                None,
+                Some(event("Normal", 1))
+            ))
+            .is_empty()
+        );
         assert_eq!(
-            kinds_of(&change("ConfigMap", Operation::Deleted, Some(json!({})), None)),
+            kinds_of(&change(
+                "ConfigMap",
+                Operation::Deleted,
+                Some(json!({})),
+                None
+            )),
             [MarkerKind::Delete]
         );
     }
@@ -956,10 +1066,18 @@ mod tests {
     fn bucket_widths_are_round_and_cover_the_span() {
         assert_eq!(bucket_width(60, 60), 1);
         assert_eq!(bucket_width(61, 60), 2);
-        assert_eq!(bucket_width(3_600, 60), 60, "an hour in 60 buckets: a minute each");
+        assert_eq!(
+            bucket_width(3_600, 60),
+            60,
+            "an hour in 60 buckets: a minute each"
+        );
         assert_eq!(bucket_width(3_601, 60), 120);
         assert_eq!(bucket_width(0, 60), 1);
-        assert_eq!(bucket_width(30 * 86_400, 10), 3 * 86_400, "beyond a day: whole days");
+        assert_eq!(
+            bucket_width(30 * 86_400, 10),
+            3 * 86_400,
+            "beyond a day: whole days"
+        );
         for (span, n) in [(1, 1), (59, 7), (100_000, 100), (7 * 86_400, 500)] {
             assert!(bucket_width(span, n) * n as u64 >= span, "{span} in {n}");
         }
@@ -987,8 +1105,17 @@ mod tests {
         assert_eq!(v.len(), 5);
         assert_eq!(v[0].start, t0, "aligned down to the minute");
         assert_eq!((v[0].created, v[0].updated, v[0].deleted), (1, 1, 0));
-        assert_eq!((v[0].first_revision, v[0].last_revision), (Some(3), Some(4)));
-        assert_eq!(v[1], Bucket { start: t0 + 60, ..Bucket::default() });
+        assert_eq!(
+            (v[0].first_revision, v[0].last_revision),
+            (Some(3), Some(4))
+        );
+        assert_eq!(
+            v[1],
+            Bucket {
+                start: t0 + 60,
+                ..Bucket::default()
+            }
+        );
         assert_eq!(v[4].deleted, 1);
         assert_eq!(v[4].marker_counts.get("delete"), Some(&1));
         assert_eq!(v[4].markers[0].revision, 9);
@@ -1004,15 +1131,26 @@ mod tests {
         }
         let v = b.into_vec();
         assert_eq!(v[0].markers.len(), MAX_MARKERS_PER_BUCKET);
-        assert_eq!(v[0].marker_counts["delete"], MAX_MARKERS_PER_BUCKET as u64 + 5);
+        assert_eq!(
+            v[0].marker_counts["delete"],
+            MAX_MARKERS_PER_BUCKET as u64 + 5
+        );
     }
 
     #[test]
     fn filters_select_by_name_labels_before_or_after_and_manager() {
         let labelled = |app: &str| json!({"metadata": {"labels": {"app": app}}});
-        let c = change("Deployment", Operation::Updated, Some(labelled("web")), Some(labelled("api")));
+        let c = change(
+            "Deployment",
+            Operation::Updated,
+            Some(labelled("web")),
+            Some(labelled("api")),
+        );
         assert!(Select::default().matches(&c));
-        let by_name = |n: &str| Select { name: Some(n.into()), ..Select::default() };
+        let by_name = |n: &str| Select {
+            name: Some(n.into()),
+            ..Select::default()
+        };
         assert!(by_name("x").matches(&c));
         assert!(!by_name("y").matches(&c));
         let by_labels = |s: &str| Select {
@@ -1022,12 +1160,18 @@ mod tests {
         assert!(by_labels("app=web").matches(&c), "the labels before count");
         assert!(by_labels("app=api").matches(&c), "and after");
         assert!(!by_labels("app=db").matches(&c));
-        let by_manager = |m: &str| Select { manager: Some(m.into()), ..Select::default() };
+        let by_manager = |m: &str| Select {
+            manager: Some(m.into()),
+            ..Select::default()
+        };
         assert!(by_manager("kubectl").matches(&c));
         assert!(!by_manager("controller").matches(&c));
         let mut unknown = c.clone();
         unknown.manager = None;
-        assert!(!by_manager("kubectl").matches(&unknown), "no recorded manager matches none");
+        assert!(
+            !by_manager("kubectl").matches(&unknown),
+            "no recorded manager matches none"
+        );
     }
 
     #[test]

@@ -192,11 +192,18 @@ mod tests {
 
     #[test]
     fn cluster_first_without_cluster_dns_is_the_hosts() {
-        assert_eq!(dns(&pod(Some("ClusterFirst"), None), &host(), &none()), host());
+        assert_eq!(
+            dns(&pod(Some("ClusterFirst"), None), &host(), &none()),
+            host()
+        );
         assert_eq!(dns(&pod(None, None), &host(), &none()), host());
         assert_eq!(dns(&pod(Some("Default"), None), &host(), &none()), host());
         assert_eq!(
-            dns(&pod(Some("ClusterFirstWithHostNet"), None), &host(), &none()),
+            dns(
+                &pod(Some("ClusterFirstWithHostNet"), None),
+                &host(),
+                &none()
+            ),
             host()
         );
     }
@@ -213,11 +220,17 @@ mod tests {
             ],
             options: vec!["ndots:5".into()],
         };
-        assert_eq!(dns(&pod(Some("ClusterFirst"), None), &host(), &cluster()), want);
+        assert_eq!(
+            dns(&pod(Some("ClusterFirst"), None), &host(), &cluster()),
+            want
+        );
         // ClusterFirst is the API's default.
         assert_eq!(dns(&pod(None, None), &host(), &cluster()), want);
         // Default is the host's even with a cluster DNS.
-        assert_eq!(dns(&pod(Some("Default"), None), &host(), &cluster()), host());
+        assert_eq!(
+            dns(&pod(Some("Default"), None), &host(), &cluster()),
+            host()
+        );
         assert_eq!(
             dns(&pod(Some("None"), None), &host(), &cluster()),
             DnsConfig::default()

@@ -56,7 +56,11 @@ impl RequestHandler for Upstream {
         let name = query.original().name().clone();
         let answers: Vec<Record> = if name.to_string().ends_with(".upstream.test.") {
             if query.query_type() == RecordType::A {
-                vec![Record::from_rdata(name, 60, RData::A(A::new(192, 0, 2, 77)))]
+                vec![Record::from_rdata(
+                    name,
+                    60,
+                    RData::A(A::new(192, 0, 2, 77)),
+                )]
             } else {
                 Vec::new()
             }
@@ -123,7 +127,12 @@ enum Got {
     Failed(String),
 }
 
-fn ask(rt: &tokio::runtime::Runtime, resolver: &TokioResolver, name: &str, rtype: RecordType) -> Got {
+fn ask(
+    rt: &tokio::runtime::Runtime,
+    resolver: &TokioResolver,
+    name: &str,
+    rtype: RecordType,
+) -> Got {
     match rt.block_on(resolver.lookup(name, rtype)) {
         Ok(lookup) => {
             let mut out: Vec<String> = lookup
@@ -168,7 +177,9 @@ fn raw_query(server: SocketAddr, packet: &[u8]) -> ResponseCode {
         .unwrap();
     socket.send_to(packet, server).unwrap();
     let mut buf = [0u8; 4096];
-    let (n, _) = socket.recv_from(&mut buf).expect("an answer, not a timeout");
+    let (n, _) = socket
+        .recv_from(&mut buf)
+        .expect("an answer, not a timeout");
     Message::from_vec(&buf[..n])
         .expect("a DNS message")
         .metadata
@@ -286,9 +297,13 @@ fn cluster_dns_answers_services_pods_and_forwards_the_rest() {
         .to_string(),
     );
     let ready = eventually(PATIENCE, || {
-        field(&k, &["get", "endpoints", "web"], "{.subsets[*].addresses[*].ip}")
-            .split_whitespace()
-            .count()
+        field(
+            &k,
+            &["get", "endpoints", "web"],
+            "{.subsets[*].addresses[*].ip}",
+        )
+        .split_whitespace()
+        .count()
             == 2
     });
     assert!(
@@ -311,7 +326,11 @@ fn cluster_dns_answers_services_pods_and_forwards_the_rest() {
 
     // Short, namespace-qualified and full names, through the search list.
     for name in ["db", &format!("db.{NS}"), &format!("db.{NS}.svc"), &full] {
-        assert_eq!(ask(&rt, &resolver, name, RecordType::A), records(&[&db_ip]), "{name}");
+        assert_eq!(
+            ask(&rt, &resolver, name, RecordType::A),
+            records(&[&db_ip]),
+            "{name}"
+        );
     }
     // The headless Service: every ready pod; each pod by its stable name.
     assert_eq!(
@@ -319,12 +338,22 @@ fn cluster_dns_answers_services_pods_and_forwards_the_rest() {
         records(&[&web0, &web1])
     );
     assert_eq!(
-        ask(&rt, &resolver, &format!("web-0.web.{NS}.svc.cluster.local."), RecordType::A),
+        ask(
+            &rt,
+            &resolver,
+            &format!("web-0.web.{NS}.svc.cluster.local."),
+            RecordType::A
+        ),
         records(&[&web0])
     );
     // SRV for named ports: the Service's port for a ClusterIP, each pod's port for headless.
     assert_eq!(
-        ask(&rt, &resolver, &format!("_pg._tcp.db.{NS}.svc.cluster.local."), RecordType::SRV),
+        ask(
+            &rt,
+            &resolver,
+            &format!("_pg._tcp.db.{NS}.svc.cluster.local."),
+            RecordType::SRV
+        ),
         records(&[&format!("0 100 5432 db.{NS}.svc.cluster.local.")])
     );
     assert_eq!(
@@ -354,17 +383,32 @@ fn cluster_dns_answers_services_pods_and_forwards_the_rest() {
         "db.elsewhere.svc.cluster.local.".to_string(),
         format!("web-7.web.{NS}.svc.cluster.local."),
     ] {
-        assert_eq!(ask(&rt, &resolver, &name, RecordType::A), Got::NxDomain, "{name}");
+        assert_eq!(
+            ask(&rt, &resolver, &name, RecordType::A),
+            Got::NxDomain,
+            "{name}"
+        );
     }
-    assert!(started.elapsed() < Duration::from_secs(2), "NXDOMAIN took {:?}", started.elapsed());
-    assert_eq!(asked.load(Ordering::SeqCst), before, "cluster names went upstream");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "NXDOMAIN took {:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        asked.load(Ordering::SeqCst),
+        before,
+        "cluster names went upstream"
+    );
 
     // Other names go to the upstream, and its NXDOMAIN comes back as such.
     assert_eq!(
         ask(&rt, &resolver, "www.upstream.test.", RecordType::A),
         records(&["192.0.2.77"])
     );
-    assert!(asked.load(Ordering::SeqCst) > before, "the upstream was never asked");
+    assert!(
+        asked.load(Ordering::SeqCst) > before,
+        "the upstream was never asked"
+    );
     assert_eq!(
         ask(&rt, &resolver, "missing.example.", RecordType::A),
         Got::NxDomain
@@ -384,23 +428,40 @@ fn cluster_dns_answers_services_pods_and_forwards_the_rest() {
             ask(&rt, &via_udp, "db", RecordType::A) == records(&[&db_ip])
                 && ask(&rt, &via_tcp, "web-0.web", RecordType::A) == records(&[&web0])
         });
-        assert!(proxied, "the kube-dns ClusterIP never answered:\n{}", cluster.log_text());
+        assert!(
+            proxied,
+            "the kube-dns ClusterIP never answered:\n{}",
+            cluster.log_text()
+        );
     } else {
         eprintln!("not checking the kube-dns ClusterIP: binding port 53 needs privileges");
     }
 
     // Malformed queries: a question cut short, and two questions in one message.
-    let cut = [0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0, 0x3f, b'd', b'b'];
+    let cut = [
+        0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0, 0x3f, b'd', b'b',
+    ];
     assert_eq!(raw_query(server, &cut), ResponseCode::FormErr);
     let mut two = Message::query();
     two.metadata.id = 7;
-    two.add_query(Query::query(Name::from_ascii(&full).unwrap(), RecordType::A));
-    two.add_query(Query::query(Name::from_ascii("web.").unwrap(), RecordType::A));
-    assert_eq!(raw_query(server, &two.to_vec().unwrap()), ResponseCode::FormErr);
+    two.add_query(Query::query(
+        Name::from_ascii(&full).unwrap(),
+        RecordType::A,
+    ));
+    two.add_query(Query::query(
+        Name::from_ascii("web.").unwrap(),
+        RecordType::A,
+    ));
+    assert_eq!(
+        raw_query(server, &two.to_vec().unwrap()),
+        ResponseCode::FormErr
+    );
 
     // A deleted Service disappears from the zone.
     k.ok(&["-n", NS, "delete", "service", "db"]);
-    let gone = eventually(PATIENCE, || ask(&rt, &resolver, &full, RecordType::A) == Got::NxDomain);
+    let gone = eventually(PATIENCE, || {
+        ask(&rt, &resolver, &full, RecordType::A) == Got::NxDomain
+    });
     assert!(gone, "the deleted Service still resolves");
 
     k.ok(&["delete", "namespace", NS, "--timeout=60s"]);

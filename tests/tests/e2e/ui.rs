@@ -108,7 +108,15 @@ fn timeline_page_shows_filters_points_diffs_and_live_changes() {
     k.ok(&["delete", "configmap", "doomed"]);
     assert!(
         eventually(Duration::from_secs(60), || {
-            k.ok(&["get", "deployment", "web", "-o", "jsonpath={.status.replicas}"]).trim() == "3"
+            k.ok(&[
+                "get",
+                "deployment",
+                "web",
+                "-o",
+                "jsonpath={.status.replicas}",
+            ])
+            .trim()
+                == "3"
         }),
         "web never got its 3 replicas"
     );
@@ -132,7 +140,14 @@ fn timeline_page_shows_filters_points_diffs_and_live_changes() {
         "the browser test failed:\nstdout:\n{stdout}\nstderr:\n{stderr}\nserver log:\n{}",
         cluster.log_text()
     );
-    for view in ["1-timeline", "2-filtered", "3-point", "4-diff", "5-compare", "6-live"] {
+    for view in [
+        "1-timeline",
+        "2-filtered",
+        "3-point",
+        "4-diff",
+        "5-compare",
+        "6-live",
+    ] {
         let shot = shots.join(format!("{view}.png"));
         let size = std::fs::metadata(&shot).map(|m| m.len()).unwrap_or(0);
         assert!(size > 1000, "no screenshot at {}", shot.display());
