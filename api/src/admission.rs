@@ -15,7 +15,9 @@
 //! but not change the write.
 
 pub mod allocations;
+pub mod limits;
 pub mod priority;
+pub mod quota;
 pub mod storage;
 
 use std::collections::BTreeSet;
@@ -976,6 +978,17 @@ impl Plugin for ServiceIps {
                 .await;
         }
     }
+}
+
+/// A plugin's refusal of the write `a` describes, as kube-apiserver words admission refusals:
+/// `pods "web-1" is forbidden: WHY` (403; the resource is `plural.group` outside the core group).
+pub(crate) fn forbidden(a: &Attributes<'_>, why: impl std::fmt::Display) -> Error {
+    let resource = if a.info.group.is_empty() {
+        a.info.plural.to_string()
+    } else {
+        format!("{}.{}", a.info.plural, a.info.group)
+    };
+    Error::Forbidden(format!("{resource} \"{}\" is forbidden: {why}", a.name))
 }
 
 #[cfg(test)]

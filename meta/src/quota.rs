@@ -144,6 +144,29 @@ pub fn count_name(group: &str, plural: &str) -> String {
     }
 }
 
+/// The resource `(group, plural)` whose objects use the quota resource `name`, for a recount:
+/// pods for the compute names, Services, claims, the legacy counts, and `count/RESOURCE.GROUP`.
+/// `None` for a name no object uses (extended resources other than requests, typos).
+pub fn counted_resource(name: &str) -> Option<(String, String)> {
+    let core = |plural: &str| Some((String::new(), plural.to_string()));
+    if let Some(rest) = name.strip_prefix("count/") {
+        return Some(match rest.split_once('.') {
+            Some((plural, group)) => (group.to_string(), plural.to_string()),
+            None => (String::new(), rest.to_string()),
+        });
+    }
+    if let Some((_, plural)) = LEGACY_COUNTS.iter().find(|(n, _)| *n == name) {
+        return core(plural);
+    }
+    match name {
+        "services.nodeports" | "services.loadbalancers" => core("services"),
+        "requests.storage" => core("persistentvolumeclaims"),
+        n if n.contains(STORAGE_CLASS_SUFFIX) => core("persistentvolumeclaims"),
+        n if is_compute(n) || n.starts_with("requests.") => core("pods"),
+        _ => None,
+    }
+}
+
 /// The object an evaluator looks at: the kinds with their own usage, or any other (which counts
 /// as one of its resource).
 #[derive(Debug, Clone, Copy)]

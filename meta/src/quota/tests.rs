@@ -218,3 +218,27 @@ fn arithmetic_and_messages() {
         "requests.storage=0"
     );
 }
+
+#[test]
+fn each_quota_name_is_used_by_one_resource() {
+    let of = |n| counted_resource(n).map(|(g, p)| format!("{g}/{p}"));
+    assert_eq!(of("requests.cpu").as_deref(), Some("/pods"));
+    assert_eq!(of("memory").as_deref(), Some("/pods"));
+    assert_eq!(of("requests.example.com/gpu").as_deref(), Some("/pods"));
+    assert_eq!(of("services.nodeports").as_deref(), Some("/services"));
+    assert_eq!(
+        of("gold.storageclass.storage.k8s.io/requests.storage").as_deref(),
+        Some("/persistentvolumeclaims")
+    );
+    assert_eq!(of("configmaps").as_deref(), Some("/configmaps"));
+    assert_eq!(
+        of("count/deployments.apps").as_deref(),
+        Some("apps/deployments")
+    );
+    assert_eq!(
+        of("count/widgets.example.com").as_deref(),
+        Some("example.com/widgets")
+    );
+    assert_eq!(of("count/secrets").as_deref(), Some("/secrets"));
+    assert_eq!(of("example.com/gpu"), None);
+}
