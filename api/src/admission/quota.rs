@@ -34,13 +34,15 @@ enum Typed {
 
 impl Typed {
     fn of(a: &Attributes<'_>, object: &Value) -> Typed {
-        let decoded = |v: &Value| serde_json::from_value(v.clone()).ok();
+        fn decoded<T: serde::de::DeserializeOwned>(v: &Value) -> Option<Box<T>> {
+            serde_json::from_value(v.clone()).ok().map(Box::new)
+        }
         if a.info == &pod::INFO {
-            decoded(object).map_or(Typed::Other, |p| Typed::Pod(Box::new(p)))
+            decoded(object).map_or(Typed::Other, Typed::Pod)
         } else if a.info == &service::INFO {
-            decoded(object).map_or(Typed::Other, |s| Typed::Service(Box::new(s)))
+            decoded(object).map_or(Typed::Other, Typed::Service)
         } else if a.info == &persistent_volume_claim::INFO {
-            decoded(object).map_or(Typed::Other, |c| Typed::Claim(Box::new(c)))
+            decoded(object).map_or(Typed::Other, Typed::Claim)
         } else {
             Typed::Other
         }
@@ -308,9 +310,6 @@ impl Plugin for ResourceQuota {
                 Ok(Some(_)) => charged.push(rq.metadata.name.clone().unwrap_or_default()),
                 Ok(None) => {}
             }
-        }
-        if a.dry_run {
-            return Ok(());
         }
         for name in charged {
             apply_charge(registry, a, namespace, &name, typed.object(), &delta).await?;

@@ -147,3 +147,61 @@ fn object_counts_of_any_kind() {
         "configmaps=1,count/deployments.apps=1"
     );
 }
+
+/// A registry on a fresh store holding one quota `q` of `pods: 1` in `default`, mirrored and
+/// counted as the controller leaves it.
+async fn registry_with_quota() -> (tempfile::TempDir, Registry) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = skiff_store::SledStore::open(skiff_store::Config::new(dir.path())).unwrap();
+    let registry = Registry::new(std::sync::Arc::new(store));
+    let quota = json!({"apiVersion": "v1", "kind": "ResourceQuota",
+        "metadata": {"name": "q", "namespace": "default", "uid": "u"},
+        "spec": {"hard": {"pods": "1"}},
+        "status": {"hard": {"pods": "1"}, "used": {"pods": "0"}}});
+    registry
+        .create(&resource_quota::INFO, quota, None)
+        .await
+        .unwrap();
+    (dir, registry)
+}
+
+#[tokio::test]
+async fn two_creates_racing_for_the_last_unit_never_both_win() {
+    let (_dir, registry) = registry_with_quota().await;
+    let user = crate::auth::User::admin();
+    let attempt = |name: &'static str| {
+        let registry = &registry;
+        let user = &user;
+        async move {
+            let mut object = json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": "default"},
+                "spec": {"containers": [{"name": "c", "image": "busybox"}]}});
+            let attributes = Attributes {
+                operation: Operation::Create,
+                info: &pod::INFO,
+                subresource: None,
+                namespace: Some("default"),
+                name,
+                object: Some(&mut object),
+                old: None,
+                user,
+            };
+            ResourceQuota.validate(registry, &attributes).await
+        }
+    };
+    let (a, b) = tokio::join!(attempt("a"), attempt("b"));
+    let refusals: Vec<String> = [a, b]
+        .into_iter()
+        .filter_map(|r| r.err().map(|e| e.to_string()))
+        .collect();
+    assert_eq!(refusals.len(), 1, "{refusals:?}");
+    assert!(
+        refusals[0].contains("exceeded quota: q, requested: pods=1, used: pods=1, limited: pods=1"),
+        "{refusals:?}"
+    );
+    let stored = registry
+        .get(&resource_quota::INFO, Some("default"), "q", None)
+        .await
+        .unwrap();
+    assert_eq!(stored["status"]["used"]["pods"], "1", "charged once");
+}
