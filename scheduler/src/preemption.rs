@@ -95,7 +95,12 @@ impl Candidate {
 
     /// The order kube-scheduler's `pickOneNodeForPreemption` ranks candidates by.
     fn rank(&self) -> (usize, i64, i64, usize) {
-        (self.violations, self.highest(), self.sum(), self.victims.len())
+        (
+            self.violations,
+            self.highest(),
+            self.sum(),
+            self.victims.len(),
+        )
     }
 }
 

@@ -53,7 +53,11 @@ fn the_fewest_least_important_victims_that_make_room() {
     let nodes = [full(
         "n1",
         1000,
-        vec![prio("low", 500, 1), prio("lower", 300, 0), prio("mid", 200, 5)],
+        vec![
+            prio("low", 500, 1),
+            prio("lower", 300, 0),
+            prio("mid", 200, 5),
+        ],
     )];
     let urgent = prio("urgent", 500, 10);
     let a = algorithm();
@@ -68,7 +72,11 @@ fn the_fewest_least_important_victims_that_make_room() {
 
 #[test]
 fn equal_or_higher_priority_pods_are_never_victims() {
-    let nodes = [full("n1", 1000, vec![prio("peer", 800, 10), prio("low", 200, 1)])];
+    let nodes = [full(
+        "n1",
+        1000,
+        vec![prio("peer", 800, 10), prio("low", 200, 1)],
+    )];
     let urgent = prio("urgent", 500, 10);
     assert!(find(&algorithm(), &urgent, &nodes, &[]).is_none());
 }

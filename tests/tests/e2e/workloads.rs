@@ -1670,3 +1670,108 @@ spec:
         "{two}"
     );
 }
+
+#[test]
+fn a_more_important_pod_preempts_a_less_important_one_on_a_full_node() {
+    let cluster = Fixture::start(&["--node-name", "main"]);
+    let k = cluster.kubectl();
+    wait_for(&k, "node main Ready", 60, || {
+        node_ready(&k, "main") == "True"
+    });
+    let allocatable = k.ok(&[
+        "get",
+        "node",
+        "main",
+        "-o",
+        "jsonpath={.status.allocatable.cpu}",
+    ]);
+    let millis = cpu_millis(&allocatable);
+    // Each pod asks for 60% of the node: one fits, two do not.
+    let request = format!("{}m", millis * 6 / 10);
+    k.ok(&["create", "namespace", "batch"]);
+    k.ok(&["create", "priorityclass", "low", "--value=10"]);
+    k.ok(&["create", "priorityclass", "high", "--value=1000"]);
+    let with = |name: &str, class: &str| {
+        bare_pod(
+            "batch",
+            name,
+            &format!("terminationGracePeriodSeconds: 2\n  priorityClassName: {class}"),
+        )
+        .replace(
+            "    command:",
+            &format!("    resources: {{requests: {{cpu: {request}}}}}\n    command:"),
+        )
+    };
+    k.ok_with_input(&["apply", "-f", "-"], &with("victim", "low"));
+    wait_for(&k, "the victim running", 60, || {
+        jsonpath(&k, "batch", "pod/victim", "{.status.phase}") == "Running"
+    });
+    let victim_uid = jsonpath(&k, "batch", "pod/victim", "{.metadata.uid}");
+    k.ok_with_input(&["apply", "-f", "-"], &with("urgent", "high"));
+    assert_eq!(
+        jsonpath(&k, "batch", "pod/urgent", "{.spec.priority}"),
+        "1000"
+    );
+
+    // The victim is evicted, the preemptor nominated to the node and then running there.
+    wait_for(&k, "the preemptor running on main", 90, || {
+        jsonpath(
+            &k,
+            "batch",
+            "pod/urgent",
+            "{.spec.nodeName}/{.status.phase}",
+        ) == "main/Running"
+    });
+    let victim = k.run(&[
+        "-n",
+        "batch",
+        "get",
+        "pod",
+        "victim",
+        "-o",
+        "jsonpath={.metadata.uid}",
+    ]);
+    assert!(
+        !victim.ok || victim.stdout != victim_uid,
+        "the victim is gone: {}",
+        victim.stdout
+    );
+    let urgent_uid = jsonpath(&k, "batch", "pod/urgent", "{.metadata.uid}");
+    let events = k.ok(&[
+        "-n",
+        "batch",
+        "get",
+        "events",
+        "--field-selector",
+        "reason=Preempted",
+        "-o",
+        "jsonpath={.items[*].message}",
+    ]);
+    assert!(
+        events.contains(&format!("Preempted by pod {urgent_uid} on node main")),
+        "{events}"
+    );
+    // A pod of lower priority than everything on the node waits instead of evicting.
+    k.ok_with_input(&["apply", "-f", "-"], &with("patient", "low"));
+    wait_for(&k, "the low pod unschedulable", 30, || {
+        jsonpath(
+            &k,
+            "batch",
+            "pod/patient",
+            "{.status.conditions[?(@.type==\"PodScheduled\")].reason}",
+        ) == "Unschedulable"
+    });
+    assert_eq!(
+        jsonpath(&k, "batch", "pod/urgent", "{.status.phase}"),
+        "Running",
+        "the more important pod stays"
+    );
+}
+
+/// Millicores of a CPU quantity as a node reports it (`2`, `1500m`).
+fn cpu_millis(cpu: &str) -> u64 {
+    match cpu.strip_suffix('m') {
+        Some(m) => m.parse().expect("millicores"),
+        None => cpu.parse::<u64>().expect("cores") * 1000,
+    }
+}
