@@ -276,7 +276,15 @@ impl Plugin for ResourceQuota {
         else {
             return Ok(());
         };
-        if !matches!(a.operation, Operation::Create | Operation::Update) {
+        // Only creates, and updates of the kinds whose usage can grow, can be charged.
+        let chargeable = match a.operation {
+            Operation::Create => true,
+            Operation::Update => {
+                a.info == &service::INFO || a.info == &persistent_volume_claim::INFO
+            }
+            _ => false,
+        };
+        if !chargeable {
             return Ok(());
         }
         let quotas = registry
