@@ -10,9 +10,14 @@
 //! token projected at `/var/run/secrets/kubernetes.io/serviceaccount` unless automount is off),
 //! [`priority::Priority`] (a pod's priority from its PriorityClass), then the storage plugins of [`storage`] (`DefaultStorageClass`,
 //! `StorageObjectInUseProtection`, `PersistentVolumeClaimResize`).
+//!
+//! After schema validation comes the validating phase ([`Plugin::validate`]), which may refuse
+//! but not change the write.
 
 pub mod allocations;
+pub mod limits;
 pub mod priority;
+pub mod quota;
 pub mod storage;
 
 use std::collections::BTreeSet;
@@ -65,6 +70,12 @@ pub trait Plugin: Send + Sync {
     /// Admits, changes or refuses a write.
     async fn admit(&self, registry: &Registry, attributes: &mut Attributes<'_>) -> Result<()>;
 
+    /// Refuses a write, after every plugin's `admit` and the schema validation, without changing
+    /// it (the validating phase Kubernetes runs last).
+    async fn validate(&self, _registry: &Registry, _attributes: &Attributes<'_>) -> Result<()> {
+        Ok(())
+    }
+
     /// The write this plugin admitted did not happen (it failed later): undo any reservation.
     async fn abandoned(&self, _info: &ResourceInfo, _object: &Value) {}
 
@@ -81,6 +92,10 @@ impl<P: Plugin> Plugin for Arc<P> {
 
     async fn admit(&self, registry: &Registry, attributes: &mut Attributes<'_>) -> Result<()> {
         (**self).admit(registry, attributes).await
+    }
+
+    async fn validate(&self, registry: &Registry, attributes: &Attributes<'_>) -> Result<()> {
+        (**self).validate(registry, attributes).await
     }
 
     async fn abandoned(&self, info: &ResourceInfo, object: &Value) {
@@ -114,6 +129,18 @@ impl Chain {
                     }
                 }
                 tracing::debug!(plugin = plugin.name(), error = %e, "admission refused");
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs every plugin's validating phase in order; the first refusal stops it. The caller
+    /// gives back what `admit` reserved ([`Chain::abandoned`]) when this fails.
+    pub async fn validate(&self, registry: &Registry, attributes: &Attributes<'_>) -> Result<()> {
+        for plugin in &self.plugins {
+            if let Err(e) = plugin.validate(registry, attributes).await {
+                tracing::debug!(plugin = plugin.name(), error = %e, "admission refused (validating)");
                 return Err(e);
             }
         }
@@ -953,6 +980,17 @@ impl Plugin for ServiceIps {
     }
 }
 
+/// A plugin's refusal of the write `a` describes, as kube-apiserver words admission refusals:
+/// `pods "web-1" is forbidden: WHY` (403; the resource is `plural.group` outside the core group).
+pub(crate) fn forbidden(a: &Attributes<'_>, why: impl std::fmt::Display) -> Error {
+    let resource = if a.info.group.is_empty() {
+        a.info.plural.to_string()
+    } else {
+        format!("{}.{}", a.info.plural, a.info.group)
+    };
+    Error::Forbidden(format!("{resource} \"{}\" is forbidden: {why}", a.name))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1089,6 +1127,69 @@ mod tests {
         assert!(ips.reserve(services(), "s", &mut svc, None).is_err());
         let mut np = json!({"spec": {"type": "NodePort", "ports": [{"nodePort": 31000}]}});
         assert!(ips.reserve(services(), "n", &mut np, None).is_err());
+    }
+
+    /// Refuses in its validating phase when `refuse` and counts what reached it.
+    struct Validator {
+        refuse: bool,
+        seen: Arc<Mutex<Vec<&'static str>>>,
+    }
+
+    #[async_trait::async_trait]
+    impl Plugin for Validator {
+        fn name(&self) -> &'static str {
+            "Validator"
+        }
+        async fn admit(&self, _registry: &Registry, _a: &mut Attributes<'_>) -> Result<()> {
+            Ok(())
+        }
+        async fn validate(&self, _registry: &Registry, a: &Attributes<'_>) -> Result<()> {
+            self.seen
+                .lock()
+                .unwrap()
+                .push(if self.refuse { "refuse" } else { "pass" });
+            assert_eq!(
+                a.object.as_deref().unwrap()["v"],
+                1,
+                "validate sees the admitted object"
+            );
+            if self.refuse {
+                return Err(Error::Forbidden("no".into()));
+            }
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn the_validating_phase_runs_in_order_and_stops_at_the_first_refusal() {
+        let (_dir, store) = shared_store();
+        let registry = Registry::new(store);
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let plugin = |refuse| -> Box<dyn Plugin> {
+            Box::new(Validator {
+                refuse,
+                seen: seen.clone(),
+            })
+        };
+        let chain = Chain::new(vec![plugin(false), plugin(true), plugin(false)]);
+        let user = crate::auth::User::admin();
+        let mut object = json!({"v": 1});
+        let attributes = Attributes {
+            operation: Operation::Create,
+            info: services(),
+            subresource: None,
+            namespace: Some("default"),
+            name: "s",
+            object: Some(&mut object),
+            old: None,
+            user: &user,
+        };
+        let refused = chain.validate(&registry, &attributes).await;
+        assert!(matches!(refused, Err(Error::Forbidden(_))), "{refused:?}");
+        assert_eq!(*seen.lock().unwrap(), vec!["pass", "refuse"]);
+        // The built-in plugins have no validating phase: they pass.
+        let builtin = Chain::new(vec![Box::new(NamespaceLifecycle)]);
+        builtin.validate(&registry, &attributes).await.unwrap();
     }
 
     fn shared_store() -> (tempfile::TempDir, Arc<dyn skiff_store::Store>) {

@@ -716,6 +716,7 @@ async fn admit_and_create(
 ) -> Result<Response> {
     let info = kind.info();
     let name = namespace_and_name(&object).1.to_string();
+    let dry = dry_run(&request.query)?;
     server
         .admission
         .admit(
@@ -732,9 +733,24 @@ async fn admit_and_create(
             },
         )
         .await?;
-    let dry = dry_run(&request.query)?;
     let result = async {
         server.validate(kind, &object, None, ns)?;
+        server
+            .admission
+            .validate(
+                &server.registry,
+                &Attributes {
+                    operation: Operation::Create,
+                    info,
+                    subresource: None,
+                    namespace: ns,
+                    name: &name,
+                    object: Some(&mut object),
+                    old: None,
+                    user: &request.user,
+                },
+            )
+            .await?;
         if dry {
             return Ok(None);
         }
@@ -819,7 +835,28 @@ async fn admit_update(
             },
         )
         .await?;
-    if let Err(e) = server.validate(kind, &new, Some(current), ns) {
+    let validated = match server.validate(kind, &new, Some(current), ns) {
+        Ok(()) => {
+            server
+                .admission
+                .validate(
+                    &server.registry,
+                    &Attributes {
+                        operation: Operation::Update,
+                        info,
+                        subresource,
+                        namespace: ns,
+                        name,
+                        object: Some(&mut new),
+                        old: Some(current),
+                        user: &request.user,
+                    },
+                )
+                .await
+        }
+        Err(e) => Err(e),
+    };
+    if let Err(e) = validated {
         server.admission.abandoned(info, &new).await;
         return Err(e);
     }
@@ -1188,21 +1225,23 @@ pub(crate) async fn delete_one(
                 ),
             ));
         }
+        let mut attributes = Attributes {
+            operation: Operation::Delete,
+            info,
+            subresource: None,
+            namespace: ns,
+            name,
+            object: None,
+            old: Some(&current),
+            user: &request.user,
+        };
         server
             .admission
-            .admit(
-                &server.registry,
-                &mut Attributes {
-                    operation: Operation::Delete,
-                    info,
-                    subresource: None,
-                    namespace: ns,
-                    name,
-                    object: None,
-                    old: Some(&current),
-                    user: &request.user,
-                },
-            )
+            .admit(&server.registry, &mut attributes)
+            .await?;
+        server
+            .admission
+            .validate(&server.registry, &attributes)
             .await?;
         let decision = strategy::deletion(info, &current, options);
         if dry {

@@ -161,6 +161,7 @@ impl ApiServer {
         }
         let admission = Chain::new(vec![
             Box::new(admission::NamespaceLifecycle),
+            Box::new(admission::limits::LimitRanger),
             Box::new(admission::RbacEscalation(authorizer.clone())),
             Box::new(service_ips),
             Box::new(admission::DefaultTolerationSeconds(
@@ -171,6 +172,8 @@ impl ApiServer {
             Box::new(admission::storage::DefaultStorageClass),
             Box::new(admission::storage::StorageObjectInUseProtection),
             Box::new(admission::storage::PersistentVolumeClaimResize),
+            // Last: charges quota only for what every other plugin let through.
+            Box::new(admission::quota::ResourceQuota),
         ]);
         let watch_cache = WatchCache::new(
             registry.store().clone(),

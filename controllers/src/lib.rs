@@ -21,6 +21,8 @@
 //! - [`job`]: a Job's pods (indexes, parallelism), counting through tracking finalizers,
 //!   backoff limit, deadline, suspend, pod failure policy and the terminal conditions.
 //! - [`cronjob`]: Jobs on a cron schedule: missed runs, concurrency policy, history limits.
+//! - [`resourcequota`]: ResourceQuota status (`hard` mirrored, `used` recounted), giving back
+//!   what finished and deleted objects used.
 //! - [`disruption`]: PodDisruptionBudget status (healthy, desired and expected pods, the
 //!   disruptions allowed), which `pods/eviction` spends.
 //! - [`ttlafterfinished`]: finished Jobs deleted `ttlSecondsAfterFinished` after they finished.
@@ -52,6 +54,7 @@ pub mod persistentvolume;
 pub mod pods;
 pub mod protection;
 pub mod replicaset;
+pub mod resourcequota;
 pub mod rootcacert;
 pub mod runtime;
 pub mod serviceaccount;

@@ -10,8 +10,8 @@ use crate::runtime::Started;
 use crate::{Options, Result};
 use crate::{
     cronjob, daemonset, deployment, disruption, endpoints, gc, job, localpath, namespace, nodeipam,
-    nodelifecycle, persistentvolume, protection, replicaset, rootcacert, serviceaccount,
-    statefulset, ttlafterfinished,
+    nodelifecycle, persistentvolume, protection, replicaset, resourcequota, rootcacert,
+    serviceaccount, statefulset, ttlafterfinished,
 };
 
 /// What a controller's shell is registered with.
@@ -69,6 +69,10 @@ pub const CONTROLLERS: &[Entry] = &[
     Entry {
         name: "disruption",
         start: disruption::controller::start,
+    },
+    Entry {
+        name: "resourcequota",
+        start: resourcequota::controller::start,
     },
     Entry {
         name: "endpoints",

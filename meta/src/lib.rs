@@ -13,13 +13,16 @@
 //! - [`images`]: the default pull policy of an image reference.
 //! - [`schedule`]: CronJob schedules and time zones, for the API server's validation and the
 //!   CronJob controller alike.
-//! - [`quantity`]: quantities as integers (`Value`, `MilliValue`) for components.
+//! - [`quantity`]: `resource.Quantity`: parsing, arithmetic, canonical form.
+//! - [`quota`]: what a ResourceQuota may limit, selects and charges, for admission and the
+//!   quota controller alike.
 
 pub mod fields;
 pub mod images;
 pub mod intern;
 pub mod labels;
 pub mod quantity;
+pub mod quota;
 pub mod resources;
 pub mod schedule;
 pub mod status;

@@ -456,6 +456,13 @@ impl Algorithm {
         true
     }
 
+    /// Whether `pod` passes every predicate on `node` (preemption asks this of nodes with
+    /// pods taken away).
+    pub fn feasible(&self, pod: &PodInfo, node: &NodeInfo) -> bool {
+        let mut reasons = Vec::new();
+        self.fits(pod, node, &mut reasons)
+    }
+
     /// Picks a node for `pod` among `nodes` (entries without a node object are skipped) and
     /// returns its index, or why none fits.
     pub fn schedule(&mut self, pod: &PodInfo, nodes: &[NodeInfo]) -> Result<usize, FitError> {

@@ -491,6 +491,17 @@ impl ClusterApi for NullApi {
     fn select_node(&self, _: &str, _: &str, _: &str) -> BoxFuture<'static, Result<(), ApiError>> {
         Box::pin(async { Ok(()) })
     }
+    fn preempt(
+        &self,
+        _: &crate::nodeinfo::PodInfo,
+        _: &Pod,
+        _: &str,
+    ) -> BoxFuture<'static, Result<(), ApiError>> {
+        Box::pin(async { Ok(()) })
+    }
+    fn nominate(&self, _: &Pod, _: &str) -> BoxFuture<'static, Result<(), ApiError>> {
+        Box::pin(async { Ok(()) })
+    }
 }
 
 /// Decisions per second of the scheduler alone (queue, filter, score, assume; binds that do

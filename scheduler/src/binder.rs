@@ -1,6 +1,6 @@
 //! What the scheduler writes to the API server: bindings (`pods/binding`), rate-limited by a
 //! [`TokenBucket`], and for a pod no node fits, its `PodScheduled=False` condition and a
-//! `FailedScheduling` Event.
+//! `FailedScheduling` Event, and the evictions and nomination of a preemption.
 //!
 //! The writes go through the [`ClusterApi`] trait so the scheduling loop can be tested with a fake;
 //! `KubeApi` (in [`crate::run`]) is the real one over the client.
@@ -12,6 +12,8 @@ use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use tokio::time::Instant;
+
+use crate::nodeinfo::PodInfo;
 
 /// A token bucket: `qps` tokens a second, at most `burst` saved up. Waiters are served in the
 /// order they asked (each reserves its token, going into debt, and sleeps off the debt).
@@ -79,6 +81,32 @@ pub trait ClusterApi: Send + Sync + 'static {
         claim: &str,
         node: &str,
     ) -> BoxFuture<'static, Result<(), ApiError>>;
+    /// Evicts `victim` (on `node`) for `preemptor`: the `DisruptionTarget` condition, a graceful
+    /// delete of that very pod (its UID as precondition), and a `Preempted` Event.
+    fn preempt(
+        &self,
+        victim: &PodInfo,
+        preemptor: &Pod,
+        node: &str,
+    ) -> BoxFuture<'static, Result<(), ApiError>>;
+    /// Sets `status.nominatedNodeName` of a pod that preempted on `node`.
+    fn nominate(&self, pod: &Pod, node: &str) -> BoxFuture<'static, Result<(), ApiError>>;
+}
+
+/// The strategic merge patch that marks a pod as about to be preempted (`DisruptionTarget`,
+/// reason `PreemptionByScheduler`), as kube-scheduler sets it before deleting the pod.
+pub fn preemption_condition_patch(scheduler_name: &str) -> serde_json::Value {
+    serde_json::json!({
+        "status": {
+            "conditions": [{
+                "type": "DisruptionTarget",
+                "status": "True",
+                "reason": "PreemptionByScheduler",
+                "message": format!("{scheduler_name}: preempting to accommodate a higher priority pod"),
+                "lastTransitionTime": Time(jiff::Timestamp::now()),
+            }]
+        }
+    })
 }
 
 /// The Binding body for a pod and node.

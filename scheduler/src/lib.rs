@@ -8,6 +8,7 @@
 //! - [`predicates`]: the filter plugins and the reasons they give.
 //! - [`priorities`]: the scoring plugins with the original formulas.
 //! - [`algorithm`]: the plugin registry, algorithm providers, policies, and one decision.
+//! - [`preemption`]: when no node fits, which lower-priority pods to evict and where.
 //! - [`cache`]: nodes with bound and assumed pods, spreading groups.
 //! - [`queue`]: the scheduling queue (active, backoff, unschedulable).
 //! - [`binder`]: the token bucket, and the writes (binding, unschedulable condition and event).
@@ -21,6 +22,7 @@ pub mod binder;
 pub mod cache;
 pub mod nodeinfo;
 pub mod predicates;
+pub mod preemption;
 pub mod priorities;
 pub mod queue;
 pub mod resources;

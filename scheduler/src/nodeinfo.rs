@@ -186,6 +186,14 @@ pub struct PodInfo {
     /// The node affinity of the volumes bound to the pod's claims (every one must match);
     /// filled in by the scheduler from [`crate::volumes::check`].
     pub volume_affinity: Vec<NodeSelector>,
+    /// `spec.priority` (0 when unset).
+    pub priority: i32,
+    /// Whether `spec.preemptionPolicy` is `Never` (the pod waits instead of preempting).
+    pub never_preempts: bool,
+    /// `status.nominatedNodeName` (empty when none): where an earlier preemption made room.
+    pub nominated_node: String,
+    /// `status.startTime`, when it started (preemption spares the longest-running first).
+    pub start_time: Option<jiff::Timestamp>,
 }
 
 impl PodInfo {
@@ -244,6 +252,18 @@ impl PodInfo {
             tolerations: spec.and_then(|s| s.tolerations.clone()).unwrap_or_default(),
             groups: Vec::new(),
             volume_affinity: Vec::new(),
+            priority: spec.and_then(|s| s.priority).unwrap_or(0),
+            never_preempts: spec.and_then(|s| s.preemption_policy.as_deref()) == Some("Never"),
+            nominated_node: pod
+                .status
+                .as_ref()
+                .and_then(|s| s.nominated_node_name.clone())
+                .unwrap_or_default(),
+            start_time: pod
+                .status
+                .as_ref()
+                .and_then(|s| s.start_time.as_ref())
+                .map(|t| t.0),
         }
     }
 }

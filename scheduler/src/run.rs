@@ -7,9 +7,12 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use k8s_openapi::api::apps::v1::ReplicaSet;
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod, Service};
+use k8s_openapi::api::core::v1::{
+    Node, ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod, Service,
+};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
-use skiff_client::api::{Patch, PatchParams, PostParams};
+use skiff_client::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use skiff_client::events::{self, EventType, Recorder};
 use skiff_client::informer::{SharedInformerFactory, handler_fn};
 use skiff_client::{Api, Client};
@@ -17,8 +20,11 @@ use skiff_meta::labels::Selector;
 use tokio_util::sync::CancellationToken;
 
 use crate::algorithm::{Algorithm, DEFAULT_PROVIDER, Policy, Registry};
-use crate::binder::{ApiError, ClusterApi, binding, unschedulable_condition_patch};
+use crate::binder::{
+    ApiError, ClusterApi, binding, preemption_condition_patch, unschedulable_condition_patch,
+};
 use crate::cache::GroupKind;
+use crate::nodeinfo::PodInfo;
 use crate::scheduler::Scheduler;
 use crate::{DEFAULT_SCHEDULER_NAME, Error, Result};
 
@@ -123,6 +129,7 @@ impl Options {
 pub struct KubeApi {
     client: Client,
     events: Arc<Recorder>,
+    scheduler_name: String,
 }
 
 impl KubeApi {
@@ -131,6 +138,7 @@ impl KubeApi {
         KubeApi {
             events: Arc::new(Recorder::new(client.clone(), scheduler_name)),
             client,
+            scheduler_name: scheduler_name.to_string(),
         }
     }
 }
@@ -206,6 +214,71 @@ impl ClusterApi for KubeApi {
                 })
         })
     }
+
+    fn preempt(
+        &self,
+        victim: &PodInfo,
+        preemptor: &Pod,
+        node: &str,
+    ) -> BoxFuture<'static, Result<(), ApiError>> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &victim.namespace);
+        let (name, uid) = (victim.name.clone(), victim.uid.clone());
+        let regarding = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            namespace: Some(victim.namespace.clone()),
+            name: Some(name.clone()),
+            uid: Some(uid.clone()),
+            ..Default::default()
+        };
+        let message = format!(
+            "Preempted by pod {} on node {node}",
+            preemptor.metadata.uid.as_deref().unwrap_or_default()
+        );
+        let patch = preemption_condition_patch(&self.scheduler_name);
+        let events = self.events.clone();
+        let key = victim.key.clone();
+        Box::pin(async move {
+            let gone = |e: &_| skiff_client::status_code(e) == Some(404);
+            match pods
+                .patch_status(&name, &PatchParams::default(), &Patch::Strategic(patch))
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if gone(&e) => return Ok(()),
+                Err(e) => return Err(ApiError(format!("marking {key} for preemption: {e}"))),
+            }
+            let params = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: Some(uid),
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            };
+            match pods.delete(&name, &params).await {
+                Ok(_) => {}
+                Err(e) if gone(&e) => return Ok(()),
+                Err(e) => return Err(ApiError(format!("preempting {key}: {e}"))),
+            }
+            events
+                .record(&regarding, EventType::Normal, "Preempted", &message)
+                .await;
+            Ok(())
+        })
+    }
+
+    fn nominate(&self, pod: &Pod, node: &str) -> BoxFuture<'static, Result<(), ApiError>> {
+        let ns = pod.metadata.namespace.clone().unwrap_or_default();
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let patch = serde_json::json!({"status": {"nominatedNodeName": node}});
+        Box::pin(async move {
+            pods.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map(|_| ())
+                .map_err(|e| ApiError(format!("nominating a node for {ns}/{name}: {e}")))
+        })
+    }
 }
 
 /// Runs the scheduler until `shutdown`: informers on pods, nodes, Services and ReplicaSets feed
@@ -243,6 +316,7 @@ pub async fn start(
     let claims = factory.informer::<PersistentVolumeClaim>();
     let volumes = factory.informer::<PersistentVolume>();
     let classes = factory.informer::<StorageClass>();
+    let budgets = factory.informer::<PodDisruptionBudget>();
     {
         let (a, u, d) = (scheduler.clone(), scheduler.clone(), scheduler.clone());
         claims.add_handler(handler_fn(
@@ -257,6 +331,12 @@ pub async fn start(
             move |v: &Arc<PersistentVolume>| a.on_volume(v, false),
             move |_: &Arc<PersistentVolume>, v: &Arc<PersistentVolume>| u.on_volume(v, false),
             move |v: &Arc<PersistentVolume>| d.on_volume(v, true),
+        ));
+        let (a, u, d) = (scheduler.clone(), scheduler.clone(), scheduler.clone());
+        budgets.add_handler(handler_fn(
+            move |b: &Arc<PodDisruptionBudget>| a.on_budget(b, false),
+            move |_: &Arc<PodDisruptionBudget>, b: &Arc<PodDisruptionBudget>| u.on_budget(b, false),
+            move |b: &Arc<PodDisruptionBudget>| d.on_budget(b, true),
         ));
         let (a, u, d) = (scheduler.clone(), scheduler.clone(), scheduler.clone());
         classes.add_handler(handler_fn(

@@ -4,12 +4,14 @@
 //! and the loop holds the cache lock for one decision (filter, score, assume) only. The
 //! [`Algorithm`] belongs to the loop alone.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
 use skiff_meta::labels::Selector;
 use tokio_util::sync::CancellationToken;
@@ -19,6 +21,7 @@ use crate::algorithm::Algorithm;
 use crate::binder::{SharedApi, TokenBucket};
 use crate::cache::{Cache, GroupKind};
 use crate::nodeinfo::PodInfo;
+use crate::preemption::{self, Budget, Candidate};
 use crate::queue::SchedulingQueue;
 use crate::volumes::{self, Volumes};
 
@@ -38,6 +41,8 @@ pub struct Stats {
     pub bind_errors: AtomicU64,
     /// Attempts that found no node.
     pub unschedulable: AtomicU64,
+    /// Pods evicted to make room for more important ones.
+    pub preemptions: AtomicU64,
 }
 
 /// The scheduler's shared state. Informer handlers call the `on_*` methods; one task runs
@@ -53,6 +58,9 @@ pub struct Scheduler {
     /// The claims, volumes and classes volume binding reads (its own lock, never held with
     /// the cache's).
     volumes: Mutex<Volumes>,
+    /// The PodDisruptionBudgets preemption respects where it can, by `namespace/name` (its own
+    /// lock, taken after the cache's, never the other way round).
+    budgets: Mutex<HashMap<String, Budget>>,
     /// Counters.
     pub stats: Stats,
 }
@@ -94,6 +102,7 @@ impl Scheduler {
             cache: Mutex::new(Cache::new(assume_ttl)),
             queue: SchedulingQueue::new(),
             volumes: Mutex::new(Volumes::default()),
+            budgets: Mutex::new(HashMap::new()),
             api,
             bucket: TokenBucket::new(bind_qps, bind_burst),
             bind_slots: tokio::sync::Semaphore::new(MAX_BINDS_IN_FLIGHT),
@@ -184,6 +193,20 @@ impl Scheduler {
         self.queue.with(|q| q.move_all_to_active_or_backoff(now));
     }
 
+    /// A PodDisruptionBudget changed or was deleted.
+    pub fn on_budget(&self, pdb: &PodDisruptionBudget, deleted: bool) {
+        let key = format!(
+            "{}/{}",
+            pdb.metadata.namespace.as_deref().unwrap_or_default(),
+            pdb.metadata.name.as_deref().unwrap_or_default()
+        );
+        let mut budgets = self.budgets.lock().expect("budgets lock");
+        match Budget::of(pdb).filter(|_| !deleted) {
+            Some(budget) => budgets.insert(key, budget),
+            None => budgets.remove(&key),
+        };
+    }
+
     /// A node was deleted.
     pub fn on_node_delete(&self, node: &Node) {
         let name = node.metadata.name.clone().unwrap_or_default();
@@ -267,7 +290,21 @@ impl Scheduler {
                             .expect("a pod not in the cache can be assumed");
                         Ok(node)
                     }
-                    Err(e) => Err(e),
+                    Err(e) => {
+                        let candidate = preemption::eligible(&info, cache.nodes())
+                            .then(|| {
+                                let budgets: Vec<Budget> = self
+                                    .budgets
+                                    .lock()
+                                    .expect("budgets lock")
+                                    .values()
+                                    .cloned()
+                                    .collect();
+                                preemption::find(algorithm, &info, cache.nodes(), &budgets)
+                            })
+                            .flatten();
+                        Err((e, candidate))
+                    }
                 })
             }
         };
@@ -282,9 +319,38 @@ impl Scheduler {
                 self.binds
                     .spawn(async move { me.bind(pod, key, node, delayed).await });
             }
-            Some(Err(fit)) => self.park(pod, key, fit.to_string()),
+            Some(Err((fit, candidate))) => {
+                if let Some(candidate) = candidate {
+                    self.preempt(&pod, candidate);
+                }
+                self.park(pod, key, fit.to_string());
+            }
         }
         true
+    }
+
+    /// Evicts the victims of a preemption for `pod` and nominates the node; the pod is parked
+    /// meanwhile and tried again when the victims' deletions free the room.
+    fn preempt(&self, pod: &Arc<Pod>, candidate: Candidate) {
+        let key = key_of(pod);
+        let victims: Vec<&str> = candidate.victims.iter().map(|v| v.key.as_str()).collect();
+        tracing::info!(pod = %key, node = %candidate.node, ?victims,
+                       budget_violations = candidate.violations, "preempting");
+        self.stats
+            .preemptions
+            .fetch_add(candidate.victims.len() as u64, Ordering::Relaxed);
+        let api = self.api.clone();
+        let pod = pod.clone();
+        self.binds.spawn(async move {
+            for victim in &candidate.victims {
+                if let Err(e) = api.preempt(victim, &pod, &candidate.node).await {
+                    tracing::warn!(pod = %key, victim = %victim.key, error = %e, "cannot preempt");
+                }
+            }
+            if let Err(e) = api.nominate(&pod, &candidate.node).await {
+                tracing::warn!(pod = %key, error = %e, "cannot nominate a node");
+            }
+        });
     }
 
     /// Parks an unschedulable pod and records why.
@@ -392,9 +458,32 @@ mod tests {
         unschedulable: Mutex<Vec<(String, String)>>,
         fail_binds: Mutex<u32>,
         selected: Mutex<Vec<(String, String)>>,
+        preempted: Mutex<Vec<(String, String)>>,
+        nominated: Mutex<Vec<(String, String)>>,
     }
 
     impl ClusterApi for FakeApi {
+        fn preempt(
+            &self,
+            victim: &PodInfo,
+            preemptor: &Pod,
+            _node: &str,
+        ) -> BoxFuture<'static, Result<(), ApiError>> {
+            self.preempted
+                .lock()
+                .unwrap()
+                .push((victim.key.clone(), key_of(preemptor)));
+            Box::pin(async { Ok(()) })
+        }
+
+        fn nominate(&self, pod: &Pod, node: &str) -> BoxFuture<'static, Result<(), ApiError>> {
+            self.nominated
+                .lock()
+                .unwrap()
+                .push((key_of(pod), node.to_string()));
+            Box::pin(async { Ok(()) })
+        }
+
         fn select_node(
             &self,
             namespace: &str,
@@ -609,6 +698,52 @@ mod tests {
         s.on_pod(&Arc::new(other));
         assert!(s.queue().with(|q| q.is_empty()));
         let _ = api;
+    }
+
+    #[tokio::test]
+    async fn a_more_important_pod_preempts_and_is_nominated_then_lands_when_room_is_freed() {
+        let (s, api, mut a) = setup();
+        s.on_node(&node("n1", "1", false));
+        let mut low = (*pod("low", "900m")).clone();
+        low.metadata.uid = Some("u-low".into());
+        low.spec.as_mut().unwrap().node_name = Some("n1".into());
+        s.on_pod(&Arc::new(low.clone()));
+        let mut never = (*pod("patient", "500m")).clone();
+        let spec = never.spec.as_mut().unwrap();
+        spec.priority = Some(100);
+        spec.preemption_policy = Some("Never".into());
+        s.on_pod(&Arc::new(never));
+        s.schedule_one(&mut a).await;
+        drain_binds(&s).await;
+        assert!(
+            api.preempted.lock().unwrap().is_empty(),
+            "preemptionPolicy Never waits"
+        );
+
+        let mut urgent = (*pod("urgent", "500m")).clone();
+        urgent.spec.as_mut().unwrap().priority = Some(1000);
+        s.on_pod(&Arc::new(urgent.clone()));
+        s.schedule_one(&mut a).await;
+        drain_binds(&s).await;
+        assert_eq!(
+            *api.preempted.lock().unwrap(),
+            [("default/low".to_string(), "default/urgent".to_string())]
+        );
+        assert_eq!(
+            *api.nominated.lock().unwrap(),
+            [("default/urgent".to_string(), "n1".to_string())]
+        );
+        assert_eq!(s.stats.preemptions.load(Ordering::Relaxed), 1);
+        // The victim leaves; the preemptor lands where it made room.
+        s.on_pod_delete(&low);
+        s.queue()
+            .with(|q| q.flush(Instant::now() + Duration::from_secs(60)));
+        while s.queue().with(|q| q.active_len()) > 0 {
+            s.schedule_one(&mut a).await;
+        }
+        drain_binds(&s).await;
+        let binds: HashMap<_, _> = api.binds.lock().unwrap().iter().cloned().collect();
+        assert_eq!(binds.get("default/urgent").map(String::as_str), Some("n1"));
     }
 
     #[tokio::test]

@@ -9,7 +9,7 @@
 use serde_json::{Value, json};
 use skiff_kinds::builtin::{pod, priority_class};
 
-use super::{Attributes, Operation, Plugin};
+use super::{Attributes, Operation, Plugin, forbidden};
 use crate::error::{Error, Result};
 use crate::registry::Registry;
 
@@ -84,13 +84,6 @@ pub fn apply(pod: &mut Value, resolved: &Resolved) -> std::result::Result<(), St
         spec.insert("preemptionPolicy".into(), json!(policy));
     }
     Ok(())
-}
-
-fn forbidden(a: &Attributes<'_>, why: impl std::fmt::Display) -> Error {
-    Error::Forbidden(format!(
-        "{} \"{}\" is forbidden: {why}",
-        a.info.plural, a.name
-    ))
 }
 
 impl Priority {

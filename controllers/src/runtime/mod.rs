@@ -258,6 +258,25 @@ impl Controller {
         })
     }
 
+    /// [`Controller::primary`] for only the events `wanted` picks (resyncs still queue every
+    /// cached object): for a kind whose status others write, so that those writes do not each
+    /// cost a reconcile.
+    pub fn primary_if<K, P>(mut self, informer: &Informer<K>, wanted: P) -> Controller
+    where
+        K: Reflectable,
+        P: Fn(&Event<'_, K>) -> bool + Send + Sync + 'static,
+    {
+        let cache = informer.clone();
+        self.primary = Some(Box::new(move || cache.cache().keys()));
+        self.watches(informer, move |e: Event<'_, K>| {
+            if wanted(&e) {
+                vec![key_of(e.object())]
+            } else {
+                Vec::new()
+            }
+        })
+    }
+
     /// Children of kind `K` controlled by objects of kind `owner_kind`: an event of one queues
     /// its controller's key (and its former controller's, when the reference moved). With
     /// `expectations`, the event is booked against the owner's in-flight creates and deletes

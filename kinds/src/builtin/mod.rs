@@ -20,6 +20,7 @@ pub mod event;
 pub mod flow_schema;
 pub mod job;
 pub mod lease;
+pub mod limit_range;
 pub mod namespace;
 pub mod node;
 pub mod persistent_volume;
@@ -30,6 +31,7 @@ pub mod priority_class;
 pub mod priority_level_configuration;
 pub mod replica_set;
 pub mod replication_controller;
+pub mod resource_quota;
 pub mod reviews;
 pub mod role;
 pub mod role_binding;
@@ -90,6 +92,8 @@ pub fn all() -> &'static [Arc<dyn Kind>] {
             Arc::new(persistent_volume::PersistentVolume),
             Arc::new(persistent_volume_claim::PersistentVolumeClaim),
             Arc::new(replication_controller::ReplicationController),
+            Arc::new(resource_quota::ResourceQuota),
+            Arc::new(limit_range::LimitRange),
             Arc::new(deployment::Deployment),
             Arc::new(replica_set::ReplicaSet),
             Arc::new(daemon_set::DaemonSet),

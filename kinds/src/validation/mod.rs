@@ -463,6 +463,18 @@ mod tests {
                        "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}),
             ),
             (
+                "",
+                "ResourceQuota",
+                json!({"metadata": {"name": "q", "namespace": "default"},
+                       "spec": {"hard": {"pods": "10", "requests.cpu": "2"}}}),
+            ),
+            (
+                "",
+                "LimitRange",
+                json!({"metadata": {"name": "l", "namespace": "default"},
+                       "spec": {"limits": [{"type": "Container", "default": {"cpu": "500m"}}]}}),
+            ),
+            (
                 "storage.k8s.io",
                 "StorageClass",
                 json!({"metadata": {"name": "local-path"}, "provisioner": "skiff.io/local-path"}),

@@ -1536,3 +1536,242 @@ spec: {priorityLevelConfiguration: {name: low}, distinguisherMethod: {type: ByUs
     }
     k.ok(&["delete", "namespace", "shop", "--wait=false"]);
 }
+
+#[test]
+fn a_quota_blocks_the_fourth_pod_and_a_limit_range_fills_in_requests() {
+    let cluster = Fixture::start(&[]);
+    let k = cluster.kubectl();
+    k.ok(&["create", "namespace", "team"]);
+    k.ok_with_input(
+        &["apply", "-f", "-"],
+        r#"
+apiVersion: v1
+kind: LimitRange
+metadata: {name: defaults, namespace: team}
+spec:
+  limits:
+  - type: Container
+    defaultRequest: {cpu: 100m, memory: 64Mi}
+    default: {cpu: 200m, memory: 128Mi}
+    max: {cpu: "1"}
+---
+apiVersion: v1
+kind: ResourceQuota
+metadata: {name: compute, namespace: team}
+spec:
+  hard: {pods: "3", requests.cpu: "1", limits.cpu: "2", services: "1"}
+"#,
+    );
+    let used = |path: &str| jsonpath(&k, "team", "quota/compute", path);
+    wait_for(&k, "the quota mirrored and counted", 30, || {
+        used("{.status.hard.pods}/{.status.used.pods}/{.status.used.requests\\.cpu}") == "3/0/0"
+    });
+
+    // Three pods that state nothing get the range's defaults, and are charged for them.
+    for name in ["a", "b", "c"] {
+        k.ok_with_input(&["apply", "-f", "-"], &bare_pod("team", name, ""));
+    }
+    let resources = jsonpath(&k, "team", "pod/a", "{.spec.containers[0].resources}");
+    let resources: serde_json::Value = serde_json::from_str(&resources).unwrap();
+    assert_eq!(
+        resources,
+        serde_json::json!({"requests": {"cpu": "100m", "memory": "64Mi"},
+                           "limits": {"cpu": "200m", "memory": "128Mi"}})
+    );
+    assert_eq!(
+        jsonpath(
+            &k,
+            "team",
+            "pod/a",
+            "{.metadata.annotations.kubernetes\\.io/limit-ranger}"
+        ),
+        "LimitRanger plugin set: cpu, memory request for container main; cpu, memory limit for container main"
+    );
+    assert_eq!(
+        used("{.status.used.pods}/{.status.used.requests\\.cpu}/{.status.used.limits\\.cpu}"),
+        "3/300m/600m"
+    );
+    let table = k.ok(&["-n", "team", "get", "quota"]);
+    assert!(
+        table.contains("pods: 3/3, requests.cpu: 300m/1, services: 0/1")
+            && table.contains("limits.cpu: 600m/2"),
+        "{table}"
+    );
+
+    // The fourth is over the quota: 403 in kube-apiserver's words, and nothing is written.
+    let refused = k.run_with_input(&["apply", "-f", "-"], &bare_pod("team", "d", ""));
+    assert!(!refused.ok);
+    assert!(
+        refused.stderr.contains(
+            "pods \"d\" is forbidden: exceeded quota: compute, requested: pods=1, used: pods=3, limited: pods=3"
+        ),
+        "{}",
+        refused.stderr
+    );
+    assert!(
+        k.run(&["-n", "team", "get", "pod", "d"])
+            .stderr
+            .contains("NotFound")
+    );
+
+    // Outside the range: refused before the quota is asked.
+    let greedy = bare_pod("team", "greedy", "").replace(
+        "    command:",
+        "    resources: {limits: {cpu: \"2\"}}\n    command:",
+    );
+    let refused = k.run_with_input(&["apply", "-f", "-"], &greedy);
+    assert!(
+        refused.stderr.contains(
+            "pods \"greedy\" is forbidden: maximum cpu usage per Container is 1, but limit is 2"
+        ),
+        "{}",
+        refused.stderr
+    );
+
+    // A deleted pod gives its usage back, and the fourth fits.
+    k.ok(&[
+        "-n",
+        "team",
+        "delete",
+        "pod",
+        "a",
+        "--grace-period=1",
+        "--wait=true",
+        "--timeout=60s",
+    ]);
+    wait_for(&k, "usage given back", 30, || {
+        used("{.status.used.pods}/{.status.used.requests\\.cpu}") == "2/200m"
+    });
+    k.ok_with_input(&["apply", "-f", "-"], &bare_pod("team", "d", ""));
+
+    // Object counts: one Service, not two.
+    k.ok(&[
+        "-n",
+        "team",
+        "create",
+        "service",
+        "clusterip",
+        "one",
+        "--tcp=80:80",
+    ]);
+    let two = k.fails(&[
+        "-n",
+        "team",
+        "create",
+        "service",
+        "clusterip",
+        "two",
+        "--tcp=80:80",
+    ]);
+    assert!(
+        two.contains(
+            "exceeded quota: compute, requested: services=1, used: services=1, limited: services=1"
+        ),
+        "{two}"
+    );
+}
+
+#[test]
+fn a_more_important_pod_preempts_a_less_important_one_on_a_full_node() {
+    let cluster = Fixture::start(&["--node-name", "main"]);
+    let k = cluster.kubectl();
+    wait_for(&k, "node main Ready", 60, || {
+        node_ready(&k, "main") == "True"
+    });
+    let allocatable = k.ok(&[
+        "get",
+        "node",
+        "main",
+        "-o",
+        "jsonpath={.status.allocatable.cpu}",
+    ]);
+    let millis = cpu_millis(&allocatable);
+    // Each pod asks for 60% of the node: one fits, two do not.
+    let request = format!("{}m", millis * 6 / 10);
+    k.ok(&["create", "namespace", "batch"]);
+    k.ok(&["create", "priorityclass", "low", "--value=10"]);
+    k.ok(&["create", "priorityclass", "high", "--value=1000"]);
+    let with = |name: &str, class: &str| {
+        bare_pod(
+            "batch",
+            name,
+            &format!("terminationGracePeriodSeconds: 2\n  priorityClassName: {class}"),
+        )
+        .replace(
+            "    command:",
+            &format!("    resources: {{requests: {{cpu: {request}}}}}\n    command:"),
+        )
+    };
+    k.ok_with_input(&["apply", "-f", "-"], &with("victim", "low"));
+    wait_for(&k, "the victim running", 60, || {
+        jsonpath(&k, "batch", "pod/victim", "{.status.phase}") == "Running"
+    });
+    let victim_uid = jsonpath(&k, "batch", "pod/victim", "{.metadata.uid}");
+    k.ok_with_input(&["apply", "-f", "-"], &with("urgent", "high"));
+    assert_eq!(
+        jsonpath(&k, "batch", "pod/urgent", "{.spec.priority}"),
+        "1000"
+    );
+
+    // The victim is evicted, the preemptor nominated to the node and then running there.
+    wait_for(&k, "the preemptor running on main", 90, || {
+        jsonpath(
+            &k,
+            "batch",
+            "pod/urgent",
+            "{.spec.nodeName}/{.status.phase}",
+        ) == "main/Running"
+    });
+    let victim = k.run(&[
+        "-n",
+        "batch",
+        "get",
+        "pod",
+        "victim",
+        "-o",
+        "jsonpath={.metadata.uid}",
+    ]);
+    assert!(
+        !victim.ok || victim.stdout != victim_uid,
+        "the victim is gone: {}",
+        victim.stdout
+    );
+    let urgent_uid = jsonpath(&k, "batch", "pod/urgent", "{.metadata.uid}");
+    let events = k.ok(&[
+        "-n",
+        "batch",
+        "get",
+        "events",
+        "--field-selector",
+        "reason=Preempted",
+        "-o",
+        "jsonpath={.items[*].message}",
+    ]);
+    assert!(
+        events.contains(&format!("Preempted by pod {urgent_uid} on node main")),
+        "{events}"
+    );
+    // A pod of lower priority than everything on the node waits instead of evicting.
+    k.ok_with_input(&["apply", "-f", "-"], &with("patient", "low"));
+    wait_for(&k, "the low pod unschedulable", 30, || {
+        jsonpath(
+            &k,
+            "batch",
+            "pod/patient",
+            "{.status.conditions[?(@.type==\"PodScheduled\")].reason}",
+        ) == "Unschedulable"
+    });
+    assert_eq!(
+        jsonpath(&k, "batch", "pod/urgent", "{.status.phase}"),
+        "Running",
+        "the more important pod stays"
+    );
+}
+
+/// Millicores of a CPU quantity as a node reports it (`2`, `1500m`).
+fn cpu_millis(cpu: &str) -> u64 {
+    match cpu.strip_suffix('m') {
+        Some(m) => m.parse().expect("millicores"),
+        None => cpu.parse::<u64>().expect("cores") * 1000,
+    }
+}
