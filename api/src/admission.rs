@@ -9,16 +9,18 @@
 //! configured), `ServiceAccount` (pods run as `default` unless they name an account, and get its
 //! token projected at `/var/run/secrets/kubernetes.io/serviceaccount` unless automount is off),
 //! [`priority::Priority`] (a pod's priority from its PriorityClass), then the storage plugins of [`storage`] (`DefaultStorageClass`,
-//! `StorageObjectInUseProtection`, `PersistentVolumeClaimResize`).
+//! `StorageObjectInUseProtection`, `PersistentVolumeClaimResize`), and last
+//! [`webhook::MutatingAdmissionWebhook`].
 //!
-//! After schema validation comes the validating phase ([`Plugin::validate`]), which may refuse
-//! but not change the write.
+//! After schema validation, the validating phase ([`Plugin::validate`], which may refuse but not
+//! change the write) runs [`webhook::ValidatingAdmissionWebhook`].
 
 pub mod allocations;
 pub mod limits;
 pub mod priority;
 pub mod quota;
 pub mod storage;
+pub mod webhook;
 
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
@@ -59,6 +61,8 @@ pub struct Attributes<'a> {
     pub old: Option<&'a Value>,
     /// The user making the write.
     pub user: &'a crate::auth::User,
+    /// Whether the write is a dry run (`dryRun=All`): nothing is stored.
+    pub dry_run: bool,
 }
 
 /// One admission plugin.
@@ -1183,6 +1187,7 @@ mod tests {
             object: Some(&mut object),
             old: None,
             user: &user,
+            dry_run: false,
         };
         let refused = chain.validate(&registry, &attributes).await;
         assert!(matches!(refused, Err(Error::Forbidden(_))), "{refused:?}");

@@ -730,6 +730,7 @@ async fn admit_and_create(
                 object: Some(&mut object),
                 old: None,
                 user: &request.user,
+                dry_run: dry,
             },
         )
         .await?;
@@ -748,6 +749,7 @@ async fn admit_and_create(
                     object: Some(&mut object),
                     old: None,
                     user: &request.user,
+                    dry_run: dry,
                 },
             )
             .await?;
@@ -832,6 +834,7 @@ async fn admit_update(
                 object: Some(&mut new),
                 old: Some(current),
                 user: &request.user,
+                dry_run: dry_run(&request.query).unwrap_or(false),
             },
         )
         .await?;
@@ -850,6 +853,7 @@ async fn admit_update(
                         object: Some(&mut new),
                         old: Some(current),
                         user: &request.user,
+                        dry_run: dry_run(&request.query).unwrap_or(false),
                     },
                 )
                 .await
@@ -1234,6 +1238,7 @@ pub(crate) async fn delete_one(
             object: None,
             old: Some(&current),
             user: &request.user,
+            dry_run: dry,
         };
         server
             .admission

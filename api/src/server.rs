@@ -159,6 +159,7 @@ impl ApiServer {
                 }
             });
         }
+        let webhooks = Arc::new(admission::webhook::Webhooks::default());
         let admission = Chain::new(vec![
             Box::new(admission::NamespaceLifecycle),
             Box::new(admission::limits::LimitRanger),
@@ -172,9 +173,16 @@ impl ApiServer {
             Box::new(admission::storage::DefaultStorageClass),
             Box::new(admission::storage::StorageObjectInUseProtection),
             Box::new(admission::storage::PersistentVolumeClaimResize),
+            Box::new(admission::webhook::MutatingAdmissionWebhook(
+                webhooks.clone(),
+            )),
+            Box::new(admission::webhook::ValidatingAdmissionWebhook(
+                webhooks.clone(),
+            )),
             // Last: charges quota only for what every other plugin let through.
             Box::new(admission::quota::ResourceQuota),
         ]);
+        tokio::spawn(webhooks.run(registry.clone(), shutdown.clone()));
         let watch_cache = WatchCache::new(
             registry.store().clone(),
             config.watch_cache_capacity,

@@ -319,6 +319,10 @@ impl Plugin for ResourceQuota {
                 Ok(None) => {}
             }
         }
+        // A dry run is checked but charges nothing.
+        if a.dry_run {
+            return Ok(());
+        }
         for name in charged {
             apply_charge(registry, a, namespace, &name, typed.object(), &delta).await?;
         }

@@ -21,6 +21,7 @@ pub mod flow_schema;
 pub mod job;
 pub mod lease;
 pub mod limit_range;
+pub mod mutating_webhook_configuration;
 pub mod namespace;
 pub mod node;
 pub mod persistent_volume;
@@ -41,6 +42,7 @@ pub mod service;
 pub mod service_account;
 pub mod stateful_set;
 pub mod storage_class;
+pub mod validating_webhook_configuration;
 pub mod volume_attachment;
 
 #[cfg(test)]
@@ -122,6 +124,8 @@ pub fn all() -> &'static [Arc<dyn Kind>] {
             Arc::new(reviews::SubjectAccessReview),
             Arc::new(reviews::SelfSubjectReview),
             Arc::new(reviews::TokenReview),
+            Arc::new(validating_webhook_configuration::ValidatingWebhookConfiguration),
+            Arc::new(mutating_webhook_configuration::MutatingWebhookConfiguration),
             Arc::new(custom_resource_definition::CustomResourceDefinition),
         ]
     });

@@ -138,6 +138,43 @@ impl Rule {
     }
 }
 
+/// One compiled CEL expression over named variables, evaluated to a bool: the
+/// `matchConditions` of admission webhooks (`object`, `oldObject`, `request`), in the same
+/// environment as the rules above.
+pub struct Expression {
+    program: Program,
+}
+
+impl std::fmt::Debug for Expression {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Expression")
+    }
+}
+
+impl Expression {
+    /// Compiles `source`, or says why it does not compile.
+    pub fn compile(source: &str) -> Result<Expression, String> {
+        let program = env()
+            .compile(source)
+            .map_err(|e| e.to_string().replace('\n', " "))?;
+        Ok(Expression { program })
+    }
+
+    /// Evaluates the expression with `variables` bound; an error when it fails or is not a bool.
+    pub fn evaluate(&self, variables: &[(&str, &Value)]) -> Result<bool, String> {
+        let mut context = Context::with_env(env().clone());
+        for (name, value) in variables {
+            let value = cel::to_value(*value).map_err(|e| e.to_string())?;
+            context.add_variable_from_value(*name, value);
+        }
+        match self.program.execute(&context) {
+            Ok(cel::Value::Bool(b)) => Ok(b),
+            Ok(other) => Err(format!("expression returned {other:?}, not a bool")),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+}
+
 fn ensure_dot(s: &str) -> String {
     if s.starts_with('.') || s.starts_with('[') {
         s.to_string()

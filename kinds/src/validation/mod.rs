@@ -25,6 +25,7 @@ mod meta;
 pub(crate) mod pod;
 pub mod rbac;
 pub(crate) mod service;
+pub mod webhooks;
 
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -531,6 +532,20 @@ mod tests {
                 "flowcontrol.apiserver.k8s.io",
                 "PriorityLevelConfiguration",
                 json!({"metadata": {"name": "low"}, "spec": {"type": "Exempt", "exempt": {}}}),
+            ),
+            (
+                "admissionregistration.k8s.io",
+                "ValidatingWebhookConfiguration",
+                json!({"metadata": {"name": "v"}, "webhooks": [{"name": "v.example.com",
+                       "sideEffects": "None", "admissionReviewVersions": ["v1"],
+                       "clientConfig": {"url": "https://127.0.0.1:9443/"}}]}),
+            ),
+            (
+                "admissionregistration.k8s.io",
+                "MutatingWebhookConfiguration",
+                json!({"metadata": {"name": "m"}, "webhooks": [{"name": "m.example.com",
+                       "sideEffects": "None", "admissionReviewVersions": ["v1"],
+                       "clientConfig": {"service": {"namespace": "n", "name": "s"}}}]}),
             ),
         ];
         let cases_len = cases.len();

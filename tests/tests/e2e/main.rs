@@ -18,4 +18,5 @@ mod split;
 mod storage;
 mod streaming;
 mod ui;
+mod webhooks;
 mod workloads;

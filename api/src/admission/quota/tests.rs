@@ -185,6 +185,7 @@ async fn two_creates_racing_for_the_last_unit_never_both_win() {
                 object: Some(&mut object),
                 old: None,
                 user,
+                dry_run: false,
             };
             ResourceQuota.validate(registry, &attributes).await
         }
