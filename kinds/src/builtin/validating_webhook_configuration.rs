@@ -163,7 +163,7 @@ mod tests {
             ),
             (
                 json!({"admissionReviewVersions": ["v1beta1"]}),
-                "webhooks[0].admissionReviewVersions: Invalid value: [\"v1beta1\"]: must include at least one of v1",
+                "webhooks[0].admissionReviewVersions: Invalid value: []string{\"v1beta1\"}: must include at least one of v1",
             ),
             (
                 json!({"admissionReviewVersions": []}),
@@ -215,7 +215,7 @@ mod tests {
             ),
             (
                 json!({"rules": [{"operations": ["*", "CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}]}),
-                "webhooks[0].rules[0].operations: Invalid value: [\"*\",\"CREATE\"]: if '*' is present, must not specify other operations",
+                "webhooks[0].rules[0].operations: Invalid value: []string{\"*\", \"CREATE\"}: if '*' is present, must not specify other operations",
             ),
             (
                 json!({"rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "scope": "Everywhere"}]}),
@@ -223,7 +223,7 @@ mod tests {
             ),
             (
                 json!({"rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["*/*", "pods"]}]}),
-                "webhooks[0].rules[0].resources: Invalid value: [\"*/*\",\"pods\"]: if '*/*' is present, must not specify other resources",
+                "webhooks[0].rules[0].resources: Invalid value: []string{\"*/*\", \"pods\"}: if '*/*' is present, must not specify other resources",
             ),
             (
                 json!({"matchConditions": [{"name": "a", "expression": "true"}, {"name": "a", "expression": "true"}]}),
