@@ -11,10 +11,11 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{LimitRange, LimitRangeItem, PersistentVolumeClaim, Pod};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use serde_json::{Value, json};
 use skiff_kinds::builtin::{limit_range, persistent_volume_claim, pod};
-use skiff_meta::quantity::{self, Quantity};
+use skiff_meta::quantity::Quantity;
+// Amounts by resource name, parsed as quota parses them (unparsable amounts left out).
+use skiff_meta::quota::{Usage as List, parse_list as parsed};
 
 use super::{Attributes, Operation, Plugin};
 use crate::error::Result;
@@ -25,15 +26,6 @@ pub const ANNOTATION: &str = "kubernetes.io/limit-ranger";
 
 /// The `LimitRanger` plugin.
 pub struct LimitRanger;
-
-type List = BTreeMap<String, Quantity>;
-
-fn parsed(list: Option<&BTreeMap<String, K8sQuantity>>) -> List {
-    list.into_iter()
-        .flatten()
-        .filter_map(|(k, v)| Some((k.clone(), quantity::parse(&v.0).ok()?)))
-        .collect()
-}
 
 /// The Container items of `ranges`, in order.
 fn container_items(ranges: &[LimitRange]) -> impl Iterator<Item = &LimitRangeItem> {
