@@ -346,6 +346,17 @@ fn port_forward(
         );
     };
     let label = format!("{namespace}/{name}");
+    let runtime = state.runtime.clone();
+    let dial: portforward::Dial = Arc::new(move |port| {
+        let runtime = runtime.clone();
+        let uid = uid.clone();
+        Box::pin(async move {
+            runtime
+                .port_forward(&uid, address, port)
+                .await
+                .map_err(|err| err.to_string())
+        })
+    });
     let offered: Vec<&str> = headers
         .get_all("sec-websocket-protocol")
         .iter()
@@ -363,7 +374,7 @@ fn port_forward(
         }
         let reply = ws.on_upgrade(move |socket| {
             let (input, output) = portforward::from_websocket(socket);
-            portforward::serve(input, output, address, label)
+            portforward::serve(input, output, dial, label)
         });
         return warp::reply::with_header(reply, "sec-websocket-protocol", SPDY_OVER_WEBSOCKET)
             .into_response();
@@ -391,7 +402,7 @@ fn port_forward(
         match upgrade.await {
             Ok(upgraded) => {
                 let (input, output) = portforward::from_io(hyper_util::rt::TokioIo::new(upgraded));
-                portforward::serve(input, output, address, label).await;
+                portforward::serve(input, output, dial, label).await;
             }
             Err(err) => tracing::debug!(%err, "port-forward upgrade"),
         }

@@ -926,6 +926,7 @@ impl Worker {
             env,
             stdin: c.stdin.unwrap_or(false),
             stdin_once: c.stdin_once.unwrap_or(false),
+            tty: c.tty.unwrap_or(false),
         };
         match self.shared.runtime.start(config).await {
             Ok(container) => {

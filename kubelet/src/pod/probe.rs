@@ -401,6 +401,7 @@ mod tests {
                 log_path: dir.path().join("c.log"),
                 stdin: false,
                 stdin_once: false,
+                tty: false,
             })
             .await
             .unwrap();

@@ -344,6 +344,7 @@ mod tests {
                 log_path: "/tmp/x".into(),
                 stdin: false,
                 stdin_once: false,
+                tty: false,
             },
             state,
             warnings: vec![],

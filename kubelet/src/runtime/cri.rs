@@ -23,6 +23,12 @@
 //! sandbox by its labels and keeps it, with its running containers. `CreateContainer` wants the
 //! sandbox's config again; the cache holds it per pod.
 //!
+//! # Streams
+//! `Exec`, `Attach` and `PortForward` answer with a URL on the runtime's streaming server, which
+//! the kubelet dials and translates for its own clients ([`crate::stream::remote`]). The
+//! runtime decides what a client that goes away leaves behind: containerd 1.6 lets an exec'd
+//! command run to its end (its stdin closes, which ends a shell).
+//!
 //! # Shutdown
 //! Containers run on in containerd when the kubelet stops, and the next kubelet adopts them:
 //! [`Runtime::shutdown`] only refuses further starts. Pods are stopped by deleting them.
@@ -43,8 +49,10 @@ use tonic::transport::{Channel, Endpoint, Uri};
 
 use super::{
     Container, ContainerConfig, Error, ExecOutput, Image, Limits, PullPolicy, RegistryAuth, Result,
-    Runtime, Sandbox, SandboxConfig, State, Version,
+    Runtime, Sandbox, SandboxConfig, Session, State, StreamOptions, StreamReader, StreamWriter,
+    Version,
 };
+use crate::stream::remote;
 use cri::image_service_client::ImageServiceClient;
 use cri::runtime_service_client::RuntimeServiceClient;
 
@@ -563,6 +571,7 @@ fn from_status(s: &cri::ContainerStatus, known: Option<&ContainerConfig>) -> Opt
         log_path: PathBuf::from(&s.log_path),
         stdin: false,
         stdin_once: false,
+        tty: false,
     });
     Some(Container {
         id: s.id.clone(),
@@ -702,6 +711,9 @@ impl Runtime for CriRuntime {
                 labels,
                 annotations,
                 log_path,
+                stdin: config.stdin,
+                stdin_once: config.stdin_once,
+                tty: config.tty,
                 linux: Some(cri::LinuxContainerConfig {
                     resources: Some(resources),
                     security_context: Some(cri::LinuxContainerSecurityContext {
@@ -842,6 +854,77 @@ impl Runtime for CriRuntime {
             exit_code: response.exit_code,
             output,
         })
+    }
+
+    /// CRI `Exec` answers with a URL on the runtime's streaming server; the session streams
+    /// from there (see [`crate::stream::remote`]).
+    async fn exec_stream(
+        &self,
+        id: &str,
+        cmd: &[String],
+        options: StreamOptions,
+    ) -> Result<Session> {
+        let request = cri::ExecRequest {
+            container_id: id.to_string(),
+            cmd: cmd.to_vec(),
+            tty: options.tty,
+            stdin: options.stdin,
+            stdout: options.stdout,
+            // With a TTY the terminal merges stderr into stdout; CRI refuses both.
+            stderr: options.stderr && !options.tty,
+        };
+        let url = self
+            .call("Exec", None, self.runtime_client().exec(request))
+            .await?
+            .url;
+        remote::session(&url, options).await.map_err(Error::Stream)
+    }
+
+    /// CRI `Attach`, streamed like [`Runtime::exec_stream`].
+    async fn attach(&self, id: &str, options: StreamOptions) -> Result<Session> {
+        let request = cri::AttachRequest {
+            container_id: id.to_string(),
+            stdin: options.stdin,
+            tty: options.tty,
+            stdout: options.stdout,
+            stderr: options.stderr && !options.tty,
+        };
+        let url = self
+            .call("Attach", None, self.runtime_client().attach(request))
+            .await?
+            .url;
+        remote::session(&url, options).await.map_err(Error::Stream)
+    }
+
+    /// CRI `PortForward`: the runtime dials the port inside the sandbox's network namespace
+    /// (so a server on the pod's loopback is reachable too), one streaming URL per connection.
+    async fn port_forward(
+        &self,
+        pod_uid: &str,
+        _address: IpAddr,
+        port: u16,
+    ) -> Result<(StreamReader, StreamWriter)> {
+        let sandbox = self
+            .cache()
+            .sandboxes
+            .get(pod_uid)
+            .map(|s| s.id.clone())
+            .ok_or_else(|| Error::NoSandbox(pod_uid.to_string()))?;
+        let request = cri::PortForwardRequest {
+            pod_sandbox_id: sandbox,
+            port: vec![i32::from(port)],
+        };
+        let url = self
+            .call(
+                "PortForward",
+                None,
+                self.runtime_client().port_forward(request),
+            )
+            .await?
+            .url;
+        remote::forward(&url, port)
+            .await
+            .map_err(|err| Error::Stream(err.to_string()))
     }
 
     fn subscribe(&self) -> broadcast::Receiver<String> {

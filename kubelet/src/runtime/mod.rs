@@ -50,6 +50,10 @@ pub enum Error {
     /// The runtime does not serve this (streaming into a runtime that cannot).
     #[error("{0}")]
     Unsupported(String),
+    /// A stream from the runtime's streaming server failed; the message is the runtime's (or
+    /// says how the stream broke).
+    #[error("{0}")]
+    Stream(String),
     /// An exec did not finish within its timeout.
     #[error("exec timed out after {0:?}")]
     ExecTimeout(Duration),
@@ -172,6 +176,10 @@ pub struct ContainerConfig {
     /// `stdinOnce`: the container's stdin closes when the first attached client closes it.
     #[serde(default)]
     pub stdin_once: bool,
+    /// `tty`: the container's main process runs on a terminal (with `stdin`, for `kubectl
+    /// attach -it`).
+    #[serde(default)]
+    pub tty: bool,
 }
 
 /// What a container is doing.
@@ -441,6 +449,26 @@ pub trait Runtime: Send + Sync + 'static {
         Err(Error::Unsupported(
             "this container runtime does not serve attach".into(),
         ))
+    }
+
+    /// A connection to `port` in the pod's network (`kubectl port-forward`), as halves to read
+    /// and write. The default dials `address`, the pod's IP (the host's, for pods on the host
+    /// network), over TCP.
+    async fn port_forward(
+        &self,
+        pod_uid: &str,
+        address: IpAddr,
+        port: u16,
+    ) -> Result<(StreamReader, StreamWriter)> {
+        let _ = pod_uid;
+        let stream = tokio::net::TcpStream::connect((address, port))
+            .await
+            .map_err(|err| {
+                Error::Stream(format!("failed to connect to {address}:{port}: {err}"))
+            })?;
+        let _ = stream.set_nodelay(true);
+        let (read, write) = stream.into_split();
+        Ok((Box::new(read), Box::new(write)))
     }
 
     /// The runtime's name and version. The process runtime's is this crate's version.

@@ -1041,6 +1041,7 @@ mod tests {
             log_path: dir.join("logs").join(format!("{name}.log")),
             stdin: false,
             stdin_once: false,
+            tty: false,
         }
     }
 

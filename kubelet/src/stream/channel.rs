@@ -156,6 +156,31 @@ pub fn exit_status(code: i32) -> Value {
     })
 }
 
+/// Reads a runtime's error-channel `Status` back: 0 for `Success`, the `ExitCode` cause of a
+/// `NonZeroExitCode` failure; any other failure is its message (text that is not a `Status`
+/// is the message itself), and an empty channel means the stream ended before the command
+/// did.
+pub fn decode_exit(status: &[u8]) -> Result<i32, String> {
+    if status.iter().all(u8::is_ascii_whitespace) {
+        return Err("the container runtime ended the stream without an exit status".into());
+    }
+    let text = || String::from_utf8_lossy(status).trim().to_string();
+    let value: Value = serde_json::from_slice(status).map_err(|_| text())?;
+    if value["status"] == "Success" {
+        return Ok(0);
+    }
+    if value["reason"] == "NonZeroExitCode"
+        && let Some(code) = value["details"]["causes"]
+            .as_array()
+            .and_then(|causes| causes.iter().find(|c| c["reason"] == "ExitCode"))
+            .and_then(|cause| cause["message"].as_str())
+            .and_then(|code| code.parse().ok())
+    {
+        return Ok(code);
+    }
+    Err(value["message"].as_str().map_or_else(text, str::to_string))
+}
+
 /// The error channel's `Status` for a session that failed without an exit code (the command
 /// could not start, the container went away).
 pub fn failure_status(message: &str) -> Value {
@@ -218,6 +243,28 @@ impl Options {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_runtime_status_reads_back_as_an_exit_code_or_its_message() {
+        for code in [0, 3, 137] {
+            let status = exit_status(code).to_string();
+            assert_eq!(decode_exit(status.as_bytes()), Ok(code));
+        }
+        let failed = failure_status("OCI runtime exec failed: no such file").to_string();
+        assert_eq!(
+            decode_exit(failed.as_bytes()),
+            Err("OCI runtime exec failed: no such file".into())
+        );
+        assert_eq!(decode_exit(b"plain words\n"), Err("plain words".into()));
+        assert!(
+            decode_exit(b"")
+                .unwrap_err()
+                .contains("without an exit status")
+        );
+        // A non-zero exit without a readable code is a failure, not a success.
+        let odd = br#"{"status":"Failure","reason":"NonZeroExitCode","message":"m"}"#;
+        assert_eq!(decode_exit(odd), Err("m".into()));
+    }
 
     #[test]
     fn negotiates_the_newest_served_protocol() {

@@ -1,6 +1,6 @@
 //! `kubectl port-forward` sessions: SPDY streams in pairs (an error stream and a data stream
 //! per forwarded connection, tied by the `requestid` header and naming the `port`), each pair
-//! one TCP connection to the pod's address.
+//! one connection to a port of the pod.
 //!
 //! The client opens both streams with SYN_STREAM and waits for each SYN_REPLY. The data stream
 //! carries the connection's bytes both ways; its FIN is a half-close. The error stream carries
@@ -8,21 +8,33 @@
 //! connection is over: the client waits for that before it lets go of the connection. A
 //! session stays open as long as the client keeps it (no idle cut-off), and ending it ends
 //! every connection it carries.
+//!
+//! How a connection reaches the pod is the [`Dial`]'s business: a TCP connection to the pod's
+//! address, or a stream through the container runtime's own server (CRI `PortForward`), which
+//! reaches ports the pod listens on at its loopback address too.
 
 use std::collections::HashMap;
-use std::net::IpAddr;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use futures::{Sink, SinkExt, Stream, StreamExt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 use super::spdy::{self, FLAG_FIN, Frame, HeaderCodec};
+use crate::runtime::{StreamReader, StreamWriter};
 
 /// Bytes from the client, as they come (an upgraded connection's reads, or WebSocket messages).
 pub type Input = Pin<Box<dyn Stream<Item = std::io::Result<Vec<u8>>> + Send>>;
 /// Bytes to the client.
 pub type Output = Pin<Box<dyn Sink<Vec<u8>, Error = std::io::Error> + Send>>;
+
+/// Opens one connection to a port of the pod: the halves to read from and write to, or why not.
+pub type Dial = Arc<
+    dyn Fn(u16) -> futures::future::BoxFuture<'static, Result<(StreamReader, StreamWriter), String>>
+        + Send
+        + Sync,
+>;
 
 /// Bytes read from the pod per DATA frame.
 const CHUNK: usize = 32 * 1024;
@@ -43,9 +55,9 @@ struct Pending {
     error: Option<u32>,
 }
 
-/// Serves one port-forward session for the pod at `address` (`pod` names it in errors) until
-/// the client ends it.
-pub async fn serve(mut input: Input, mut output: Output, address: IpAddr, pod: String) {
+/// Serves one port-forward session, each connection opened by `dial` (`pod` names the pod in
+/// errors), until the client ends it.
+pub async fn serve(mut input: Input, mut output: Output, dial: Dial, pod: String) {
     let (out_tx, mut out_rx) = mpsc::channel::<Out>(64);
     let writer = tokio::spawn(async move {
         let mut codec = HeaderCodec::default();
@@ -121,7 +133,7 @@ pub async fn serve(mut input: Input, mut output: Output, address: IpAddr, pod: S
                         let (tx, rx) = mpsc::channel(16);
                         to_pod.insert(data, tx);
                         tasks.spawn(forward(
-                            address,
+                            dial.clone(),
                             port,
                             data,
                             error,
@@ -169,10 +181,10 @@ pub async fn serve(mut input: Input, mut output: Output, address: IpAddr, pod: S
     let _ = tokio::time::timeout(std::time::Duration::from_secs(1), writer).await;
 }
 
-/// One forwarded connection: dials the pod and copies both ways; reports a failure on the
-/// error stream; ends both streams when done.
+/// One forwarded connection: dials the pod and copies both ways; reports a failure (to
+/// connect, or of the connection later) on the error stream; ends both streams when done.
 async fn forward(
-    address: IpAddr,
+    dial: Dial,
     port: u16,
     data: u32,
     error: u32,
@@ -180,22 +192,19 @@ async fn forward(
     out: mpsc::Sender<Out>,
     pod: String,
 ) {
-    let stream = match tokio::net::TcpStream::connect((address, port)).await {
-        Ok(stream) => stream,
-        Err(err) => {
-            let message = format!(
-                "error forwarding port {port} to pod {pod}: failed to connect to {address}:{port}: {err}"
-            );
-            let _ = out
-                .send(Out::Frame(spdy::data(error, 0, message.as_bytes())))
-                .await;
+    let report = |why: String| {
+        let message = format!("error forwarding port {port} to pod {pod}: {why}");
+        Out::Frame(spdy::data(error, 0, message.as_bytes()))
+    };
+    let (mut pod_read, mut pod_write) = match dial(port).await {
+        Ok(halves) => halves,
+        Err(why) => {
+            let _ = out.send(report(why)).await;
             let _ = out.send(Out::Frame(spdy::data(error, FLAG_FIN, &[]))).await;
             let _ = out.send(Out::Frame(spdy::data(data, FLAG_FIN, &[]))).await;
             return;
         }
     };
-    let _ = stream.set_nodelay(true);
-    let (mut pod_read, mut pod_write) = stream.into_split();
     let upstream = async move {
         while let Some(bytes) = from_client.recv().await {
             if pod_write.write_all(&bytes).await.is_err() {
@@ -207,29 +216,34 @@ async fn forward(
     let out_down = out.clone();
     let downstream = async move {
         let mut chunk = vec![0u8; CHUNK];
-        loop {
+        let failure = loop {
             match pod_read.read(&mut chunk).await {
-                Ok(0) | Err(_) => break,
+                Ok(0) => break None,
+                Err(err) => break Some(err.to_string()),
                 Ok(n) => {
                     if out_down
                         .send(Out::Frame(spdy::data(data, 0, &chunk[..n])))
                         .await
                         .is_err()
                     {
-                        return;
+                        return None;
                     }
                 }
             }
-        }
+        };
         let _ = out_down
             .send(Out::Frame(spdy::data(data, FLAG_FIN, &[])))
             .await;
+        failure
     };
     // The connection is over when the pod closed its side; the client's half-close alone
     // leaves the answer still to come.
     let upstream = tokio::spawn(upstream);
-    downstream.await;
+    let failure = downstream.await;
     upstream.abort();
+    if let Some(why) = failure {
+        let _ = out.send(report(why)).await;
+    }
     let _ = out.send(Out::Frame(spdy::data(error, FLAG_FIN, &[]))).await;
 }
 

@@ -196,6 +196,17 @@ pub fn data(id: u32, flags: u8, payload: &[u8]) -> Vec<u8> {
     out
 }
 
+/// A SYN_STREAM frame opening stream `id` (odd for the side that dialled) with an already
+/// compressed header block; no associated stream, lowest priority.
+pub fn syn_stream(id: u32, flags: u8, headers: &[u8]) -> Vec<u8> {
+    let mut body = Vec::with_capacity(10 + headers.len());
+    body.extend_from_slice(&(id & 0x7fff_ffff).to_be_bytes());
+    body.extend_from_slice(&0u32.to_be_bytes());
+    body.extend_from_slice(&[0, 0]);
+    body.extend_from_slice(headers);
+    control(1, flags, &body)
+}
+
 /// A SYN_REPLY frame carrying an already compressed header block.
 pub fn syn_reply(id: u32, flags: u8, headers: &[u8]) -> Vec<u8> {
     let mut body = (id & 0x7fff_ffff).to_be_bytes().to_vec();

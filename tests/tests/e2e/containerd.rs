@@ -14,7 +14,8 @@
 //! `ErrImagePull` then `ImagePullBackOff`, configMap and secret volumes are readable and
 //! read-only where asked, `kubectl delete pod` ends within the grace period (and not before it
 //! when the container ignores SIGTERM), and a server restart leaves running pods running (same
-//! container, same IP, no restart). At the end the namespace's deletion leaves no pod process
+//! container, same IP, no restart). `kubectl exec`, `cp`, `attach` and `port-forward` stream
+//! through containerd's own streaming server. At the end the namespace's deletion leaves no pod process
 //! and the lab's teardown leaves nothing at all.
 
 use std::io::{Read, Write};
@@ -220,6 +221,7 @@ fn containerd_pods_through_kubectl() {
     config_volumes(&env);
     graceful_deletion(&env);
     lifecycle_hooks(&env);
+    streams(&env);
     server_restart_keeps_pods(&mut env);
 
     // Deleting the namespace stops and removes every sandbox: no pod process is left in the
@@ -815,4 +817,143 @@ fn server_restart_keeps_pods(env: &mut Env) {
             name
         );
     }
+}
+
+/// kubectl in the test's namespace with `input` on its stdin: its exit code, stdout, stderr.
+fn kubectl_fed(env: &Env, args: &[&str], input: &[u8]) -> (i32, String, String) {
+    use std::process::Stdio;
+    let mut all = vec!["-n", NS];
+    all.extend_from_slice(args);
+    let mut child = env
+        .kubectl()
+        .command(&all)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("running kubectl");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let input = input.to_vec();
+    let writer = std::thread::spawn(move || {
+        let _ = stdin.write_all(&input);
+    });
+    let out = child.wait_with_output().expect("kubectl output");
+    writer.join().expect("stdin writer");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Streams into real containers, which the kubelet takes from containerd's streaming server
+/// (CRI `Exec`, `Attach`, `PortForward`): exec with stdin read to its end and the exit code
+/// passed on, a program that is not there, `kubectl cp` both ways through the image's tar,
+/// attach to a container reading its stdin, and port-forward to a server listening only on
+/// the pod's loopback (which no connection to the pod's IP could reach).
+fn streams(env: &Env) {
+    env.apply(env.pod(
+        "box",
+        "Always",
+        1,
+        "echo page-from-loopback > /tmp/index.html; exec httpd -f -p 127.0.0.1:8080 -h /tmp",
+    ));
+    env.apply(json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "reader"},
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "c",
+                "image": env.lab.image,
+                "stdin": true,
+                "stdinOnce": true,
+                "command": ["/bin/sh", "-c",
+                    "read first; echo got $first; cat > /dev/null; echo stdin closed"],
+            }]
+        }
+    }));
+    for pod in ["box", "reader"] {
+        env.wait(&format!("{pod} running"), || {
+            env.field(pod, ".status.phase") == "Running"
+        });
+    }
+
+    // stdin to its end (the command sees EOF), stdout and stderr apart, the exit code.
+    let input = vec![b'x'; 100_000];
+    let (code, out, err) = kubectl_fed(
+        env,
+        &[
+            "exec",
+            "-i",
+            "box",
+            "--",
+            "sh",
+            "-c",
+            "wc -c; echo to-stderr >&2; exit 3",
+        ],
+        &input,
+    );
+    assert_eq!((code, out.trim()), (3, "100000"), "{out} {err}");
+    assert!(err.contains("to-stderr"), "{err}");
+    let (code, out, err) = kubectl_fed(env, &["exec", "box", "--", "no-such-program"], b"");
+    assert_ne!(code, 0, "{out} {err}");
+    assert!(err.contains("no-such-program"), "{err}");
+
+    // kubectl cp runs tar through exec, into the pod (stdin to its end) and back out.
+    let data: Vec<u8> = (0u32..2 * 1024 * 1024)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let local = dir.path().join("data.bin");
+    std::fs::write(&local, &data).unwrap();
+    env.ok(&["cp", local.to_str().unwrap(), "box:/tmp/data.bin"]);
+    let sum = env.ok(&["exec", "box", "--", "sha256sum", "/tmp/data.bin"]);
+    let back = dir.path().join("back.bin");
+    env.ok(&["cp", "box:/tmp/data.bin", back.to_str().unwrap()]);
+    assert!(
+        std::fs::read(&back).unwrap() == data,
+        "the bytes differ after a round trip through the pod ({sum})"
+    );
+
+    // attach: the container's stdin, then its end (stdinOnce closes it).
+    let (code, out, err) = kubectl_fed(env, &["attach", "-i", "reader"], b"hello\n");
+    assert_eq!(code, 0, "{out} {err}");
+    assert!(out.contains("got hello"), "{out} {err}");
+    assert!(out.contains("stdin closed"), "{out} {err}");
+    env.wait("the attached container finished", || {
+        env.field("reader", ".status.phase") == "Succeeded"
+    });
+
+    // port-forward reaches the pod's loopback: 100 requests, a connection each.
+    let local_port = skiff_tests::free_port();
+    let log = dir.path().join("port-forward.log");
+    let mut args = vec!["-n", NS, "port-forward", "pod/box"];
+    let ports = format!("{local_port}:8080");
+    args.push(&ports);
+    let mut forward = env.kubectl().spawn(&args, &log);
+    let addr = SocketAddr::from(([127, 0, 0, 1], local_port));
+    let first = eventually(Duration::from_secs(30), || {
+        http_get(addr).is_ok_and(|body| body == "page-from-loopback")
+    });
+    let failures: Vec<String> = if first {
+        (0..100)
+            .filter_map(|i| match http_get(addr) {
+                Ok(body) if body == "page-from-loopback" => None,
+                other => Some(format!("request {i}: {other:?}")),
+            })
+            .collect()
+    } else {
+        vec!["no first answer".into()]
+    };
+    let _ = forward.kill();
+    let _ = forward.wait();
+    assert!(
+        failures.is_empty(),
+        "{failures:?}\n{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    env.ok(&["delete", "pod", "box", "reader", "--wait=false"]);
 }
