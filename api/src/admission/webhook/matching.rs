@@ -194,6 +194,7 @@ mod tests {
             old,
             user,
             dry_run: false,
+            warnings: None,
         }
     }
 
