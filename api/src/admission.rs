@@ -13,10 +13,13 @@
 //! [`webhook::MutatingAdmissionWebhook`].
 //!
 //! After schema validation, the validating phase ([`Plugin::validate`], which may refuse but not
-//! change the write) runs [`webhook::ValidatingAdmissionWebhook`].
+//! change the write) runs [`webhook::ValidatingAdmissionWebhook`], then
+//! [`policy::ValidatingAdmissionPolicy`] (CEL policies; its Warn bindings add to the request's
+//! [`Warnings`]), then [`quota::ResourceQuota`].
 
 pub mod allocations;
 pub mod limits;
+pub mod policy;
 pub mod priority;
 pub mod quota;
 pub mod storage;
