@@ -13,10 +13,13 @@
 //! [`webhook::MutatingAdmissionWebhook`].
 //!
 //! After schema validation, the validating phase ([`Plugin::validate`], which may refuse but not
-//! change the write) runs [`webhook::ValidatingAdmissionWebhook`].
+//! change the write) runs [`webhook::ValidatingAdmissionWebhook`], then
+//! [`policy::ValidatingAdmissionPolicy`] (CEL policies; its Warn bindings add to the request's
+//! [`Warnings`]), then [`quota::ResourceQuota`].
 
 pub mod allocations;
 pub mod limits;
+pub mod policy;
 pub mod priority;
 pub mod quota;
 pub mod storage;
@@ -63,6 +66,30 @@ pub struct Attributes<'a> {
     pub user: &'a crate::auth::User,
     /// Whether the write is a dry run (`dryRun=All`): nothing is stored.
     pub dry_run: bool,
+    /// Where plugins leave warnings for the client (`Warning` headers of the response); `None`
+    /// where nobody reads them (tests, internal writes).
+    pub warnings: Option<&'a Warnings>,
+}
+
+/// Warnings admission plugins give the client, sent as `Warning` headers of the response
+/// whatever its status. Shared by the request's handler and its plugins; one short critical
+/// section per warning.
+#[derive(Debug, Default)]
+pub struct Warnings(Mutex<Vec<String>>);
+
+impl Warnings {
+    /// Adds a warning, once (a write retried after a conflict runs admission again).
+    pub fn add(&self, warning: String) {
+        let mut list = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if !list.contains(&warning) {
+            list.push(warning);
+        }
+    }
+
+    /// The warnings so far.
+    pub fn take(&self) -> Vec<String> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
+    }
 }
 
 /// One admission plugin.
@@ -1188,6 +1215,7 @@ mod tests {
             old: None,
             user: &user,
             dry_run: false,
+            warnings: None,
         };
         let refused = chain.validate(&registry, &attributes).await;
         assert!(matches!(refused, Err(Error::Forbidden(_))), "{refused:?}");

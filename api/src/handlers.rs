@@ -641,7 +641,8 @@ fn decode_typed(
     }
 }
 
-fn with_warnings(mut response: Response, warnings: &[String]) -> Response {
+/// `response` with a `Warning: 299 - "..."` header per warning.
+pub(crate) fn with_warnings(mut response: Response, warnings: &[String]) -> Response {
     for warning in warnings {
         let text = format!("299 - \"{}\"", warning.replace('"', "\\\""));
         if let Ok(value) = http::HeaderValue::from_str(&text) {
@@ -731,6 +732,7 @@ async fn admit_and_create(
                 old: None,
                 user: &request.user,
                 dry_run: dry,
+                warnings: Some(&*request.warnings),
             },
         )
         .await?;
@@ -750,6 +752,7 @@ async fn admit_and_create(
                     old: None,
                     user: &request.user,
                     dry_run: dry,
+                    warnings: Some(&*request.warnings),
                 },
             )
             .await?;
@@ -835,6 +838,7 @@ async fn admit_update(
                 old: Some(current),
                 user: &request.user,
                 dry_run: dry_run(&request.query).unwrap_or(false),
+                warnings: Some(&*request.warnings),
             },
         )
         .await?;
@@ -854,6 +858,7 @@ async fn admit_update(
                         old: Some(current),
                         user: &request.user,
                         dry_run: dry_run(&request.query).unwrap_or(false),
+                        warnings: Some(&*request.warnings),
                     },
                 )
                 .await
@@ -1239,6 +1244,7 @@ pub(crate) async fn delete_one(
             old: Some(&current),
             user: &request.user,
             dry_run: dry,
+            warnings: Some(&*request.warnings),
         };
         server
             .admission

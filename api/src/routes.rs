@@ -210,6 +210,7 @@ where
     let body = read_body(body, limit).await?;
     // Only the streaming subresources may take over the connection.
     let upgrade = upgrade.filter(|_| authz::is_stream(&target));
+    let warnings = std::sync::Arc::new(crate::admission::Warnings::default());
     let request = Request {
         method,
         path,
@@ -218,11 +219,18 @@ where
         body,
         user,
         upgrade,
+        warnings: warnings.clone(),
     };
     if !target.kind.stored() {
         return review(api, request, target).await;
     }
-    handlers::handle(api, request, target).await
+    // Admission's warnings go with any answer, a refusal included (as Kubernetes sends them).
+    let response = match handlers::handle(api, request, target).await {
+        Ok(response) => response,
+        Err(Error::NoRoute) => return Err(Error::NoRoute),
+        Err(e) => error_response(&e),
+    };
+    Ok(handlers::with_warnings(response, &warnings.take()))
 }
 
 /// A review (`kubectl auth can-i`, `whoami`): answered, never stored.

@@ -159,7 +159,9 @@ impl ApiServer {
                 }
             });
         }
+        let kinds = Arc::new(Kinds::builtin());
         let webhooks = Arc::new(admission::webhook::Webhooks::default());
+        let policies = Arc::new(admission::policy::Policies::new(kinds.clone()));
         let admission = Chain::new(vec![
             Box::new(admission::NamespaceLifecycle),
             Box::new(admission::limits::LimitRanger),
@@ -179,17 +181,20 @@ impl ApiServer {
             Box::new(admission::webhook::ValidatingAdmissionWebhook(
                 webhooks.clone(),
             )),
+            Box::new(admission::policy::ValidatingAdmissionPolicy(
+                policies.clone(),
+            )),
             // Last: charges quota only for what every other plugin let through.
             Box::new(admission::quota::ResourceQuota),
         ]);
         tokio::spawn(webhooks.run(registry.clone(), shutdown.clone()));
+        tokio::spawn(policies.run(registry.clone(), shutdown.clone()));
         let watch_cache = WatchCache::new(
             registry.store().clone(),
             config.watch_cache_capacity,
             config.bookmark_interval,
             shutdown.clone(),
         );
-        let kinds = Arc::new(Kinds::builtin());
         let service_accounts = crate::serviceaccount::Tokens::new(&config.service_accounts)
             .map_err(|e| Error::Internal(e.to_string()))?;
         let server = Arc::new(ApiServer {

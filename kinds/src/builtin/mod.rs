@@ -42,6 +42,8 @@ pub mod service;
 pub mod service_account;
 pub mod stateful_set;
 pub mod storage_class;
+pub mod validating_admission_policy;
+pub mod validating_admission_policy_binding;
 pub mod validating_webhook_configuration;
 pub mod volume_attachment;
 
@@ -126,6 +128,8 @@ pub fn all() -> &'static [Arc<dyn Kind>] {
             Arc::new(reviews::TokenReview),
             Arc::new(validating_webhook_configuration::ValidatingWebhookConfiguration),
             Arc::new(mutating_webhook_configuration::MutatingWebhookConfiguration),
+            Arc::new(validating_admission_policy::ValidatingAdmissionPolicy),
+            Arc::new(validating_admission_policy_binding::ValidatingAdmissionPolicyBinding),
             Arc::new(custom_resource_definition::CustomResourceDefinition),
         ]
     });

@@ -175,6 +175,24 @@ impl Expression {
     }
 }
 
+impl Expression {
+    /// Evaluates the expression with CEL values already bound (converted once and shared by
+    /// many expressions, as admission policies bind the object and their variables); the value
+    /// it comes to, or why it failed.
+    pub fn evaluate_with(&self, variables: &[(&str, cel::Value)]) -> Result<cel::Value, String> {
+        let mut context = Context::with_env(env().clone());
+        for (name, value) in variables {
+            context.add_variable_from_value(*name, value.clone());
+        }
+        self.program.execute(&context).map_err(|e| e.to_string())
+    }
+}
+
+/// A JSON value as CEL sees it (objects are maps, `null` is null).
+pub fn to_cel(value: &Value) -> Result<cel::Value, String> {
+    cel::to_value(value).map_err(|e| e.to_string())
+}
+
 fn ensure_dot(s: &str) -> String {
     if s.starts_with('.') || s.starts_with('[') {
         s.to_string()

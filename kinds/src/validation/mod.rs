@@ -23,6 +23,7 @@ pub(crate) mod batch;
 pub(crate) mod core;
 mod meta;
 pub(crate) mod pod;
+pub mod policies;
 pub mod rbac;
 pub(crate) mod service;
 pub mod webhooks;
@@ -546,6 +547,19 @@ mod tests {
                 json!({"metadata": {"name": "m"}, "webhooks": [{"name": "m.example.com",
                        "sideEffects": "None", "admissionReviewVersions": ["v1"],
                        "clientConfig": {"service": {"namespace": "n", "name": "s"}}}]}),
+            ),
+            (
+                "admissionregistration.k8s.io",
+                "ValidatingAdmissionPolicy",
+                json!({"metadata": {"name": "p"}, "spec": {"validations": [{"expression": "true"}],
+                       "matchConstraints": {"resourceRules": [{"apiGroups": ["*"],
+                       "apiVersions": ["*"], "operations": ["*"], "resources": ["*"]}]}}}),
+            ),
+            (
+                "admissionregistration.k8s.io",
+                "ValidatingAdmissionPolicyBinding",
+                json!({"metadata": {"name": "b"},
+                       "spec": {"policyName": "p", "validationActions": ["Deny"]}}),
             ),
         ];
         let cases_len = cases.len();

@@ -242,7 +242,7 @@ fn validate_review_versions(versions: &[String], path: &Path) -> Vec<FieldError>
 }
 
 /// `validateRuleWithOperations` and `validateRule`.
-fn validate_rule(rule: &RuleWithOperations, path: &Path) -> Vec<FieldError> {
+pub(crate) fn validate_rule(rule: &RuleWithOperations, path: &Path) -> Vec<FieldError> {
     const OPERATIONS: &[&str] = &["*", "CONNECT", "CREATE", "DELETE", "UPDATE"];
     let mut errs = Vec::new();
     let operations = rule.operations.as_deref().unwrap_or_default();
@@ -467,7 +467,10 @@ fn path_problem(p: &str) -> Option<String> {
 
 /// `matchConditions`: at most 64, names required, qualified and unique, expressions that
 /// compile as CEL.
-fn validate_match_conditions(conditions: &[MatchCondition], path: &Path) -> Vec<FieldError> {
+pub(crate) fn validate_match_conditions(
+    conditions: &[MatchCondition],
+    path: &Path,
+) -> Vec<FieldError> {
     let mut errs = Vec::new();
     if conditions.len() > MAX_MATCH_CONDITIONS {
         errs.push(FieldError::too_many(

@@ -86,7 +86,9 @@ struct Source<'a> {
     client_config: &'a WebhookClientConfig,
 }
 
-fn selector(s: Option<&LabelSelector>, broken: &mut Option<String>) -> (Selector, bool) {
+/// Compiles a webhook's or policy's label selector; a selector that does not parse records why
+/// in `broken` and matches as if empty.
+pub fn selector(s: Option<&LabelSelector>, broken: &mut Option<String>) -> (Selector, bool) {
     let empty = s.is_none_or(|s| {
         s.match_labels.as_ref().is_none_or(BTreeMap::is_empty)
             && s.match_expressions.as_ref().is_none_or(Vec::is_empty)

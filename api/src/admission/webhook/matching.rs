@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::admissionregistration::v1::RuleWithOperations;
 use serde_json::Value;
+use skiff_meta::labels::Selector;
 
 use super::config::{FailurePolicy, Hook};
 use crate::admission::{Attributes, Operation};
@@ -56,14 +57,29 @@ fn rule_matches(rule: &RuleWithOperations, a: &Attributes<'_>, any_version: bool
 
 /// Whether the webhook's rules cover the request.
 pub fn rules_match(hook: &Hook, a: &Attributes<'_>) -> bool {
-    hook.rules.iter().any(|r| rule_matches(r, a, false))
-        || (hook.equivalent && hook.rules.iter().any(|r| rule_matches(r, a, true)))
+    rules_cover(&hook.rules, a, hook.equivalent)
 }
+
+/// Whether any of `rules` covers the request: in its own version, or (`equivalent`, `matchPolicy:
+/// Equivalent`) in any version of its resource. Shared by webhooks and admission policies.
+pub fn rules_cover(rules: &[RuleWithOperations], a: &Attributes<'_>, equivalent: bool) -> bool {
+    rules.iter().any(|r| rule_matches(r, a, false))
+        || (equivalent && rules.iter().any(|r| rule_matches(r, a, true)))
+}
+
+/// A label selector compiled for matching, and whether it is empty (matches everything
+/// without a lookup).
+pub type CompiledSelector = (Selector, bool);
 
 /// Whether the request's namespace matters to the namespace selector: for namespaced objects
 /// the namespace's labels, for a Namespace its own; other cluster-wide objects always match.
 pub fn needs_namespace_labels(hook: &Hook, a: &Attributes<'_>) -> bool {
-    !hook.namespace_selector.1 && a.info.namespaced && a.namespace.is_some()
+    selector_needs_namespace_labels(&hook.namespace_selector, a)
+}
+
+/// [`needs_namespace_labels`] for any namespace selector.
+pub fn selector_needs_namespace_labels(selector: &CompiledSelector, a: &Attributes<'_>) -> bool {
+    !selector.1 && a.info.namespaced && a.namespace.is_some()
 }
 
 fn labels(object: Option<&Value>) -> Option<BTreeMap<String, String>> {
@@ -83,10 +99,20 @@ pub fn namespace_matches(
     object: Option<&Value>,
     namespace_labels: Option<&BTreeMap<String, String>>,
 ) -> bool {
-    if hook.namespace_selector.1 {
+    namespace_selector_matches(&hook.namespace_selector, a, object, namespace_labels)
+}
+
+/// [`namespace_matches`] for any namespace selector.
+pub fn namespace_selector_matches(
+    selector: &CompiledSelector,
+    a: &Attributes<'_>,
+    object: Option<&Value>,
+    namespace_labels: Option<&BTreeMap<String, String>>,
+) -> bool {
+    if selector.1 {
         return true;
     }
-    let selector = &hook.namespace_selector.0;
+    let selector = &selector.0;
     if a.info.kind == "Namespace" && a.info.group.is_empty() {
         // A namespace matches on its own labels (the new ones, else the old).
         let own = labels(object).or_else(|| labels(a.old)).unwrap_or_default();
@@ -100,13 +126,22 @@ pub fn namespace_matches(
 
 /// Whether the object selector matches the new or the old object's labels.
 pub fn object_matches(hook: &Hook, a: &Attributes<'_>, object: Option<&Value>) -> bool {
-    if hook.object_selector.1 {
+    object_selector_matches(&hook.object_selector, a, object)
+}
+
+/// [`object_matches`] for any object selector.
+pub fn object_selector_matches(
+    selector: &CompiledSelector,
+    a: &Attributes<'_>,
+    object: Option<&Value>,
+) -> bool {
+    if selector.1 {
         return true;
     }
     [object, a.old]
         .into_iter()
         .filter_map(labels)
-        .any(|l| hook.object_selector.0.matches(&l))
+        .any(|l| selector.0.matches(&l))
 }
 
 /// What the match conditions decide.
@@ -194,6 +229,7 @@ mod tests {
             old,
             user,
             dry_run: false,
+            warnings: None,
         }
     }
 

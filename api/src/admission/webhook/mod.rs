@@ -371,6 +371,7 @@ impl Attributes<'_> {
             old: self.old,
             user: self.user,
             dry_run: self.dry_run,
+            warnings: self.warnings,
         }
     }
 }

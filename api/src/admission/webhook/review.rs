@@ -181,6 +181,7 @@ mod tests {
             old: Some(&old),
             user: &user,
             dry_run: true,
+            warnings: None,
         };
         let review = request("u-1", &a, Some(&new));
         assert_eq!(review["apiVersion"], "admission.k8s.io/v1");
@@ -224,6 +225,7 @@ mod tests {
             old: None,
             user: &user,
             dry_run: false,
+            warnings: None,
         };
         let r = request("u-2", &create, Some(&new))["request"].clone();
         assert!(r["oldObject"].is_null());

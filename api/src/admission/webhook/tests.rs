@@ -140,6 +140,7 @@ fn attributes<'a>(object: &'a mut Value, user: &'a User, dry_run: bool) -> Attri
         old: None,
         user,
         dry_run,
+        warnings: None,
     }
 }
 
@@ -497,6 +498,7 @@ async fn webhook_configurations_are_never_sent_to_webhooks() {
         old: None,
         user: &user,
         dry_run: false,
+        warnings: None,
     };
     ValidatingAdmissionWebhook(hooks.clone())
         .validate(&registry, &a)

@@ -1,0 +1,261 @@
+//! Evaluating one policy for one request and one param object, and what a binding's actions
+//! make of the outcome. Pure: CEL values in, violations, errors and warnings out.
+
+use std::collections::HashMap;
+
+use cel::Value as Cel;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::StatusCause;
+use skiff_meta::status::{ApiError, GroupResource, Reason};
+
+use super::compiled::{Binding, Compiled, Policy, Validation};
+use crate::admission::Attributes;
+
+/// The variables every expression of a request sees, converted to CEL once.
+#[derive(Debug, Clone)]
+pub struct Inputs {
+    /// `object`: the new object (null on delete).
+    pub object: Cel,
+    /// `oldObject`: the stored object (null on create).
+    pub old_object: Cel,
+    /// `request`: the AdmissionRequest's attributes.
+    pub request: Cel,
+    /// `namespaceObject`: the request's Namespace (null for cluster-scoped requests).
+    pub namespace_object: Cel,
+}
+
+/// A validation that did not hold (or could not be evaluated under `failurePolicy: Fail`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// What failed, in words.
+    pub message: String,
+    /// The Status reason.
+    pub reason: &'static str,
+    /// The HTTP code.
+    pub code: u16,
+}
+
+impl Violation {
+    /// A failure of configuration or evaluation: refused as Invalid (422) like Kubernetes.
+    pub fn error(message: impl Into<String>) -> Violation {
+        Violation {
+            message: message.into(),
+            reason: "Invalid",
+            code: 422,
+        }
+    }
+}
+
+/// A failure that follows the policy's failure policy: a violation under Fail, nothing under
+/// Ignore.
+pub fn failure(policy: &Policy, message: impl Into<String>) -> Option<Violation> {
+    policy.fail.then(|| Violation::error(message))
+}
+
+/// The longest message a `messageExpression` may produce (Kubernetes'
+/// `MaxEvaluatedMessageExpressionSizeBytes`); a longer one falls back to `message`.
+pub const MAX_MESSAGE_BYTES: usize = 5 * 1024;
+
+fn bool_of(value: Result<Cel, String>) -> Result<bool, String> {
+    match value? {
+        Cel::Bool(b) => Ok(b),
+        other => Err(format!("expected a bool, got {other:?}")),
+    }
+}
+
+fn run(expression: &Compiled, bound: &[(&str, Cel)]) -> Result<Cel, String> {
+    match expression {
+        Ok(e) => e.evaluate_with(bound),
+        Err(e) => Err(e.clone()),
+    }
+}
+
+/// Whether `source` reads `variables.<name>` (not merely a longer name starting with it).
+fn reads_variable(source: &str, name: &str) -> bool {
+    let needle = format!("variables.{name}");
+    source.match_indices(&needle).any(|(at, _)| {
+        let before = source[..at].chars().next_back();
+        let after = source[at + needle.len()..].chars().next();
+        !before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '.')
+            && !after.is_some_and(|c| c.is_alphanumeric() || c == '_')
+    })
+}
+
+/// The message of a failed validation: the `messageExpression`'s string when it is one line of
+/// at most [`MAX_MESSAGE_BYTES`], else `message`, else `failed expression: <expression>`.
+fn message_of(validation: &Validation, bound: &[(&str, Cel)]) -> String {
+    let evaluated = validation
+        .message_expression
+        .as_ref()
+        .and_then(|m| match m.evaluate_with(bound) {
+            Ok(Cel::String(s)) => Some(s.trim().to_string()),
+            _ => None,
+        })
+        .filter(|m| !m.is_empty() && m.len() <= MAX_MESSAGE_BYTES && !m.contains('\n'));
+    evaluated
+        .or_else(|| validation.message.clone())
+        .unwrap_or_else(|| format!("failed expression: {}", validation.source.trim()))
+}
+
+/// Evaluates `policy` with `params` (null without params): the violations, which the binding's
+/// `validationActions` then handle. Match conditions come first (a false one means the policy
+/// does not apply, and wins over an error; an error follows the failure policy); variables are
+/// evaluated in order, each seeing the earlier ones, and an expression that reads a variable
+/// that failed fails with that variable's error. An expression that did not compile fails like
+/// one that fails at run time.
+pub fn evaluate(policy: &Policy, inputs: &Inputs, params: &Cel) -> Vec<Violation> {
+    let mut bound: Vec<(&str, Cel)> = vec![
+        ("object", inputs.object.clone()),
+        ("oldObject", inputs.old_object.clone()),
+        ("request", inputs.request.clone()),
+        ("params", params.clone()),
+        ("namespaceObject", inputs.namespace_object.clone()),
+    ];
+    let mut condition_error = None;
+    for (name, condition) in &policy.conditions {
+        match bool_of(run(condition, &bound)) {
+            Ok(true) => {}
+            Ok(false) => return Vec::new(),
+            Err(e) => {
+                condition_error.get_or_insert_with(|| {
+                    format!("failed to evaluate match condition {name:?}: {e}")
+                });
+            }
+        }
+    }
+    if let Some(e) = condition_error {
+        return failure(policy, e).into_iter().collect();
+    }
+    let mut variables: HashMap<String, Cel> = HashMap::new();
+    let mut failed: Vec<(&str, String)> = Vec::new();
+    bound.push(("variables", Cel::from(variables.clone())));
+    for (name, expression) in &policy.variables {
+        match run(expression, &bound) {
+            Ok(value) => {
+                variables.insert(name.clone(), value);
+                bound.pop();
+                bound.push(("variables", Cel::from(variables.clone())));
+            }
+            Err(e) => failed.push((name, e)),
+        }
+    }
+    let mut violations = Vec::new();
+    for validation in &policy.validations {
+        let outcome = match failed
+            .iter()
+            .find(|(name, _)| reads_variable(&validation.source, name))
+        {
+            Some((name, e)) => Err(format!("variable {name:?} failed: {e}")),
+            None => bool_of(run(&validation.expression, &bound)),
+        };
+        match outcome {
+            Ok(true) => {}
+            Ok(false) => violations.push(Violation {
+                message: message_of(validation, &bound),
+                reason: validation.reason.0,
+                code: validation.reason.1,
+            }),
+            Err(e) if validation.expression.is_err() => violations.extend(failure(policy, e)),
+            Err(e) => violations.extend(failure(
+                policy,
+                format!("expression '{}' resulted in error: {e}", validation.source),
+            )),
+        }
+    }
+    violations
+}
+
+/// What the bindings' actions made of the violations of one request.
+#[derive(Debug, Default, PartialEq)]
+pub struct Outcome {
+    /// The first refusal: a violation under a Deny binding, or a configuration error.
+    pub denied: Option<ApiError>,
+    /// Warnings for the client (Warn bindings).
+    pub warnings: Vec<String>,
+    /// Lines for the audit log (Audit bindings).
+    pub audit: Vec<String>,
+}
+
+impl Outcome {
+    /// Records `violations` of `policy` under `binding`'s actions.
+    pub fn record(
+        &mut self,
+        a: &Attributes<'_>,
+        policy: &str,
+        binding: &Binding,
+        violations: &[Violation],
+    ) {
+        for v in violations {
+            if binding.deny && self.denied.is_none() {
+                self.denied = Some(denial(a, policy, Some(binding.name.as_str()), v));
+            }
+            if binding.warn {
+                self.warnings
+                    .push(warning(policy, &binding.name, &v.message));
+            }
+            if binding.audit {
+                self.audit.push(warning(policy, &binding.name, &v.message));
+            }
+        }
+    }
+
+    /// Records a configuration error of `policy` (`binding` `None`) or of `binding`: not a
+    /// validation's verdict, so whatever the binding's actions, it refuses the request under
+    /// `failurePolicy: Fail` (as Kubernetes does) and is ignored under Ignore.
+    pub fn misconfigured(
+        &mut self,
+        a: &Attributes<'_>,
+        policy: &Policy,
+        binding: Option<&str>,
+        why: &str,
+    ) {
+        if !policy.fail || self.denied.is_some() {
+            return;
+        }
+        let what = if binding.is_some() {
+            "binding"
+        } else {
+            "policy"
+        };
+        let v = Violation::error(format!("failed to configure {what}: {why}"));
+        self.denied = Some(denial(a, &policy.name, binding, &v));
+    }
+}
+
+/// The Kubernetes-style text a Warn binding sends.
+pub fn warning(policy: &str, binding: &str, message: &str) -> String {
+    format!(
+        "Validation failed for ValidatingAdmissionPolicy '{policy}' with binding '{binding}': {message}"
+    )
+}
+
+/// The error a refusal comes as: Kubernetes' forbidden message on the object (`... is
+/// forbidden: ValidatingAdmissionPolicy 'P' with binding 'B' denied request: MSG`), with the
+/// violation's reason and code, and that text again as the one cause.
+pub fn denial(a: &Attributes<'_>, policy: &str, binding: Option<&str>, v: &Violation) -> ApiError {
+    let detail = match binding {
+        Some(binding) => format!(
+            "ValidatingAdmissionPolicy '{policy}' with binding '{binding}' denied request: {}",
+            v.message
+        ),
+        None => format!(
+            "ValidatingAdmissionPolicy '{policy}' denied request: {}",
+            v.message
+        ),
+    };
+    let forbidden = ApiError::forbidden(
+        GroupResource::new(a.info.group, a.info.plural),
+        a.name,
+        &detail,
+    );
+    let mut details = forbidden.details().cloned().unwrap_or_default();
+    details.causes = Some(vec![StatusCause {
+        message: Some(detail),
+        ..StatusCause::default()
+    }]);
+    ApiError::new(
+        v.code,
+        Reason::parse(v.reason),
+        forbidden.message(),
+        Some(details),
+    )
+}

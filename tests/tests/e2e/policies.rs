@@ -1,0 +1,480 @@
+//! ValidatingAdmissionPolicies end to end with kubectl: a policy with a ConfigMap param bound
+//! with Deny refuses a Deployment with too many replicas (exit code 1, Kubernetes' message),
+//! dry runs included, and lets a compliant one through; a missing param under
+//! `parameterNotFoundAction: Deny` refuses; a policy without params bound with Warn makes
+//! kubectl print `Warning:`; a policy that refuses everything cannot stop its own removal; and
+//! deleting a binding lifts its denial. A second cluster checks namespace selectors, the codes
+//! of reasons, and runtime errors under `failurePolicy` Ignore and Fail.
+
+use std::time::Duration;
+
+use serde_json::json;
+use skiff_tests::{Kubectl, Run, TestCluster, eventually};
+
+fn policy(name: &str, spec: serde_json::Value) -> String {
+    json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+           "metadata": {"name": name}, "spec": spec})
+    .to_string()
+}
+
+fn binding(name: &str, spec: serde_json::Value) -> String {
+    json!({"apiVersion": "admissionregistration.k8s.io/v1",
+           "kind": "ValidatingAdmissionPolicyBinding",
+           "metadata": {"name": name}, "spec": spec})
+    .to_string()
+}
+
+fn deployments_rule() -> serde_json::Value {
+    json!({"resourceRules": [{"apiGroups": ["apps"], "apiVersions": ["v1"],
+        "operations": ["CREATE", "UPDATE"], "resources": ["deployments"]}]})
+}
+
+/// Runs `kubectl create deployment <prefix>-N ...args` (N counting up) until `done` holds
+/// (policies reach the API server's memory through a watch, a moment after they are written);
+/// the run that made it hold, and the name it used.
+fn until(
+    k: &Kubectl,
+    prefix: &str,
+    args: &[&str],
+    mut done: impl FnMut(&Run) -> bool,
+) -> (Run, String) {
+    let mut last = None;
+    let mut n = 0;
+    let held = eventually(Duration::from_secs(20), || {
+        n += 1;
+        let name = format!("{prefix}-{n}");
+        let mut full = vec!["create", "deployment", name.as_str(), "--image=nginx"];
+        full.extend_from_slice(args);
+        let run = k.run(&full);
+        let held = done(&run);
+        last = Some((run, name));
+        held
+    });
+    let last = last.expect("at least one run");
+    assert!(held, "never held; last run: {:?}", last.0);
+    last
+}
+
+const DENIED: &str = "ValidatingAdmissionPolicy 'max-replicas' with binding 'max-replicas-binding' denied request: failed expression: object.spec.replicas <= int(params.data.maxReplicas)";
+
+#[test]
+fn policies_deny_warn_read_params_and_never_lock_themselves_in() {
+    let cluster = TestCluster::start(&[]);
+    let k = cluster.kubectl();
+
+    k.ok(&[
+        "create",
+        "configmap",
+        "replica-limits",
+        "--from-literal=maxReplicas=5",
+    ]);
+    let mut spec = json!({
+        "failurePolicy": "Fail",
+        "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
+        "matchConstraints": deployments_rule(),
+        "validations": [{"expression": "object.spec.replicas <= int(params.data.maxReplicas)"}],
+    });
+    k.ok_with_input(
+        &["create", "-f", "-"],
+        &policy("max-replicas", spec.clone()),
+    );
+    k.ok_with_input(
+        &["create", "-f", "-"],
+        &binding(
+            "max-replicas-binding",
+            json!({"policyName": "max-replicas",
+            "validationActions": ["Deny"],
+            "paramRef": {"name": "replica-limits", "namespace": "default",
+                         "parameterNotFoundAction": "Deny"}}),
+        ),
+    );
+
+    // Too many replicas: refused with Kubernetes' message and kubectl's exit code 1.
+    let (refused, name) = until(&k, "big", &["--replicas=7"], |run| !run.ok);
+    let expected = format!("deployments.apps \"{name}\" is forbidden: {DENIED}");
+    assert!(refused.stderr.contains(&expected), "{}", refused.stderr);
+    let output = k
+        .command(&[
+            "create",
+            "deployment",
+            "big",
+            "--image=nginx",
+            "--replicas=7",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert!(String::from_utf8_lossy(&output.stderr).contains(DENIED));
+    // A dry run is evaluated too.
+    let dry = k.run(&[
+        "create",
+        "deployment",
+        "dry",
+        "--image=nginx",
+        "--replicas=9",
+        "--dry-run=server",
+    ]);
+    assert!(!dry.ok && dry.stderr.contains(DENIED), "{dry:?}");
+    // A compliant one passes; an update past the limit is refused.
+    k.ok(&[
+        "create",
+        "deployment",
+        "small",
+        "--image=nginx",
+        "--replicas=3",
+    ]);
+    let scaled = k.run(&[
+        "patch",
+        "deployment",
+        "small",
+        "-p",
+        r#"{"spec":{"replicas":6}}"#,
+    ]);
+    assert!(!scaled.ok && scaled.stderr.contains(DENIED), "{scaled:?}");
+    let listed = k.ok(&["get", "deployments", "-o", "name"]);
+    assert!(listed.contains("deployment.apps/small"), "{listed}");
+    // (Creates before the policy reached the plugin may have passed; the refused ones did not.)
+    let names: Vec<&str> = listed.lines().collect();
+    assert!(
+        !names.contains(&format!("deployment.apps/{name}").as_str()),
+        "{listed}"
+    );
+    assert!(!names.contains(&"deployment.apps/big"), "{listed}");
+
+    // The param is gone: parameterNotFoundAction Deny refuses even a small one.
+    k.ok(&["delete", "configmap", "replica-limits"]);
+    let missing = k.run(&[
+        "create",
+        "deployment",
+        "tiny",
+        "--image=nginx",
+        "--replicas=1",
+    ]);
+    assert!(
+        !missing.ok && missing.stderr.contains("no params found"),
+        "{missing:?}"
+    );
+    k.ok(&[
+        "create",
+        "configmap",
+        "replica-limits",
+        "--from-literal=maxReplicas=5",
+    ]);
+    k.ok(&[
+        "create",
+        "deployment",
+        "tiny",
+        "--image=nginx",
+        "--replicas=1",
+    ]);
+
+    // A messageExpression and a reason: a policy change reaches the plugin through the watch.
+    spec["validations"] = json!([{"expression": "object.spec.replicas <= int(params.data.maxReplicas)",
+        "messageExpression": "'at most ' + params.data.maxReplicas + ' replicas, not ' + string(object.spec.replicas)",
+        "reason": "Forbidden"}]);
+    k.ok_with_input(&["apply", "-f", "-"], &policy("max-replicas", spec));
+    let (refused, _) = until(&k, "many", &["--replicas=8"], |run| {
+        run.stderr.contains("at most 5 replicas, not 8")
+    });
+    assert!(!refused.ok);
+
+    // A policy without params bound with Warn: admitted, and kubectl prints the warning.
+    k.ok_with_input(
+        &["create", "-f", "-"],
+        &policy(
+            "no-latest",
+            json!({"matchConstraints": deployments_rule(),
+            "validations": [{"expression":
+                "object.spec.template.spec.containers.all(c, !c.image.endsWith(':latest'))",
+                "message": "images must not use the latest tag"}]}),
+        ),
+    );
+    k.ok_with_input(
+        &["create", "-f", "-"],
+        &binding(
+            "no-latest-binding",
+            json!({"policyName": "no-latest",
+            "validationActions": ["Warn"]}),
+        ),
+    );
+    let mut n = 0;
+    let mut last = None;
+    let warned = eventually(Duration::from_secs(20), || {
+        n += 1;
+        let run = k.run(&[
+            "create",
+            "deployment",
+            &format!("latest-{n}"),
+            "--image=nginx:latest",
+            "--replicas=1",
+        ]);
+        let held = run.ok && run.stderr.contains(
+            "Warning: Validation failed for ValidatingAdmissionPolicy 'no-latest' with binding 'no-latest-binding': images must not use the latest tag");
+        last = Some(run);
+        held
+    });
+    assert!(warned, "{last:?}");
+
+    // Both kinds are listed with their columns.
+    let shown = k.ok(&["get", "validatingadmissionpolicies"]);
+    assert!(
+        shown.contains("max-replicas") && shown.contains("v1/ConfigMap"),
+        "{shown}"
+    );
+    let shown = k.ok(&["get", "validatingadmissionpolicybindings"]);
+    assert!(shown.contains("default/replica-limits"), "{shown}");
+
+    // A policy that refuses every write cannot refuse its own removal.
+    k.ok_with_input(
+        &["create", "-f", "-"],
+        &policy(
+            "deny-all",
+            json!({"matchConstraints": {"resourceRules": [{"apiGroups": ["*"],
+            "apiVersions": ["*"], "operations": ["*"], "resources": ["*"]}]},
+            "validations": [{"expression": "false", "message": "nothing may change"}]}),
+        ),
+    );
+    k.ok_with_input(
+        &["create", "-f", "-"],
+        &binding(
+            "deny-all-binding",
+            json!({"policyName": "deny-all",
+            "validationActions": ["Deny"]}),
+        ),
+    );
+    let locked = eventually(Duration::from_secs(20), || {
+        let run = k.run(&["create", "configmap", "blocked"]);
+        !run.ok && run.stderr.contains("nothing may change")
+    });
+    assert!(locked, "deny-all never took effect");
+    k.ok(&[
+        "delete",
+        "validatingadmissionpolicybinding",
+        "deny-all-binding",
+    ]);
+    k.ok(&["delete", "validatingadmissionpolicy", "deny-all"]);
+    let unlocked = eventually(Duration::from_secs(20), || {
+        k.run(&["create", "configmap", "unblocked"]).ok
+    });
+    assert!(unlocked, "the configmap create stayed refused");
+
+    // Deleting the binding lifts the denial.
+    k.ok(&[
+        "delete",
+        "validatingadmissionpolicybinding",
+        "max-replicas-binding",
+    ]);
+    until(&k, "lifted", &["--replicas=7"], |run| run.ok);
+}
+
+fn configmap(name: &str, namespace: &str, labels: serde_json::Value) -> String {
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+           "metadata": {"name": name, "namespace": namespace, "labels": labels},
+           "data": {"a": "b"}})
+    .to_string()
+}
+
+fn configmaps_rule() -> serde_json::Value {
+    json!({"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+        "operations": ["CREATE", "UPDATE"], "resources": ["configmaps"]}]})
+}
+
+/// Whether kubectl logged (at `-v=6`) that its POST was answered with `status` (`"422
+/// Unprocessable Entity"`).
+fn answered(run: &Run, status: &str) -> bool {
+    run.stderr
+        .lines()
+        .any(|l| l.contains("POST") && l.contains("https://") && l.contains(status))
+}
+
+/// A binding's `namespaceSelector` limits it to the namespaces it selects, the default reason
+/// refuses with 422 and `reason: Forbidden` with 403; an expression that fails at run time is
+/// let through under `failurePolicy: Ignore` and refused under Fail.
+#[test]
+fn namespace_selectors_reasons_and_failure_policies() {
+    let cluster = TestCluster::start(&[]);
+    let k = cluster.kubectl();
+    k.ok_with_input(
+        &["create", "-f", "-"],
+        &json!({"apiVersion": "v1", "kind": "List", "items": [
+            {"apiVersion": "v1", "kind": "Namespace",
+             "metadata": {"name": "prod", "labels": {"env": "prod"}}},
+            {"apiVersion": "v1", "kind": "Namespace",
+             "metadata": {"name": "dev", "labels": {"env": "dev"}}}]})
+        .to_string(),
+    );
+    k.ok_with_input(
+        &["create", "-f", "-"],
+        &policy(
+            "owner-label",
+            json!({"matchConstraints": configmaps_rule(),
+            "validations": [{"expression":
+                "has(object.metadata.labels) && 'owner' in object.metadata.labels",
+                "message": "configmaps need an owner label"}]}),
+        ),
+    );
+    k.ok_with_input(
+        &["create", "-f", "-"],
+        &binding(
+            "owner-label-prod",
+            json!({"policyName": "owner-label",
+            "validationActions": ["Deny"],
+            "matchResources": {"namespaceSelector": {"matchLabels": {"env": "prod"}}}}),
+        ),
+    );
+    const OWNER: &str = "ValidatingAdmissionPolicy 'owner-label' with binding 'owner-label-prod' denied request: configmaps need an owner label";
+    let mut n = 0;
+    let mut last = None;
+    let refused = eventually(Duration::from_secs(20), || {
+        n += 1;
+        let run = k.run_with_input(
+            &["create", "-v=6", "-f", "-"],
+            &configmap(&format!("unowned-{n}"), "prod", json!({})),
+        );
+        let held = !run.ok;
+        last = Some(run);
+        held
+    });
+    let run = last.expect("a run");
+    assert!(refused, "{run:?}");
+    // kubectl prints a 422 as `The configmaps "unowned-N" is invalid: : <cause>`.
+    assert!(run.stderr.contains(OWNER), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains(&format!("The configmaps \"unowned-{n}\" is invalid")),
+        "{}",
+        run.stderr
+    );
+    assert!(answered(&run, "422 Unprocessable Entity"), "{}", run.stderr);
+    // Another namespace is not selected; a compliant object passes in prod.
+    k.ok_with_input(
+        &["create", "-f", "-"],
+        &configmap("unowned", "dev", json!({})),
+    );
+    k.ok_with_input(
+        &["create", "-f", "-"],
+        &configmap("owned", "prod", json!({"owner": "me"})),
+    );
+    // Relabelling the namespace takes it out of the binding's reach.
+    k.ok(&["label", "namespace", "prod", "env=staging", "--overwrite"]);
+    k.ok_with_input(
+        &["create", "-f", "-"],
+        &configmap("unowned-now", "prod", json!({})),
+    );
+    k.ok(&["label", "namespace", "prod", "env=prod", "--overwrite"]);
+
+    // reason: Forbidden refuses with 403, which kubectl prints as such.
+    k.ok_with_input(
+        &["apply", "-f", "-"],
+        &policy(
+            "owner-label",
+            json!({"matchConstraints": configmaps_rule(),
+            "validations": [{"expression":
+                "has(object.metadata.labels) && 'owner' in object.metadata.labels",
+                "message": "configmaps need an owner label", "reason": "Forbidden"}]}),
+        ),
+    );
+    let mut last = None;
+    let forbidden = eventually(Duration::from_secs(20), || {
+        n += 1;
+        let run = k.run_with_input(
+            &["create", "-v=6", "-f", "-"],
+            &configmap(&format!("unowned-{n}"), "prod", json!({})),
+        );
+        let held = answered(&run, "403 Forbidden");
+        last = Some(run);
+        held
+    });
+    let run = last.expect("a run");
+    assert!(forbidden, "{run:?}");
+    assert!(!run.ok);
+    assert!(
+        run.stderr.contains(&format!(
+            "Error from server (Forbidden): error when creating \"STDIN\": configmaps \"unowned-{n}\" is forbidden: {OWNER}"
+        )),
+        "{}",
+        run.stderr
+    );
+    k.ok(&[
+        "delete",
+        "validatingadmissionpolicybinding",
+        "owner-label-prod",
+    ]);
+
+    // An expression that fails at run time (no such key): Ignore lets the write through. The
+    // policy's second validation shows when it is in force.
+    let erring = |failure: &str| {
+        policy(
+            "erring",
+            json!({"failurePolicy": failure, "matchConstraints": configmaps_rule(),
+            "validations": [{"expression": "object.data.missing == 'x'"},
+                            {"expression": "!('block' in object.metadata.labels)",
+                             "message": "blocked"}]}),
+        )
+    };
+    k.ok_with_input(&["create", "-f", "-"], &erring("Ignore"));
+    k.ok_with_input(
+        &["create", "-f", "-"],
+        &binding(
+            "erring-binding",
+            json!({"policyName": "erring",
+            "validationActions": ["Deny"],
+            "matchResources": {"objectSelector": {"matchLabels": {"test": "erring"}}}}),
+        ),
+    );
+    let mut last = None;
+    let in_force = eventually(Duration::from_secs(20), || {
+        n += 1;
+        let run = k.run_with_input(
+            &["create", "-f", "-"],
+            &configmap(
+                &format!("blocked-{n}"),
+                "dev",
+                json!({"test": "erring", "block": "y"}),
+            ),
+        );
+        let held = !run.ok;
+        last = Some(run);
+        held
+    });
+    let run = last.expect("a run");
+    assert!(in_force, "{run:?}");
+    assert!(
+        run.stderr.contains(
+            "ValidatingAdmissionPolicy 'erring' with binding 'erring-binding' denied request: blocked"
+        ),
+        "{}",
+        run.stderr
+    );
+    k.ok_with_input(
+        &["create", "-f", "-"],
+        &configmap("ignored", "dev", json!({"test": "erring"})),
+    );
+    // Fail refuses it, with the evaluation error.
+    k.ok_with_input(&["apply", "-f", "-"], &erring("Fail"));
+    let mut last = None;
+    let failed = eventually(Duration::from_secs(20), || {
+        n += 1;
+        let run = k.run_with_input(
+            &["create", "-f", "-"],
+            &configmap(&format!("failed-{n}"), "dev", json!({"test": "erring"})),
+        );
+        let held = !run.ok;
+        last = Some(run);
+        held
+    });
+    let run = last.expect("a run");
+    assert!(failed, "{run:?}");
+    assert!(
+        run.stderr.contains(
+            "ValidatingAdmissionPolicy 'erring' with binding 'erring-binding' denied request: expression 'object.data.missing == 'x'' resulted in error: "
+        ),
+        "{}",
+        run.stderr
+    );
+    // The object selector still leaves other configmaps alone.
+    k.ok_with_input(
+        &["create", "-f", "-"],
+        &configmap("unlabelled", "dev", json!({})),
+    );
+}
