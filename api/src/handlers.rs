@@ -47,6 +47,10 @@ pub async fn handle(server: &Arc<ApiServer>, request: Request, target: Target) -
     if info.namespaced && target.namespace.is_none() && target.name.is_some() {
         return Err(Error::NoRoute);
     }
+    // A proxied request is the backend's to answer, in whatever format it speaks.
+    if target.subresource.as_deref() == Some("proxy") && target.name.is_some() {
+        return crate::proxy::serve(server, request, &target).await;
+    }
     let format = render::Format::negotiate(&request.headers, &request.query)?;
     let ns = target.namespace.clone();
     let ns = ns.as_deref();

@@ -26,6 +26,7 @@
 //! - [`auth`], [`tls`], [`kubeconfig`], [`version`]: tokens, certificates, the admin kubeconfig,
 //!   `/version` and health.
 //! - [`eviction`]: `pods/eviction`, a delete that honours the pod's PodDisruptionBudget.
+//! - [`proxy`]: the `proxy` subresources of pods, services and nodes.
 //! - [`serviceaccount`]: service-account tokens (TokenRequest, their authentication, TokenReview,
 //!   OIDC discovery) and their signing key.
 
@@ -43,6 +44,7 @@ pub mod kubeconfig;
 pub mod kubernetes_service;
 pub mod metrics;
 pub mod openapi;
+pub mod proxy;
 pub mod registry;
 pub mod render;
 pub mod replay;

@@ -618,6 +618,23 @@ fn resource_paths(info: &ResourceInfo, schemas: &mut Schemas, paths: &mut Map<St
 
     // Subresources.
     for sub in info.subresources {
+        if sub.name == "proxy" {
+            // `proxy` and `proxy/{path}`, each taking any method and answering what the
+            // backend answers.
+            let mut with_path = common.clone();
+            with_path.push(json!({
+                "name": "path", "in": "path", "required": true,
+                "description": "path to the resource", "schema": { "type": "string", "uniqueItems": true },
+            }));
+            for (path, params) in [
+                (format!("{object}/proxy"), common.clone()),
+                (format!("{object}/proxy/{{path}}"), with_path),
+            ] {
+                let ops = proxy_ops(info, sub, &id_gv, scope);
+                insert_path(paths, path, params, ops, &tag);
+            }
+            continue;
+        }
         let ops = subresource_ops(info, sub, schemas, &id_gv, scope);
         insert_path(
             paths,
@@ -627,6 +644,31 @@ fn resource_paths(info: &ResourceInfo, schemas: &mut Schemas, paths: &mut Map<St
             &tag,
         );
     }
+}
+
+/// The operations of a `proxy` subresource: every method, each a connect that answers a string.
+fn proxy_ops<'a>(
+    info: &ResourceInfo,
+    sub: &'a Subresource,
+    id_gv: &str,
+    scope: &str,
+) -> Vec<Op<'a>> {
+    let suffix = format!("{scope}{}Proxy", info.kind);
+    [("get", "Get"), ("post", "Post"), ("put", "Put"), ("patch", "Patch"), ("delete", "Delete"), ("head", "Head"), ("options", "Options")]
+        .into_iter()
+        .map(|(method, upper)| Op {
+            method,
+            action: "connect",
+            id: format!("connect{upper}{id_gv}{suffix}"),
+            gvk: (sub.group, sub.version, sub.kind),
+            params: vec![],
+            request: None,
+            responses: json!({
+                "200": { "description": "OK", "content": { "*/*": { "schema": { "type": "string" } } } },
+                "401": unauthorized(),
+            }),
+        })
+        .collect()
 }
 
 fn subresource_ops<'a>(

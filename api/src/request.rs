@@ -92,10 +92,14 @@ pub struct Target {
     pub name: Option<String>,
     /// The subresource, if any.
     pub subresource: Option<String>,
+    /// For a `proxy` subresource, the rest of the URL path after `proxy`, as sent (`""`, `/`,
+    /// `/some/page`): the path the backend gets.
+    pub proxy_path: Option<String>,
 }
 
 /// Parses a resource URL: `/api/v1/[namespaces/NS/]PLURAL[/NAME[/SUB]]` or the same under
-/// `/apis/GROUP/VERSION`. `None` for paths that are not resource paths (discovery and the like).
+/// `/apis/GROUP/VERSION`, and `.../NAME/proxy/ANY/PATH`. `None` for paths that are not resource
+/// paths (discovery and the like).
 pub fn parse_path(kinds: &Snapshot, path: &str) -> Option<Result<Target>> {
     let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
     let (group, version, rest) = match segments.as_slice() {
@@ -119,6 +123,16 @@ pub fn parse_path(kinds: &Snapshot, path: &str) -> Option<Result<Target>> {
             (kind, None, &rest[1..])
         }
     };
+    // A proxy path goes on to the backend as it was sent, empty segments and all.
+    let proxy_path = (tail.get(1) == Some(&"proxy")).then(|| {
+        let before = segments.len() - tail.len() + 2;
+        path_after_segments(path, before).to_string()
+    });
+    let tail = if proxy_path.is_some() {
+        &tail[..2]
+    } else {
+        tail
+    };
     if tail.len() > 2 {
         return Some(Err(Error::NoRoute));
     }
@@ -135,7 +149,28 @@ pub fn parse_path(kinds: &Snapshot, path: &str) -> Option<Result<Target>> {
         namespace: namespace.map(str::to_string),
         name: tail.first().map(|s| s.to_string()),
         subresource: tail.get(1).map(|s| s.to_string()),
+        proxy_path,
     }))
+}
+
+/// The part of `path` after its first `n` non-empty segments.
+fn path_after_segments(path: &str, n: usize) -> &str {
+    let mut seen = 0;
+    let mut in_segment = false;
+    for (i, c) in path.char_indices() {
+        if c == '/' {
+            if in_segment {
+                in_segment = false;
+                if seen == n {
+                    return &path[i..];
+                }
+            }
+        } else if !in_segment {
+            in_segment = true;
+            seen += 1;
+        }
+    }
+    ""
 }
 
 /// A response body and status, rendered as the client asked.
@@ -231,7 +266,35 @@ mod tests {
             Some(Err(Error::NoRoute))
         ));
         assert!(parse_path(&Kinds::builtin().snapshot(), "/api/v1").is_none());
+        assert!(matches!(
+            parse_path(&Kinds::builtin().snapshot(), "/api/v1/nodes/n1/status/more"),
+            Some(Err(Error::NoRoute))
+        ));
         assert!(parse_path(&Kinds::builtin().snapshot(), "/apis").is_none());
         assert!(parse_path(&Kinds::builtin().snapshot(), "/version").is_none());
+    }
+
+    #[test]
+    fn proxy_paths_keep_everything_after_proxy() {
+        let kinds = Kinds::builtin().snapshot();
+        let parse = |path| parse_path(&kinds, path).unwrap().unwrap();
+        let t = parse("/api/v1/namespaces/default/pods/https:web:8443/proxy/a//b/%20c");
+        assert_eq!(t.name.as_deref(), Some("https:web:8443"));
+        assert_eq!(t.subresource.as_deref(), Some("proxy"));
+        assert_eq!(t.proxy_path.as_deref(), Some("/a//b/%20c"));
+        let t = parse("/api/v1/namespaces/default/services/web:http/proxy");
+        assert_eq!(t.info.kind, "Service");
+        assert_eq!(t.proxy_path.as_deref(), Some(""));
+        let t = parse("/api/v1/nodes/n1/proxy/");
+        assert_eq!(t.name.as_deref(), Some("n1"));
+        assert_eq!(t.proxy_path.as_deref(), Some("/"));
+        let t = parse("/api/v1/nodes/n1/proxy/metrics/cadvisor");
+        assert_eq!(t.proxy_path.as_deref(), Some("/metrics/cadvisor"));
+        // Only `proxy` takes a path; other subresources stay two segments long.
+        assert!(
+            parse("/api/v1/namespaces/default/pods/web/log")
+                .proxy_path
+                .is_none()
+        );
     }
 }

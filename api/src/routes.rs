@@ -208,8 +208,8 @@ where
     api.authorizer
         .check(&user, &authz::resource_request(verb, &target))?;
     let body = read_body(body, limit).await?;
-    // Only the streaming subresources may take over the connection.
-    let upgrade = upgrade.filter(|_| authz::is_stream(&target));
+    // Only the streaming and proxy subresources may take over the connection.
+    let upgrade = upgrade.filter(|_| authz::is_stream(&target) || target.proxy_path.is_some());
     let warnings = std::sync::Arc::new(crate::admission::Warnings::default());
     let request = Request {
         method,

@@ -370,21 +370,7 @@ impl ApiServer {
                 _ => Error::BadRequest(body),
             });
         }
-        // Forward chunks as they arrive (a followed log never ends on its own).
-        let (tx, rx) = tokio::sync::mpsc::channel::<Result<bytes::Bytes, std::io::Error>>(16);
-        tokio::spawn(async move {
-            use futures::StreamExt;
-            let mut body = response.bytes_stream();
-            while let Some(chunk) = body.next().await {
-                let chunk = chunk.map_err(std::io::Error::other);
-                let failed = chunk.is_err();
-                if tx.send(chunk).await.is_err() || failed {
-                    return;
-                }
-            }
-        });
-        let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
-        let mut reply = warp::reply::Reply::into_response(warp::reply::stream(stream));
+        let mut reply = crate::proxy::stream_body(response);
         reply.headers_mut().insert(
             http::header::CONTENT_TYPE,
             http::HeaderValue::from_static("text/plain"),
@@ -493,102 +479,40 @@ impl ApiServer {
             query.finish()
         };
         let path = format!("{path}?{query}");
-        let dial = async {
-            let tcp = tokio::net::TcpStream::connect(&host).await?;
-            let _ = tcp.set_nodelay(true);
-            Ok::<_, std::io::Error>(tcp)
-        };
-        let tcp = match tokio::time::timeout(Duration::from_secs(10), dial).await {
-            Ok(Ok(tcp)) => tcp,
-            Ok(Err(e)) => {
-                return Err(Error::Unavailable(format!(
-                    "error dialing backend: dial tcp {host}: {e}"
-                )));
-            }
-            Err(_) => {
-                return Err(Error::Unavailable(format!(
-                    "error dialing backend: dial tcp {host}: timed out"
-                )));
-            }
-        };
-        let (mut sender, connection) =
-            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp))
-                .await
-                .map_err(|e| Error::Unavailable(format!("error dialing backend: {e}")))?;
-        tokio::spawn(async move {
-            if let Err(e) = connection.with_upgrades().await {
-                tracing::debug!(%e, "kubelet stream connection");
-            }
-        });
-        let mut forward = http::Request::builder()
-            .method(request.method.clone())
-            .uri(&path)
-            .header(http::header::HOST, &host);
+        let mut headers = http::HeaderMap::new();
         for header in STREAM_REQUEST_HEADERS {
             for value in request.headers.get_all(*header) {
-                forward = forward.header(*header, value);
+                headers.append(*header, value.clone());
             }
         }
         if let Some(token) = &self.config.kubelet_token {
-            forward = forward.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
+            let value = http::HeaderValue::from_str(&format!("Bearer {token}"))
+                .map_err(|_| Error::Internal("the kubelet token is not a header value".into()))?;
+            headers.insert(http::header::AUTHORIZATION, value);
         }
-        let forward = forward
-            .body(http_body_util::Empty::<bytes::Bytes>::new())
-            .map_err(|e| Error::Internal(format!("building the kubelet request: {e}")))?;
-        let mut answer = sender
-            .send_request(forward)
-            .await
-            .map_err(|e| Error::Unavailable(format!("the kubelet of node {node_name}: {e}")))?;
-        if answer.status() != http::StatusCode::SWITCHING_PROTOCOLS {
-            use http_body_util::BodyExt;
-            let status = answer.status();
-            let content_type = answer.headers().get(http::header::CONTENT_TYPE).cloned();
-            let body = http_body_util::Limited::new(answer.into_body(), 64 * 1024)
-                .collect()
+        let answer =
+            crate::proxy::upgrade(self, &host, &request.method, &path, headers, client_upgrade)
                 .await
-                .map(|b| b.to_bytes())
-                .unwrap_or_default();
-            if status == http::StatusCode::UNAUTHORIZED || status == http::StatusCode::FORBIDDEN {
-                return Err(Error::Internal(format!(
+                .map_err(|e| match e {
+                    Error::Unavailable(e) if !e.starts_with("error dialing") => {
+                        Error::Unavailable(format!("the kubelet of node {node_name}: {e}"))
+                    }
+                    e => e,
+                })?;
+        match answer {
+            crate::proxy::Upgraded::Switched(reply) => Ok(reply),
+            crate::proxy::Upgraded::Refused(reply)
+                if matches!(reply.status().as_u16(), 401 | 403) =>
+            {
+                use http_body_util::BodyExt;
+                let body = reply.into_body().collect().await.map(|b| b.to_bytes());
+                Err(Error::Internal(format!(
                     "the kubelet of node {node_name} refused the API server: {}",
-                    String::from_utf8_lossy(&body)
-                )));
+                    String::from_utf8_lossy(&body.unwrap_or_default())
+                )))
             }
-            let mut reply = Response::new(body.into());
-            *reply.status_mut() = status;
-            if let Some(content_type) = content_type {
-                reply
-                    .headers_mut()
-                    .insert(http::header::CONTENT_TYPE, content_type);
-            }
-            return Ok(reply);
+            crate::proxy::Upgraded::Refused(reply) => Ok(reply),
         }
-        let kubelet_upgrade = hyper::upgrade::on(&mut answer);
-        let mut reply = Response::new(Default::default());
-        *reply.status_mut() = http::StatusCode::SWITCHING_PROTOCOLS;
-        for header in STREAM_RESPONSE_HEADERS {
-            for value in answer.headers().get_all(*header) {
-                reply.headers_mut().append(*header, value.clone());
-            }
-        }
-        self.watchers.spawn(async move {
-            let (client, kubelet) = tokio::join!(client_upgrade, kubelet_upgrade);
-            let (client, kubelet) = match (client, kubelet) {
-                (Ok(client), Ok(kubelet)) => (client, kubelet),
-                (client, kubelet) => {
-                    tracing::debug!(
-                        client = client.is_ok(),
-                        kubelet = kubelet.is_ok(),
-                        "stream upgrade failed"
-                    );
-                    return;
-                }
-            };
-            let mut client = hyper_util::rt::TokioIo::new(client);
-            let mut kubelet = hyper_util::rt::TokioIo::new(kubelet);
-            let _ = tokio::io::copy_bidirectional(&mut client, &mut kubelet).await;
-        });
-        Ok(reply)
     }
 }
 
@@ -598,16 +522,6 @@ const STREAM_REQUEST_HEADERS: &[&str] = &[
     "upgrade",
     "sec-websocket-key",
     "sec-websocket-version",
-    "sec-websocket-protocol",
-    "sec-websocket-extensions",
-    "x-stream-protocol-version",
-];
-
-/// Headers of the kubelet's 101 answer that go back to the client.
-const STREAM_RESPONSE_HEADERS: &[&str] = &[
-    "connection",
-    "upgrade",
-    "sec-websocket-accept",
     "sec-websocket-protocol",
     "sec-websocket-extensions",
     "x-stream-protocol-version",

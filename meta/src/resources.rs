@@ -144,6 +144,18 @@ pub const fn status(group: &'static str, version: &'static str, kind: &'static s
     }
 }
 
+/// The `proxy` subresource of pods, services and nodes, which speaks `options` (`PodProxyOptions`
+/// and the like) and takes any method.
+pub const fn proxy(options: &'static str) -> Subresource {
+    Subresource {
+        name: "proxy",
+        group: "",
+        version: "v1",
+        kind: options,
+        verbs: &["create", "delete", "get", "patch", "update"],
+    }
+}
+
 /// The `scale` subresource (an `autoscaling/v1` Scale).
 pub const SCALE: Subresource = Subresource {
     name: "scale",

@@ -63,7 +63,7 @@ mod prelude {
     pub use serde_json::{Value, json};
     pub use skiff_meta::ResourceInfo;
     pub use skiff_meta::resources::{
-        CREATE_ONLY, FieldSource, READ_WRITE, SCALE, SelectableField, Subresource, status,
+        CREATE_ONLY, FieldSource, READ_WRITE, SCALE, SelectableField, Subresource, proxy, status,
     };
 
     pub use crate::kind::{Checked, Kind, Strategy};

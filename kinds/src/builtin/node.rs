@@ -15,7 +15,7 @@ pub const INFO: ResourceInfo = ResourceInfo {
     short_names: &["no"],
     namespaced: false,
     verbs: READ_WRITE,
-    subresources: &[status("", "v1", "Node")],
+    subresources: &[status("", "v1", "Node"), proxy("NodeProxyOptions")],
     categories: &[],
     selectable_fields: &[SelectableField::path(
         "spec.unschedulable",

@@ -59,6 +59,7 @@ pub const INFO: ResourceInfo = ResourceInfo {
             kind: "PodPortForwardOptions",
             verbs: &["create", "get"],
         },
+        proxy("PodProxyOptions"),
     ],
     categories: &["all"],
     selectable_fields: &[

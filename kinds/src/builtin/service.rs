@@ -15,7 +15,7 @@ pub const INFO: ResourceInfo = ResourceInfo {
     short_names: &["svc"],
     namespaced: true,
     verbs: READ_WRITE,
-    subresources: &[status("", "v1", "Service")],
+    subresources: &[status("", "v1", "Service"), proxy("ServiceProxyOptions")],
     categories: &["all"],
     selectable_fields: &[],
 };

@@ -1,7 +1,8 @@
 //! Streaming through kubectl against `skiff server` with the process runtime: `kubectl exec`
 //! (exit codes, separate stdout and stderr, stdin, the container's environment), `kubectl cp`
 //! both ways, what a client that goes away leaves behind, RBAC on `pods/exec`, and a pod whose
-//! kubelet is gone.
+//! kubelet is gone; and the proxy subresources of pods, services and nodes, through `kubectl get
+//! --raw` and `kubectl proxy`.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -560,5 +561,112 @@ spec:
                 == "Succeeded"
         }),
         "the attached container did not finish"
+    );
+}
+
+#[test]
+fn proxy_subresources_reach_pods_services_and_kubelets() {
+    let cluster = Cluster::start();
+    let k = cluster.kubectl();
+    let site = cluster.dir.path().join("proxied");
+    std::fs::create_dir_all(&site).unwrap();
+    std::fs::write(site.join("hello.txt"), "hello through the API server\n").unwrap();
+    let pod_port = skiff_tests::free_port();
+    k.ok_with_input(
+        &["apply", "-f", "-"],
+        &format!(
+            r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: web, labels: {{app: web}}}}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: http
+    image: python
+    command: ["python3", "-m", "http.server", "{pod_port}", "--bind", "0.0.0.0"]
+    workingDir: {site}
+    ports: [{{name: http, containerPort: {pod_port}}}]
+    readinessProbe: {{tcpSocket: {{port: {pod_port}}}, periodSeconds: 1}}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: web}}
+spec:
+  selector: {{app: web}}
+  ports: [{{name: http, port: 80, targetPort: http}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: nobody}}
+spec:
+  selector: {{app: nobody}}
+  ports: [{{port: 80}}]
+"#,
+            site = site.display()
+        ),
+    );
+    wait_ready(&k, "web");
+    let hello = "hello through the API server\n";
+    // The pod: its first container port, a port by number, the path after `proxy`.
+    for path in [
+        "/api/v1/namespaces/default/pods/web/proxy/hello.txt".to_string(),
+        format!("/api/v1/namespaces/default/pods/web:{pod_port}/proxy/hello.txt"),
+        "/api/v1/namespaces/default/pods/http:web:http/proxy/hello.txt".to_string(),
+    ] {
+        assert_eq!(k.ok(&["get", "--raw", &path]), hello, "{path}");
+    }
+    // The service, once its endpoints list the ready pod.
+    let via_service = "/api/v1/namespaces/default/services/web:http/proxy/hello.txt";
+    assert!(
+        eventually(Duration::from_secs(30), || k
+            .run(&["get", "--raw", via_service])
+            .stdout
+            == hello),
+        "{:?}",
+        k.run(&["get", "--raw", via_service])
+    );
+    // The backend's own errors come back as they are; a service without endpoints is a 503.
+    let missing = k.run(&[
+        "get",
+        "--raw",
+        "/api/v1/namespaces/default/pods/web/proxy/missing.txt",
+    ]);
+    assert!(
+        !missing.ok && missing.stderr.contains("NotFound"),
+        "{missing:?}"
+    );
+    let nobody = k.run(&[
+        "get",
+        "--raw",
+        "/api/v1/namespaces/default/services/nobody/proxy/",
+    ]);
+    assert!(
+        !nobody.ok && nobody.stderr.contains("no endpoints available for service"),
+        "{nobody:?}"
+    );
+    // The node: its kubelet answers with the API server's credentials (`/pods` needs them).
+    let node = k.ok(&["get", "nodes", "-o", "jsonpath={.items[0].metadata.name}"]);
+    let pods = k.ok(&["get", "--raw", &format!("/api/v1/nodes/{node}/proxy/pods")]);
+    assert!(
+        pods.contains("\"PodList\"") && pods.contains("\"web\""),
+        "{pods}"
+    );
+
+    // `kubectl proxy` in front of it all, as a dashboard or a browser uses it.
+    let local = skiff_tests::free_port();
+    let out = cluster.dir.path().join("kubectl-proxy.log");
+    let mut proxy = k.spawn(&["proxy", &format!("--port={local}")], &out);
+    let answered = eventually(Duration::from_secs(30), || {
+        http_get(local, via_service)
+            .is_ok_and(|a| a.starts_with("HTTP/1.0 200") && a.ends_with(hello))
+    });
+    let _ = proxy.kill();
+    let _ = proxy.wait();
+    assert!(
+        answered,
+        "{:?} {}",
+        http_get(local, via_service),
+        std::fs::read_to_string(&out).unwrap_or_default()
     );
 }
