@@ -94,6 +94,17 @@ pub async fn handle(server: &Arc<ApiServer>, request: Request, target: Target) -
         (&Method::DELETE, Some(name), None) => {
             delete(server, &request, kind, ns, name, format).await
         }
+        // Subresources that write part of the kind's own object (a pod's `ephemeralcontainers`).
+        (&Method::GET, Some(name), Some(sub)) if kind.subresource_fields(sub).is_some() => {
+            let object = get(server, &request, kind, ns, name).await?;
+            Ok(format.object(kind, StatusCode::OK, object))
+        }
+        (&Method::PUT, Some(name), Some(sub)) if kind.subresource_fields(sub).is_some() => {
+            update(server, &request, kind, ns, name, Some(sub), format).await
+        }
+        (&Method::PATCH, Some(name), Some(sub)) if kind.subresource_fields(sub).is_some() => {
+            patch(server, &request, kind, ns, name, Some(sub), format).await
+        }
         (&Method::POST, Some(name), Some("binding")) => bind(server, &request, ns, name).await,
         (&Method::POST, Some(name), Some("eviction")) if info.kind == "Pod" => {
             crate::eviction::evict(server, &request, ns, name).await
@@ -741,7 +752,7 @@ async fn admit_and_create(
         )
         .await?;
     let result = async {
-        server.validate(kind, &object, None, ns)?;
+        server.validate(kind, &object, None, ns, None)?;
         server
             .admission
             .validate(
@@ -817,6 +828,10 @@ async fn admit_update(
     let info = kind.info();
     match subresource {
         Some("status") => strategy::prepare_for_status_update(&mut new, current),
+        Some(sub) if kind.subresource_fields(sub).is_some() => {
+            let fields = kind.subresource_fields(sub).unwrap_or_default();
+            strategy::prepare_for_subresource_update(kind, fields, &mut new, current)
+        }
         _ => {
             strategy::prepare_for_update(kind, &mut new, current);
         }
@@ -846,7 +861,7 @@ async fn admit_update(
             },
         )
         .await?;
-    let validated = match server.validate(kind, &new, Some(current), ns) {
+    let validated = match server.validate(kind, &new, Some(current), ns, subresource) {
         Ok(()) => {
             server
                 .admission

@@ -275,11 +275,15 @@ impl ApiServer {
         object: &Value,
         old: Option<&Value>,
         url_namespace: Option<&str>,
+        subresource: Option<&str>,
     ) -> Result<()> {
         let info = kind.info();
-        let errors = match old {
-            None => skiff_kinds::validation::validate_create(kind, object, url_namespace),
-            Some(old) => skiff_kinds::validation::validate_update(kind, object, old),
+        let errors = match (old, subresource) {
+            (None, _) => skiff_kinds::validation::validate_create(kind, object, url_namespace),
+            (Some(old), Some(sub)) if kind.subresource_fields(sub).is_some() => {
+                skiff_kinds::validation::validate_subresource_update(kind, sub, object, old)
+            }
+            (Some(old), _) => skiff_kinds::validation::validate_update(kind, object, old),
         };
         if errors.is_empty() {
             return Ok(());

@@ -169,6 +169,19 @@ pub trait Kind: Send + Sync + 'static {
         Ok(Vec::new())
     }
 
+    /// For a subresource other than `status` through which the kind's own object is written
+    /// (a pod's `ephemeralcontainers`): the fields such a write may change, as JSON pointers
+    /// (`/spec/ephemeralContainers`); everything else comes from the stored object. `None` when
+    /// `subresource` is not one of these.
+    fn subresource_fields(&self, _subresource: &str) -> Option<&'static [&'static str]> {
+        None
+    }
+
+    /// The kind's rules on an update through a subresource of [`Kind::subresource_fields`].
+    fn validate_subresource(&self, _subresource: &str, _new: &Value, _old: &Value) -> Checked {
+        Ok(Vec::new())
+    }
+
     /// Conditions of an object's Table row (a finished pod's `Completed`).
     fn row_conditions(&self, _object: &Value) -> Option<Value> {
         None

@@ -139,6 +139,59 @@ pub fn prepare_for_status_update(new: &mut Value, old: &Value) {
     *new = merged;
 }
 
+/// For a write through a subresource that changes part of the kind's own object
+/// ([`Kind::subresource_fields`]): the `fields` (JSON pointers) come from `new`, everything else
+/// from the stored object, as Kubernetes' `ephemeralcontainers` strategy keeps only
+/// `spec.ephemeralContainers` of what it is sent. `generation` moves when the spec changed.
+pub fn prepare_for_subresource_update(
+    kind: &dyn Kind,
+    fields: &[&str],
+    new: &mut Value,
+    old: &Value,
+) {
+    let mut merged = old.clone();
+    for pointer in fields {
+        let value = new.pointer(pointer).cloned();
+        set_pointer(&mut merged, pointer, value);
+    }
+    if kind.strategy().tracks_generation && spec_of(&merged) != spec_of(old) {
+        let generation = old
+            .pointer("/metadata/generation")
+            .and_then(Value::as_i64)
+            .unwrap_or(0);
+        meta_mut(&mut merged).insert("generation".into(), json!(generation + 1));
+    }
+    *new = merged;
+}
+
+/// Sets (or with `None` removes) the value at a JSON pointer of object keys, making the
+/// objects on the way.
+fn set_pointer(object: &mut Value, pointer: &str, value: Option<Value>) {
+    let keys: Vec<&str> = pointer.split('/').skip(1).collect();
+    let Some((last, parents)) = keys.split_last() else {
+        return;
+    };
+    let mut at = object;
+    for key in parents {
+        if !at.get(*key).is_some_and(Value::is_object) {
+            if value.is_none() {
+                return;
+            }
+            at[*key] = json!({});
+        }
+        at = &mut at[*key];
+    }
+    match (value, at.as_object_mut()) {
+        (Some(v), Some(map)) => {
+            map.insert(last.to_string(), v);
+        }
+        (None, Some(map)) => {
+            map.remove(*last);
+        }
+        _ => {}
+    }
+}
+
 fn spec_of(object: &Value) -> Option<&Value> {
     object.get("spec")
 }
@@ -374,6 +427,27 @@ mod tests {
         prepare_for_status_update(&mut new, &old);
         assert_eq!(new["spec"]["nodeName"], "a");
         assert_eq!(new["status"]["phase"], "Running");
+    }
+
+    #[test]
+    fn ephemeral_containers_subresource_takes_only_its_field() {
+        let pod = info("Pod");
+        let fields = pod.subresource_fields("ephemeralcontainers").unwrap();
+        assert!(pod.subresource_fields("status").is_none());
+        let old = json!({"metadata": {"name": "p", "generation": 2, "labels": {"a": "b"}},
+                         "spec": {"nodeName": "a", "containers": [{"name": "c"}]},
+                         "status": {"phase": "Running"}});
+        let mut new = json!({"metadata": {"name": "p", "labels": {"x": "y"}},
+                             "spec": {"nodeName": "b", "containers": [],
+                                      "ephemeralContainers": [{"name": "dbg"}]},
+                             "status": {"phase": "Failed"}});
+        prepare_for_subresource_update(&*pod, fields, &mut new, &old);
+        assert_eq!(new["spec"]["nodeName"], "a");
+        assert_eq!(new["spec"]["containers"], json!([{"name": "c"}]));
+        assert_eq!(new["spec"]["ephemeralContainers"], json!([{"name": "dbg"}]));
+        assert_eq!(new["status"]["phase"], "Running");
+        assert_eq!(new["metadata"]["labels"], json!({"a": "b"}));
+        assert_eq!(new["metadata"]["generation"], 3);
     }
 
     #[test]

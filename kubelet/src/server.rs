@@ -206,11 +206,7 @@ fn running_container(
         ));
     };
     let spec = pod.spec.clone().unwrap_or_default();
-    let known = spec
-        .containers
-        .iter()
-        .chain(spec.init_containers.iter().flatten())
-        .any(|c| c.name == container);
+    let known = crate::spec::has_container(&spec, container);
     if !known {
         return Err(status(
             StatusCode::BAD_REQUEST,
@@ -441,11 +437,7 @@ fn container_logs(
         );
     };
     let spec = pod.spec.clone().unwrap_or_default();
-    let known = spec
-        .containers
-        .iter()
-        .chain(spec.init_containers.iter().flatten())
-        .any(|c| c.name == container);
+    let known = crate::spec::has_container(&spec, container);
     if !known {
         return text(
             StatusCode::BAD_REQUEST,

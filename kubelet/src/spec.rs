@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Container, EphemeralContainer, Pod, PodSpec, Secret};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use sha2::{Digest, Sha256};
 
@@ -405,6 +405,33 @@ pub fn limits(container: &Container) -> Limits {
             .and_then(|q| parse_quantity(&q.0))
             .map(|v| (v * 1000.0).ceil() as u64),
     }
+}
+
+/// An ephemeral container as the container it runs as: the fields the two share (its target
+/// aside, which [`crate::runtime::ContainerConfig::target_id`] carries).
+pub fn ephemeral_container(ec: &EphemeralContainer) -> Container {
+    let mut value = serde_json::to_value(ec).unwrap_or(serde_json::Value::Null);
+    if let Some(map) = value.as_object_mut() {
+        map.remove("targetContainerName");
+    }
+    serde_json::from_value(value).unwrap_or_else(|_| Container {
+        name: ec.name.clone(),
+        ..Default::default()
+    })
+}
+
+/// Whether `name` is one of the pod's containers: a regular, init or ephemeral one (what
+/// `kubectl logs`, `exec` and `attach` may name).
+pub fn has_container(spec: &PodSpec, name: &str) -> bool {
+    spec.containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .any(|c| c.name == name)
+        || spec
+            .ephemeral_containers
+            .iter()
+            .flatten()
+            .any(|c| c.name == name)
 }
 
 /// A hash of the container spec: a change restarts the container. Probes are left out (a

@@ -32,6 +32,13 @@ pub const INFO: ResourceInfo = ResourceInfo {
             verbs: &["create"],
         },
         Subresource {
+            name: "ephemeralcontainers",
+            group: "",
+            version: "v1",
+            kind: "Pod",
+            verbs: &["get", "patch", "update"],
+        },
+        Subresource {
             name: "log",
             group: "",
             version: "v1",
@@ -120,6 +127,19 @@ impl Kind for Pod {
 
     fn validate_status(&self, new: &Value, old: &Value) -> Checked {
         validation::pod::validate_pod_status_update(new, old)
+    }
+
+    fn subresource_fields(&self, subresource: &str) -> Option<&'static [&'static str]> {
+        (subresource == "ephemeralcontainers").then_some(&["/spec/ephemeralContainers"][..])
+    }
+
+    fn validate_subresource(&self, subresource: &str, new: &Value, old: &Value) -> Checked {
+        match subresource {
+            "ephemeralcontainers" => {
+                validation::pod::validate_ephemeral_containers_update(new, old)
+            }
+            _ => Ok(Vec::new()),
+        }
     }
 
     fn prepare_for_create(&self, object: &mut Value) {

@@ -45,25 +45,18 @@ pub fn default_pod_spec(spec: &mut PodSpec) {
     {
         default_container(c);
     }
+    // `SetDefaults_EphemeralContainer`: the container defaults, on the fields the two share.
     for c in spec.ephemeral_containers.iter_mut().flatten() {
-        if c.image_pull_policy.as_deref().unwrap_or("").is_empty() {
-            c.image_pull_policy =
-                Some(default_container_image_pull_policy(c.image.as_deref().unwrap_or("")).into());
+        let target = c.target_container_name.take();
+        let mut value = serde_json::to_value(&*c).unwrap_or_default();
+        if let Ok(mut as_container) = serde_json::from_value::<Container>(value.clone()) {
+            default_container(&mut as_container);
+            value = serde_json::to_value(&as_container).unwrap_or(value);
+            if let Ok(defaulted) = serde_json::from_value(value) {
+                *c = defaulted;
+            }
         }
-        if c.termination_message_path
-            .as_deref()
-            .unwrap_or("")
-            .is_empty()
-        {
-            c.termination_message_path = Some("/dev/termination-log".into());
-        }
-        if c.termination_message_policy
-            .as_deref()
-            .unwrap_or("")
-            .is_empty()
-        {
-            c.termination_message_policy = Some("File".into());
-        }
+        c.target_container_name = target;
     }
     for v in spec.volumes.iter_mut().flatten() {
         default_volume(v);

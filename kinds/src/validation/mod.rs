@@ -119,6 +119,30 @@ pub fn validate_status_update(kind: &dyn Kind, new: &Value, old: &Value) -> Vec<
     errs
 }
 
+/// Validates an update through a subresource that writes part of the kind's own object
+/// ([`Kind::subresource_fields`], e.g. `pods/ephemeralcontainers`): the metadata rules and the
+/// kind's rules for that subresource.
+pub fn validate_subresource_update(
+    kind: &dyn Kind,
+    subresource: &str,
+    new: &Value,
+    old: &Value,
+) -> Vec<FieldError> {
+    let info = kind.info();
+    if let Some(e) = check_type_meta(info, new) {
+        return vec![e];
+    }
+    let new = with_type_meta(info, new);
+    let old = with_type_meta(info, old);
+    let (new_meta, old_meta) = match (meta::decode_meta(&new), meta::decode_meta(&old)) {
+        (Ok(n), Ok(o)) => (n, o),
+        (Err(e), _) | (_, Err(e)) => return vec![e],
+    };
+    let mut errs = meta::validate_object_meta_update(&new_meta, &old_meta, &Path::new("metadata"));
+    errs.extend(flatten(kind.validate_subresource(subresource, &new, &old)));
+    errs
+}
+
 /// Validates the body of a subresource write other than `status`: `pods/binding` (a Binding)
 /// and `*/scale` (an autoscaling/v1 Scale). Unknown subresources have no rules.
 pub fn validate_subresource(subresource: &str, obj: &Value) -> Vec<FieldError> {

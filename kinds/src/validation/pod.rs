@@ -5,9 +5,9 @@
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use k8s_openapi::api::core::v1::{
-    Affinity, Binding, Container, EnvVar, ExecAction, HTTPGetAction, Lifecycle, NodeSelectorTerm,
-    Pod, PodAffinityTerm, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, TCPSocketAction,
-    Toleration, Volume, VolumeMount,
+    Affinity, Binding, Container, EnvVar, EphemeralContainer, ExecAction, HTTPGetAction, Lifecycle,
+    NodeSelectorTerm, Pod, PodAffinityTerm, PodSpec, PodTemplateSpec, Probe, ResourceRequirements,
+    TCPSocketAction, Toleration, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::Value;
@@ -29,6 +29,17 @@ pub(crate) fn validate(new: &Value, old: Option<&Value>) -> Result<Vec<FieldErro
     let spec = pod.spec.clone().unwrap_or_default();
     let spec_path = Path::new("spec");
     let mut errs = validate_pod_spec(&spec, &spec_path);
+    if old.is_none()
+        && spec
+            .ephemeral_containers
+            .as_ref()
+            .is_some_and(|e| !e.is_empty())
+    {
+        errs.push(FieldError::forbidden(
+            spec_path.child("ephemeralContainers"),
+            "cannot be set on create",
+        ));
+    }
     if let Some(old) = old {
         let old: Pod = decode(old, "")?;
         errs.extend(validate_pod_update(
@@ -101,6 +112,12 @@ pub(crate) fn validate_pod_spec(spec: &PodSpec, path: &Path) -> Vec<FieldError> 
         &spec.containers,
         &volumes,
         &path.child("initContainers"),
+    ));
+    errs.extend(validate_ephemeral_containers(
+        spec.ephemeral_containers.as_deref().unwrap_or_default(),
+        spec,
+        &volumes,
+        &path.child("ephemeralContainers"),
     ));
     if spec.host_network == Some(true) {
         for (ci, c) in spec.containers.iter().enumerate() {
@@ -488,6 +505,152 @@ fn validate_init_containers(
         }
     }
     errs
+}
+
+/// `validateEphemeralContainers`: the common container rules, a name unique among all the pod's
+/// containers, a target that is one of its (non-ephemeral) containers, and none of the fields
+/// an ephemeral container may not have (ports, probes, lifecycle, resources, restartPolicy,
+/// subPath mounts).
+fn validate_ephemeral_containers(
+    ephemeral: &[EphemeralContainer],
+    spec: &PodSpec,
+    volumes: &BTreeSet<String>,
+    path: &Path,
+) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    let others: HashSet<&str> = spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .map(|c| c.name.as_str())
+        .collect();
+    let mut all = others.clone();
+    for (i, ec) in ephemeral.iter().enumerate() {
+        let idx = path.index(i);
+        let c = ephemeral_as_container(ec);
+        errs.extend(validate_container_common(&c, volumes, &idx));
+        if !all.insert(ec.name.as_str()) {
+            errs.push(FieldError::duplicate(idx.child("name"), ec.name.as_str()));
+        }
+        if let Some(target) = ec.target_container_name.as_deref()
+            && !target.is_empty()
+            && !others.contains(target)
+        {
+            errs.push(FieldError::not_found(
+                idx.child("targetContainerName"),
+                target,
+            ));
+        }
+        let not_allowed = [
+            ("ports", ec.ports.as_ref().is_some_and(|p| !p.is_empty())),
+            (
+                "resources",
+                ec.resources
+                    .as_ref()
+                    .is_some_and(|r| r != &ResourceRequirements::default()),
+            ),
+            (
+                "resizePolicy",
+                ec.resize_policy.as_ref().is_some_and(|r| !r.is_empty()),
+            ),
+            ("livenessProbe", ec.liveness_probe.is_some()),
+            ("readinessProbe", ec.readiness_probe.is_some()),
+            ("startupProbe", ec.startup_probe.is_some()),
+            ("lifecycle", ec.lifecycle.is_some()),
+        ];
+        for (field, set) in not_allowed {
+            if set {
+                errs.push(FieldError::forbidden(
+                    idx.child(field),
+                    "cannot be set for an Ephemeral Container",
+                ));
+            }
+        }
+        for (mi, m) in ec.volume_mounts.iter().flatten().enumerate() {
+            for (field, value) in [("subPath", &m.sub_path), ("subPathExpr", &m.sub_path_expr)] {
+                if !s(value).is_empty() {
+                    errs.push(FieldError::forbidden(
+                        idx.child("volumeMounts").index(mi).child(field),
+                        "cannot be set for an Ephemeral Container",
+                    ));
+                }
+            }
+        }
+        if ec.restart_policy.is_some() {
+            errs.push(FieldError::forbidden(
+                idx.child("restartPolicy"),
+                "cannot be set for an Ephemeral Container",
+            ));
+        }
+    }
+    errs
+}
+
+/// An ephemeral container as the container it shares its fields with (the target aside).
+pub(crate) fn ephemeral_as_container(ec: &EphemeralContainer) -> Container {
+    let mut value = serde_json::to_value(ec).unwrap_or(Value::Null);
+    if let Some(map) = value.as_object_mut() {
+        map.remove("targetContainerName");
+    }
+    serde_json::from_value(value).unwrap_or_default()
+}
+
+/// `ValidatePodEphemeralContainersUpdate`: a write through `pods/ephemeralcontainers` (the
+/// strategy has taken everything but `spec.ephemeralContainers` from the stored pod). The pod
+/// is checked as a whole; existing ephemeral containers may be neither removed nor changed.
+pub(crate) fn validate_ephemeral_containers_update(
+    new: &Value,
+    old: &Value,
+) -> Result<Vec<FieldError>, FieldError> {
+    let pod: Pod = decode(new, "")?;
+    let old: Pod = decode(old, "")?;
+    let spec = pod.spec.unwrap_or_default();
+    let spec_path = Path::new("spec");
+    let mut errs = validate_pod_spec(&spec, &spec_path);
+    let is_mirror = old
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"));
+    if is_mirror {
+        return Ok(vec![FieldError::forbidden(
+            "",
+            "static pods do not support ephemeral containers",
+        )]);
+    }
+    let path = spec_path.child("ephemeralContainers");
+    let new_list = spec.ephemeral_containers.unwrap_or_default();
+    let old_spec = old.spec.unwrap_or_default();
+    for o in old_spec.ephemeral_containers.iter().flatten() {
+        match new_list.iter().find(|n| n.name == o.name) {
+            None => errs.push(FieldError::forbidden(
+                path.clone(),
+                format!(
+                    "existing ephemeral containers {:?} may not be removed\n",
+                    o.name
+                ),
+            )),
+            Some(n) if n != o => {
+                let mut diff = Vec::new();
+                json_diff(
+                    &o.name,
+                    &serde_json::to_value(o).unwrap_or(Value::Null),
+                    &serde_json::to_value(n).unwrap_or(Value::Null),
+                    &mut diff,
+                );
+                errs.push(FieldError::forbidden(
+                    path.clone(),
+                    format!(
+                        "existing ephemeral containers {:?} may not be changed\n{}",
+                        o.name,
+                        diff.join("\n")
+                    ),
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(errs)
 }
 
 fn validate_container_common(
@@ -2069,5 +2232,131 @@ mod tests {
                 "spec.tolerations: Forbidden: existing toleration can not be modified except its tolerationSeconds"
             ]
         );
+    }
+
+    /// Defaults both and validates a write through `pods/ephemeralcontainers` (after the
+    /// strategy took everything but `spec.ephemeralContainers` from `old`).
+    fn ephemeral_msgs(new_ephemeral: Value, old: &Value) -> Vec<String> {
+        let kind = crate::builtin::by_kind("", "Pod");
+        // What a client sends: any pod, of which only the ephemeral containers count.
+        let mut new = json!({"metadata": {"name": "web"},
+                             "spec": {"nodeName": "elsewhere",
+                                      "ephemeralContainers": new_ephemeral}});
+        let mut old = old.clone();
+        kind.default(&mut old);
+        crate::strategy::prepare_for_subresource_update(
+            &*kind,
+            kind.subresource_fields("ephemeralcontainers").unwrap(),
+            &mut new,
+            &old,
+        );
+        assert_eq!(new["spec"]["nodeName"], old["spec"]["nodeName"]);
+        kind.default(&mut new);
+        super::super::validate_subresource_update(&*kind, "ephemeralcontainers", &new, &old)
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    }
+
+    fn web() -> Value {
+        running(json!({"containers": [{"name": "app", "image": "nginx"}],
+                       "initContainers": [{"name": "setup", "image": "busybox"}]}))
+    }
+
+    #[test]
+    fn ephemeral_containers_may_be_added() {
+        let m = ephemeral_msgs(
+            json!([{"name": "dbg", "image": "busybox", "targetContainerName": "app",
+                    "stdin": true, "tty": true, "command": ["sh"]}]),
+            &web(),
+        );
+        assert_eq!(m, Vec::<String>::new());
+    }
+
+    #[test]
+    fn ephemeral_containers_are_checked_like_kubernetes() {
+        let m = ephemeral_msgs(
+            json!([
+                {"name": "app", "image": "busybox"},
+                {"name": "setup", "image": "busybox"},
+                {"name": "a", "image": "busybox", "targetContainerName": "nope"},
+                {"name": "b"},
+                {"name": "c", "image": "busybox", "ports": [{"containerPort": 80}],
+                 "readinessProbe": {"exec": {"command": ["true"]}},
+                 "lifecycle": {"preStop": {"exec": {"command": ["true"]}}},
+                 "resources": {"limits": {"cpu": "1"}}},
+                {"name": "a", "image": "busybox"},
+            ]),
+            &web(),
+        );
+        let expected = [
+            r#"spec.ephemeralContainers[0].name: Duplicate value: "app""#,
+            r#"spec.ephemeralContainers[1].name: Duplicate value: "setup""#,
+            r#"spec.ephemeralContainers[2].targetContainerName: Not found: "nope""#,
+            "spec.ephemeralContainers[3].image: Required value",
+            "spec.ephemeralContainers[4].ports: Forbidden: cannot be set for an Ephemeral Container",
+            "spec.ephemeralContainers[4].resources: Forbidden: cannot be set for an Ephemeral Container",
+            "spec.ephemeralContainers[4].readinessProbe: Forbidden: cannot be set for an Ephemeral Container",
+            "spec.ephemeralContainers[4].lifecycle: Forbidden: cannot be set for an Ephemeral Container",
+            r#"spec.ephemeralContainers[5].name: Duplicate value: "a""#,
+        ];
+        for e in expected {
+            assert!(m.iter().any(|x| x == e), "missing {e:?} in {m:#?}");
+        }
+        assert_eq!(m.len(), expected.len(), "{m:#?}");
+    }
+
+    #[test]
+    fn existing_ephemeral_containers_may_not_be_removed_or_changed() {
+        let mut old = web();
+        old["spec"]["ephemeralContainers"] = json!([{"name": "dbg", "image": "busybox"}]);
+        // Adding one more keeps the first: fine.
+        assert_eq!(
+            ephemeral_msgs(
+                json!([{"name": "dbg", "image": "busybox"}, {"name": "dbg2", "image": "busybox"}]),
+                &old
+            ),
+            Vec::<String>::new()
+        );
+        let m = ephemeral_msgs(json!([]), &old);
+        assert_eq!(
+            m,
+            vec![
+                "spec.ephemeralContainers: Forbidden: existing ephemeral containers \"dbg\" may not be removed\n"
+            ]
+        );
+        let m = ephemeral_msgs(json!([{"name": "dbg", "image": "alpine"}]), &old);
+        assert_eq!(m.len(), 1, "{m:?}");
+        assert!(
+            m[0].starts_with(
+                "spec.ephemeralContainers: Forbidden: existing ephemeral containers \"dbg\" may not be changed\n"
+            ),
+            "{}",
+            m[0]
+        );
+        assert!(m[0].contains("alpine"), "{}", m[0]);
+    }
+
+    #[test]
+    fn ephemeral_containers_only_through_their_subresource() {
+        // Not on create...
+        let mut spec = json!({"containers": [{"name": "app", "image": "nginx"}],
+                              "ephemeralContainers": [{"name": "dbg", "image": "busybox"}]});
+        assert_eq!(
+            one(spec.clone()),
+            "spec.ephemeralContainers: Forbidden: cannot be set on create"
+        );
+        // ... nor by a pod update.
+        let old = web();
+        let mut new = old.clone();
+        new["spec"]["ephemeralContainers"] = spec["ephemeralContainers"].take();
+        let m = update_msgs("", "Pod", new, old);
+        assert_eq!(m.len(), 1, "{m:?}");
+        assert!(
+            m[0].starts_with("spec: Forbidden: pod updates may not change fields other than"),
+            "{}",
+            m[0]
+        );
+        assert!(m[0].contains("ephemeralContainers"), "{}", m[0]);
     }
 }

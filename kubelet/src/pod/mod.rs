@@ -663,6 +663,24 @@ impl Worker {
         let policy = self.restart_policy();
         let runs = self.runs();
         let latest = |name: &str| runs.get(name).and_then(|r| r.last()).cloned();
+        // Ephemeral containers start once, even before initialization is done, and are never
+        // restarted.
+        let finished = self
+            .last_status
+            .as_ref()
+            .and_then(|s| s.phase.as_deref())
+            .is_some_and(|p| p == "Succeeded" || p == "Failed");
+        for ec in ephemeral_to_start(&spec, |name| runs.contains_key(name), finished) {
+            let c = spec::ephemeral_container(ec);
+            let target = ec
+                .target_container_name
+                .as_deref()
+                .filter(|t| !t.is_empty())
+                .and_then(|t| latest(t))
+                .filter(|run| run.is_running())
+                .map(|run| run.id);
+            self.start_with(&c, 0, ip, vols, sources, target).await;
+        }
         for ic in spec.init_containers.iter().flatten() {
             match latest(&ic.name) {
                 None => {
@@ -837,6 +855,21 @@ impl Worker {
         vols: &BTreeMap<String, PathBuf>,
         sources: &Sources,
     ) {
+        self.start_with(c, attempt, ip, vols, sources, None).await;
+    }
+
+    /// [`Worker::start`], joining the process namespace of the container `target` (a runtime
+    /// id) where the runtime can: an ephemeral container's `targetContainerName`.
+    #[allow(clippy::too_many_arguments)]
+    async fn start_with(
+        &mut self,
+        c: &Container,
+        attempt: u32,
+        ip: IpAddr,
+        vols: &BTreeMap<String, PathBuf>,
+        sources: &Sources,
+        target: Option<String>,
+    ) {
         let now = Timestamp::now();
         if let Some(at) = self.retry_at.get(&c.name) {
             if now < *at {
@@ -927,6 +960,7 @@ impl Worker {
             stdin: c.stdin.unwrap_or(false),
             stdin_once: c.stdin_once.unwrap_or(false),
             tty: c.tty.unwrap_or(false),
+            target_id: target,
         };
         match self.shared.runtime.start(config).await {
             Ok(container) => {
@@ -1179,11 +1213,23 @@ impl Worker {
                 status::container_status(c, &r, waiting, ready, started)
             })
             .collect();
+        let ephemeral: Vec<_> = spec
+            .ephemeral_containers
+            .iter()
+            .flatten()
+            .map(|ec| {
+                let c = spec::ephemeral_container(ec);
+                let r = refs(&c.name);
+                let running = r.last().is_some_and(|l| l.is_running());
+                status::container_status(&c, &r, self.waiting.get(&c.name), false, running)
+            })
+            .collect();
         let observed = status::Observed {
             restart_policy: self.restart_policy(),
             init_failed: self.init_failed,
             init,
             containers,
+            ephemeral,
             pod_ip: self.pod_ip.map(|ip| ip.to_string()),
             host_ip: self.shared.config.host_ip.to_string(),
             start_time: Some(self.start_time),
@@ -1335,5 +1381,98 @@ async fn own_exit(rx: &mut broadcast::Receiver<String>, uid: &str) {
             Err(broadcast::error::RecvError::Lagged(_)) => return,
             Err(broadcast::error::RecvError::Closed) => std::future::pending::<()>().await,
         }
+    }
+}
+
+/// The ephemeral containers of `spec` to start now: those that never ran (`ran` says which
+/// names have a run, whatever its state). Ephemeral containers are never restarted, and a pod
+/// that has `finished` starts none.
+fn ephemeral_to_start<'a>(
+    spec: &'a k8s_openapi::api::core::v1::PodSpec,
+    ran: impl Fn(&str) -> bool,
+    finished: bool,
+) -> Vec<&'a k8s_openapi::api::core::v1::EphemeralContainer> {
+    if finished {
+        return Vec::new();
+    }
+    spec.ephemeral_containers
+        .iter()
+        .flatten()
+        .filter(|ec| !ran(&ec.name))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{EphemeralContainer, PodSpec};
+
+    fn spec(ephemeral: &[&str]) -> PodSpec {
+        PodSpec {
+            containers: vec![Container {
+                name: "app".into(),
+                ..Default::default()
+            }],
+            ephemeral_containers: Some(
+                ephemeral
+                    .iter()
+                    .map(|n| EphemeralContainer {
+                        name: n.to_string(),
+                        ..Default::default()
+                    })
+                    .collect(),
+            ),
+            ..Default::default()
+        }
+    }
+
+    fn names(v: Vec<&EphemeralContainer>) -> Vec<&str> {
+        v.into_iter().map(|c| c.name.as_str()).collect()
+    }
+
+    #[test]
+    fn new_ephemeral_containers_start_once() {
+        let spec = spec(&["dbg", "dbg2"]);
+        // Nothing ran yet: both start.
+        assert_eq!(
+            names(ephemeral_to_start(&spec, |_| false, false)),
+            ["dbg", "dbg2"]
+        );
+        // One has a run (running or exited, it does not matter): only the other starts.
+        assert_eq!(
+            names(ephemeral_to_start(&spec, |n| n == "dbg", false)),
+            ["dbg2"]
+        );
+        // Both ran: none is started again, exited or not.
+        assert!(ephemeral_to_start(&spec, |_| true, false).is_empty());
+    }
+
+    #[test]
+    fn finished_pods_start_no_ephemeral_containers() {
+        assert!(ephemeral_to_start(&spec(&["dbg"]), |_| false, true).is_empty());
+        assert!(ephemeral_to_start(&spec(&[]), |_| false, false).is_empty());
+        assert!(ephemeral_to_start(&PodSpec::default(), |_| false, false).is_empty());
+    }
+
+    #[test]
+    fn ephemeral_containers_run_as_containers_and_are_known_by_name() {
+        let ec = EphemeralContainer {
+            name: "dbg".into(),
+            image: Some("busybox".into()),
+            command: Some(vec!["sh".into()]),
+            stdin: Some(true),
+            target_container_name: Some("app".into()),
+            ..Default::default()
+        };
+        let c = spec::ephemeral_container(&ec);
+        assert_eq!(c.name, "dbg");
+        assert_eq!(c.image.as_deref(), Some("busybox"));
+        assert_eq!(c.command, Some(vec!["sh".to_string()]));
+        assert_eq!(c.stdin, Some(true));
+        let mut s = spec(&[]);
+        s.ephemeral_containers = Some(vec![ec]);
+        assert!(spec::has_container(&s, "dbg"));
+        assert!(spec::has_container(&s, "app"));
+        assert!(!spec::has_container(&s, "nope"));
     }
 }

@@ -402,6 +402,7 @@ mod tests {
                 stdin: false,
                 stdin_once: false,
                 tty: false,
+                target_id: None,
             })
             .await
             .unwrap();

@@ -177,6 +177,8 @@ pub struct Observed {
     pub init: Vec<ContainerStatus>,
     /// Container statuses, in spec order.
     pub containers: Vec<ContainerStatus>,
+    /// Ephemeral container statuses, in spec order (no part in the phase or readiness).
+    pub ephemeral: Vec<ContainerStatus>,
     /// The pod's IP once it has one.
     pub pod_ip: Option<String>,
     /// The node's IP.
@@ -269,6 +271,8 @@ pub fn pod_status(observed: &Observed, previous: Option<&PodStatus>, now: Timest
         start_time: observed.start_time.map(Time),
         init_container_statuses: (!observed.init.is_empty()).then(|| observed.init.clone()),
         container_statuses: Some(observed.containers.clone()),
+        ephemeral_container_statuses: (!observed.ephemeral.is_empty())
+            .then(|| observed.ephemeral.clone()),
         message: observed.message.clone(),
         qos_class: previous.and_then(|p| p.qos_class.clone()),
         ..Default::default()
@@ -345,6 +349,7 @@ mod tests {
                 stdin: false,
                 stdin_once: false,
                 tty: false,
+                target_id: None,
             },
             state,
             warnings: vec![],
@@ -474,6 +479,36 @@ mod tests {
             start_time: Some(ts(1)),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn ephemeral_containers_are_reported_apart_from_the_phase() {
+        let mut observed = one_ready_container();
+        let mut dbg = spec();
+        dbg.name = "dbg".into();
+        let exited = run(
+            0,
+            State::Exited {
+                started_at: ts(2),
+                finished_at: ts(3),
+                exit_code: 3,
+                reason: "Error".into(),
+            },
+        );
+        observed.ephemeral = vec![container_status(&dbg, &[&exited], None, false, false)];
+        let s = pod_status(&observed, None, ts(5));
+        // A debug container that failed leaves the pod Running and Ready.
+        assert_eq!(s.phase.as_deref(), Some("Running"));
+        assert!(s.container_statuses.as_ref().unwrap()[0].ready);
+        let eph = s.ephemeral_container_statuses.as_ref().unwrap();
+        assert_eq!(eph.len(), 1);
+        assert_eq!(eph[0].name, "dbg");
+        let terminated = eph[0].state.as_ref().unwrap().terminated.as_ref().unwrap();
+        assert_eq!(terminated.exit_code, 3);
+        assert!(!eph[0].ready);
+        // None: the field stays out.
+        let none = pod_status(&one_ready_container(), None, ts(5));
+        assert!(none.ephemeral_container_statuses.is_none());
     }
 
     #[test]

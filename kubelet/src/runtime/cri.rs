@@ -517,6 +517,18 @@ fn namespaces(network: cri::NamespaceMode) -> cri::NamespaceOption {
     }
 }
 
+/// A container's namespaces: [`namespaces`], or for an ephemeral container that targets another
+/// container, that container's PID namespace (`TARGET` mode, as the Kubernetes kubelet asks
+/// for it; a runtime that cannot do it fails the create).
+fn container_namespaces(network: cri::NamespaceMode, target: Option<&str>) -> cri::NamespaceOption {
+    let mut options = namespaces(network);
+    if let Some(target) = target.filter(|t| !t.is_empty()) {
+        options.pid = cri::NamespaceMode::Target as i32;
+        options.target_id = target.to_string();
+    }
+    options
+}
+
 /// The container a CRI status describes; `None` unless it runs or has exited. `known` is the
 /// config it was started with, when this kubelet started it; otherwise what the labels and
 /// annotations keep.
@@ -572,6 +584,7 @@ fn from_status(s: &cri::ContainerStatus, known: Option<&ContainerConfig>) -> Opt
         stdin: false,
         stdin_once: false,
         tty: false,
+        target_id: None,
     });
     Some(Container {
         id: s.id.clone(),
@@ -717,7 +730,10 @@ impl Runtime for CriRuntime {
                 linux: Some(cri::LinuxContainerConfig {
                     resources: Some(resources),
                     security_context: Some(cri::LinuxContainerSecurityContext {
-                        namespace_options: Some(namespaces(network)),
+                        namespace_options: Some(container_namespaces(
+                            network,
+                            config.target_id.as_deref(),
+                        )),
                         ..Default::default()
                     }),
                 }),

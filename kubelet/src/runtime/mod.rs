@@ -180,6 +180,11 @@ pub struct ContainerConfig {
     /// attach -it`).
     #[serde(default)]
     pub tty: bool,
+    /// For an ephemeral container with `targetContainerName`: the runtime id of the container
+    /// whose process namespace it joins, where the runtime can (a CRI runtime's `TARGET` PID
+    /// namespace mode; the process runtime's containers all share the host's).
+    #[serde(default)]
+    pub target_id: Option<String>,
 }
 
 /// What a container is doing.

@@ -1042,6 +1042,7 @@ mod tests {
             stdin: false,
             stdin_once: false,
             tty: false,
+            target_id: None,
         }
     }
 

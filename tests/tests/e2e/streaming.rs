@@ -668,5 +668,203 @@ spec:
         "{:?} {}",
         http_get(local, via_service),
         std::fs::read_to_string(&out).unwrap_or_default()
+
+/// `kubectl debug`: an ephemeral container added through `pods/ephemeralcontainers` runs once in
+/// the pod (here a host process), reports its status in `ephemeralContainerStatuses`, has logs
+/// under its name, can be attached to with `-i`, and can neither be removed nor changed.
+#[test]
+fn debug_adds_ephemeral_containers() {
+    let cluster = Cluster::start();
+    let k = cluster.kubectl();
+    let workdir = cluster.dir.path().join("work");
+    std::fs::create_dir_all(&workdir).unwrap();
+    k.ok_with_input(&["apply", "-f", "-"], &shell_pod("web", &workdir, None));
+    wait_ready(&k, "web");
+
+    // Discovery lists the subresource, so kubectl knows where to send its patch.
+    let resources = k.ok(&["get", "--raw", "/api/v1"]);
+    assert!(
+        resources.contains("pods/ephemeralcontainers"),
+        "{resources}"
+    );
+
+    k.ok(&[
+        "debug",
+        "web",
+        "--image=busybox",
+        "-c",
+        "dbg",
+        "--",
+        "sh",
+        "-c",
+        "echo debug-was-here; sleep 1",
+    ]);
+    let exit_code = |name: &str| {
+        k.run(&[
+            "get",
+            "pod",
+            "web",
+            "-o",
+            &format!(
+                "jsonpath={{.status.ephemeralContainerStatuses[?(@.name==\"{name}\")].state.terminated.exitCode}}"
+            ),
+        ])
+        .stdout
+    };
+    assert!(
+        eventually(Duration::from_secs(60), || exit_code("dbg") == "0"),
+        "the debug container never finished: {}",
+        k.run(&["get", "pod", "web", "-o", "yaml"]).stdout
+    );
+    assert_eq!(k.ok(&["logs", "web", "-c", "dbg"]), "debug-was-here\n");
+    // It is not restarted, and the pod's own container went on undisturbed.
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        k.ok(&[
+            "get",
+            "pod",
+            "web",
+            "-o",
+            "jsonpath={.status.phase} {.status.containerStatuses[0].restartCount} {.status.ephemeralContainerStatuses[0].restartCount} {.status.ephemeralContainerStatuses[0].state.terminated.reason}"
+        ]),
+        "Running 0 0 Completed"
+    );
+    assert_eq!(k.ok(&["logs", "web", "-c", "dbg"]), "debug-was-here\n");
+
+    // The subresource reads as the pod.
+    let through = k.ok(&[
+        "get",
+        "--raw",
+        "/api/v1/namespaces/default/pods/web/ephemeralcontainers",
+    ]);
+    let pod: serde_json::Value = serde_json::from_str(&through).unwrap();
+    assert_eq!(pod["kind"], "Pod");
+    assert_eq!(pod["spec"]["ephemeralContainers"][0]["name"], "dbg");
+    assert_eq!(
+        pod["spec"]["ephemeralContainers"][0]["command"],
+        serde_json::json!(["sh", "-c", "echo debug-was-here; sleep 1"])
+    );
+
+    // Removing it through the subresource is refused with 422 ... (no resourceVersion: a status
+    // report in between must not turn the answer into a conflict)
+    let mut pod = pod;
+    pod["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("resourceVersion");
+    let mut removed = pod.clone();
+    removed["spec"]["ephemeralContainers"] = serde_json::json!([]);
+    let file = cluster.dir.path().join("removed.json");
+    std::fs::write(&file, removed.to_string()).unwrap();
+    let run = k.run(&[
+        "replace",
+        "--raw",
+        "/api/v1/namespaces/default/pods/web/ephemeralcontainers",
+        "-f",
+        file.to_str().unwrap(),
+        "-v=6",
+    ]);
+    let said = format!("{}{}", run.stdout, run.stderr);
+    assert!(!run.ok, "{said}");
+    assert!(said.contains("422"), "{said}");
+    assert!(
+        said.contains("existing ephemeral containers \\\"dbg\\\" may not be removed")
+            || said.contains("existing ephemeral containers \"dbg\" may not be removed"),
+        "{said}"
+    );
+    // ... and so is changing it ...
+    let mut changed = pod.clone();
+    changed["spec"]["ephemeralContainers"][0]["image"] = serde_json::json!("alpine");
+    std::fs::write(&file, changed.to_string()).unwrap();
+    let run = k.run(&[
+        "replace",
+        "--raw",
+        "/api/v1/namespaces/default/pods/web/ephemeralcontainers",
+        "-f",
+        file.to_str().unwrap(),
+        "-v=6",
+    ]);
+    let said = format!("{}{}", run.stdout, run.stderr);
+    assert!(!run.ok, "{said}");
+    assert!(said.contains("422"), "{said}");
+    assert!(said.contains("may not be changed"), "{said}");
+    // ... and so is an edit of the pod itself that drops it.
+    let mut edited = pod.clone();
+    edited["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("ephemeralContainers");
+    let run = k.run_with_input(&["replace", "-f", "-", "-v=6"], &edited.to_string());
+    let said = format!("{}{}", run.stdout, run.stderr);
+    assert!(!run.ok, "{said}");
+    assert!(said.contains("422"), "{said}");
+    assert!(
+        said.contains("pod updates may not change fields other than"),
+        "{said}"
+    );
+    assert_eq!(
+        k.ok(&[
+            "get",
+            "pod",
+            "web",
+            "-o",
+            "jsonpath={.spec.ephemeralContainers[*].name}"
+        ]),
+        "dbg"
+    );
+
+    // A bad one is refused: a target that is not one of the pod's containers.
+    let run = k.run(&[
+        "debug",
+        "web",
+        "--image=busybox",
+        "-c",
+        "lost",
+        "--target=nope",
+        "--",
+        "true",
+    ]);
+    let said = format!("{}{}", run.stdout, run.stderr);
+    assert!(!run.ok, "{said}");
+    assert!(
+        said.contains("spec.ephemeralContainers[1].targetContainerName: Not found: \"nope\""),
+        "{said}"
+    );
+
+    // Interactive, aimed at the pod's container: kubectl waits for it to run, then attaches.
+    let (code, out, err) = kubectl_code(
+        &k,
+        &[
+            "debug",
+            "-i",
+            "web",
+            "--image=busybox",
+            "-c",
+            "dbg2",
+            "--target=main",
+            "--",
+            "sh",
+            "-c",
+            "read x; echo got-$x",
+        ],
+        b"hello\n",
+    );
+    let out = String::from_utf8_lossy(&out);
+    assert_eq!(code, 0, "{out} {err}");
+    assert!(out.contains("got-hello"), "{out} {err}");
+    assert!(
+        eventually(Duration::from_secs(30), || exit_code("dbg2") == "0"),
+        "the attached debug container never finished: {}",
+        k.run(&["get", "pod", "web", "-o", "yaml"]).stdout
+    );
+    assert_eq!(
+        k.ok(&[
+            "get",
+            "pod",
+            "web",
+            "-o",
+            "jsonpath={.spec.ephemeralContainers[1].targetContainerName}"
+        ]),
+        "main"
     );
 }
