@@ -485,6 +485,27 @@ impl Default for ServiceRanges {
 }
 
 impl ServiceRanges {
+    /// The default NodePort range with the ClusterIPs of `cidr` (`A.B.C.D/N`, IPv4, from /8 to
+    /// /28), as `--service-cluster-ip-range` gives it; the base is the network address.
+    pub fn with_cluster_ip_range(cidr: &str) -> std::result::Result<ServiceRanges, String> {
+        let bad =
+            || format!("invalid service range {cidr:?}: want an IPv4 CIDR such as 127.96.0.0/14");
+        let (ip, prefix) = cidr.split_once('/').ok_or_else(bad)?;
+        let ip: Ipv4Addr = ip.trim().parse().map_err(|_| bad())?;
+        let prefix: u8 = prefix.trim().parse().map_err(|_| bad())?;
+        if !(8..=28).contains(&prefix) {
+            return Err(format!(
+                "invalid service range {cidr:?}: the prefix must be from /8 to /28"
+            ));
+        }
+        let mask = u32::MAX << (32 - u32::from(prefix));
+        Ok(ServiceRanges {
+            cluster_ip_base: Ipv4Addr::from(u32::from(ip) & mask),
+            cluster_ip_prefix: prefix,
+            ..ServiceRanges::default()
+        })
+    }
+
     fn ip_count(&self) -> u32 {
         1u32 << (32 - u32::from(self.cluster_ip_prefix))
     }
@@ -1025,6 +1046,26 @@ pub(crate) fn forbidden(a: &Attributes<'_>, why: impl std::fmt::Display) -> Erro
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn service_ranges_come_from_a_cidr() {
+        let r = ServiceRanges::with_cluster_ip_range("127.98.3.7/24").unwrap();
+        assert_eq!(r.cluster_ip_base, Ipv4Addr::new(127, 98, 3, 0));
+        assert_eq!(r.kubernetes_ip(), Ipv4Addr::new(127, 98, 3, 1));
+        assert!(r.contains(Ipv4Addr::new(127, 98, 3, 254)));
+        assert!(!r.contains(Ipv4Addr::new(127, 98, 3, 255)));
+        assert!(!r.contains(Ipv4Addr::new(127, 96, 0, 1)));
+        assert_eq!(r.node_ports, ServiceRanges::default().node_ports);
+        for bad in [
+            "127.98.0.0",
+            "127.98.0.0/33",
+            "127.98.0.0/30",
+            "fd00::/64",
+            "x/16",
+        ] {
+            assert!(ServiceRanges::with_cluster_ip_range(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn pods_get_the_projected_token_in_every_container_that_lacks_one() {

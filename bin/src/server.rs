@@ -103,6 +103,11 @@ pub struct ApiArgs {
     #[arg(long, value_parser = parse_duration, env = "SKIFF_SERVICE_ACCOUNT_MAX_TOKEN_EXPIRATION")]
     pub service_account_max_token_expiration: Option<Duration>,
 
+    /// The ClusterIPs Services get (an IPv4 CIDR); the first is the `kubernetes` Service's. Give
+    /// `--dns-service-ip` an address inside it too.
+    #[arg(long, default_value = "127.96.0.0/14", value_parser = skiff_api::admission::ServiceRanges::with_cluster_ip_range, env = "SKIFF_SERVICE_CLUSTER_IP_RANGE")]
+    pub service_cluster_ip_range: skiff_api::admission::ServiceRanges,
+
     #[command(flatten, next_help_heading = "Datastore")]
     pub datastore: crate::datastore::DatastoreArgs,
 }
@@ -235,11 +240,7 @@ pub async fn run(args: ApiArgs, plan: Plan) -> Result<()> {
     // In-cluster clients (pods with their service-account token) reach the API server at the
     // `kubernetes` Service's ClusterIP, so the serving certificate names it, as kube-apiserver's.
     let mut sans = args.tls_san.clone();
-    sans.push(
-        skiff_api::admission::ServiceRanges::default()
-            .kubernetes_ip()
-            .to_string(),
-    );
+    sans.push(args.service_cluster_ip_range.kubernetes_ip().to_string());
     let pki = tls::Pki::load_or_create(&data_dir.join("pki"), &tls::default_sans(&sans))
         .context("cannot set up the cluster's certificates")?;
     let authenticator = Arc::new(
@@ -288,6 +289,7 @@ pub async fn run(args: ApiArgs, plan: Plan) -> Result<()> {
         },
         create_system_namespaces: !plan.paused,
         shared_store: etcd_backed,
+        service_ranges: args.service_cluster_ip_range.clone(),
         service_accounts: skiff_api::serviceaccount::Settings {
             issuer: args.service_account_issuer.clone(),
             api_audiences: args.api_audiences.clone(),

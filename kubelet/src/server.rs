@@ -116,6 +116,11 @@ pub fn routes(
     let port_forward = warp::path!("portForward" / String / String)
         .and(warp::get().or(warp::post()).unify())
         .and(auth.clone())
+        .and(
+            warp::query::<Vec<(String, String)>>()
+                .or(warp::any().map(Vec::new))
+                .unify(),
+        )
         .and(warp::header::headers_cloned())
         .and(warp::ext::optional::<hyper::upgrade::OnUpgrade>())
         .and(warp::ws().map(Some).or(warp::any().map(|| None)).unify())
@@ -123,10 +128,11 @@ pub fn routes(
             |namespace: String,
              name: String,
              state: State,
+             query: Vec<(String, String)>,
              headers: warp::http::HeaderMap,
              upgrade: Option<hyper::upgrade::OnUpgrade>,
              ws: Option<warp::ws::Ws>| {
-                port_forward(&state, &namespace, &name, &headers, upgrade, ws)
+                port_forward(&state, &namespace, &name, &query, &headers, upgrade, ws)
             },
         );
     let logs = warp::path!("containerLogs" / String / String / String)
@@ -310,11 +316,14 @@ const PORT_FORWARD_PROTOCOL: &str = "portforward.k8s.io";
 
 /// `/portForward/{namespace}/{pod}`: SPDY streams to the pod's ports (see
 /// [`crate::stream::portforward`]), over a WebSocket tunnel (`SPDY/3.1+portforward.k8s.io`)
-/// or a plain HTTP upgrade to `SPDY/3.1`.
+/// or a plain HTTP upgrade to `SPDY/3.1`; or the WebSocket channels of client libraries for the
+/// ports the query names (see [`crate::stream::port_channels`]).
+#[allow(clippy::too_many_arguments)]
 fn port_forward(
     state: &State,
     namespace: &str,
     name: &str,
+    query: &[(String, String)],
     headers: &warp::http::HeaderMap,
     upgrade: Option<hyper::upgrade::OnUpgrade>,
     ws: Option<warp::ws::Ws>,
@@ -362,11 +371,32 @@ fn port_forward(
         .collect();
     if let Some(ws) = ws {
         if !offered.contains(&SPDY_OVER_WEBSOCKET) {
-            return status(
-                StatusCode::BAD_REQUEST,
-                "BadRequest",
-                format!("port-forward over WebSocket is served as {SPDY_OVER_WEBSOCKET} only"),
-            );
+            use crate::stream::port_channels::{self, Framing};
+            let Some((framing, protocol)) = Framing::negotiate(&offered) else {
+                return status(
+                    StatusCode::BAD_REQUEST,
+                    "BadRequest",
+                    format!(
+                        "port-forward over WebSocket speaks {SPDY_OVER_WEBSOCKET}, {} or {}, not {offered:?}",
+                        port_channels::BINARY_PROTOCOL,
+                        port_channels::BASE64_PROTOCOL
+                    ),
+                );
+            };
+            let ports = match port_channels::ports(query) {
+                Ok(ports) => ports,
+                Err(message) => return status(StatusCode::BAD_REQUEST, "BadRequest", message),
+            };
+            let reply = ws.on_upgrade(move |socket| {
+                port_channels::serve(socket, framing, ports, dial, label)
+            });
+            return match protocol {
+                Some(protocol) => {
+                    warp::reply::with_header(reply, "sec-websocket-protocol", protocol)
+                        .into_response()
+                }
+                None => reply.into_response(),
+            };
         }
         let reply = ws.on_upgrade(move |socket| {
             let (input, output) = portforward::from_websocket(socket);

@@ -3,11 +3,13 @@
 //! [`channel`] is the wire format, pure. [`run`] drives one session: it starts the command when
 //! the upgrade completed, copies stdin and resize messages in and stdout/stderr out, ends with the
 //! exit `Status` on the error channel and a normal Close, and kills the command when the client
-//! goes away first (the [`Session`]'s guard). [`portforward`] serves `kubectl port-forward`.
+//! goes away first (the [`Session`]'s guard). [`portforward`] serves `kubectl port-forward`,
+//! [`port_channels`] the WebSocket port-forward of client libraries.
 //! [`remote`] is the client side of the same protocols, for runtimes that stream from a server of
 //! their own (CRI).
 
 pub mod channel;
+pub mod port_channels;
 pub mod portforward;
 pub mod remote;
 pub mod spdy;

@@ -306,7 +306,11 @@ const MOUNT: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 
 #[tokio::test]
 async fn pods_get_a_projected_token_and_use_it_in_cluster() {
-    let cluster = TestCluster::start_server(&[]);
+    // A Service range of its own: other tests' servers on this machine hold 127.96.0.1:443.
+    let cluster = TestCluster::start_server(&[
+        "--service-cluster-ip-range=127.98.7.0/24",
+        "--dns-service-ip=127.98.7.10",
+    ]);
     let k = cluster.kubectl();
     k.ok(&[
         "create",

@@ -868,3 +868,91 @@ fn debug_adds_ephemeral_containers() {
         "main"
     );
 }
+
+/// The Python client's `stream` (exec with stdin, separate stdout and stderr, the exit code) and
+/// `portforward` (WebSocket channels, not kubectl's SPDY) through the API server.
+#[test]
+fn python_client_execs_and_forwards_ports() {
+    let cluster = Cluster::start();
+    let k = cluster.kubectl();
+    let site = cluster.dir.path().join("py-site");
+    std::fs::create_dir_all(&site).unwrap();
+    std::fs::write(site.join("hello.txt"), "hello to python\n").unwrap();
+    let pod_port = skiff_tests::free_port();
+    k.ok_with_input(
+        &["apply", "-f", "-"],
+        &format!(
+            r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: web}}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: http
+    image: python
+    command: ["python3", "-m", "http.server", "{pod_port}", "--bind", "0.0.0.0"]
+    workingDir: {site}
+    readinessProbe: {{tcpSocket: {{port: {pod_port}}}, periodSeconds: 1}}
+"#,
+            site = site.display()
+        ),
+    );
+    wait_ready(&k, "web");
+    let script = r#"
+import sys
+from kubernetes import client, config
+from kubernetes.stream import stream, portforward
+config.load_kube_config(sys.argv[1])
+port = int(sys.argv[2])
+v1 = client.CoreV1Api()
+
+resp = stream(v1.connect_get_namespaced_pod_exec, "web", "default",
+              command=["sh", "-c", "read line; echo got:$line; echo oops >&2; exit 3"],
+              stdin=True, stdout=True, stderr=True, tty=False, _preload_content=False)
+resp.write_stdin("hello\n")
+resp.run_forever(timeout=30)
+out, err = resp.read_stdout(), resp.read_stderr()
+assert out == "got:hello\n", repr(out)
+assert err == "oops\n", repr(err)
+assert resp.returncode == 3, resp.returncode
+
+for attempt in range(3):
+    pf = portforward(v1.connect_get_namespaced_pod_portforward, "web", "default", ports=str(port))
+    sock = pf.socket(port)
+    sock.setblocking(True)
+    sock.sendall(b"GET /hello.txt HTTP/1.0\r\nHost: pod\r\n\r\n")
+    answer = b""
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        answer += chunk
+    sock.close()
+    assert answer.startswith(b"HTTP/1.0 200"), answer
+    assert answer.endswith(b"hello to python\n"), answer
+    assert pf.error(port) is None, pf.error(port)
+
+# A port nobody listens on: the error channel says so.
+pf = portforward(v1.connect_get_namespaced_pod_portforward, "web", "default", ports="1")
+sock = pf.socket(1)
+sock.setblocking(True)
+while sock.recv(65536):
+    pass
+assert pf.error(1) and "error forwarding port 1" in pf.error(1), pf.error(1)
+print("ok")
+"#;
+    let out = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(&cluster.kubeconfig)
+        .arg(pod_port.to_string())
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "python client failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
