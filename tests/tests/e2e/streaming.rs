@@ -668,6 +668,8 @@ spec:
         "{:?} {}",
         http_get(local, via_service),
         std::fs::read_to_string(&out).unwrap_or_default()
+    );
+}
 
 /// `kubectl debug`: an ephemeral container added through `pods/ephemeralcontainers` runs once in
 /// the pod (here a host process), reports its status in `ephemeralContainerStatuses`, has logs
