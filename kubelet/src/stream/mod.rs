@@ -99,7 +99,9 @@ where
                 if message.is_close() {
                     break None;
                 }
-                if !message.is_binary() {
+                // Text frames carry channel bytes too: the Python client sends a `str` written
+                // to stdin as one, and Kubernetes reads both kinds alike.
+                if !message.is_binary() && !message.is_text() {
                     continue;
                 }
                 match channel::decode(protocol, message.as_bytes()) {

@@ -70,12 +70,15 @@ impl Framing {
     }
 
     /// The channel and bytes of a client's message; `None` for messages that carry none (pings,
-    /// an empty message, text in a binary session, bad base64).
+    /// an empty message, binary in a base64 session, bad base64).
     pub fn decode(self, message: &Message) -> Option<(u8, Vec<u8>)> {
         let bytes = message.as_bytes();
         let (&first, rest) = bytes.split_first()?;
         match self {
-            Framing::Binary if message.is_binary() => Some((first, rest.to_vec())),
+            // Text frames are read like binary ones, as Kubernetes reads them.
+            Framing::Binary if message.is_binary() || message.is_text() => {
+                Some((first, rest.to_vec()))
+            }
             Framing::Base64 if message.is_text() => {
                 let channel = first.checked_sub(b'0').filter(|c| *c <= 9)?;
                 let data = base64::engine::general_purpose::STANDARD
@@ -267,8 +270,12 @@ mod tests {
         assert_eq!(Framing::Base64.decode(&m), Some((2, b"hello".to_vec())));
 
         // What carries no channel's bytes is passed over.
+        assert_eq!(Framing::Binary.decode(&Message::ping(Vec::new())), None);
         assert_eq!(Framing::Binary.decode(&Message::binary(Vec::new())), None);
-        assert_eq!(Framing::Binary.decode(&Message::text("0abc")), None);
+        assert_eq!(
+            Framing::Binary.decode(&Message::text("\u{0}abc")),
+            Some((0, b"abc".to_vec()))
+        );
         assert_eq!(Framing::Base64.decode(&Message::text("0!!")), None);
         assert_eq!(Framing::Base64.decode(&Message::text("x")), None);
     }

@@ -944,9 +944,9 @@ while sock.recv(65536):
 assert pf.error(1) and "error forwarding port 1" in pf.error(1), pf.error(1)
 print("ok")
 "#;
-    let out = std::process::Command::new("python3")
-        .arg("-c")
-        .arg(script)
+    // Bounded: a stream that never ends must fail the test, not hang the suite.
+    let out = std::process::Command::new("timeout")
+        .args(["120", "python3", "-c", script])
         .arg(&cluster.kubeconfig)
         .arg(pod_port.to_string())
         .output()
