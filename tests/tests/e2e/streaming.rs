@@ -438,13 +438,13 @@ fn http_get(port: u16, path: &str) -> std::io::Result<String> {
     Ok(answer)
 }
 
-#[test]
-fn port_forward_carries_many_http_requests() {
-    let cluster = Cluster::start();
-    let k = cluster.kubectl();
+/// Starts pod `web` (label `app: web`): a Python HTTP server on a free port (returned, and named
+/// `http` among the container's ports), serving `hello.txt` with `hello`, Ready once the port
+/// answers; `more` is YAML applied with it (`---` first). Waits until the pod is Ready.
+fn web_pod(cluster: &Cluster, k: &Kubectl, hello: &str, more: &str) -> u16 {
     let site = cluster.dir.path().join("site");
     std::fs::create_dir_all(&site).unwrap();
-    std::fs::write(site.join("hello.txt"), "hello through the tunnel\n").unwrap();
+    std::fs::write(site.join("hello.txt"), hello).unwrap();
     let pod_port = skiff_tests::free_port();
     k.ok_with_input(
         &["apply", "-f", "-"],
@@ -452,7 +452,7 @@ fn port_forward_carries_many_http_requests() {
             r#"
 apiVersion: v1
 kind: Pod
-metadata: {{name: web}}
+metadata: {{name: web, labels: {{app: web}}}}
 spec:
   terminationGracePeriodSeconds: 1
   containers:
@@ -460,11 +460,21 @@ spec:
     image: python
     command: ["python3", "-m", "http.server", "{pod_port}", "--bind", "0.0.0.0"]
     workingDir: {site}
-"#,
+    ports: [{{name: http, containerPort: {pod_port}}}]
+    readinessProbe: {{tcpSocket: {{port: {pod_port}}}, periodSeconds: 1}}
+{more}"#,
             site = site.display()
         ),
     );
-    wait_ready(&k, "web");
+    wait_ready(k, "web");
+    pod_port
+}
+
+#[test]
+fn port_forward_carries_many_http_requests() {
+    let cluster = Cluster::start();
+    let k = cluster.kubectl();
+    let pod_port = web_pod(&cluster, &k, "hello through the tunnel\n", "");
     let local = skiff_tests::free_port();
     let out = cluster.dir.path().join("port-forward.log");
     let mut forward = k.spawn(
@@ -568,45 +578,27 @@ spec:
 fn proxy_subresources_reach_pods_services_and_kubelets() {
     let cluster = Cluster::start();
     let k = cluster.kubectl();
-    let site = cluster.dir.path().join("proxied");
-    std::fs::create_dir_all(&site).unwrap();
-    std::fs::write(site.join("hello.txt"), "hello through the API server\n").unwrap();
-    let pod_port = skiff_tests::free_port();
-    k.ok_with_input(
-        &["apply", "-f", "-"],
-        &format!(
-            r#"
-apiVersion: v1
-kind: Pod
-metadata: {{name: web, labels: {{app: web}}}}
-spec:
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: http
-    image: python
-    command: ["python3", "-m", "http.server", "{pod_port}", "--bind", "0.0.0.0"]
-    workingDir: {site}
-    ports: [{{name: http, containerPort: {pod_port}}}]
-    readinessProbe: {{tcpSocket: {{port: {pod_port}}}, periodSeconds: 1}}
+    let pod_port = web_pod(
+        &cluster,
+        &k,
+        "hello through the API server\n",
+        r#"
 ---
 apiVersion: v1
 kind: Service
-metadata: {{name: web}}
+metadata: {name: web}
 spec:
-  selector: {{app: web}}
-  ports: [{{name: http, port: 80, targetPort: http}}]
+  selector: {app: web}
+  ports: [{name: http, port: 80, targetPort: http}]
 ---
 apiVersion: v1
 kind: Service
-metadata: {{name: nobody}}
+metadata: {name: nobody}
 spec:
-  selector: {{app: nobody}}
-  ports: [{{port: 80}}]
+  selector: {app: nobody}
+  ports: [{port: 80}]
 "#,
-            site = site.display()
-        ),
     );
-    wait_ready(&k, "web");
     let hello = "hello through the API server\n";
     // The pod: its first container port, a port by number, the path after `proxy`.
     for path in [
@@ -877,30 +869,7 @@ fn debug_adds_ephemeral_containers() {
 fn python_client_execs_and_forwards_ports() {
     let cluster = Cluster::start();
     let k = cluster.kubectl();
-    let site = cluster.dir.path().join("py-site");
-    std::fs::create_dir_all(&site).unwrap();
-    std::fs::write(site.join("hello.txt"), "hello to python\n").unwrap();
-    let pod_port = skiff_tests::free_port();
-    k.ok_with_input(
-        &["apply", "-f", "-"],
-        &format!(
-            r#"
-apiVersion: v1
-kind: Pod
-metadata: {{name: web}}
-spec:
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: http
-    image: python
-    command: ["python3", "-m", "http.server", "{pod_port}", "--bind", "0.0.0.0"]
-    workingDir: {site}
-    readinessProbe: {{tcpSocket: {{port: {pod_port}}}, periodSeconds: 1}}
-"#,
-            site = site.display()
-        ),
-    );
-    wait_ready(&k, "web");
+    let pod_port = web_pod(&cluster, &k, "hello to python\n", "");
     let script = r#"
 import sys
 from kubernetes import client, config
