@@ -16,8 +16,12 @@
 //! on the histories real systems produce.
 //!
 //! An operation whose client never saw an answer (a timeout, a crash of the server) has an
-//! [`Outcome::Unknown`]: it may have taken effect at any moment after its call, or never. The model
-//! decides what such a step does to the state ([`Model::step`] gets no output to compare).
+//! [`Outcome::Unknown`]: it may have taken effect at any moment after its call, or never; or, when
+//! the server is known to have died at some moment, [`Outcome::Lost`]: it took effect before that
+//! moment or never. The model decides what such a step does to the state ([`Model::step`] gets no
+//! output to compare). A lost operation ends in a deadline entry: reaching it with the operation
+//! still unplaced means deciding that it never happened, a choice the search can undo like any
+//! other.
 //!
 //! ```text
 //!   client 0:  |-- put x=1 --|
@@ -68,6 +72,30 @@ pub enum Outcome<O> {
     },
     /// No answer: the operation may have taken effect at any time after its call, or never.
     Unknown,
+    /// No answer, and the server that had it died at time `by`: the operation took effect
+    /// between its call and `by`, or never.
+    Lost {
+        /// When the server died (same clock as [`Operation::call`]).
+        by: u64,
+    },
+}
+
+impl<O> Outcome<O> {
+    fn output(&self) -> Option<&O> {
+        match self {
+            Outcome::Returned { output, .. } => Some(output),
+            Outcome::Unknown | Outcome::Lost { .. } => None,
+        }
+    }
+
+    /// Where the operation's second entry in the time-ordered list goes, and its kind.
+    fn end(&self) -> Option<(u64, End)> {
+        match *self {
+            Outcome::Returned { at, .. } => Some((at, End::Return)),
+            Outcome::Lost { by } => Some((by, End::Deadline)),
+            Outcome::Unknown => None,
+        }
+    }
 }
 
 /// One operation of a history.
@@ -126,11 +154,11 @@ pub fn check<M: Model>(
     let mut state = model.init();
     let mut linearized = Bits::new(history.len());
     let mut seen: HashSet<(Bits, M::State)> = HashSet::new();
-    // Each linearized operation with the state before it and the list position of its call.
-    let mut stack: Vec<(usize, M::State, usize)> = Vec::new();
-    let mut returns_left = history
+    let mut stack: Vec<Placed<M::State>> = Vec::new();
+    // Operations still to be placed (returned) or decided (lost).
+    let mut ends_left = history
         .iter()
-        .filter(|op| matches!(op.outcome, Outcome::Returned { .. }))
+        .filter(|op| op.outcome.end().is_some())
         .count();
     let mut furthest = Counterexample {
         prefix: Vec::new(),
@@ -139,67 +167,117 @@ pub fn check<M: Model>(
     let mut cursor = list.first();
     let mut steps: u64 = 0;
     loop {
-        if returns_left == 0 {
+        if ends_left == 0 {
             return Verdict::Linearizable {
-                order: stack.into_iter().map(|(op, _, _)| op).collect(),
+                order: stack
+                    .into_iter()
+                    .filter(|placed| placed.took_effect)
+                    .map(|placed| placed.op)
+                    .collect(),
             };
         }
         steps += 1;
         if steps % 4096 == 0 && budget.is_some_and(|b| started.elapsed() > b) {
             return Verdict::Undecided;
         }
-        // A return is left (returns_left > 0), so the scan meets one before the list's end.
+        // An end is left (ends_left > 0), so the scan meets one before the list's end.
         debug_assert_ne!(cursor, list.head());
         let entry = list.entries[cursor];
-        if entry.is_call {
-            let op = &history[entry.op];
-            let output = match &op.outcome {
-                Outcome::Returned { output, .. } => Some(output),
-                Outcome::Unknown => None,
-            };
-            if let Some(next) = model.step(&state, &op.input, output) {
-                let mut bits = linearized.clone();
-                bits.set(entry.op);
-                if seen.insert((bits.clone(), next.clone())) {
-                    stack.push((entry.op, std::mem::replace(&mut state, next), cursor));
-                    linearized = bits;
-                    if output.is_some() {
-                        returns_left -= 1;
-                    }
-                    list.lift(entry.op);
-                    cursor = list.first();
-                    continue;
+        // The state after this entry's operation, if it can be placed here: a call takes effect
+        // now; a lost operation's deadline, reached with the operation unplaced, means it never
+        // took effect.
+        let placed = match entry.kind {
+            Kind::Call => {
+                let op = &history[entry.op];
+                model
+                    .step(&state, &op.input, op.outcome.output())
+                    .map(|next| (next, true))
+            }
+            Kind::End(End::Deadline) => Some((state.clone(), false)),
+            Kind::End(End::Return) => None,
+        };
+        if let Some((next, took_effect)) = placed {
+            let mut bits = linearized.clone();
+            bits.set(entry.op);
+            if seen.insert((bits.clone(), next.clone())) {
+                stack.push(Placed {
+                    op: entry.op,
+                    before: std::mem::replace(&mut state, next),
+                    at: list.positions[entry.op].0,
+                    took_effect,
+                });
+                linearized = bits;
+                if history[entry.op].outcome.end().is_some() {
+                    ends_left -= 1;
                 }
+                list.lift(entry.op);
+                cursor = list.first();
+                continue;
             }
+            if took_effect {
+                cursor = list.next[cursor];
+                continue;
+            }
+        } else if entry.kind == Kind::Call {
             cursor = list.next[cursor];
-        } else {
-            // The first return left: its operation must come before anything later, and no
-            // placement of the calls before it worked. Undo the newest choice and try the next.
-            if stack.len() >= furthest.prefix.len() {
-                furthest = Counterexample {
-                    prefix: stack.iter().map(|(op, _, _)| *op).collect(),
-                    blocked: entry.op,
-                };
-            }
-            let Some((op, before, call_at)) = stack.pop() else {
-                return Verdict::NotLinearizable(furthest);
-            };
-            list.unlift(op);
-            linearized.clear(op);
-            if matches!(history[op].outcome, Outcome::Returned { .. }) {
-                returns_left += 1;
-            }
-            state = before;
-            cursor = list.next[call_at];
+            continue;
         }
+        // The first end left: its operation must be placed before anything later, and no
+        // placement of the calls before it worked. Undo the newest choice and try the next.
+        if stack.len() >= furthest.prefix.len() {
+            furthest = Counterexample {
+                prefix: stack
+                    .iter()
+                    .filter(|p| p.took_effect)
+                    .map(|p| p.op)
+                    .collect(),
+                blocked: entry.op,
+            };
+        }
+        let Some(undone) = stack.pop() else {
+            return Verdict::NotLinearizable(furthest);
+        };
+        list.unlift(undone.op);
+        linearized.clear(undone.op);
+        if history[undone.op].outcome.end().is_some() {
+            ends_left += 1;
+        }
+        state = undone.before;
+        cursor = list.next[undone.at];
     }
 }
 
-/// One call or return in the time-ordered list.
+/// A choice of the search: an operation placed (or, for a lost one, decided never to happen).
+struct Placed<S> {
+    op: usize,
+    /// The state before it.
+    before: S,
+    /// The list position of its call, where the search goes on after undoing it.
+    at: usize,
+    /// Whether it took effect (false: a lost operation that never happened).
+    took_effect: bool,
+}
+
+/// One call or end in the time-ordered list.
 #[derive(Clone, Copy, Debug)]
 struct Entry {
     op: usize,
-    is_call: bool,
+    kind: Kind,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Kind {
+    Call,
+    End(End),
+}
+
+/// How an operation's interval ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum End {
+    /// Its answer arrived.
+    Return,
+    /// Its server died: placed before this or never.
+    Deadline,
 }
 
 /// The calls and returns sorted by time, as a doubly linked list over an array (index `len` is
@@ -208,20 +286,20 @@ struct Entries {
     entries: Vec<Entry>,
     next: Vec<usize>,
     prev: Vec<usize>,
-    /// Per operation: the positions of its call and (if it returned) its return.
+    /// Per operation: the positions of its call and (if it has one) its end.
     positions: Vec<(usize, Option<usize>)>,
 }
 
 impl Entries {
     fn new<I, O>(history: &[Operation<I, O>]) -> Entries {
-        let mut timed: Vec<(u64, bool, usize)> = Vec::with_capacity(history.len() * 2);
+        let mut timed: Vec<(u64, Kind, usize)> = Vec::with_capacity(history.len() * 2);
         for (i, op) in history.iter().enumerate() {
-            // At equal times a call sorts before a return: the two are taken as overlapping,
+            // At equal times a call sorts before an end: the two are taken as overlapping,
             // the reading that accuses nobody on a coarse clock.
-            timed.push((op.call, false, i));
-            if let Outcome::Returned { at, .. } = op.outcome {
-                assert!(at >= op.call, "operation {i} returned before it was called");
-                timed.push((at, true, i));
+            timed.push((op.call, Kind::Call, i));
+            if let Some((at, end)) = op.outcome.end() {
+                assert!(at >= op.call, "operation {i} ended before it was called");
+                timed.push((at, Kind::End(end), i));
             }
         }
         timed.sort();
@@ -230,16 +308,13 @@ impl Entries {
         let entries: Vec<Entry> = timed
             .iter()
             .enumerate()
-            .map(|(at, &(_, is_return, op))| {
-                if is_return {
-                    positions[op].1 = Some(at);
-                } else {
+            .map(|(at, &(_, kind, op))| {
+                if kind == Kind::Call {
                     positions[op].0 = at;
+                } else {
+                    positions[op].1 = Some(at);
                 }
-                Entry {
-                    op,
-                    is_call: !is_return,
-                }
+                Entry { op, kind }
             })
             .collect();
         let next = (0..=len)
@@ -281,7 +356,7 @@ impl Entries {
         self.prev[n] = at;
     }
 
-    /// Takes an operation's call and return out of the list.
+    /// Takes an operation's call and end out of the list.
     fn lift(&mut self, op: usize) {
         let (call, ret) = self.positions[op];
         self.unlink(call);

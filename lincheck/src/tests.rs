@@ -169,6 +169,54 @@ fn an_unanswered_write_may_have_happened_or_not_but_only_once() {
 }
 
 #[test]
+fn a_write_lost_with_its_server_happened_before_the_crash_or_never() {
+    let lost_by = |client, input, call, by| Operation {
+        client,
+        input,
+        call,
+        outcome: Outcome::Lost { by },
+    };
+    // Seen before the crash, or not at all: both fine.
+    let h = [
+        lost_by(0, Call::Write(1), 0, 10),
+        op(1, Call::Read, 2, Answer::Value(1), 3),
+        op(1, Call::Read, 20, Answer::Value(1), 21),
+    ];
+    assert!(verdict(&h).is_linearizable());
+    let h = [
+        lost_by(0, Call::Write(1), 0, 10),
+        op(1, Call::Read, 20, Answer::Value(0), 21),
+    ];
+    assert_eq!(verdict(&h), Verdict::Linearizable { order: vec![1] });
+    // Not seen before the crash but seen after it: it came back from the dead.
+    let h = [
+        lost_by(0, Call::Write(1), 0, 10),
+        op(1, Call::Read, 11, Answer::Value(0), 12),
+        op(1, Call::Read, 20, Answer::Value(1), 21),
+    ];
+    assert!(matches!(verdict(&h), Verdict::NotLinearizable(_)));
+    // The same history is fine when the outcome is merely unknown (the server lives on).
+    let h = [
+        lost(0, Call::Write(1), 0),
+        op(1, Call::Read, 11, Answer::Value(0), 12),
+        op(1, Call::Read, 20, Answer::Value(1), 21),
+    ];
+    assert!(verdict(&h).is_linearizable());
+    // A lost compare-and-set that must have happened for a later read to make sense.
+    let h = [
+        op(0, Call::Write(5), 0, Answer::Done, 1),
+        lost_by(1, Call::Cas(5, 6), 2, 10),
+        op(2, Call::Read, 11, Answer::Value(6), 12),
+    ];
+    assert_eq!(
+        verdict(&h),
+        Verdict::Linearizable {
+            order: vec![0, 1, 2]
+        }
+    );
+}
+
+#[test]
 fn an_operation_cannot_take_effect_before_its_call() {
     let h = [
         op(0, Call::Read, 0, Answer::Value(1), 5),
