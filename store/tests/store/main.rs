@@ -9,6 +9,7 @@ mod concurrency;
 mod contract;
 mod crash;
 mod etcd;
+mod linearizable;
 mod model;
 mod nospace;
 mod store;
