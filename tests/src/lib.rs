@@ -332,6 +332,11 @@ impl TestCluster {
         self.spawn();
     }
 
+    /// The server's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
     /// The port the API server listens on.
     pub fn port(&self) -> u16 {
         self.port
@@ -382,6 +387,7 @@ pub struct Component {
     child: Option<Child>,
     log: PathBuf,
     name: String,
+    args: Vec<String>,
 }
 
 impl TestCluster {
@@ -412,9 +418,26 @@ impl TestCluster {
     fn spawn_skiff(&self, args: &[&str]) -> Component {
         let name = args.first().copied().unwrap_or("component").to_string();
         let log = self.dir.path().join(format!("{name}-{}.log", free_port()));
-        let file = std::fs::File::create(&log).expect("component log file");
+        let mut component = Component {
+            child: None,
+            log,
+            name,
+            args: args.iter().map(|s| s.to_string()).collect(),
+        };
+        component.spawn();
+        component
+    }
+}
+
+impl Component {
+    fn spawn(&mut self) {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("component log file");
         let child = Command::new(skiff_binary())
-            .args(args)
+            .args(&self.args)
             .env(
                 "RUST_LOG",
                 std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
@@ -425,15 +448,21 @@ impl TestCluster {
             .stderr(file)
             .spawn()
             .expect("starting a skiff component");
-        Component {
-            child: Some(child),
-            log,
-            name,
-        }
+        self.child = Some(child);
     }
-}
 
-impl Component {
+    /// Kills it outright (SIGKILL) if it runs, and starts it again with the same arguments,
+    /// logging to the same file.
+    pub fn restart_after_crash(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
     /// What the component has logged so far.
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
@@ -687,4 +716,36 @@ pub fn kill_pod_processes(kubelet_root: &Path) -> usize {
             .status();
     }
     pids.len()
+}
+
+/// Every process on the machine whose environment names a pod root under `kubelet_root`
+/// (`POD_ROOT`, which the process runtime gives each container): the pods' processes and their
+/// children, whether or not a container record still names them. Finds what a kubelet killed
+/// at the wrong moment could leave behind untracked.
+pub fn processes_under(kubelet_root: &Path) -> Vec<i32> {
+    let wanted = format!("POD_ROOT={}", kubelet_root.display());
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut pids = Vec::new();
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(environ) = std::fs::read(entry.path().join("environ")) else {
+            continue;
+        };
+        let found = environ.split(|b| *b == 0).any(|var| {
+            var.starts_with(wanted.as_bytes()) && matches!(var.get(wanted.len()), Some(b'/') | None)
+        });
+        // A zombie has no environment left; one that is there is a live process.
+        if found {
+            pids.push(pid);
+        }
+    }
+    pids
 }

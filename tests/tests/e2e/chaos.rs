@@ -1,0 +1,561 @@
+//! A chaos soak of the whole cluster: `skiff apiserver`, `skiff controllers`, `skiff scheduler`
+//! and two `skiff agent` nodes, each its own process, under a steady workload — Deployments
+//! scaled up and down, Jobs, ConfigMap churn, a watch — while a driver SIGKILLs a random component
+//! every few seconds and starts it again.
+//!
+//! Checked at the end: every ConfigMap write the API acknowledged is there (or its acknowledged
+//! delete is), the watch (resumed from its last resourceVersion after each API server kill, as a
+//! client does) saw the log's changes in order with none skipped or repeated, every Deployment
+//! converged and every Job completed, no pod process is left behind once the workloads are gone,
+//! and the API server's resident memory and the data dir stay within stated bounds.
+//!
+//! It runs for `SKIFF_CHAOS_SECONDS` (60 by default; BENCHMARKS.md reports a 10-minute run).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use serde_json::{Value, json};
+use skiff_tests::{Component, TestCluster, eventually, processes_under, skiff_ok};
+
+const NAMESPACE: &str = "chaos";
+/// The Deployments and the replica counts the driver moves them between.
+const DEPLOYMENTS: [&str; 3] = ["alpha", "beta", "gamma"];
+const SCALES: [u32; 4] = [1, 2, 3, 5];
+/// Resident memory of the API server after the soak, at most.
+const RSS_LIMIT_MIB: u64 = 400;
+/// The data dir after the soak, at most.
+const DATA_DIR_LIMIT_MIB: u64 = 256;
+
+fn deployment(name: &str, replicas: u32) -> String {
+    format!(
+        r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: {name}, namespace: {NAMESPACE}}}
+spec:
+  replicas: {replicas}
+  selector: {{matchLabels: {{app: {name}}}}}
+  template:
+    metadata: {{labels: {{app: {name}}}}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers:
+      - name: main
+        image: busybox
+        command: ["sh", "-c", "sleep 3600"]
+"#
+    )
+}
+
+fn job(name: &str) -> String {
+    format!(
+        r#"
+apiVersion: batch/v1
+kind: Job
+metadata: {{name: {name}, namespace: {NAMESPACE}}}
+spec:
+  completions: 2
+  parallelism: 2
+  backoffLimit: 20
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: main
+        image: busybox
+        command: ["sh", "-c", "sleep 1"]
+"#
+    )
+}
+
+/// What the API acknowledged for one ConfigMap, in order; `None` data is a delete.
+#[derive(Default)]
+struct Acked {
+    /// Per name: the last acknowledged write (its resourceVersion and data, None if deleted),
+    /// and whether a write after it went unanswered (then its outcome is unknown).
+    last: BTreeMap<String, (u64, Option<String>, bool)>,
+    writes: u64,
+    unanswered: u64,
+}
+
+/// The client's side of the churn: create, update, delete ConfigMaps over HTTPS, recording
+/// what was acknowledged. Errors (the API server is down) are unknown outcomes, not failures.
+async fn churn(
+    http: reqwest::Client,
+    base: String,
+    token: String,
+    stop: Arc<AtomicBool>,
+    acked: Arc<Mutex<Acked>>,
+) {
+    let url = format!("{base}/api/v1/namespaces/{NAMESPACE}/configmaps");
+    let mut i: u64 = 0;
+    while !stop.load(Ordering::Relaxed) {
+        i += 1;
+        let name = format!("cm-{}", i % 40);
+        let value = format!("v{i}");
+        let known = acked.lock().unwrap().last.get(&name).cloned();
+        let request = match &known {
+            Some((_, Some(_), false)) if i % 5 == 0 => http.delete(format!("{url}/{name}")),
+            Some((_, Some(_), false)) => http.put(format!("{url}/{name}")).json(&json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": NAMESPACE},
+                "data": {"value": value},
+            })),
+            Some((_, None, false)) | None => http.post(&url).json(&json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": NAMESPACE},
+                "data": {"value": value},
+            })),
+            // A write to it went unanswered: read back what is there before going on.
+            Some((_, _, true)) => http.get(format!("{url}/{name}")),
+        };
+        let response = request
+            .bearer_auth(&token)
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await;
+        let deleting = matches!(&known, Some((_, Some(_), false)) if i % 5 == 0);
+        let reading = matches!(&known, Some((_, _, true)));
+        let answer = match response {
+            Ok(r) => Some((r.status().as_u16(), r.json::<Value>().await.ok())),
+            Err(_) => None,
+        };
+        {
+            let mut acked = acked.lock().unwrap();
+            match answer {
+                Some((code @ (200 | 201), Some(body))) => {
+                    let rv: u64 = body["metadata"]["resourceVersion"]
+                        .as_str()
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(0);
+                    let data = if deleting {
+                        None
+                    } else {
+                        body["data"]["value"].as_str().map(str::to_string)
+                    };
+                    if !reading {
+                        acked.writes += 1;
+                    }
+                    assert!(
+                        deleting || data.is_some(),
+                        "{code} answer without data: {body}"
+                    );
+                    acked.last.insert(name, (rv, data, false));
+                }
+                Some((404, _)) if reading => {
+                    acked.last.insert(name, (0, None, false));
+                }
+                Some((code, _)) if code >= 500 || code == 429 => {
+                    // The server could not say: the write may or may not have happened.
+                    if let Some(entry) = acked.last.get_mut(&name) {
+                        entry.2 = true;
+                    } else {
+                        acked.last.insert(name, (0, None, true));
+                    }
+                    acked.unanswered += 1;
+                }
+                Some((code, body)) => {
+                    // 409 AlreadyExists / NotFound after an unknown outcome: read back next time.
+                    assert!(
+                        code == 409 || code == 404,
+                        "unexpected answer {code}: {body:?}"
+                    );
+                    acked.last.entry(name).or_default().2 = true;
+                }
+                None => {
+                    acked.last.entry(name).or_default().2 = true;
+                    acked.unanswered += 1;
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// One change a watch delivered: (resourceVersion, type, name, data value).
+type Change = (u64, String, String, Option<String>);
+
+/// A client's watch of the namespace's ConfigMaps, resumed from its last resourceVersion whenever
+/// the connection drops (the API server was killed).
+async fn watch(
+    http: reqwest::Client,
+    base: String,
+    token: String,
+    stop: Arc<AtomicBool>,
+    from: u64,
+) -> (Vec<Change>, u32) {
+    let mut seen: Vec<Change> = Vec::new();
+    let mut resumes = 0;
+    let mut rv = from;
+    while !stop.load(Ordering::Relaxed) {
+        let url = format!(
+            "{base}/api/v1/namespaces/{NAMESPACE}/configmaps?watch=1&resourceVersion={rv}&allowWatchBookmarks=true"
+        );
+        let Ok(response) = http.get(&url).bearer_auth(&token).send().await else {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        };
+        let code = response.status().as_u16();
+        if code >= 500 {
+            // Still starting up after a kill.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        }
+        assert_eq!(
+            code, 200,
+            "watch from {rv} refused (a resume point must stay valid)"
+        );
+        let mut body = response.bytes_stream();
+        let mut buffer = Vec::new();
+        loop {
+            let chunk = tokio::select! {
+                chunk = body.next() => chunk,
+                _ = tokio::time::sleep(Duration::from_millis(500)) => {
+                    if stop.load(Ordering::Relaxed) { break } else { continue }
+                }
+            };
+            let Some(Ok(chunk)) = chunk else { break };
+            buffer.extend_from_slice(&chunk);
+            while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = buffer.drain(..=end).collect();
+                let event: Value = serde_json::from_slice(&line).expect("a watch event");
+                let kind = event["type"].as_str().unwrap().to_string();
+                assert_ne!(kind, "ERROR", "the watch failed: {event}");
+                let object = &event["object"];
+                let at: u64 = object["metadata"]["resourceVersion"]
+                    .as_str()
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                rv = at;
+                if kind == "BOOKMARK" {
+                    continue;
+                }
+                seen.push((
+                    at,
+                    kind,
+                    object["metadata"]["name"].as_str().unwrap().to_string(),
+                    object["data"]["value"].as_str().map(str::to_string),
+                ));
+            }
+        }
+        resumes += 1;
+    }
+    (seen, resumes)
+}
+
+fn resident_mib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    kib / 1024
+}
+
+fn size_mib(dir: &std::path::Path) -> u64 {
+    fn walk(dir: &std::path::Path) -> u64 {
+        std::fs::read_dir(dir)
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .map(|e| match e.metadata() {
+                        Ok(m) if m.is_dir() => walk(&e.path()),
+                        Ok(m) => m.len(),
+                        Err(_) => 0,
+                    })
+                    .sum()
+            })
+            .unwrap_or(0)
+    }
+    walk(dir) / (1024 * 1024)
+}
+
+#[test]
+fn the_cluster_survives_components_killed_at_random_under_load() {
+    let seconds: u64 = std::env::var("SKIFF_CHAOS_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(60);
+    // A ClusterIP range of its own: the agents' proxies bind its addresses on loopback.
+    let mut cluster = TestCluster::start(&["--service-cluster-ip-range", "127.98.33.0/24"]);
+    let roots: Vec<_> = ["a", "b"]
+        .iter()
+        .map(|n| cluster.dir.path().join(format!("node-{n}")))
+        .collect();
+    let mut components: Vec<Component> = vec![
+        cluster.spawn_component(&["controllers"]),
+        cluster.spawn_component(&["scheduler"]),
+    ];
+    for (n, root) in ["chaos-a", "chaos-b"].iter().zip(&roots) {
+        components.push(cluster.spawn_agent(&[
+            "--node-name",
+            n,
+            "--root-dir",
+            root.to_str().unwrap(),
+        ]));
+    }
+    let k = cluster.kubectl();
+    k.ok(&["create", "namespace", NAMESPACE]);
+    for name in DEPLOYMENTS {
+        k.ok_with_input(&["apply", "-f", "-"], &deployment(name, 2));
+    }
+    assert!(
+        eventually(Duration::from_secs(60), || {
+            k.run(&["get", "nodes", "-o", "name"])
+                .stdout
+                .lines()
+                .count()
+                == 2
+        }),
+        "the agents never registered"
+    );
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let acked = Arc::new(Mutex::new(Acked::default()));
+    let start_rv: u64 = serde_json::from_str::<Value>(&k.ok(&[
+        "get",
+        "--raw",
+        &format!("/api/v1/namespaces/{NAMESPACE}/configmaps?limit=1"),
+    ]))
+    .unwrap()["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let churner = rt.spawn(churn(
+        cluster.http(),
+        cluster.server.clone(),
+        cluster.token.clone(),
+        stop.clone(),
+        acked.clone(),
+    ));
+    let watcher = rt.spawn(watch(
+        cluster.http(),
+        cluster.server.clone(),
+        cluster.token.clone(),
+        stop.clone(),
+        start_rv,
+    ));
+
+    // The chaos: every few seconds a random component is killed and started again; between
+    // kills the Deployments are rescaled and a Job is created.
+    let mut scales: BTreeMap<&str, u32> = DEPLOYMENTS.iter().map(|d| (*d, 2)).collect();
+    let mut kills: BTreeMap<&str, u32> = BTreeMap::new();
+    let mut jobs = Vec::new();
+    let names = [
+        "apiserver",
+        "controllers",
+        "scheduler",
+        "agent-a",
+        "agent-b",
+    ];
+    let started = Instant::now();
+    let mut round = 0u64;
+    while started.elapsed() < Duration::from_secs(seconds) {
+        round += 1;
+        let victim = (round * 7 + started.elapsed().subsec_nanos() as u64) as usize % names.len();
+        if victim == 0 {
+            cluster.restart_after_crash();
+        } else {
+            components[victim - 1].kill();
+            std::thread::sleep(Duration::from_millis(300 + round % 5 * 200));
+            components[victim - 1].restart_after_crash();
+        }
+        *kills.entry(names[victim]).or_default() += 1;
+        // The workload goes on through kubectl; a call that meets the API server down is
+        // retried, as a user would.
+        let deployment = DEPLOYMENTS[round as usize % DEPLOYMENTS.len()];
+        let replicas = SCALES[(round as usize / 3) % SCALES.len()];
+        let scaled = eventually(Duration::from_secs(30), || {
+            k.run(&[
+                "scale",
+                "-n",
+                NAMESPACE,
+                "deployment",
+                deployment,
+                &format!("--replicas={replicas}"),
+            ])
+            .ok
+        });
+        assert!(scaled, "kubectl scale kept failing");
+        scales.insert(deployment, replicas);
+        if round % 2 == 0 {
+            let name = format!("job-{round}");
+            assert!(eventually(Duration::from_secs(30), || {
+                let run = k.run_with_input(&["apply", "-f", "-"], &job(&name));
+                run.ok
+            }));
+            jobs.push(name);
+        }
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    stop.store(true, Ordering::Relaxed);
+    rt.block_on(churner).unwrap();
+    let (changes, resumes) = rt.block_on(watcher).unwrap();
+
+    // Every Deployment converges on its last scale, every Job completes.
+    for (name, replicas) in &scales {
+        let converged = eventually(Duration::from_secs(180), || {
+            let run = k.run(&[
+                "get",
+                "deployment",
+                "-n",
+                NAMESPACE,
+                name,
+                "-o",
+                "jsonpath={.status.readyReplicas}/{.status.replicas}/{.status.updatedReplicas}",
+            ]);
+            run.stdout.trim() == format!("{replicas}/{replicas}/{replicas}")
+        });
+        let pods = k.run(&["get", "pods", "-n", NAMESPACE, "-l", &format!("app={name}")]);
+        assert!(
+            converged,
+            "deployment {name} did not converge on {replicas}:\n{}",
+            pods.stdout
+        );
+    }
+    for name in &jobs {
+        let done = eventually(Duration::from_secs(180), || {
+            k.run(&[
+                "get",
+                "job",
+                "-n",
+                NAMESPACE,
+                name,
+                "-o",
+                "jsonpath={.status.succeeded}",
+            ])
+            .stdout
+            .trim()
+                == "2"
+        });
+        assert!(done, "job {name} did not complete");
+    }
+
+    // Every acknowledged ConfigMap write is there, unless a later write went unanswered.
+    let acked = std::mem::take(&mut *acked.lock().unwrap());
+    let listed: Value =
+        serde_json::from_str(&k.ok(&["get", "configmaps", "-n", NAMESPACE, "-o", "json"])).unwrap();
+    let live: BTreeMap<String, Option<String>> = listed["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|cm| {
+            (
+                cm["metadata"]["name"].as_str().unwrap().to_string(),
+                cm["data"]["value"].as_str().map(str::to_string),
+            )
+        })
+        .filter(|(name, _)| name.starts_with("cm-"))
+        .collect();
+    let mut checked = 0;
+    for (name, (_, data, unknown)) in &acked.last {
+        if *unknown {
+            continue;
+        }
+        checked += 1;
+        assert_eq!(
+            live.get(name).cloned().flatten(),
+            data.clone(),
+            "ConfigMap {name}: the acknowledged write was lost"
+        );
+    }
+    assert!(
+        checked > 10,
+        "too few ConfigMaps settled to check: {checked}"
+    );
+
+    // The watch: in order, nothing repeated (resourceVersions strictly increase), and nothing
+    // skipped: exactly the ConfigMap changes the log holds between its start and its end.
+    for pair in changes.windows(2) {
+        assert!(
+            pair[0].0 < pair[1].0,
+            "the watch went back or repeated: {:?} then {:?}",
+            pair[0],
+            pair[1]
+        );
+    }
+    let last_rv = changes.last().map(|c| c.0).unwrap_or(start_rv);
+
+    // Tear down the workloads: nothing of them may run afterwards.
+    k.ok(&["delete", "namespace", NAMESPACE, "--wait=false"]);
+    let drained = eventually(Duration::from_secs(120), || {
+        roots.iter().all(|root| processes_under(root).is_empty())
+    });
+    let leftover: Vec<_> = roots.iter().map(|r| processes_under(r)).collect();
+    assert!(drained, "pod processes left behind: {leftover:?}");
+
+    let rss = resident_mib(cluster.pid().unwrap());
+    for mut c in components {
+        let status = c.stop();
+        assert!(status.is_some(), "a component was not running at the end");
+    }
+    cluster.stop();
+    let data = size_mib(&cluster.data_dir());
+
+    let logged = skiff_ok(&[
+        "log",
+        "configmaps",
+        "-n",
+        NAMESPACE,
+        "--since",
+        &(start_rv + 1).to_string(),
+        "--until",
+        &last_rv.to_string(),
+        "-o",
+        "json",
+        "--data-dir",
+        cluster.data_dir().to_str().unwrap(),
+    ]);
+    let logged: Vec<(u64, String)> = logged
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|c| c["name"].as_str().is_some_and(|n| n.starts_with("cm-")))
+        .map(|c| {
+            (
+                c["revision"].as_u64().unwrap(),
+                c["name"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let watched: Vec<(u64, String)> = changes
+        .iter()
+        .filter(|c| c.2.starts_with("cm-"))
+        .map(|c| (c.0, c.2.clone()))
+        .collect();
+    assert_eq!(
+        watched, logged,
+        "the watch and the log disagree on the ConfigMap changes"
+    );
+
+    assert!(
+        rss <= RSS_LIMIT_MIB,
+        "API server resident memory {rss} MiB > {RSS_LIMIT_MIB} MiB"
+    );
+    assert!(
+        data <= DATA_DIR_LIMIT_MIB,
+        "data dir {data} MiB > {DATA_DIR_LIMIT_MIB} MiB"
+    );
+    eprintln!(
+        "chaos: {seconds} s, kills {kills:?}; {} ConfigMap writes acknowledged ({} unanswered), \
+         {checked} settled ones checked; watch: {} changes over {resumes} connections, equal to \
+         the log; {} Deployments converged, {} Jobs completed; API server RSS {rss} MiB, data \
+         dir {data} MiB",
+        acked.writes,
+        acked.unanswered,
+        changes.len(),
+        scales.len(),
+        jobs.len()
+    );
+}
