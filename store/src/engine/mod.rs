@@ -2,6 +2,7 @@
 
 mod import;
 mod maintenance;
+mod mark;
 pub(crate) mod read;
 mod snapshot;
 mod watch;
@@ -53,6 +54,14 @@ pub struct Config {
     /// cache flush per group. Default true: an acknowledged write must survive losing power, as
     /// etcd's do; turn it off only for throwaway data.
     pub fsync: bool,
+    /// How often, at most, the flusher records the durable revision in the data dir's durable
+    /// mark (see `engine/mark.rs`), against which opening detects a log cut short by damage.
+    /// Default 1 s; only with [`Config::fsync`].
+    pub mark_interval: Duration,
+    /// Open a log that ends below its durable mark (damage cut sled's recovery short) instead of
+    /// failing with [`Error::Corrupt`]: the writes past its end are given up and the mark is
+    /// reset. For `skiff repair`, after the operator chose that over restoring an archive.
+    pub accept_lost_writes: bool,
 }
 
 impl Config {
@@ -67,6 +76,8 @@ impl Config {
             watch_buffer: 256,
             cache_capacity: 256 << 20,
             fsync: true,
+            mark_interval: Duration::from_secs(1),
+            accept_lost_writes: false,
         }
     }
 }
@@ -443,7 +454,9 @@ fn foreign_contents(dir: &Path) -> Result<Option<String>> {
     if names.is_empty() {
         return Ok(None);
     }
-    let is_sled = |n: &str| n == "conf" || n == "db" || n == "blobs" || n.starts_with("snap.");
+    let is_sled = |n: &str| {
+        n == "conf" || n == "db" || n == "blobs" || n.starts_with("snap.") || n == mark::FILE
+    };
     if names.iter().any(|n| n == "db") && names.iter().all(|n| is_sled(n)) {
         return Ok(None);
     }
@@ -632,6 +645,36 @@ impl SledStore {
             }
         };
         let loaded = load(&db, &path)?;
+        let mark = if config.fsync {
+            let mut mark = mark::Mark::open(&path, config.mark_interval).map_err(read::io_err)?;
+            match mark::read(&path).map_err(read::io_err)? {
+                Some(marked) if marked > loaded.revision && config.accept_lost_writes => {
+                    tracing::warn!(
+                        end = loaded.revision,
+                        marked,
+                        "the log ends below its durable mark: revisions {}..={marked} are given up",
+                        loaded.revision + 1
+                    );
+                    mark.reset(loaded.revision).map_err(read::io_err)?;
+                }
+                Some(marked) if marked > loaded.revision => {
+                    return Err(Error::Corrupt {
+                        path,
+                        reason: format!(
+                            "the log ends at revision {} but revision {marked} was acknowledged \
+                             before: a damaged record cut its recovery short. Restore the newest \
+                             archive (`skiff import`), or give up the writes after revision {} \
+                             with `skiff repair`",
+                            loaded.revision, loaded.revision
+                        ),
+                    });
+                }
+                _ => {}
+            }
+            Some(mark)
+        } else {
+            None
+        };
         let data_file = if config.fsync {
             Some(std::fs::File::open(path.join("db")).map_err(read::io_err)?)
         } else {
@@ -689,7 +732,7 @@ impl SledStore {
         let s = shared.clone();
         threads.push(spawn(
             "skiff-store-flush",
-            Box::new(move || writer::run_flusher(s, applied_rx)),
+            Box::new(move || writer::run_flusher(s, applied_rx, mark)),
         )?);
         let s = shared.clone();
         let tx = command_tx.clone();

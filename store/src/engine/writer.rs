@@ -957,7 +957,11 @@ pub(crate) fn run_applier(
 
 /// The flusher thread: group commit. Each round takes everything applied since the last flush,
 /// flushes once, then publishes and acknowledges.
-pub(crate) fn run_flusher(shared: Arc<Shared>, applied: std::sync::mpsc::Receiver<Vec<Applied>>) {
+pub(crate) fn run_flusher(
+    shared: Arc<Shared>,
+    applied: std::sync::mpsc::Receiver<Vec<Applied>>,
+    mut mark: Option<super::mark::Mark>,
+) {
     // Entries applied but not yet known durable (a failed flush leaves them here; a later
     // successful flush covers them, since sled flushes everything written before it).
     let mut unpublished: Vec<Arc<Entry>> = Vec::new();
@@ -980,6 +984,11 @@ pub(crate) fn run_flusher(shared: Arc<Shared>, applied: std::sync::mpsc::Receive
             Ok(_) => {
                 let entries = std::mem::take(&mut unpublished);
                 shared.publish(&entries, last_rev);
+                if let Some(mark) = &mut mark
+                    && let Err(e) = mark.note(shared.durable.load(Ordering::SeqCst))
+                {
+                    tracing::warn!(error = %e, "cannot record the durable mark");
+                }
                 shared.stats.flushes.fetch_add(1, Ordering::Relaxed);
                 shared
                     .stats
@@ -1005,6 +1014,12 @@ pub(crate) fn run_flusher(shared: Arc<Shared>, applied: std::sync::mpsc::Receive
                 }
             }
         }
+    }
+    // Closing: everything durable is marked.
+    if let Some(mark) = &mut mark
+        && let Err(e) = mark.write(shared.durable.load(Ordering::SeqCst))
+    {
+        tracing::warn!(error = %e, "cannot record the durable mark at close");
     }
 }
 

@@ -7,6 +7,7 @@
 mod archive;
 mod concurrency;
 mod contract;
+mod corruption;
 mod crash;
 mod etcd;
 mod linearizable;
