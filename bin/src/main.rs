@@ -81,6 +81,9 @@ enum Command {
     Export(replay_cmd::ExportArgs),
     /// Create a data dir from an archive written by `skiff export`.
     Import(replay_cmd::ImportArgs),
+    /// Check a stopped server's data dir; with `--accept-lost-writes`, open one whose log damage
+    /// cut short, giving up the writes past the damage.
+    Repair(replay_cmd::RepairArgs),
     /// Container images of the node's containerd.
     #[command(subcommand)]
     Images(ImagesCommand),
@@ -365,6 +368,7 @@ fn main() -> std::process::ExitCode {
             Command::Replay(args) => replay_cmd::replay(args).await,
             Command::Export(args) => replay_cmd::export(args).await,
             Command::Import(args) => replay_cmd::import(args).await,
+            Command::Repair(args) => replay_cmd::repair(args).await,
             Command::Images(ImagesCommand::Import(args)) => images_import(args).await,
         }
     });

@@ -193,6 +193,18 @@ pub struct ImportArgs {
     pub data_dir: PathBuf,
 }
 
+/// Flags of `skiff repair`.
+#[derive(Debug, clap::Args)]
+pub struct RepairArgs {
+    /// The stopped server's data dir.
+    #[arg(long)]
+    pub data_dir: PathBuf,
+    /// Give up the writes past the damage: the log then ends where damage cut it. Copy the data
+    /// dir first; restoring the newest `skiff export` archive keeps more when it is newer.
+    #[arg(long)]
+    pub accept_lost_writes: bool,
+}
+
 /// The store of a stopped server's data dir, opened for reading history: no retention runs, so
 /// opening it never compacts anything.
 pub fn open_data_dir(data_dir: &Path) -> Result<Arc<SledStore>> {
@@ -1051,6 +1063,43 @@ pub async fn import(args: ImportArgs) -> Result<()> {
         summary.first,
         summary.last,
         summary.entries,
+        args.data_dir.display()
+    );
+    Ok(())
+}
+
+/// `skiff repair`: opens the data dir as the server would; a log that ends below its durable mark
+/// (damage cut sled's recovery short) opens only with `--accept-lost-writes`, which resets the mark
+/// to where the log now ends.
+pub async fn repair(args: RepairArgs) -> Result<()> {
+    let db = args.data_dir.join("db");
+    if !db.is_dir() {
+        bail!(
+            "{} is not a skiff data dir (no db/ in it)",
+            args.data_dir.display()
+        );
+    }
+    let mut config = skiff_store::Config::new(db);
+    config.accept_lost_writes = args.accept_lost_writes;
+    let store = match SledStore::open(config) {
+        Ok(store) => store,
+        Err(skiff_store::Error::Locked { .. }) => bail!(
+            "data dir {} is in use by a running server: stop it first",
+            args.data_dir.display()
+        ),
+        Err(e @ skiff_store::Error::Corrupt { .. }) if !args.accept_lost_writes => {
+            bail!(
+                "{e}\nTo give up the writes past the damage, copy the data dir, then run \
+                 `skiff repair --data-dir {} --accept-lost-writes`",
+                args.data_dir.display()
+            )
+        }
+        Err(e) => return Err(anyhow::Error::new(e).context("cannot open the log")),
+    };
+    let revision = store.status().revision.0;
+    store.close().await?;
+    println!(
+        "{}: the log opens and ends at revision {revision}",
         args.data_dir.display()
     );
     Ok(())

@@ -664,7 +664,7 @@ impl SledStore {
                             "the log ends at revision {} but revision {marked} was acknowledged \
                              before: a damaged record cut its recovery short. Restore the newest \
                              archive (`skiff import`), or give up the writes after revision {} \
-                             with `skiff repair`",
+                             with `skiff repair --accept-lost-writes`",
                             loaded.revision, loaded.revision
                         ),
                     });

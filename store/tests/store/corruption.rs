@@ -67,11 +67,7 @@ enum Found {
     Wrong(String),
 }
 
-async fn open_and_read(
-    path: &Path,
-    contents: &BTreeMap<Vec<u8>, Vec<u8>>,
-    revision: u64,
-) -> Found {
+async fn open_and_read(path: &Path, contents: &BTreeMap<Vec<u8>, Vec<u8>>, revision: u64) -> Found {
     let store = match SledStore::open(config(path)) {
         Ok(store) => store,
         Err(e) => return Found::RefusedAtOpen(e.to_string()),
@@ -194,7 +190,10 @@ async fn flipped_bits_and_truncation_are_detected_never_served() {
     };
     let kept = store.status().revision.0;
     assert!(kept < revision, "nothing was lost yet the open was refused");
-    store.put(b"k/after".to_vec(), b"repair".to_vec(), None).await.unwrap();
+    store
+        .put(b"k/after".to_vec(), b"repair".to_vec(), None)
+        .await
+        .unwrap();
     store.close().await.unwrap();
     // Reopened as the next start would (a copy: sled's threads, hurt by the damage, may hold the
     // directory's lock in this process for a while after close).
