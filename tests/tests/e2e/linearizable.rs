@@ -312,6 +312,8 @@ fn the_api_is_linearizable_across_api_server_crashes() {
                     }
                     Ended::Unknown => {}
                 }
+                // A steady pace rather than a flood: the suite runs other tests beside this one.
+                tokio::time::sleep(Duration::from_millis(3)).await;
             }
         }));
     }
