@@ -11,6 +11,7 @@ mod etcd;
 mod identity;
 mod kubectl;
 mod leader;
+mod limits;
 mod policies;
 mod rbac;
 mod replay;
