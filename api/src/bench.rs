@@ -823,7 +823,14 @@ fn start_skiff(dir: &Path, threads: usize) -> Result<Skiff> {
             match setup.await {
                 Ok((base, admin, ca, listener, tls_config, routes, store)) => {
                     let _ = ready_tx.send(Ok((base, admin, ca)));
-                    tls::serve(listener, tls_config, routes, token.clone()).await;
+                    tls::serve(
+                        listener,
+                        tls_config,
+                        routes,
+                        token.clone(),
+                        crate::limits::Settings::default().header_read_timeout,
+                    )
+                    .await;
                     let _ = store.close().await;
                 }
                 Err(e) => {

@@ -125,6 +125,12 @@ pub enum Error {
     /// The datastore did not answer in time; a write may still have committed.
     #[error("{0}")]
     StorageTimeout(String),
+    /// The disk holding the log is full: the write was not applied (nothing acknowledged is
+    /// lost, and writes succeed again once there is space, without a restart).
+    #[error(
+        "insufficient storage: the write was not applied, the disk holding the datastore is full; free space there and retry ({0})"
+    )]
+    InsufficientStorage(String),
     /// A `Status` built elsewhere (patches, selectors), passed through as it is.
     #[error("{0}")]
     Api(#[from] skiff_meta::status::ApiError),
@@ -263,6 +269,12 @@ impl Error {
             Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Error::StorageTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            // 507 rather than 503: the server is up and serves reads; only writes fail, and for
+            // a reason RFC 4918 names exactly ("unable to store the representation"). 503 would
+            // also read as "this server is down" to load balancers and readiness checks.
+            // (kube-apiserver over a full etcd answers 500 with etcd's "database space
+            // exceeded"; both codes are >= 500, so client-go still honours Retry-After.)
+            Error::InsufficientStorage(_) => StatusCode::INSUFFICIENT_STORAGE,
             Error::Api(e) => {
                 StatusCode::from_u16(e.code()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
             }
@@ -288,6 +300,8 @@ impl Error {
             Error::Internal(_) => "InternalError",
             Error::Unavailable(_) => "ServiceUnavailable",
             Error::StorageTimeout(_) => "Timeout",
+            // Kubernetes has no reason for 507; Go's `NewGenericServerResponse` leaves it empty.
+            Error::InsufficientStorage(_) => "",
             Error::Api(_) => "",
         }
     }
@@ -345,6 +359,13 @@ impl Error {
                 retry_after_seconds: Some(1),
                 ..StatusDetails::default()
             }),
+            // client-go retries a >= 500 answer with Retry-After up to 10 times: 1 s keeps
+            // kubectl's wait short when the disk stays full, and a retried write is safe since
+            // this one was not applied.
+            Error::InsufficientStorage(_) => Some(StatusDetails {
+                retry_after_seconds: Some(1),
+                ..StatusDetails::default()
+            }),
             // kube-apiserver's 404 for a path it does not serve has empty details.
             Error::NoRoute => Some(StatusDetails::default()),
             _ => None,
@@ -380,6 +401,7 @@ impl From<skiff_store::Error> for Error {
             },
             S::ValueTooLarge { limit, .. } => Error::TooLarge { limit },
             S::Closed => Error::Unavailable("the server is shutting down".into()),
+            S::NoSpace(e) => Error::InsufficientStorage(e.to_string()),
             e @ S::Unavailable { .. } => Error::Unavailable(e.to_string()),
             e @ S::Timeout { .. } => Error::StorageTimeout(e.to_string()),
             other => Error::Internal(other.to_string()),
@@ -566,5 +588,21 @@ mod tests {
             (StatusCode::PAYLOAD_TOO_LARGE, "RequestEntityTooLarge")
         );
         assert_eq!(e.to_string(), "Request entity too large: limit is 1572864");
+    }
+
+    #[test]
+    fn a_full_disk_is_507_with_a_retry_hint_and_says_the_write_was_not_applied() {
+        let e: Error = skiff_store::Error::NoSpace(std::io::Error::from_raw_os_error(28)).into();
+        assert_eq!(e.code(), StatusCode::INSUFFICIENT_STORAGE);
+        let status = e.to_status();
+        assert_eq!(status["code"], 507);
+        assert_eq!(status["details"]["retryAfterSeconds"], 1);
+        assert!(status.get("reason").is_none(), "{status}");
+        let message = status["message"].as_str().unwrap();
+        assert!(message.contains("the write was not applied"), "{message}");
+        assert!(message.contains("No space left on device"), "{message}");
+        let response = crate::routes::error_response(&e);
+        assert_eq!(response.status(), 507);
+        assert_eq!(response.headers()["retry-after"], "1");
     }
 }

@@ -364,7 +364,9 @@ async fn watch(
     };
 
     let progress = bookmarks.then_some(server.config.bookmark_interval);
-    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(64);
+    // Bounded: a client that stops reading stalls its sender, which then closes the watch and
+    // its connection ([`crate::limits`]).
+    let (tx, body) = crate::limits::watch_buffer(&server.config.limits, request.connection.clone());
     // From the watch cache when its window holds `start`; otherwise from the log's history.
     let source = match server.watch_cache.watch(info, ns.as_deref(), start).await {
         Some(cached) => Source::Cache(cached, filter),
@@ -392,7 +394,7 @@ async fn watch(
                 }
                 _ => watch_line(&format, &*kind, event),
             };
-            if tx.send(Ok(line)).await.is_err() {
+            if tx.send(line).await.is_err() {
                 return;
             }
         }
@@ -401,7 +403,7 @@ async fn watch(
         let mut stream = match source {
             Source::Store(Ok(stream)) => Box::pin(stream),
             Source::Store(Err(e)) => {
-                let _ = tx.send(Ok(error_line(&e))).await;
+                let _ = tx.send(error_line(&e)).await;
                 return;
             }
             Source::Cache(cached, filter) => {
@@ -427,12 +429,12 @@ async fn watch(
                 next = stream.next() => match next {
                     None => return,
                     Some(Err(e)) => {
-                        let _ = tx.send(Ok(error_line(&e))).await;
+                        let _ = tx.send(error_line(&e)).await;
                         return;
                     }
                     Some(Ok(WatchEvent::Progress(_))) if !bookmarks => {}
                     Some(Ok(event)) => {
-                        if tx.send(Ok(watch_line(&format, &*kind, &event))).await.is_err() {
+                        if tx.send(watch_line(&format, &*kind, &event)).await.is_err() {
                             return;
                         }
                     }
@@ -440,7 +442,6 @@ async fn watch(
             }
         }
     });
-    let body = tokio_stream::wrappers::ReceiverStream::new(rx);
     let mut response = warp::reply::Reply::into_response(warp::reply::stream(body));
     response.headers_mut().insert(
         http::header::CONTENT_TYPE,
@@ -473,11 +474,7 @@ struct CachedWatcher {
 impl CachedWatcher {
     /// Sends the watcher's events until the client goes away or the watcher is overrun (its
     /// stream then ends, and the client re-watches from its last resourceVersion).
-    async fn run(
-        &self,
-        mut cached: CacheWatch,
-        tx: &tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>,
-    ) {
+    async fn run(&self, mut cached: CacheWatch, tx: &crate::limits::WatchSender) {
         let interval = self.bookmarks.unwrap_or(Duration::from_secs(3600));
         let idle = tokio::time::sleep(interval);
         tokio::pin!(idle);
@@ -486,7 +483,7 @@ impl CachedWatcher {
                 _ = tx.closed() => return,
                 _ = &mut idle, if self.bookmarks.is_some() => {
                     let rev = cached.progress();
-                    if tx.send(Ok(watch_line(&self.format, &*self.kind, &WatchEvent::Progress(rev)))).await.is_err() {
+                    if tx.send(watch_line(&self.format, &*self.kind, &WatchEvent::Progress(rev))).await.is_err() {
                         return;
                     }
                     idle.as_mut().reset(tokio::time::Instant::now() + interval);
@@ -503,12 +500,12 @@ impl CachedWatcher {
                         self.append_line(&mut chunk, event, seen);
                         sent = true;
                         if chunk.len() >= WATCH_CHUNK_BYTES
-                            && tx.send(Ok(Bytes::from(std::mem::take(&mut chunk)))).await.is_err()
+                            && tx.send(Bytes::from(std::mem::take(&mut chunk))).await.is_err()
                         {
                             return;
                         }
                     }
-                    if !chunk.is_empty() && tx.send(Ok(Bytes::from(chunk))).await.is_err() {
+                    if !chunk.is_empty() && tx.send(Bytes::from(chunk)).await.is_err() {
                         return;
                     }
                     if sent {

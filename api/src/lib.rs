@@ -6,6 +6,8 @@
 //! # Layout
 //! - [`routes`]: the HTTP front: which path goes where, authentication, body limits, and the one
 //!   place errors become `Status` responses ([`error`]).
+//! - [`limits`]: request admission limits (body size, requests in flight, watches per user,
+//!   slow readers, slow headers), all in one place.
 //! - [`handlers`]: every verb on every resource and subresource.
 //! - [`registry`]: objects in the log: keys, encoding, resourceVersion, lists, compare-and-swap.
 //! - [`admission`]: the admission chain.
@@ -42,6 +44,7 @@ pub mod follow;
 pub mod handlers;
 pub mod kubeconfig;
 pub mod kubernetes_service;
+pub mod limits;
 pub mod metrics;
 pub mod openapi;
 pub mod proxy;

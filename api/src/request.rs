@@ -30,6 +30,9 @@ pub struct Request {
     /// The connection's upgrade, for requests that ask to switch protocols (exec, attach,
     /// port-forward); hyper completes it once a 101 answer was sent.
     pub upgrade: Option<hyper::upgrade::OnUpgrade>,
+    /// Closes the connection the request came on (set by the connection loop): a watch whose
+    /// client stopped reading is ended this way.
+    pub connection: Option<crate::limits::Connection>,
     /// Warnings admission gives the client; the route adds them to the response, whether it
     /// succeeds or not.
     pub warnings: std::sync::Arc<crate::admission::Warnings>,

@@ -94,7 +94,7 @@ fn api_routes(api: Arc<ApiServer>, user: BoxedFilter<(User,)>) -> BoxedFilter<(R
     let metrics = crate::metrics::route(api.clone());
     let debug = crate::replay::http::routes(api.clone());
     let oidc = crate::serviceaccount::routes(api.clone());
-    let limit = api.config.max_body_bytes;
+    let limit = api.config.limits.max_body_bytes;
     let path_api = api.clone();
     // Paths that are not resources need RBAC's non-resource rules (discovery: `system:discovery`).
     let path_allowed = user
@@ -136,14 +136,15 @@ fn api_routes(api: Arc<ApiServer>, user: BoxedFilter<(User,)>) -> BoxedFilter<(R
         )
         .and(warp::header::headers_cloned())
         .and(warp::ext::optional::<hyper::upgrade::OnUpgrade>())
+        .and(warp::ext::optional::<crate::limits::Connection>())
         .and(warp::body::stream())
         .and_then(
-            move |user: User, method: Method, path: warp::path::FullPath, query: String, headers: HeaderMap, upgrade: Option<hyper::upgrade::OnUpgrade>, body| {
+            move |user: User, method: Method, path: warp::path::FullPath, query: String, headers: HeaderMap, upgrade: Option<hyper::upgrade::OnUpgrade>, connection: Option<crate::limits::Connection>, body| {
                 let api = api.clone();
                 async move {
                     let started = std::time::Instant::now();
                     let path = path.as_str().to_string();
-                    let response = match serve(&api, user, method.clone(), path.clone(), query.clone(), headers, upgrade, Box::pin(body), limit).await {
+                    let response = match serve(&api, user, method.clone(), path.clone(), query.clone(), headers, upgrade, connection, Box::pin(body), limit).await {
                         Ok(response) => response,
                         // Not a resource path: another route's answer (a denied discovery
                         // request) or a 404.
@@ -191,6 +192,7 @@ async fn serve<S, B>(
     query: String,
     headers: HeaderMap,
     upgrade: Option<hyper::upgrade::OnUpgrade>,
+    connection: Option<crate::limits::Connection>,
     body: S,
     limit: usize,
 ) -> Result<Response, Error>
@@ -205,6 +207,14 @@ where
     let user = authz::impersonate(&api.authorizer, user, &headers)?;
     let query = Query::parse(&query);
     let verb = authz::resource_verb(&method, &target, &query);
+    // After impersonation and before authorization, as upstream's max-in-flight filter; the
+    // seat is held while the body is read, and a watch's until the watch ends.
+    let class = if target.proxy_path.is_some() {
+        crate::limits::Class::LongRunning
+    } else {
+        crate::limits::classify(verb, target.subresource.as_deref())
+    };
+    let seat = api.limits.admit(class, &user)?;
     api.authorizer
         .check(&user, &authz::resource_request(verb, &target))?;
     let body = read_body(body, limit).await?;
@@ -219,6 +229,7 @@ where
         body,
         user,
         upgrade,
+        connection,
         warnings: warnings.clone(),
     };
     if !target.kind.stored() {
@@ -229,6 +240,11 @@ where
         Ok(response) => response,
         Err(Error::NoRoute) => return Err(Error::NoRoute),
         Err(e) => error_response(&e),
+    };
+    let response = if seat.is_watch() && response.status().is_success() {
+        seat.hold_until_sent(response)
+    } else {
+        response
     };
     Ok(handlers::with_warnings(response, &warnings.take()))
 }
@@ -283,12 +299,18 @@ where
 
 /// The `Status` response for an error, its body as kube-apiserver writes it ([`Error::body`]).
 pub fn error_response(error: &Error) -> Response {
-    let mut response = status_response(error.body(), error.code());
-    if matches!(error, Error::TooLargeResourceVersion { .. }) {
-        response.headers_mut().insert(
-            http::header::RETRY_AFTER,
-            http::HeaderValue::from_static("1"),
-        );
+    let api_error = error.to_api_error();
+    let mut response = status_response(api_error.to_body(), error.code());
+    // Every Status that says when to retry says it in the header too, as kube-apiserver's
+    // `responsewriters.ErrorNegotiated` does: client-go waits on the header.
+    if let Some(seconds) = api_error
+        .details()
+        .and_then(|d| d.retry_after_seconds)
+        .filter(|s| *s > 0)
+    {
+        response
+            .headers_mut()
+            .insert(http::header::RETRY_AFTER, http::HeaderValue::from(seconds));
     }
     response
 }
@@ -326,6 +348,9 @@ async fn recover(rejection: Rejection) -> Result<Response, Infallible> {
     };
     Ok(error_response(&error))
 }
+
+#[cfg(test)]
+mod limits_tests;
 
 #[cfg(test)]
 mod tests {

@@ -19,8 +19,8 @@ use crate::watch_cache::WatchCache;
 /// The API server's settings.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// Request bodies over this many bytes get 413.
-    pub max_body_bytes: usize,
+    /// How much one request, connection and client may ask at once ([`crate::limits`]).
+    pub limits: crate::limits::Settings,
     /// How long Events live (they are attached to a TTL lease).
     pub event_ttl: Duration,
     /// Where ClusterIPs and NodePorts come from.
@@ -63,7 +63,7 @@ pub const ALLOCATION_REPAIR_GRACE: Duration = Duration::from_secs(120);
 impl Default for Config {
     fn default() -> Self {
         Config {
-            max_body_bytes: 3 * 1024 * 1024,
+            limits: Default::default(),
             event_ttl: Duration::from_secs(3600),
             service_ranges: ServiceRanges::default(),
             default_watch_timeout: Duration::from_secs(1800),
@@ -105,6 +105,8 @@ pub struct ApiServer {
     pub authorizer: Arc<crate::authz::Authorizer>,
     /// Settings.
     pub config: Config,
+    /// Requests in flight and watches open, against `config.limits`.
+    pub limits: Arc<crate::limits::Limits>,
     /// Cancelled when the server shuts down; ends every watch.
     pub shutdown: CancellationToken,
     /// Watch streams in flight.
@@ -206,6 +208,7 @@ impl ApiServer {
             watch_cache,
             admission,
             authorizer,
+            limits: crate::limits::Limits::new(config.limits.clone()),
             config,
             shutdown,
             watchers: TaskTracker::new(),

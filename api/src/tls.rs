@@ -20,7 +20,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use std::future::Future as _;
+use std::pin::Pin;
+
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use hyper_util::service::TowerToHyperService;
@@ -459,16 +462,28 @@ pub fn write_atomically(path: &Path, contents: &[u8], mode: u32) -> std::io::Res
 /// in-flight requests are allowed to finish: the future completes when every connection has
 /// closed. Long-lived responses (watches, log follows) must end on their own when `shutdown`
 /// is cancelled, and the caller bounds the drain with its grace timeout.
+///
+/// A connection must send each request's headers within `header_read_timeout`
+/// ([`crate::limits::Settings::header_read_timeout`])
+/// (counted from the end of the TLS handshake, or of the previous request), or it is closed.
 pub async fn serve<F, R>(
     listener: TcpListener,
     tls: Arc<ServerConfig>,
     filter: F,
     shutdown: CancellationToken,
+    header_read_timeout: Duration,
 ) where
     F: Filter<Extract = (R,), Error = Rejection> + Clone + Send + Sync + 'static,
     R: Reply,
 {
-    run(listener, Some(TlsAcceptor::from(tls)), filter, shutdown).await;
+    run(
+        listener,
+        Some(TlsAcceptor::from(tls)),
+        filter,
+        shutdown,
+        header_read_timeout,
+    )
+    .await;
 }
 
 /// Serves `filter` over plain HTTP (HTTP/1.1 or prior-knowledge HTTP/2) on `listener`, which
@@ -478,13 +493,14 @@ pub async fn serve_plain<F, R>(
     listener: TcpListener,
     filter: F,
     shutdown: CancellationToken,
+    header_read_timeout: Duration,
 ) -> Result<()>
 where
     F: Filter<Extract = (R,), Error = Rejection> + Clone + Send + Sync + 'static,
     R: Reply,
 {
     check_loopback(listener.local_addr().map_err(Error::ListenerAddress)?)?;
-    run(listener, None, filter, shutdown).await;
+    run(listener, None, filter, shutdown, header_read_timeout).await;
     Ok(())
 }
 
@@ -501,12 +517,19 @@ async fn run<F, R>(
     tls: Option<TlsAcceptor>,
     filter: F,
     shutdown: CancellationToken,
+    header_timeout: Duration,
 ) where
     F: Filter<Extract = (R,), Error = Rejection> + Clone + Send + Sync + 'static,
     R: Reply,
 {
     let service = TowerToHyperService::new(warp::service(filter));
-    let builder = auto::Builder::new(TokioExecutor::new());
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    // hyper only enforces its header read timeout with a timer; without one a client sending
+    // its headers a byte at a time holds the connection forever (slowloris).
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_timeout);
     let graceful = GracefulShutdown::new();
     loop {
         let accepted = tokio::select! {
@@ -533,12 +556,18 @@ async fn run<F, R>(
             match tls {
                 Some(acceptor) => {
                     match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                        Ok(Ok(stream)) => drive(builder, stream, service, watcher, peer).await,
+                        Ok(Ok(stream)) => {
+                            let stream = FirstByte::new(stream, header_timeout);
+                            drive(builder, stream, service, watcher, peer).await
+                        }
                         Ok(Err(error)) => tracing::debug!(%peer, %error, "TLS handshake failed"),
                         Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
                     }
                 }
-                None => drive(builder, stream, service, watcher, peer).await,
+                None => {
+                    let stream = FirstByte::new(stream, header_timeout);
+                    drive(builder, stream, service, watcher, peer).await
+                }
             }
         });
     }
@@ -556,6 +585,7 @@ async fn drive<I, S, B>(
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     S: hyper::service::Service<http::Request<hyper::body::Incoming>, Response = http::Response<B>>
         + Send
+        + Sync
         + 'static,
     S::Future: Send + 'static,
     S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -563,9 +593,109 @@ async fn drive<I, S, B>(
     B::Data: Send,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
+    // Each request carries a handle that closes this connection: a watch whose client stopped
+    // reading ends it that way (hyper no longer polls a body it cannot write).
+    let close = crate::limits::Connection::default();
+    let closed = close.0.clone();
+    let service = hyper::service::service_fn(move |mut request: http::Request<_>| {
+        request.extensions_mut().insert(close.clone());
+        service.call(request)
+    });
     let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
-    if let Err(error) = watcher.watch(conn.into_owned()).await {
-        tracing::debug!(%peer, %error, "connection ended with an error");
+    tokio::select! {
+        ended = watcher.watch(conn.into_owned()) => {
+            if let Err(error) = ended {
+                tracing::debug!(%peer, %error, "connection ended with an error");
+            }
+        }
+        _ = closed.cancelled() => tracing::debug!(%peer, "connection closed by the server"),
+    }
+}
+
+/// A connection that must send its first byte within a deadline. hyper's header read timeout
+/// starts once HTTP/1 is chosen, and the choice (HTTP/1 or HTTP/2) waits for bytes: a client that
+/// connects and sends nothing would hold its connection forever.
+struct FirstByte<I> {
+    io: I,
+    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<I> FirstByte<I> {
+    fn new(io: I, within: Duration) -> FirstByte<I> {
+        FirstByte {
+            io,
+            deadline: Some(Box::pin(tokio::time::sleep(within))),
+        }
+    }
+}
+
+impl<I: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for FirstByte<I> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        use std::task::Poll;
+        let before = buf.filled().len();
+        match Pin::new(&mut self.io).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                if buf.filled().len() > before {
+                    self.deadline = None;
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => {
+                let expired = self
+                    .deadline
+                    .as_mut()
+                    .is_some_and(|deadline| deadline.as_mut().poll(cx).is_ready());
+                if expired {
+                    Poll::Ready(Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "no request within the header read timeout",
+                    )))
+                } else {
+                    Poll::Pending
+                }
+            }
+        }
+    }
+}
+
+impl<I: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for FirstByte<I> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
     }
 }
 
@@ -752,6 +882,7 @@ mod tests {
             pki.server_config().unwrap(),
             filter,
             shutdown.clone(),
+            Duration::from_secs(32),
         ));
 
         for (http1_only, host, want) in [
@@ -804,6 +935,7 @@ mod tests {
             pki.server_config().unwrap(),
             filter,
             shutdown.clone(),
+            Duration::from_secs(32),
         ));
         let url = format!("https://127.0.0.1:{}/slow", addr.port());
         let request = tokio::spawn(client(&pki, false).get(url.clone()).send());
@@ -826,6 +958,69 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn slow_or_silent_clients_are_cut_off_at_the_header_read_timeout() {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shutdown = CancellationToken::new();
+        let timeout = Duration::from_millis(500);
+        let server = tokio::spawn(serve_plain(
+            listener,
+            warp::path("x").map(|| "plain"),
+            shutdown.clone(),
+            timeout,
+        ));
+        // Reads until the server closes the connection; how long that took.
+        async fn closed_after(stream: &mut tokio::net::TcpStream) -> Duration {
+            let started = std::time::Instant::now();
+            let mut buf = [0u8; 1024];
+            loop {
+                match tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf)).await {
+                    Ok(Ok(0)) | Ok(Err(_)) => return started.elapsed(),
+                    Ok(Ok(_)) => {}
+                    Err(_) => panic!("the server kept a slow connection open"),
+                }
+            }
+        }
+        // Slowloris: headers one byte every 100 ms (they would take ~4 s).
+        let mut slow = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let writer = {
+            let (_, mut half) = slow.split();
+            let request = b"GET /x HTTP/1.1\r\nhost: x\r\nx-slow: aaaaaaaa\r\n\r\n";
+            let started = std::time::Instant::now();
+            let mut sent = 0;
+            for byte in request {
+                if half.write_all(&[*byte]).await.is_err() {
+                    break;
+                }
+                sent += 1;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            (sent, request.len(), started.elapsed())
+        };
+        let (sent, len, _) = writer;
+        assert!(
+            sent < len,
+            "the slow client sent all {len} bytes of its headers"
+        );
+        let _ = closed_after(&mut slow).await;
+        // A client that connects and sends nothing.
+        let mut silent = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let after = closed_after(&mut silent).await;
+        assert!(after < Duration::from_secs(2), "closed after {after:?}");
+        // A prompt client is served.
+        let body = reqwest::get(format!("http://{addr}/x"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert_eq!(body, "plain");
+        shutdown.cancel();
+        server.await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
     async fn plain_http_only_on_loopback() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -834,6 +1029,7 @@ mod tests {
             listener,
             warp::path("x").map(|| "plain"),
             shutdown.clone(),
+            Duration::from_secs(32),
         ));
         let body = reqwest::get(format!("http://{addr}/x"))
             .await

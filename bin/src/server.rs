@@ -110,6 +110,64 @@ pub struct ApiArgs {
 
     #[command(flatten, next_help_heading = "Datastore")]
     pub datastore: crate::datastore::DatastoreArgs,
+
+    #[command(flatten, next_help_heading = "Request limits")]
+    pub limits: LimitArgs,
+}
+
+/// The API server's request admission limits (`skiff_api::limits`), kube-apiserver's defaults
+/// where it has one.
+#[derive(Debug, clap::Args)]
+pub struct LimitArgs {
+    /// Non-mutating requests (get, list) in flight at once; more get 429 with `Retry-After`.
+    /// Watches, exec, logs and proxies are not counted; `system:masters` is never refused.
+    /// 0: no limit.
+    #[arg(long, default_value_t = 400, env = "SKIFF_MAX_REQUESTS_INFLIGHT")]
+    pub max_requests_inflight: usize,
+
+    /// Mutating requests in flight at once; more get 429 with `Retry-After`. 0: no limit.
+    #[arg(
+        long,
+        default_value_t = 200,
+        env = "SKIFF_MAX_MUTATING_REQUESTS_INFLIGHT"
+    )]
+    pub max_mutating_requests_inflight: usize,
+
+    /// Watches one user may hold open at once; more get 429 with `Retry-After`. 0: no limit.
+    #[arg(long, default_value_t = 1000, env = "SKIFF_MAX_WATCHES_PER_USER")]
+    pub max_watches_per_user: usize,
+
+    /// Request bodies over this many bytes get 413.
+    #[arg(long, default_value_t = 3 * 1024 * 1024, env = "SKIFF_MAX_REQUEST_BODY_BYTES")]
+    pub max_request_body_bytes: usize,
+
+    /// A connection must send a request's headers within this time (e.g. `32s`), or is closed.
+    #[arg(long, default_value = "32s", value_parser = parse_duration, env = "SKIFF_REQUEST_HEADER_TIMEOUT")]
+    pub request_header_timeout: Duration,
+
+    /// Bytes queued on one watch for a client that does not read before the watch waits.
+    #[arg(long, default_value_t = 1024 * 1024, env = "SKIFF_WATCH_BUFFER_BYTES")]
+    pub watch_buffer_bytes: usize,
+
+    /// How long a watch waits on a client that does not read before it (and its connection)
+    /// is closed (e.g. `30s`).
+    #[arg(long, default_value = "30s", value_parser = parse_duration, env = "SKIFF_WATCH_STALL_TIMEOUT")]
+    pub watch_stall_timeout: Duration,
+}
+
+impl LimitArgs {
+    /// The settings these flags give.
+    pub fn settings(&self) -> skiff_api::limits::Settings {
+        skiff_api::limits::Settings {
+            max_body_bytes: self.max_request_body_bytes,
+            max_requests_inflight: self.max_requests_inflight,
+            max_mutating_requests_inflight: self.max_mutating_requests_inflight,
+            max_watches_per_user: self.max_watches_per_user,
+            watch_buffer_bytes: self.watch_buffer_bytes,
+            watch_stall_timeout: self.watch_stall_timeout,
+            header_read_timeout: self.request_header_timeout,
+        }
+    }
 }
 
 /// What runs in this process besides the API server.
@@ -278,7 +336,9 @@ pub async fn run(args: ApiArgs, plan: Plan) -> Result<()> {
     };
 
     let shutdown = CancellationToken::new();
+    let limits = args.limits.settings();
     let config = skiff_api::server::Config {
+        limits: limits.clone(),
         event_ttl: args.event_ttl,
         ca_pem: Some(pki.ca_pem().to_string()),
         // Kubelets serve logs to the holder of the join secret.
@@ -342,6 +402,7 @@ pub async fn run(args: ApiArgs, plan: Plan) -> Result<()> {
         tls_config,
         routes.clone(),
         shutdown.clone(),
+        limits.header_read_timeout,
     ));
     if let Some(listener) = insecure {
         tracing::warn!(address = %listener.local_addr()?, "serving plain HTTP without authentication on loopback");
@@ -349,6 +410,7 @@ pub async fn run(args: ApiArgs, plan: Plan) -> Result<()> {
             listener,
             skiff_api::insecure_routes(api.clone()),
             shutdown.clone(),
+            limits.header_read_timeout,
         );
         servers.spawn(async move {
             if let Err(e) = plain.await {

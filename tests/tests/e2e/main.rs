@@ -12,6 +12,7 @@ mod etcd;
 mod identity;
 mod kubectl;
 mod leader;
+mod limits;
 mod linearizable;
 mod policies;
 mod rbac;

@@ -90,6 +90,7 @@ async fn server(handler: Handler) -> Server {
         pki.server_config().unwrap(),
         filter,
         stop.clone(),
+        std::time::Duration::from_secs(32),
     ));
     Server {
         addr,
