@@ -158,53 +158,22 @@ async fn get(
 }
 
 fn parse_rv(value: Option<&str>) -> Result<Option<Revision>> {
-    match value {
-        None | Some("") | Some("0") => Ok(None),
-        Some(v) => v
-            .parse()
-            .map(|n| Some(Revision(n)))
-            .map_err(|_| Error::BadRequest(format!("invalid resource version: {v:?}"))),
-    }
+    skiff_meta::paging::parse_resource_version(value)
+        .map(|rv| rv.map(Revision))
+        .map_err(Error::BadRequest)
 }
 
-/// A `continue` token: the revision of the list's first page, the key to continue after and, when
-/// known, how many objects follow that key at that revision (so that later pages need not count
-/// them again). Only the server reads it; a client that alters the count misleads only itself.
-#[derive(serde::Serialize, serde::Deserialize)]
-struct ContinueToken {
-    v: String,
-    rv: u64,
-    start: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    remaining: Option<u64>,
-}
-
+/// A `continue` token (see [`skiff_meta::paging`]).
 fn encode_continue(revision: Revision, key: &[u8], remaining: Option<u64>) -> String {
-    use base64::Engine;
-    let token = ContinueToken {
-        v: "meta.k8s.io/v1".into(),
-        rv: revision.0,
-        start: String::from_utf8_lossy(key).into_owned(),
-        remaining,
-    };
-    base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .encode(serde_json::to_vec(&token).unwrap_or_default())
+    skiff_meta::paging::encode_continue(revision.0, key, remaining)
 }
 
 fn decode_continue(token: &str, prefix: &str) -> Result<(Revision, Resume)> {
-    use base64::Engine;
-    let bad = || {
+    let token = skiff_meta::paging::decode_continue(token, prefix).ok_or_else(|| {
         Error::BadRequest("continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)".into())
-    };
-    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(token.trim_end_matches('='))
-        .map_err(|_| bad())?;
-    let token: ContinueToken = serde_json::from_slice(&bytes).map_err(|_| bad())?;
-    if token.v != "meta.k8s.io/v1" || token.rv == 0 || !token.start.starts_with(prefix) {
-        return Err(bad());
-    }
+    })?;
     Ok((
-        Revision(token.rv),
+        Revision(token.revision),
         Resume {
             start_after: token.start.into_bytes(),
             remaining: token.remaining,

@@ -48,10 +48,15 @@ fn subcommand<'a>(command: &'a Command, args: &[OsString]) -> Option<&'a Command
 pub fn apply(command: Command, path: &Path, args: &[OsString]) -> Result<Command> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read the config file {}", path.display()))?;
+    apply_text(command, &text, path, args)
+}
+
+/// [`apply`] with the file's text already read (`path` only names it in errors).
+pub fn apply_text(command: Command, text: &str, path: &Path, args: &[OsString]) -> Result<Command> {
     let values: std::collections::BTreeMap<String, serde_json::Value> = if text.trim().is_empty() {
         Default::default()
     } else {
-        serde_saphyr::from_str(&text)
+        serde_saphyr::from_str(text)
             .with_context(|| format!("the config file {} is not a YAML map", path.display()))?
     };
     let Some(sub) = subcommand(&command, args) else {

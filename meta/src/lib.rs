@@ -13,6 +13,7 @@
 //! - [`images`]: the default pull policy of an image reference.
 //! - [`schedule`]: CronJob schedules and time zones, for the API server's validation and the
 //!   CronJob controller alike.
+//! - [`paging`]: `continue` tokens and the `resourceVersion` parameter of lists and watches.
 //! - [`quantity`]: `resource.Quantity`: parsing, arithmetic, canonical form.
 //! - [`quota`]: what a ResourceQuota may limit, selects and charges, for admission and the
 //!   quota controller alike.
@@ -21,6 +22,7 @@ pub mod fields;
 pub mod images;
 pub mod intern;
 pub mod labels;
+pub mod paging;
 pub mod quantity;
 pub mod quota;
 pub mod resources;

@@ -51,6 +51,16 @@ impl Schedule {
                     text.split_whitespace().collect::<Vec<_>>().join(" ")
                 ));
             }
+            // An empty item of a list (`,`, `1,,2`): robfig/cron refuses it; croner would take
+            // it as a field that matches nothing and search for ages for a run that never comes.
+            if text
+                .split_whitespace()
+                .any(|field| field.split(',').any(str::is_empty))
+            {
+                return Err(
+                    "failed to parse int from : strconv.Atoi: parsing \"\": invalid syntax".into(),
+                );
+            }
         }
         CronParser::builder()
             .seconds(Seconds::Disallowed)
@@ -268,5 +278,25 @@ mod tests {
             schedule.next_after(at("2026-12-01T00:00:00Z"), &TimeZone::UTC),
             None
         );
+    }
+
+    /// Found by the `cron_schedule` fuzz target: `, 7/2 * * MON-FRI` parsed (an empty minute
+    /// list, which robfig/cron refuses) and the CronJob controller's next-run search then took
+    /// 36 s of CPU per sync, finding nothing.
+    #[test]
+    fn regression_empty_list_items_are_refused() {
+        for bad in [
+            ", 7/2 * * MON-FRI",
+            ", * * * *",
+            "1,,2 * * * *",
+            "* * * * MON,",
+        ] {
+            assert_eq!(
+                Schedule::parse(bad).unwrap_err(),
+                "failed to parse int from : strconv.Atoi: parsing \"\": invalid syntax",
+                "{bad:?}"
+            );
+        }
+        assert!(Schedule::parse("1,2 * * * MON,FRI").is_ok());
     }
 }

@@ -209,23 +209,21 @@ pub async fn export(
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Summary> {
     let (first, last) = window(store, since, until)?;
-    let mut writer = ArchiveWriter {
-        out,
-        crc: crc32fast::Hasher::new(),
-        items: 0,
-    };
-    writer.put(MAGIC)?;
-    writer.put(&VERSION.to_le_bytes())?;
-    writer.put(&first.0.to_le_bytes())?;
-    writer.put(&last.0.to_le_bytes())?;
+    let mut writer = ArchiveWriter::start(out, first, last)?;
     let summary = read_window(store, first, last, &mut |item| writer.item(&item), progress).await?;
-    writer.put(&[0])?;
-    let items = writer.items;
-    writer.put(&items.to_le_bytes())?;
-    let crc = writer.crc.clone().finalize();
-    writer.out.write_all(&crc.to_le_bytes())?;
-    writer.out.flush()?;
+    writer.finish()?;
     Ok(summary)
+}
+
+/// Writes `items` as the archive of the window `first ..= last`, byte for byte as [`export`]
+/// would (for the fuzz targets' round trip; it checks nothing about the window).
+#[doc(hidden)]
+pub fn write(out: &mut dyn Write, first: Revision, last: Revision, items: &[Item]) -> Result<()> {
+    let mut writer = ArchiveWriter::start(out, first, last)?;
+    for item in items {
+        writer.item(item)?;
+    }
+    writer.finish()
 }
 
 /// Copies the window `since ..= until` of `store` into a new data dir at `data_dir` (which must
@@ -277,7 +275,7 @@ pub fn import(
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Summary> {
     let mut importer = SledStore::importer(data_dir)?;
-    let result = import_into(input, &mut importer, progress);
+    let result = read(input, &mut |item| feed(&mut importer, &item), progress);
     let result = result.and_then(|summary| importer.finish().map(|_| summary));
     if result.is_err() {
         let _ = std::fs::remove_dir_all(data_dir);
@@ -285,9 +283,13 @@ pub fn import(
     result
 }
 
-fn import_into(
+/// Reads an archive from `input`, handing every [`Item`] to `sink` in order as it is read (the
+/// checksum is checked only at the end: a caller keeps nothing of a read that fails). [`import`]
+/// feeds a new data dir; the fuzz targets (`fuzz/`) keep the items.
+#[doc(hidden)]
+pub fn read(
     input: &mut dyn Read,
-    importer: &mut Importer,
+    sink: &mut dyn FnMut(Item) -> Result<()>,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Summary> {
     let mut reader = ArchiveReader {
@@ -324,7 +326,7 @@ fn import_into(
             1 => {
                 let time = reader.time()?;
                 let kv = reader.kv()?;
-                importer.base(&kv, time)?;
+                sink(Item::Base(kv, time))?;
                 summary.base += 1;
             }
             2 => {
@@ -354,14 +356,14 @@ fn import_into(
                         "entry {revision} outside the archive's window {first}..={last}"
                     )));
                 }
-                importer.entry_pruned(
-                    &LogEntry {
+                sink(Item::Entry(
+                    LogEntry {
                         revision,
                         time,
                         events,
                     },
-                    &pruned,
-                )?;
+                    pruned,
+                ))?;
                 summary.entries += 1;
                 if summary.entries.is_multiple_of(PAGE as u64) {
                     progress(Progress {
@@ -373,12 +375,12 @@ fn import_into(
             3 => {
                 let prefix = reader.bytes()?;
                 let mark = Revision(reader.u64()?);
-                importer.watermark(&prefix, mark);
+                sink(Item::Watermark(prefix, mark))?;
             }
             4 => {
                 let id = LeaseId(reader.u64()?);
                 let ttl = Duration::from_millis(reader.u64()?);
-                importer.lease(id, ttl);
+                sink(Item::Lease(id, ttl))?;
             }
             other => return Err(corrupt(&format!("unknown record tag {other}"))),
         }
@@ -431,7 +433,30 @@ struct ArchiveWriter<'a> {
     items: u64,
 }
 
-impl ArchiveWriter<'_> {
+impl<'a> ArchiveWriter<'a> {
+    fn start(out: &'a mut dyn Write, first: Revision, last: Revision) -> Result<Self> {
+        let mut writer = ArchiveWriter {
+            out,
+            crc: crc32fast::Hasher::new(),
+            items: 0,
+        };
+        writer.put(MAGIC)?;
+        writer.put(&VERSION.to_le_bytes())?;
+        writer.put(&first.0.to_le_bytes())?;
+        writer.put(&last.0.to_le_bytes())?;
+        Ok(writer)
+    }
+
+    fn finish(mut self) -> Result<()> {
+        self.put(&[0])?;
+        let items = self.items;
+        self.put(&items.to_le_bytes())?;
+        let crc = self.crc.clone().finalize();
+        self.out.write_all(&crc.to_le_bytes())?;
+        self.out.flush()?;
+        Ok(())
+    }
+
     fn put(&mut self, bytes: &[u8]) -> Result<()> {
         self.crc.update(bytes);
         self.out.write_all(bytes).map_err(Error::Io)

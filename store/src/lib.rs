@@ -19,7 +19,8 @@
 //!   [`etcd`]).
 //! - [`archive`]: the portable archive of log entries (export, import) and copying a window of
 //!   the log into a new data dir.
-//! - `keys`, `record`: the on-disk key spaces and records.
+//! - `keys`, `record`: the on-disk key spaces and records (`fuzzing`: their decoders, for the
+//!   fuzz targets in `fuzz/`).
 //! - [`bench`](mod@bench): the throughput and latency harness behind `benches/throughput.rs`.
 //!
 //! # On disk
@@ -69,6 +70,8 @@ pub mod bench;
 mod engine;
 pub mod error;
 pub mod etcd;
+#[doc(hidden)]
+pub mod fuzzing;
 mod keys;
 mod record;
 pub mod types;
