@@ -244,3 +244,84 @@ fn sigterm_exits_zero_and_the_restart_continues() {
     cluster.restart();
     cluster.kubectl().ok(&["get", "configmap", "before"]);
 }
+
+/// A data dir whose log ends below its durable mark — what damage that cut sled's recovery short
+/// leaves — is refused by the server and by `skiff repair`, each naming the way out; `skiff repair
+/// --accept-lost-writes` gives the lost writes up, and the server starts on it again.
+#[test]
+fn a_log_cut_short_is_refused_until_repair_accepts_the_loss() {
+    let mut cluster = TestCluster::start(&[]);
+    cluster
+        .kubectl()
+        .ok(&["create", "configmap", "kept", "--from-literal=a=b"]);
+    cluster.stop().expect("server was running");
+    let data = cluster.data_dir();
+    let data_arg = data.to_str().unwrap();
+    let (ok, text) = skiff(&["repair", "--data-dir", data_arg]);
+    assert!(ok, "{text}");
+    let revision: u64 = text
+        .trim()
+        .rsplit(' ')
+        .next()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or_else(|| panic!("no revision in {text:?}"));
+
+    // The mark now claims 1,000 revisions the log does not hold (both slots: revision, CRC-32
+    // of its bytes, padding).
+    let claimed = (revision + 1000).to_le_bytes();
+    let mut slot = claimed.to_vec();
+    slot.extend(crc32fast::hash(&claimed).to_le_bytes());
+    slot.extend([0; 4]);
+    std::fs::write(data.join("db").join("durable.mark"), slot.repeat(2)).unwrap();
+
+    let (ok, text) = skiff(&["repair", "--data-dir", data_arg]);
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains("a damaged record cut its recovery short")
+            && text.contains(&format!("revision {} was acknowledged", revision + 1000))
+            && text.contains("--accept-lost-writes"),
+        "{text}"
+    );
+    let port = free_port().to_string();
+    let mut server = Command::new(skiff_binary())
+        .args([
+            "apiserver",
+            "--data-dir",
+            data_arg,
+            "--bind-address",
+            "127.0.0.1",
+        ])
+        .args(["--port", &port])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = server.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = server.kill();
+            panic!("the server started on a log cut short");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let out = server.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!status.success());
+    assert!(
+        said.contains("a damaged record cut its recovery short"),
+        "{said}"
+    );
+
+    let (ok, text) = skiff(&["repair", "--data-dir", data_arg, "--accept-lost-writes"]);
+    assert!(ok, "{text}");
+    assert!(
+        text.contains(&format!("ends at revision {revision}")),
+        "{text}"
+    );
+    cluster.restart();
+    cluster.kubectl().ok(&["get", "configmap", "kept"]);
+}
