@@ -18,6 +18,7 @@
 //! [`Warnings`]), then [`quota::ResourceQuota`].
 
 pub mod allocations;
+pub mod configs;
 pub mod limits;
 pub mod policy;
 pub mod priority;

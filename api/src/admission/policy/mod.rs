@@ -32,10 +32,8 @@ pub mod evaluate;
 pub mod params;
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::sync::Arc;
 
-use futures::StreamExt;
 use serde_json::Value;
 use skiff_kinds::custom::cel::to_cel;
 use skiff_kinds::registry::Kinds;
@@ -43,9 +41,10 @@ use tokio_util::sync::CancellationToken;
 
 use self::compiled::{Binding, Policy, Snapshot};
 use self::evaluate::{Inputs, Outcome, Violation, evaluate, failure};
+use super::configs::{self, Configs};
 use super::{Attributes, Plugin};
 use crate::error::{Error, Result};
-use crate::registry::{Registry, WatchEvent};
+use crate::registry::Registry;
 
 /// Whether a request is on a policy or binding itself, which policies never see.
 pub fn exempt(a: &Attributes<'_>) -> bool {
@@ -59,110 +58,47 @@ pub fn exempt(a: &Attributes<'_>) -> bool {
 /// The policies and bindings known now, refreshed by the watch, and the served kinds (to find
 /// param kinds, custom ones included).
 pub struct Policies {
-    /// Replaced whole on every change; readers clone the `Arc` in a short critical section.
-    snapshot: RwLock<Arc<Snapshot>>,
+    configs: Configs<Snapshot>,
     kinds: Arc<Kinds>,
+}
+
+impl configs::Snapshot for Snapshot {
+    /// The second kind is the binding.
+    fn set(&mut self, binding: bool, name: &str, object: Option<&Value>) {
+        Snapshot::set(self, binding, name, object)
+    }
 }
 
 impl Policies {
     /// No policies yet; param kinds are looked up in `kinds`.
     pub fn new(kinds: Arc<Kinds>) -> Policies {
         Policies {
-            snapshot: RwLock::default(),
+            configs: Configs::new(
+                [
+                    &skiff_kinds::builtin::validating_admission_policy::INFO,
+                    &skiff_kinds::builtin::validating_admission_policy_binding::INFO,
+                ],
+                "admission policy",
+            ),
             kinds,
         }
     }
 
     /// The policies and bindings now.
     pub fn snapshot(&self) -> Arc<Snapshot> {
-        self.snapshot
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-
-    fn update(&self, change: impl FnOnce(&mut Snapshot)) {
-        let mut guard = self.snapshot.write().unwrap_or_else(|e| e.into_inner());
-        let mut next = (**guard).clone();
-        change(&mut next);
-        *guard = Arc::new(next);
+        self.configs.snapshot()
     }
 
     /// Puts one policy (`binding` false) or binding into memory directly (tests without a
     /// watch).
     pub fn put(&self, binding: bool, object: &Value) {
-        let name = object["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        self.update(|s| s.set(binding, &name, Some(object)));
+        self.configs.put(binding, object)
     }
 
     /// Reads both kinds into memory and follows them with a watch until `shutdown`; after a
     /// watch error, lists again.
     pub async fn run(self: Arc<Self>, registry: Registry, shutdown: CancellationToken) {
-        loop {
-            match self.follow(&registry, &shutdown).await {
-                Ok(()) => return,
-                Err(e) => tracing::warn!(error = %e, "admission policy watch ended; relisting"),
-            }
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-            }
-        }
-    }
-
-    async fn follow(&self, registry: &Registry, shutdown: &CancellationToken) -> Result<()> {
-        let kinds = [
-            (
-                &skiff_kinds::builtin::validating_admission_policy::INFO,
-                false,
-            ),
-            (
-                &skiff_kinds::builtin::validating_admission_policy_binding::INFO,
-                true,
-            ),
-        ];
-        let mut fresh = Snapshot::default();
-        let mut revision = registry.current_revision();
-        for (info, binding) in kinds {
-            let list = registry
-                .list(info, None, Some(revision), None, None, None)
-                .await?;
-            revision = list.revision;
-            for object in &list.items {
-                let name = object["metadata"]["name"].as_str().unwrap_or_default();
-                fresh.set(binding, name, Some(object));
-            }
-        }
-        *self.snapshot.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(fresh);
-        let start = skiff_store::Revision(revision.0 + 1);
-        let (policies, bindings) = (
-            registry.watch(kinds[0].0, None, start, None, None).await?,
-            registry.watch(kinds[1].0, None, start, None, None).await?,
-        );
-        let mut events =
-            futures::stream::select(policies.map(|e| (false, e)), bindings.map(|e| (true, e)));
-        loop {
-            let next = tokio::select! {
-                _ = shutdown.cancelled() => return Ok(()),
-                next = events.next() => next,
-            };
-            let Some((binding, event)) = next else {
-                return Err(Error::Unavailable("the watch ended".into()));
-            };
-            let (object, present) = match event? {
-                WatchEvent::Added(o) | WatchEvent::Modified(o) => (o, true),
-                WatchEvent::Deleted(o) => (o, false),
-                WatchEvent::Progress(_) => continue,
-            };
-            let name = object["metadata"]["name"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string();
-            self.update(|s| s.set(binding, &name, present.then_some(&object)));
-        }
+        self.configs.run(registry, shutdown).await
     }
 
     /// Reads the params of `binding` for `policy`: `None` when the policy is evaluated once

@@ -681,6 +681,8 @@ async fn the_plugin_denies_warns_and_reads_params_from_the_store() {
         "{refused}"
     );
     // Without the binding, nothing is evaluated.
-    policies.update(|s| s.set(true, "replicas-binding", None));
+    policies
+        .configs
+        .update(|s| s.set(true, "replicas-binding", None));
     assert!(run(100).await.is_ok());
 }

@@ -25,126 +25,56 @@ pub mod matching;
 pub mod review;
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::sync::Arc;
 
-use futures::StreamExt;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use self::config::{FailurePolicy, Hook, Snapshot};
 use self::matching::Conditions;
 use self::review::Answer;
+use super::configs::{self, Configs};
 use super::{Attributes, Plugin};
 use crate::error::{Error, Result};
-use crate::registry::{Registry, WatchEvent};
+use crate::registry::Registry;
 
 /// The webhook configurations known now, shared by both plugins and refreshed by the watch.
-#[derive(Default)]
-pub struct Webhooks {
-    /// Replaced whole on every change; readers clone the `Arc` in a short critical section.
-    snapshot: RwLock<Arc<Snapshot>>,
+pub struct Webhooks(Configs<Snapshot>);
+
+impl Default for Webhooks {
+    fn default() -> Webhooks {
+        Webhooks(Configs::new(
+            [
+                &skiff_kinds::builtin::validating_webhook_configuration::INFO,
+                &skiff_kinds::builtin::mutating_webhook_configuration::INFO,
+            ],
+            "webhook configuration",
+        ))
+    }
+}
+
+impl configs::Snapshot for Snapshot {
+    /// The second kind is the mutating one.
+    fn set(&mut self, mutating: bool, name: &str, object: Option<&Value>) {
+        Snapshot::set(self, mutating, name, object)
+    }
 }
 
 impl Webhooks {
     /// The configurations now.
     pub fn snapshot(&self) -> Arc<Snapshot> {
-        self.snapshot
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-
-    fn update(&self, change: impl FnOnce(&mut Snapshot)) {
-        let mut guard = self.snapshot.write().unwrap_or_else(|e| e.into_inner());
-        let mut next = (**guard).clone();
-        change(&mut next);
-        *guard = Arc::new(next);
+        self.0.snapshot()
     }
 
     /// Reads both kinds into memory and follows them with a watch until `shutdown`; after a
     /// watch error, lists again.
     pub async fn run(self: Arc<Self>, registry: Registry, shutdown: CancellationToken) {
-        loop {
-            match self.follow(&registry, &shutdown).await {
-                Ok(()) => return,
-                Err(e) => {
-                    tracing::warn!(error = %e, "webhook configuration watch ended; relisting")
-                }
-            }
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-            }
-        }
-    }
-
-    async fn follow(&self, registry: &Registry, shutdown: &CancellationToken) -> Result<()> {
-        let kinds = [
-            (
-                &skiff_kinds::builtin::mutating_webhook_configuration::INFO,
-                true,
-            ),
-            (
-                &skiff_kinds::builtin::validating_webhook_configuration::INFO,
-                false,
-            ),
-        ];
-        let mut fresh = Snapshot::default();
-        let mut revision = registry.current_revision();
-        for (info, mutating) in kinds {
-            let list = registry
-                .list(info, None, Some(revision), None, None, None)
-                .await?;
-            revision = list.revision;
-            for object in &list.items {
-                let name = object["metadata"]["name"].as_str().unwrap_or_default();
-                fresh.set(mutating, name, Some(object));
-            }
-        }
-        *self.snapshot.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(fresh);
-        let start = skiff_store::Revision(revision.0 + 1);
-        let (mutating, validating) = (
-            registry.watch(kinds[0].0, None, start, None, None).await?,
-            registry.watch(kinds[1].0, None, start, None, None).await?,
-        );
-        let mut events =
-            futures::stream::select(mutating.map(|e| (true, e)), validating.map(|e| (false, e)));
-        loop {
-            let next = tokio::select! {
-                _ = shutdown.cancelled() => return Ok(()),
-                next = events.next() => next,
-            };
-            let Some((mutating, event)) = next else {
-                return Err(Error::Unavailable("the watch ended".into()));
-            };
-            match event? {
-                WatchEvent::Added(o) | WatchEvent::Modified(o) => {
-                    let name = o["metadata"]["name"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_string();
-                    self.update(|s| s.set(mutating, &name, Some(&o)));
-                }
-                WatchEvent::Deleted(o) => {
-                    let name = o["metadata"]["name"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_string();
-                    self.update(|s| s.set(mutating, &name, None));
-                }
-                WatchEvent::Progress(_) => {}
-            }
-        }
+        self.0.run(registry, shutdown).await
     }
 
     /// Puts one configuration object into memory directly (tests without a watch).
     pub fn put(&self, mutating: bool, object: &Value) {
-        let name = object["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        self.update(|s| s.set(mutating, &name, Some(object)));
+        self.0.put(mutating, object)
     }
 }
 
