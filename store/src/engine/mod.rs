@@ -5,6 +5,7 @@ mod maintenance;
 mod mark;
 pub(crate) mod read;
 mod snapshot;
+mod space;
 mod watch;
 mod writer;
 
@@ -62,6 +63,12 @@ pub struct Config {
     /// failing with [`Error::Corrupt`]: the writes past its end are given up and the mark is
     /// reset. For `skiff repair`, after the operator chose that over restoring an archive.
     pub accept_lost_writes: bool,
+    /// Bytes kept free on the file system holding the data dir: a transaction that puts values is
+    /// refused with [`Error::NoSpace`] (nothing of it written, reads unaffected) when it would
+    /// leave less free, and writes succeed again as soon as there is room (see `engine/space.rs`).
+    /// Default 64 MiB; 0 turns the guard off (sled then meets the full disk itself, and the store
+    /// reopens to recover).
+    pub disk_reserve: u64,
 }
 
 impl Config {
@@ -78,6 +85,7 @@ impl Config {
             fsync: true,
             mark_interval: Duration::from_secs(1),
             accept_lost_writes: false,
+            disk_reserve: 64 << 20,
         }
     }
 }

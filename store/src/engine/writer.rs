@@ -25,7 +25,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::oneshot;
 
-use super::{Change, Entry, FastMap, Shared, read};
+use super::{Change, Entry, FastMap, Shared, read, space};
 use crate::error::{Error, Result};
 use crate::keys::{self, attach_key, hist_key, hist_key_end, hist_key_start, lease_key, log_key};
 use crate::record::{HistRecord, encode_log_group};
@@ -272,7 +272,15 @@ impl Writer {
         let (start_rev, start_time) = (self.next_rev, self.last_time);
         let mut group = Group::default();
         let mut done = Vec::with_capacity(txns.len());
+        // Measured once per group: writes resume as soon as space returns.
+        let mut room = space::Room::measure(&self.shared.path, self.shared.config.disk_reserve);
         for (txn, reply) in txns {
+            if let Some(room) = &mut room
+                && let Err(e) = room.admit(space::txn_cost(&txn))
+            {
+                drop(reply.send(Err(e)));
+                continue;
+            }
             match self.txn(txn, &mut group) {
                 Ok((response, entry)) => done.push((self.next_rev - 1, entry, reply, response)),
                 // An expected refusal (unknown lease) touches nothing: only this one fails.

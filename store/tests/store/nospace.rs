@@ -1,4 +1,5 @@
-//! A full disk: writes fail with a clear error, and nothing acknowledged before is lost.
+//! A full disk: writes fail with a clear error, nothing acknowledged before is lost, reads go on,
+//! and writes succeed again once there is room.
 //!
 //! The data dir lives on a small tmpfs mounted for the test, which needs root (CAP_SYS_ADMIN).
 //! Where mounting is not allowed the test says so on stderr and checks nothing.
@@ -45,8 +46,90 @@ impl Drop for SmallDisk {
     }
 }
 
+/// Puts 32 KiB values under `k0`, `k1`, ... until a put fails; returns what was acknowledged
+/// (revision, key) and the error.
+async fn fill(store: &SledStore, value: &[u8]) -> (Vec<(Revision, String)>, Error) {
+    let mut acked = Vec::new();
+    loop {
+        let key = format!("k{}", acked.len());
+        match store
+            .put(key.clone().into_bytes(), value.to_vec(), None)
+            .await
+        {
+            Ok((rev, _)) => acked.push((rev, key)),
+            Err(e) => return (acked, e),
+        }
+        assert!(acked.len() < 10_000, "the disk never filled up");
+    }
+}
+
+/// Every acknowledged key reads back whole.
+async fn check_acked(store: &SledStore, acked: &[(Revision, String)], value: &[u8]) {
+    for (rev, key) in acked {
+        let got = store
+            .range(RangeRequest::new(KeyRange::key(key.as_str())))
+            .await
+            .unwrap_or_else(|e| panic!("reading {key}: {e}"));
+        assert_eq!(got.kvs.len(), 1, "{key} lost");
+        assert_eq!(got.kvs[0].mod_revision, *rev);
+        assert_eq!(got.kvs[0].value, value);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_full_disk_fails_writes_clearly_and_keeps_what_was_acknowledged() {
+async fn the_guard_refuses_puts_before_sled_meets_a_full_disk_and_lets_them_through_when_room_returns()
+ {
+    let Some(disk) = SmallDisk::mount("12m") else {
+        eprintln!(
+            "SKIPPED: cannot mount a tmpfs here (needs root); the full-disk test checked nothing"
+        );
+        return;
+    };
+    let path = disk.path().join("data");
+    let mut config = Config::new(&path);
+    config.retention.max_revisions = None;
+    config.retention.max_age = None;
+    config.disk_reserve = 3 << 20;
+    let store = SledStore::open(config.clone()).unwrap();
+    let value = vec![0x5a; 32 << 10];
+    let (acked, err) = fill(&store, &value).await;
+    let Error::NoSpace(io) = &err else {
+        panic!("a full disk gave {err:?}");
+    };
+    assert!(
+        io.to_string().contains("keeps 3145728 bytes free"),
+        "not the guard: {io}"
+    );
+    assert!(acked.len() > 20, "only {} puts fitted", acked.len());
+    let before = store.status().revision;
+    // Refused puts wrote nothing; reads are served as before.
+    assert!(matches!(
+        store.put(b"more".to_vec(), value.clone(), None).await,
+        Err(Error::NoSpace(_))
+    ));
+    assert_eq!(store.status().revision, before);
+    check_acked(&store, &acked, &value).await;
+    // A delete (how an operator frees space) still passes.
+    let (rev, gone) = store.delete(KeyRange::key("k0")).await.unwrap();
+    assert_eq!(gone.len(), 1);
+    assert_eq!(rev, before.next());
+    // Room again: the same store writes, no reopen.
+    disk.grow("64m");
+    let (rev, _) = store
+        .put(b"after".to_vec(), value.clone(), None)
+        .await
+        .unwrap();
+    assert_eq!(rev, before.next().next());
+    store.close().await.unwrap();
+    drop(store);
+    let store = SledStore::open(config).unwrap();
+    check_acked(&store, &acked[1..], &value).await;
+    assert_eq!(store.status().revision, rev);
+    store.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_guard_a_full_disk_fails_writes_clearly_and_keeps_what_was_acknowledged() {
     let Some(disk) = SmallDisk::mount("6m") else {
         eprintln!(
             "SKIPPED: cannot mount a tmpfs here (needs root); the full-disk test checked nothing"
@@ -57,20 +140,10 @@ async fn a_full_disk_fails_writes_clearly_and_keeps_what_was_acknowledged() {
     let mut config = Config::new(&path);
     config.retention.max_revisions = None;
     config.retention.max_age = None;
+    config.disk_reserve = 0;
     let store = SledStore::open(config.clone()).unwrap();
     let value = vec![0x5a; 32 << 10];
-    let mut acked = Vec::new();
-    let err = loop {
-        let key = format!("k{}", acked.len());
-        match store
-            .put(key.clone().into_bytes(), value.clone(), None)
-            .await
-        {
-            Ok((rev, _)) => acked.push((rev, key)),
-            Err(e) => break e,
-        }
-        assert!(acked.len() < 10_000, "6 MiB never filled up");
-    };
+    let (acked, err) = fill(&store, &value).await;
     assert!(matches!(err, Error::NoSpace(_)), "a full disk gave {err:?}");
     assert!(err.to_string().contains("no space"), "{err}");
     assert!(!acked.is_empty());
@@ -86,15 +159,7 @@ async fn a_full_disk_fails_writes_clearly_and_keeps_what_was_acknowledged() {
     disk.grow("64m");
     let store = SledStore::open(config).unwrap();
     assert!(store.status().revision >= acked.last().unwrap().0);
-    for (rev, key) in &acked {
-        let got = store
-            .range(RangeRequest::new(KeyRange::key(key.as_str())))
-            .await
-            .unwrap();
-        assert_eq!(got.kvs.len(), 1, "{key} lost");
-        assert_eq!(got.kvs[0].mod_revision, *rev);
-        assert_eq!(got.kvs[0].value, value);
-    }
+    check_acked(&store, &acked, &value).await;
     let (rev, _) = store
         .put(b"after".to_vec(), b"x".to_vec(), None)
         .await
