@@ -230,8 +230,8 @@ pub trait Store: Send + Sync + 'static {
     fn status(&self) -> StoreStatus;
 
     /// Whether the store could serve a write when last checked, without waiting: `Err` says why
-    /// not (an external datastore unreachable or without quorum). For readiness checks; the
-    /// embedded log is always ready while open.
+    /// not (an external datastore unreachable or without quorum, the embedded log being reopened
+    /// after a disk error). For readiness checks.
     fn ready(&self) -> Result<(), String> {
         Ok(())
     }

@@ -1,9 +1,12 @@
 //! [`SledStore`]: the [`Store`] on sled 0.34 — opening, shared state, and the contract's methods.
+//! An [`Engine`] is one opening of a data dir; [`SledStore`] (`recover.rs`) holds the current one
+//! and replaces it when sled fails with an I/O error.
 
 mod import;
 mod maintenance;
 mod mark;
 pub(crate) mod read;
+mod recover;
 mod snapshot;
 mod space;
 mod watch;
@@ -27,7 +30,11 @@ use crate::types::*;
 use crate::{Store, WatchStream};
 
 pub use import::Importer;
+pub use recover::SledStore;
 use writer::{Command, LeaseState, LeaseTable};
+
+/// Called once when an [`Engine`] is poisoned.
+pub(crate) type FaultHook = Box<dyn Fn() + Send + Sync>;
 
 /// How [`SledStore`] is set up. `Config::new(path)` gives the defaults below.
 #[derive(Debug, Clone)]
@@ -209,8 +216,11 @@ pub(crate) struct Shared {
     pub stats: Stats,
     /// sled's data file, for [`Config::fsync`].
     pub data_file: Option<std::fs::File>,
-    /// Set by the applier when a batch failed to apply; writes fail from then on.
+    /// Set by the applier when a batch failed to apply, or by the flusher when a flush failed:
+    /// sled holds on to the error, so writes fail from then on (see [`Shared::poison`]).
     pub poisoned: Mutex<Option<sled::Error>>,
+    /// Told once when the store is poisoned, to reopen it.
+    on_fault: Option<FaultHook>,
     /// Work handed by the writer to the applier and not yet applied.
     inflight: (Mutex<usize>, Condvar),
 }
@@ -228,6 +238,21 @@ impl Shared {
             .expect("poison lock")
             .as_ref()
             .map(read::sled_err_copy)
+    }
+
+    /// Records that sled failed with `error` (the first error stays) and reports it once.
+    pub fn poison(&self, error: sled::Error) {
+        let first = {
+            let mut poisoned = self.poisoned.lock().expect("poison lock");
+            let first = poisoned.is_none();
+            if first {
+                *poisoned = Some(error);
+            }
+            first
+        };
+        if first && let Some(hook) = &self.on_fault {
+            hook();
+        }
     }
 
     /// Counts work handed to the applier.
@@ -435,7 +460,7 @@ impl Shared {
 }
 
 /// The log on sled: see the crate docs for the layout and invariants.
-pub struct SledStore {
+pub(crate) struct Engine {
     shared: Arc<Shared>,
     /// To the writer thread; `None` once closed.
     commands: Mutex<Option<mpsc::Sender<Command>>>,
@@ -444,9 +469,9 @@ pub struct SledStore {
     closed: AtomicBool,
 }
 
-impl std::fmt::Debug for SledStore {
+impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SledStore")
+        f.debug_struct("Engine")
             .field("path", &self.shared.path)
             .field("revision", &self.shared.durable())
             .finish()
@@ -621,13 +646,13 @@ fn load(db: &sled::Db, path: &Path) -> Result<Loaded> {
     })
 }
 
-impl SledStore {
+impl Engine {
     /// Opens (or creates) the data dir in `config.path`.
     ///
     /// Fails with [`Error::Locked`] if another process (or another open handle) holds it, and
     /// [`Error::Corrupt`] if it is not a skiff log. Start-up reads only the newest log key, the
     /// meta records and the leases, not the history, so it is fast however long the log is.
-    pub fn open(config: Config) -> Result<SledStore> {
+    pub fn open(config: Config, on_fault: Option<FaultHook>) -> Result<Engine> {
         let path = config.path.clone();
         if path.exists() {
             if !path.is_dir() {
@@ -705,6 +730,7 @@ impl SledStore {
             stats: Stats::default(),
             data_file,
             poisoned: Mutex::new(None),
+            on_fault,
             inflight: (Mutex::new(0), Condvar::new()),
         });
         let (command_tx, command_rx) = mpsc::channel(4096);
@@ -748,7 +774,7 @@ impl SledStore {
             "skiff-store-maint",
             Box::new(move || maintenance::run(s, tx)),
         )?);
-        Ok(SledStore {
+        Ok(Engine {
             shared,
             commands: Mutex::new(Some(command_tx)),
             threads: Mutex::new(threads),
@@ -757,21 +783,16 @@ impl SledStore {
         })
     }
 
-    /// Creates a data dir at `data_dir` (which must not exist or be empty) from a snapshot file
-    /// written by [`Store::snapshot`]; returns the snapshot's revision.
-    pub fn restore(snapshot: &Path, data_dir: &Path) -> Result<Revision> {
-        snapshot::restore(snapshot, data_dir)
+    /// The error that poisoned this opening, if one did.
+    pub fn poison_error(&self) -> Option<Error> {
+        self.shared.poison_error()
     }
 
-    /// Starts building a new data dir at `data_dir` (which must not exist or be empty) from log
-    /// entries exported elsewhere, keeping their revisions and commit times; see [`Importer`].
-    pub fn importer(data_dir: &Path) -> Result<Importer> {
-        Importer::create(data_dir)
-    }
-
-    /// The data dir.
-    pub fn path(&self) -> &Path {
-        &self.shared.path
+    /// Stops the threads and waits for them (the watchers end by themselves, soon after).
+    pub fn shut_down(&self) {
+        for thread in self.shutdown_threads() {
+            let _ = thread.join();
+        }
     }
 
     /// Group-commit counters since open: (flushes, commands acknowledged by them).
@@ -885,7 +906,7 @@ impl SledStore {
     }
 }
 
-impl Drop for SledStore {
+impl Drop for Engine {
     fn drop(&mut self) {
         // Detached: the threads finish what they hold (acknowledging durable writes) and exit.
         self.shutdown_threads();
@@ -893,7 +914,7 @@ impl Drop for SledStore {
 }
 
 #[async_trait::async_trait]
-impl Store for SledStore {
+impl Store for Engine {
     async fn range(&self, request: RangeRequest) -> Result<RangeResponse> {
         self.check_open()?;
         let durable = Revision(self.shared.durable());

@@ -915,7 +915,8 @@ impl Batch {
 /// The applier thread: applies the writer's batches in order while the writer builds the next
 /// group, then passes their acknowledgements to the flusher (all of a group's in one message).
 /// A batch that fails to apply poisons the store: sled may hold part of it in memory, so nothing
-/// more is written until the store is reopened (recovery drops an unsealed batch).
+/// more is written until the store is reopened (recovery drops an unsealed batch; `recover.rs`
+/// reopens it).
 pub(crate) fn run_applier(
     shared: Arc<Shared>,
     work: std::sync::mpsc::Receiver<Work>,
@@ -941,7 +942,7 @@ pub(crate) fn run_applier(
             && let Err(e) = shared.db.apply_batch(merged)
         {
             tracing::error!(error = %e, "applying a batch failed; refusing further writes until reopened");
-            *shared.poisoned.lock().expect("poison lock") = Some(e);
+            shared.poison(e);
             failed = true;
         }
         if failed {
@@ -979,15 +980,10 @@ pub(crate) fn run_flusher(
         }
         let last_rev = group.last().map(|a| a.rev).unwrap_or(0);
         unpublished.extend(group.iter().filter_map(|a| a.entry.clone()));
-        let flushed =
-            shared
-                .db
-                .flush()
-                .map_err(read::sled_err)
-                .and_then(|_| match &shared.data_file {
-                    Some(file) => file.sync_data().map_err(read::io_err),
-                    None => Ok(()),
-                });
+        let flushed = shared.db.flush().and_then(|_| match &shared.data_file {
+            Some(file) => file.sync_data().map_err(sled::Error::Io),
+            None => Ok(()),
+        });
         match flushed {
             Ok(_) => {
                 let entries = std::mem::take(&mut unpublished);
@@ -1008,17 +1004,18 @@ pub(crate) fn run_flusher(
                 shared.dispatch(&entries);
             }
             Err(e) => {
+                // The writes were applied: sled may have put some of them on disk before it
+                // failed, and reopening keeps those. So their outcome is unknown, which is not
+                // what `Error::NoSpace` ("not applied") says, even when the disk is full.
                 tracing::error!(error = %e, "flush failed; the writes waiting for it are not acknowledged");
-                let (kind, message) = match &e {
-                    Error::NoSpace(io) | Error::Io(io) => (io.raw_os_error(), io.to_string()),
-                    other => (None, other.to_string()),
-                };
+                let message = format!(
+                    "the log could not be flushed to disk ({e}); the write may or may not have \
+                     been applied"
+                );
+                shared.poison(e);
                 for a in group {
-                    let io = match kind {
-                        Some(code) => std::io::Error::from_raw_os_error(code),
-                        None => std::io::Error::other(message.clone()),
-                    };
-                    a.ack.fail(read::io_err(io));
+                    a.ack
+                        .fail(Error::Io(std::io::Error::other(message.clone())));
                 }
             }
         }

@@ -7,6 +7,7 @@
 use std::path::Path;
 use std::process::Command;
 
+use futures::StreamExt;
 use skiff_store::*;
 
 /// A tmpfs mounted at a temp dir for as long as it lives.
@@ -129,7 +130,7 @@ async fn the_guard_refuses_puts_before_sled_meets_a_full_disk_and_lets_them_thro
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn without_the_guard_a_full_disk_fails_writes_clearly_and_keeps_what_was_acknowledged() {
+async fn without_the_guard_sled_meets_the_full_disk_and_the_store_reopens_itself_in_place() {
     let Some(disk) = SmallDisk::mount("6m") else {
         eprintln!(
             "SKIPPED: cannot mount a tmpfs here (needs root); the full-disk test checked nothing"
@@ -142,28 +143,60 @@ async fn without_the_guard_a_full_disk_fails_writes_clearly_and_keeps_what_was_a
     config.retention.max_age = None;
     config.disk_reserve = 0;
     let store = SledStore::open(config.clone()).unwrap();
-    let value = vec![0x5a; 32 << 10];
-    let (acked, err) = fill(&store, &value).await;
-    assert!(matches!(err, Error::NoSpace(_)), "a full disk gave {err:?}");
-    assert!(err.to_string().contains("no space"), "{err}");
-    assert!(!acked.is_empty());
-    // Later writes keep failing rather than pretending.
-    assert!(
-        store
-            .put(b"more".to_vec(), b"x".to_vec(), None)
-            .await
-            .is_err()
-    );
-    drop(store);
-    // With room again, everything acknowledged is there.
-    disk.grow("64m");
-    let store = SledStore::open(config).unwrap();
-    assert!(store.status().revision >= acked.last().unwrap().0);
-    check_acked(&store, &acked, &value).await;
-    let (rev, _) = store
-        .put(b"after".to_vec(), b"x".to_vec(), None)
+    // A watch from the start, across the reopenings.
+    let mut watch = store
+        .watch(WatchRequest::new(
+            KeyRange::from(Vec::new()),
+            Some(Revision(1)),
+        ))
         .await
         .unwrap();
+    let value = vec![0x5a; 32 << 10];
+    let (acked, err) = fill(&store, &value).await;
+    // The batch sled failed to apply was not applied; a failed flush leaves the outcome open.
+    assert!(
+        matches!(&err, Error::NoSpace(_))
+            || err.to_string().contains("may or may not have been applied"),
+        "a full disk gave {err:?}"
+    );
+    assert!(!acked.is_empty());
+    // Room again: the same store handle writes once it has reopened the data dir.
+    disk.grow("64m");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let rev = loop {
+        match store.put(b"after".to_vec(), b"x".to_vec(), None).await {
+            Ok((rev, _)) => break rev,
+            Err(e) => {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "writes still fail after the disk grew: {e}"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        }
+    };
     assert!(rev > acked.last().unwrap().0);
+    assert!(store.reopened() >= 1, "the store was never reopened");
+    assert!(store.ready().is_ok());
+    check_acked(&store, &acked, &value).await;
+    // The watch saw every revision once, in order, through the reopening.
+    let mut seen = Vec::new();
+    while seen.last().copied() != Some(rev) {
+        let response = tokio::time::timeout(std::time::Duration::from_secs(10), watch.next())
+            .await
+            .expect("the watch stalled")
+            .expect("the watch ended")
+            .expect("the watch failed");
+        if !response.is_progress() {
+            seen.push(response.revision);
+        }
+    }
+    let expected: Vec<Revision> = (1..=rev.0).map(Revision).collect();
+    assert_eq!(seen, expected);
+    store.close().await.unwrap();
+    drop(store);
+    let store = SledStore::open(config).unwrap();
+    check_acked(&store, &acked, &value).await;
+    assert_eq!(store.status().revision, rev);
     store.close().await.unwrap();
 }
