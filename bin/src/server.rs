@@ -76,6 +76,12 @@ pub struct ApiArgs {
     #[arg(long, default_value = "24h", value_parser = parse_duration, env = "SKIFF_HISTORY_AGE")]
     pub history_age: Duration,
 
+    /// Space kept free on the file system holding the data dir (a quantity, e.g. `64Mi`, `1Gi`):
+    /// writes that would leave less are refused with 507 Insufficient Storage, reads go on, and
+    /// writes succeed again as soon as there is room. `0` turns the guard off.
+    #[arg(long, default_value = "64Mi", value_parser = parse_bytes, env = "SKIFF_DISK_RESERVE")]
+    pub disk_reserve: u64,
+
     /// How long new pods tolerate a `node.kubernetes.io/not-ready` node before they are evicted,
     /// unless they say otherwise.
     #[arg(long, default_value_t = skiff_kinds::defaults::DEFAULT_NOT_READY_TOLERATION_SECONDS, env = "SKIFF_DEFAULT_NOT_READY_TOLERATION_SECONDS")]
@@ -208,6 +214,13 @@ impl Plan {
     }
 }
 
+/// Parses a byte count written as a Kubernetes quantity: `64Mi`, `1G`, `1048576`.
+pub(crate) fn parse_bytes(text: &str) -> Result<u64, String> {
+    let value = skiff_meta::quantity::value(text)
+        .ok_or_else(|| format!("not a quantity of bytes: {text:?}; use e.g. 64Mi, 1Gi"))?;
+    u64::try_from(value).map_err(|_| "a size cannot be negative".to_string())
+}
+
 /// Parses `90s`, `5m`, `1h30m`, `2d`.
 pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     let signed: jiff::SignedDuration = text
@@ -268,6 +281,7 @@ pub async fn run(args: ApiArgs, plan: Plan) -> Result<()> {
                 max_versions: *versions,
             })
             .collect(),
+        disk_reserve: args.disk_reserve,
         ..skiff_store::Config::new(data_dir.join("db"))
     };
     // The metrics recorder goes in before anything records: a count made without it is lost.
@@ -572,6 +586,15 @@ mod tests {
         assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
         assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
         assert!(parse_duration("soon").is_err());
+    }
+
+    #[test]
+    fn sizes_parse_as_quantities() {
+        assert_eq!(parse_bytes("64Mi"), Ok(64 << 20));
+        assert_eq!(parse_bytes("1G"), Ok(1_000_000_000));
+        assert_eq!(parse_bytes("0"), Ok(0));
+        assert!(parse_bytes("-1Mi").unwrap_err().contains("negative"));
+        assert!(parse_bytes("lots").unwrap_err().contains("64Mi"));
     }
 
     #[test]

@@ -63,7 +63,7 @@ pub enum Error {
         reason: String,
     },
     /// The disk is full; the write was not acknowledged and nothing acknowledged was lost.
-    #[error("no space left on the device holding the log")]
+    #[error("no space left on the device holding the log: {0}")]
     NoSpace(#[source] std::io::Error),
     /// The store has been closed.
     #[error("the store is closed")]

@@ -1,7 +1,8 @@
 //! A full disk at the API: the data dir of `skiff apiserver` on a small tmpfs the test mounts.
-//! Creates fail with a 507 Status that says the write was not applied (with `Retry-After`),
-//! every acknowledged object stays readable, and once the tmpfs is grown writes succeed again
-//! without a restart. Mounting needs root; without it the test says so and checks nothing.
+//! Creates fail with a 507 Status that says the write was not applied (with `Retry-After`) once
+//! less than `--disk-reserve` would stay free, every acknowledged object stays readable, a delete
+//! still passes, and once the tmpfs is grown writes succeed again without a restart. Mounting
+//! needs root; without it the test says so and checks nothing.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -40,10 +41,9 @@ impl Drop for SmallDisk {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "the store does not recover in place: after ENOSPC, GETs of acknowledged objects answer 507 and creates hang once the disk grows (sled 0.34 keeps its I/O error until reopened); the 507 itself works"]
 async fn a_full_disk_answers_507_keeps_what_was_acknowledged_and_recovers_without_a_restart() {
     let mut disk = None;
-    let mut cluster = TestCluster::start_prepared("apiserver", &[], |data| {
+    let mut cluster = TestCluster::start_prepared("apiserver", &["--disk-reserve=4Mi"], |data| {
         disk = SmallDisk::mount(data, "24m");
     });
     let Some(disk) = disk else {
@@ -101,6 +101,7 @@ async fn a_full_disk_answers_507_keeps_what_was_acknowledged_and_recovers_withou
     assert_eq!(status["details"]["retryAfterSeconds"], 1);
     let message = status["message"].as_str().unwrap();
     assert!(message.contains("the write was not applied"), "{message}");
+    assert!(message.contains("keeps 4194304 bytes free"), "{message}");
     assert!(!acked.is_empty());
     // Every acknowledged object is still there, whole; reads are served while the disk is full.
     for name in &acked {
@@ -118,6 +119,24 @@ async fn a_full_disk_answers_507_keeps_what_was_acknowledged_and_recovers_withou
             "{name}"
         );
     }
+    // A delete, how an operator frees space, still passes.
+    let r = http
+        .delete(format!("{base}/{}", acked[0]))
+        .bearer_auth(&cluster.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    let list: Value = http
+        .get(&base)
+        .bearer_auth(&cluster.token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(list["items"].as_array().unwrap().len(), acked.len() - 1);
     // Room again: writes succeed without a restart.
     disk.grow("128m");
     let deadline = Instant::now() + Duration::from_secs(60);
