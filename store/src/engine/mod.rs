@@ -709,6 +709,10 @@ impl Engine {
             None
         };
         let data_file = if config.fsync {
+            // sled creates its files without syncing the directories that name them: until
+            // these are synced, a power cut can take the whole data dir with it, however often
+            // the log itself was synced.
+            sync_dirs(&path).map_err(read::io_err)?;
             Some(std::fs::File::open(path.join("db")).map_err(read::io_err)?)
         } else {
             None
@@ -1174,6 +1178,23 @@ impl Store for Engine {
             .map_err(|e| Error::Io(std::io::Error::other(e.to_string())))??;
         Ok(())
     }
+}
+
+/// Makes the data dir's names durable: its `blobs` directory (sled's files for large messages),
+/// the data dir itself (`db`, `conf`, `blobs`, the snapshot and the durable mark) and its parent
+/// (the data dir's own name).
+fn sync_dirs(path: &Path) -> std::io::Result<()> {
+    let blobs = path.join("blobs");
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
+    for dir in [Some(blobs.as_path()), Some(path), parent]
+        .into_iter()
+        .flatten()
+    {
+        if dir.is_dir() {
+            std::fs::File::open(dir)?.sync_all()?;
+        }
+    }
+    Ok(())
 }
 
 /// Bytes used by the files under `dir`.
