@@ -124,7 +124,8 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 
 /// A config for benchmarks: the defaults, automatic retention off unless asked
 /// (`SKIFF_BENCH_CACHE_MIB`: sled's cache size; `SKIFF_BENCH_FSYNC=0`: [`Config::fsync`] off;
-/// `SKIFF_BENCH_KEEP_VERSIONS=<n>`: keep only the newest `n` versions of each `/bench/` key).
+/// `SKIFF_BENCH_KEEP_VERSIONS=<n>`: keep only the newest `n` versions of each `/bench/` key;
+/// `SKIFF_BENCH_COMPRESSION=0`: [`Config::compression`] off).
 pub fn bench_config(path: &Path) -> Config {
     let mut config = Config::new(path);
     if let Some(mib) = std::env::var("SKIFF_BENCH_CACHE_MIB")
@@ -135,6 +136,9 @@ pub fn bench_config(path: &Path) -> Config {
     }
     if std::env::var("SKIFF_BENCH_FSYNC").is_ok_and(|v| v == "0") {
         config.fsync = false;
+    }
+    if std::env::var("SKIFF_BENCH_COMPRESSION").is_ok_and(|v| v == "0") {
+        config.compression = false;
     }
     config.retention.max_revisions = None;
     config.retention.max_age = None;

@@ -61,8 +61,7 @@ impl Importer {
                 format!("import target {} is not empty", data_dir.display()),
             )));
         }
-        let db = sled::Config::new()
-            .path(data_dir)
+        let db = super::sled_config(data_dir, true)
             .open()
             .map_err(read::sled_err)?;
         Ok(Importer {

@@ -76,6 +76,11 @@ pub struct Config {
     /// Default 64 MiB; 0 turns the guard off (sled then meets the full disk itself, and the store
     /// reopens to recover).
     pub disk_reserve: u64,
+    /// Compress the log's messages (zstd, its fastest level) in a data dir this creates. Kubernetes
+    /// objects are JSON, and sled rewrites each tree node many times over: compressed, a write
+    /// costs the disk about a third of the bytes, for some CPU. A data dir keeps the setting it
+    /// was created with. Default true.
+    pub compression: bool,
 }
 
 impl Config {
@@ -93,6 +98,7 @@ impl Config {
             mark_interval: Duration::from_secs(1),
             accept_lost_writes: false,
             disk_reserve: 64 << 20,
+            compression: true,
         }
     }
 }
@@ -501,12 +507,35 @@ fn foreign_contents(dir: &Path) -> Result<Option<String>> {
     )))
 }
 
+/// zstd's level for the log's messages: its fastest. Level 3 wrote as many bytes for Kubernetes
+/// objects and cost more CPU (BENCHMARKS.md, "Disk bytes per write").
+const COMPRESSION_LEVEL: i32 = 1;
+
+/// sled's configuration for the data dir at `path`: compressed if it is new and `compress` says
+/// so, else as it was created (sled refuses to change the setting of an existing database).
+pub(crate) fn sled_config(path: &Path, compress: bool) -> sled::Config {
+    let compressed = persisted_compression(path).unwrap_or(compress);
+    sled::Config::new()
+        .path(path)
+        .use_compression(compressed)
+        .compression_factor(COMPRESSION_LEVEL)
+}
+
+/// Whether the sled database at `path` was created compressed, from its `conf` file (text lines
+/// then a 4-byte checksum, which sled checks when it opens); `None` if there is none to read.
+fn persisted_compression(path: &Path) -> Option<bool> {
+    let conf = std::fs::read(path.join("conf")).ok()?;
+    let text = std::str::from_utf8(&conf[..conf.len().checked_sub(4)?]).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("use_compression: "))
+        .and_then(|v| v.trim().parse().ok())
+}
+
 /// Opens sled, mapping its failures to the store's errors (a lock held by another process, a
 /// damaged or foreign file). sled panics on some damaged files; that is a corrupt dir too.
 fn open_sled(config: &Config) -> Result<sled::Db> {
     let path = config.path.clone();
-    let sled_config = sled::Config::new()
-        .path(&config.path)
+    let sled_config = sled_config(&config.path, config.compression)
         .cache_capacity(config.cache_capacity)
         .flush_every_ms(Some(1000));
     let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || sled_config.open()));

@@ -196,8 +196,7 @@ fn restore_into(snapshot: &Path, data_dir: &Path) -> Result<Revision> {
     }
     let rev = input.u64().map_err(truncated)?;
     let compacted = input.u64().map_err(truncated)?;
-    let db = sled::Config::new()
-        .path(data_dir)
+    let db = super::sled_config(data_dir, true)
         .open()
         .map_err(read::sled_err)?;
     let mut batch = sled::Batch::default();

@@ -47,14 +47,30 @@ impl Drop for SmallDisk {
     }
 }
 
+/// The 32 KiB value written under `key`: pseudo-random bytes seeded by the key, so that the
+/// log's compression cannot shrink them (nor find one value repeated in the next).
+fn value_of(key: &str) -> Vec<u8> {
+    let mut x = key.bytes().fold(0x9e37_79b9_7f4a_7c15u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    });
+    (0..32 << 10)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
 /// Puts 32 KiB values under `k0`, `k1`, ... until a put fails; returns what was acknowledged
 /// (revision, key) and the error.
-async fn fill(store: &SledStore, value: &[u8]) -> (Vec<(Revision, String)>, Error) {
+async fn fill(store: &SledStore) -> (Vec<(Revision, String)>, Error) {
     let mut acked = Vec::new();
     loop {
         let key = format!("k{}", acked.len());
         match store
-            .put(key.clone().into_bytes(), value.to_vec(), None)
+            .put(key.clone().into_bytes(), value_of(&key), None)
             .await
         {
             Ok((rev, _)) => acked.push((rev, key)),
@@ -65,7 +81,7 @@ async fn fill(store: &SledStore, value: &[u8]) -> (Vec<(Revision, String)>, Erro
 }
 
 /// Every acknowledged key reads back whole.
-async fn check_acked(store: &SledStore, acked: &[(Revision, String)], value: &[u8]) {
+async fn check_acked(store: &SledStore, acked: &[(Revision, String)]) {
     for (rev, key) in acked {
         let got = store
             .range(RangeRequest::new(KeyRange::key(key.as_str())))
@@ -73,7 +89,7 @@ async fn check_acked(store: &SledStore, acked: &[(Revision, String)], value: &[u
             .unwrap_or_else(|e| panic!("reading {key}: {e}"));
         assert_eq!(got.kvs.len(), 1, "{key} lost");
         assert_eq!(got.kvs[0].mod_revision, *rev);
-        assert_eq!(got.kvs[0].value, value);
+        assert_eq!(got.kvs[0].value, value_of(key));
     }
 }
 
@@ -92,8 +108,8 @@ async fn the_guard_refuses_puts_before_sled_meets_a_full_disk_and_lets_them_thro
     config.retention.max_age = None;
     config.disk_reserve = 3 << 20;
     let store = SledStore::open(config.clone()).unwrap();
-    let value = vec![0x5a; 32 << 10];
-    let (acked, err) = fill(&store, &value).await;
+    let value = value_of("more");
+    let (acked, err) = fill(&store).await;
     let Error::NoSpace(io) = &err else {
         panic!("a full disk gave {err:?}");
     };
@@ -109,7 +125,7 @@ async fn the_guard_refuses_puts_before_sled_meets_a_full_disk_and_lets_them_thro
         Err(Error::NoSpace(_))
     ));
     assert_eq!(store.status().revision, before);
-    check_acked(&store, &acked, &value).await;
+    check_acked(&store, &acked).await;
     // A delete (how an operator frees space) still passes.
     let (rev, gone) = store.delete(KeyRange::key("k0")).await.unwrap();
     assert_eq!(gone.len(), 1);
@@ -124,7 +140,7 @@ async fn the_guard_refuses_puts_before_sled_meets_a_full_disk_and_lets_them_thro
     store.close().await.unwrap();
     drop(store);
     let store = SledStore::open(config).unwrap();
-    check_acked(&store, &acked[1..], &value).await;
+    check_acked(&store, &acked[1..]).await;
     assert_eq!(store.status().revision, rev);
     store.close().await.unwrap();
 }
@@ -151,8 +167,7 @@ async fn without_the_guard_sled_meets_the_full_disk_and_the_store_reopens_itself
         ))
         .await
         .unwrap();
-    let value = vec![0x5a; 32 << 10];
-    let (acked, err) = fill(&store, &value).await;
+    let (acked, err) = fill(&store).await;
     // The batch sled failed to apply was not applied; a failed flush leaves the outcome open.
     assert!(
         matches!(&err, Error::NoSpace(_))
@@ -178,7 +193,7 @@ async fn without_the_guard_sled_meets_the_full_disk_and_the_store_reopens_itself
     assert!(rev > acked.last().unwrap().0);
     assert!(store.reopened() >= 1, "the store was never reopened");
     assert!(store.ready().is_ok());
-    check_acked(&store, &acked, &value).await;
+    check_acked(&store, &acked).await;
     // The watch saw every revision once, in order, through the reopening.
     let mut seen = Vec::new();
     while seen.last().copied() != Some(rev) {
@@ -196,7 +211,7 @@ async fn without_the_guard_sled_meets_the_full_disk_and_the_store_reopens_itself
     store.close().await.unwrap();
     drop(store);
     let store = SledStore::open(config).unwrap();
-    check_acked(&store, &acked, &value).await;
+    check_acked(&store, &acked).await;
     assert_eq!(store.status().revision, rev);
     store.close().await.unwrap();
 }

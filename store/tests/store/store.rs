@@ -1207,3 +1207,37 @@ async fn compaction_inside_a_group_of_revisions_keeps_the_log_exact() {
     assert_eq!(store.status().revision, Revision(640));
     check(store.clone(), 640).await;
 }
+
+/// What sled's `conf` file says about compression.
+fn conf_says_compressed(dir: &std::path::Path) -> bool {
+    let conf = std::fs::read(dir.join("conf")).unwrap();
+    String::from_utf8_lossy(&conf).contains("use_compression: true")
+}
+
+#[tokio::test]
+async fn new_data_dirs_are_compressed_and_old_ones_keep_their_setting() {
+    let value = "{\"data\":{\"config.yaml\":\"replicas: 3\\nimage: nginx\\n\"}}".repeat(40);
+    // A new data dir is compressed by default; a data dir created uncompressed stays so when
+    // opened with the default, and the reverse. Each reads back what it holds.
+    for created_compressed in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut created = config(&dir);
+        created.compression = created_compressed;
+        let store = SledStore::open(created.clone()).unwrap();
+        let rev = put(&store, "k", &value).await;
+        store.close().await.unwrap();
+        drop(store);
+        assert_eq!(conf_says_compressed(&created.path), created_compressed);
+        let mut reopened = created.clone();
+        reopened.compression = !created_compressed;
+        let store = SledStore::open(reopened).unwrap();
+        let kv = get(&store, "k", None).await.unwrap().unwrap();
+        assert_eq!(kv.value, value.as_bytes());
+        assert_eq!(kv.mod_revision, rev);
+        put(&store, "k2", &value).await;
+        store.close().await.unwrap();
+        drop(store);
+        assert_eq!(conf_says_compressed(&created.path), created_compressed);
+    }
+    assert!(Config::new("x").compression);
+}

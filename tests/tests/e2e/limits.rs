@@ -63,11 +63,25 @@ async fn a_full_disk_answers_507_keeps_what_was_acknowledged_and_recovers_withou
             .unwrap()
     };
     let base = format!("{}/api/v1/namespaces/default/configmaps", cluster.server);
-    let value = "x".repeat(256 * 1024);
+    // Letters from a pseudo-random sequence: the log compresses what it stores, and a run of one
+    // letter would never fill the disk.
+    let value: String = {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        (0..256 * 1024)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                char::from(b'a' + (x % 26) as u8)
+            })
+            .collect()
+    };
     let mut acked = Vec::new();
     let started = Instant::now();
     let (code, retry_after, status) = loop {
         let name = format!("fill-{}", acked.len());
+        // Each object different, so that no two compress against each other.
+        let value = format!("{}{value}", acked.len());
         let r = http
             .post(&base)
             .bearer_auth(&cluster.token)
@@ -115,7 +129,7 @@ async fn a_full_disk_answers_507_keeps_what_was_acknowledged_and_recovers_withou
         let object: Value = r.json().await.unwrap();
         assert_eq!(
             object["data"]["v"].as_str().map(str::len),
-            Some(value.len()),
+            Some(value.len() + name.len() - "fill-".len()),
             "{name}"
         );
     }

@@ -127,14 +127,23 @@ impl Log {
         #[cfg(feature = "compression")]
         {
             if self.config.use_compression && pid != BATCH_MANIFEST_PID {
-                use zstd::block::compress;
+                // skiff: one compression context per thread, reused, instead of a new one
+                // allocated and set up for every message (`zstd::block::compress`).
+                thread_local! {
+                    static COMPRESSOR: std::cell::RefCell<zstd::block::Compressor> =
+                        std::cell::RefCell::new(zstd::block::Compressor::new());
+                }
 
                 let buf = item.serialize();
 
                 let _measure = Measure::new(&M.compress);
 
-                let compressed_buf =
-                    compress(&buf, self.config.compression_factor).unwrap();
+                let compressed_buf = COMPRESSOR
+                    .with(|c| {
+                        c.borrow_mut()
+                            .compress(&buf, self.config.compression_factor)
+                    })
+                    .unwrap();
 
                 return self.reserve_inner(
                     log_kind,
