@@ -29,7 +29,15 @@
 //! for each of its revisions the commit time and the keys written), `m` meta (format `skiff-log/2`,
 //! compacted revision, per-prefix watermarks, leases), `x` lease attachments.
 //! The transactions waiting for the writer are applied as one `apply_batch`, which sled recovers
-//! all or nothing, so no transaction is ever partly on disk.
+//! all or nothing, so no transaction is ever partly on disk. sled compresses what it writes (zstd)
+//! in data dirs created since compression became the default ([`Config::compression`]).
+//!
+//! # Faults
+//! A write that would leave less than [`Config::disk_reserve`] free is refused before sled meets a
+//! full disk (`engine/space.rs`); should sled fail anyway, the store reopens its data dir in place
+//! (`engine/recover.rs`). Opening syncs the directories naming the data dir's files, and sled's
+//! large-value files are synced before the log can point at them (`third_party/README.md`), so a
+//! power cut keeps every acknowledged write (`store/tests/store/powercut.rs`).
 //!
 //! ```text
 //!  revision:      1     2     3     4     5     6            compacted = 2, durable = 6
