@@ -7,13 +7,14 @@
 //! To study a failure, set `SKIFF_STORE_CRASH_KEEP` to a directory: each round's data dir is
 //! copied there (`round-<n>`) as the killed child left it, before the reopen changes it.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::ffi::OsStr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use rand::Rng;
 use skiff_store::*;
+
+use crate::child;
 
 const CHILD_ENV: &str = "SKIFF_STORE_CRASH_CHILD";
 const ROUND_ENV: &str = "SKIFF_STORE_CRASH_ROUND";
@@ -83,7 +84,6 @@ fn crash_child() {
 fn sigkill_at_random_moments_loses_nothing_acknowledged() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("data");
-    let exe = std::env::current_exe().unwrap();
     let mut rng = rand::rng();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -93,48 +93,32 @@ fn sigkill_at_random_moments_loses_nothing_acknowledged() {
     let mut verified_up_to = 0u64;
     let mut total_acked = 0usize;
     for round in 0..24u32 {
-        let mut child = Command::new(&exe)
-            .args([
-                "--exact",
-                "crash::crash_child",
-                "--ignored",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD_ENV, &path)
-            .env(ROUND_ENV, round.to_string())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (first_tx, first_rx) = std::sync::mpsc::channel();
-        let reader = std::thread::spawn(move || {
-            let mut acked = Vec::new();
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
+        let round_text = round.to_string();
+        let child = child::spawn(
+            "crash::crash_child",
+            &[
+                (CHILD_ENV, path.as_os_str()),
+                (ROUND_ENV, OsStr::new(&round_text)),
+            ],
+            |acked: &mut Vec<(u64, String)>, line| {
                 if let Some(rest) = line.strip_prefix("ACK ") {
                     let (rev, key) = rest.split_once(' ').unwrap();
                     acked.push((rev.parse::<u64>().unwrap(), key.to_string()));
-                    if acked.len() == 1 {
-                        let _ = first_tx.send(());
-                    }
                 }
-            }
-            acked
-        });
+                !acked.is_empty()
+            },
+        );
         // Mostly kill while writes flow; every fourth round at any moment, start-up included.
         if round % 4 != 3 {
-            first_rx
-                .recv_timeout(Duration::from_secs(60))
-                .expect("the child acknowledged nothing");
+            assert!(
+                child.wait_ready(Duration::from_secs(60)),
+                "the child acknowledged nothing"
+            );
             std::thread::sleep(Duration::from_millis(rng.random_range(0..250)));
         } else {
             std::thread::sleep(Duration::from_millis(rng.random_range(0..60)));
         }
-        child.kill().unwrap(); // SIGKILL
-        child.wait().unwrap();
-        let acked = reader.join().unwrap();
+        let acked = child.kill(); // SIGKILL
         total_acked += acked.len();
         if let Some(keep) = std::env::var_os("SKIFF_STORE_CRASH_KEEP") {
             // The data dir as the killed child left it, before the reopen changes it.

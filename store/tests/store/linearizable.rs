@@ -12,8 +12,8 @@
 //! none repeated.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
+use std::ffi::OsStr;
+use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,6 +22,8 @@ use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 use skiff_lincheck::{Model, Operation, Outcome, Verdict, check};
 use skiff_store::*;
+
+use crate::child;
 
 const CHILD_ENV: &str = "SKIFF_STORE_LIN_CHILD";
 const ROUND_ENV: &str = "SKIFF_STORE_LIN_ROUND";
@@ -563,44 +565,27 @@ impl Record {
 
 /// Runs a child round until a random moment after its first answer, then SIGKILLs it.
 fn killed_round(path: &std::path::Path, n: u32) -> Record {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "linearizable::linearizable_child",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_ENV, path)
-        .env(ROUND_ENV, n.to_string())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (first_tx, first_rx) = std::sync::mpsc::channel();
-    let reader = std::thread::spawn(move || {
-        let mut record = Record::default();
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
+    let round = n.to_string();
+    let child = child::spawn(
+        "linearizable::linearizable_child",
+        &[
+            (CHILD_ENV, path.as_os_str()),
+            (ROUND_ENV, OsStr::new(&round)),
+        ],
+        |record: &mut Record, line| {
             // The last line may be cut by the kill.
-            let Ok(line) = serde_json::from_str::<Line>(&line) else {
-                continue;
-            };
-            if matches!(line, Line::Answer { .. }) && record.answers.is_empty() {
-                let _ = first_tx.send(());
+            if let Ok(line) = serde_json::from_str::<Line>(line) {
+                record.add(line);
             }
-            record.add(line);
-        }
-        record
-    });
-    first_rx
-        .recv_timeout(Duration::from_secs(60))
-        .expect("the child answered nothing");
+            !record.answers.is_empty()
+        },
+    );
+    assert!(
+        child.wait_ready(Duration::from_secs(60)),
+        "the child answered nothing"
+    );
     std::thread::sleep(Duration::from_millis(rand::rng().random_range(100..700)));
-    child.kill().unwrap(); // SIGKILL
-    child.wait().unwrap();
-    reader.join().unwrap()
+    child.kill() // SIGKILL
 }
 
 /// The events the log holds for `state`'s history: one per key changed at each revision, as

@@ -5,6 +5,7 @@
 //! dependency tree again, and on a 2-core CI machine those links cost more than the tests run.
 
 mod archive;
+mod child;
 mod concurrency;
 mod contract;
 mod corruption;

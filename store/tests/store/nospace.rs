@@ -47,6 +47,23 @@ impl Drop for SmallDisk {
     }
 }
 
+/// A store on a new tmpfs of `size` keeping `reserve` bytes free, or `None` (said on stderr)
+/// where mounting is not allowed.
+fn open_on_small_disk(size: &str, reserve: u64) -> Option<(SmallDisk, Config, SledStore)> {
+    let Some(disk) = SmallDisk::mount(size) else {
+        eprintln!(
+            "SKIPPED: cannot mount a tmpfs here (needs root); the full-disk test checked nothing"
+        );
+        return None;
+    };
+    let mut config = Config::new(disk.path().join("data"));
+    config.retention.max_revisions = None;
+    config.retention.max_age = None;
+    config.disk_reserve = reserve;
+    let store = SledStore::open(config.clone()).unwrap();
+    Some((disk, config, store))
+}
+
 /// The 32 KiB value written under `key`: pseudo-random bytes seeded by the key, so that the
 /// log's compression cannot shrink them (nor find one value repeated in the next).
 fn value_of(key: &str) -> Vec<u8> {
@@ -96,18 +113,9 @@ async fn check_acked(store: &SledStore, acked: &[(Revision, String)]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_guard_refuses_puts_before_sled_meets_a_full_disk_and_lets_them_through_when_room_returns()
  {
-    let Some(disk) = SmallDisk::mount("12m") else {
-        eprintln!(
-            "SKIPPED: cannot mount a tmpfs here (needs root); the full-disk test checked nothing"
-        );
+    let Some((disk, config, store)) = open_on_small_disk("12m", 3 << 20) else {
         return;
     };
-    let path = disk.path().join("data");
-    let mut config = Config::new(&path);
-    config.retention.max_revisions = None;
-    config.retention.max_age = None;
-    config.disk_reserve = 3 << 20;
-    let store = SledStore::open(config.clone()).unwrap();
     let value = value_of("more");
     let (acked, err) = fill(&store).await;
     let Error::NoSpace(io) = &err else {
@@ -147,18 +155,9 @@ async fn the_guard_refuses_puts_before_sled_meets_a_full_disk_and_lets_them_thro
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_the_guard_sled_meets_the_full_disk_and_the_store_reopens_itself_in_place() {
-    let Some(disk) = SmallDisk::mount("6m") else {
-        eprintln!(
-            "SKIPPED: cannot mount a tmpfs here (needs root); the full-disk test checked nothing"
-        );
+    let Some((disk, config, store)) = open_on_small_disk("6m", 0) else {
         return;
     };
-    let path = disk.path().join("data");
-    let mut config = Config::new(&path);
-    config.retention.max_revisions = None;
-    config.retention.max_age = None;
-    config.disk_reserve = 0;
-    let store = SledStore::open(config.clone()).unwrap();
     // A watch from the start, across the reopenings.
     let mut watch = store
         .watch(WatchRequest::new(

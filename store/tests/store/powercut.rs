@@ -7,14 +7,14 @@
 //! every acknowledged write is there with its value, over several rounds on the same data dir.
 //! Where FUSE cannot be mounted the test says so on stderr and checks nothing.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::ffi::OsStr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use rand::Rng;
 use skiff_store::*;
 
+use crate::child;
 use crate::powercut_fs::PowerCut;
 
 const CHILD_ENV: &str = "SKIFF_STORE_POWERCUT_CHILD";
@@ -84,7 +84,6 @@ fn a_power_cut_loses_nothing_acknowledged() {
         return;
     };
     let path = disk.path().join("data");
-    let exe = std::env::current_exe().unwrap();
     let mut rng = rand::rng();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -93,53 +92,32 @@ fn a_power_cut_loses_nothing_acknowledged() {
         .unwrap();
     let mut all_acked: Vec<(u64, String, u64)> = Vec::new();
     for round in 0..4u32 {
-        let mut child = Command::new(&exe)
-            .args([
-                "--exact",
-                "powercut::powercut_child",
-                "--ignored",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD_ENV, &path)
-            .env(ROUND_ENV, round.to_string())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (first_tx, first_rx) = std::sync::mpsc::channel();
-        let reader = std::thread::spawn(move || {
-            let mut acked = Vec::new();
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
+        let round_text = round.to_string();
+        let child = child::spawn(
+            "powercut::powercut_child",
+            &[
+                (CHILD_ENV, path.as_os_str()),
+                (ROUND_ENV, OsStr::new(&round_text)),
+            ],
+            |acked: &mut Vec<(u64, String, u64)>, line| {
                 if let Some(rest) = line.strip_prefix("ACK ") {
                     let mut parts = rest.split(' ');
                     let rev: u64 = parts.next().unwrap().parse().unwrap();
                     let key = parts.next().unwrap().to_string();
                     let i: u64 = parts.next().unwrap().parse().unwrap();
                     acked.push((rev, key, i));
-                    if acked.len() == 50 {
-                        let _ = first_tx.send(());
-                    }
                 }
-            }
-            acked
-        });
-        if first_rx.recv_timeout(Duration::from_secs(60)).is_err() {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "round {round}: the child acknowledged too little: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
+                acked.len() >= 50
+            },
+        );
+        assert!(
+            child.wait_ready(Duration::from_secs(60)),
+            "round {round}: the child acknowledged too little"
+        );
         std::thread::sleep(Duration::from_millis(rng.random_range(100..1200)));
         // The power goes: nothing reaches the disk from here on.
         disk.freeze();
-        child.kill().unwrap(); // SIGKILL
-        child.wait().unwrap();
-        let acked = reader.join().unwrap();
+        let acked = child.kill(); // SIGKILL
         disk.restore_power();
         all_acked.extend(acked);
         rt.block_on(verify(&path, round, &all_acked));
