@@ -101,6 +101,8 @@ pub struct Options {
     pub churn_duration: Duration,
     /// How often resident memory is sampled during churn.
     pub churn_sample: Duration,
+    /// The in-process skiff's sled page cache, in bytes (the store's default when `None`).
+    pub store_cache_bytes: Option<u64>,
 }
 
 /// One kind of measurement.
@@ -164,6 +166,7 @@ impl Default for Options {
             max_concurrent_lists: 16,
             churn_duration: Duration::from_secs(60),
             churn_sample: Duration::from_secs(5),
+            store_cache_bytes: None,
         }
     }
 }
@@ -990,7 +993,7 @@ impl Drop for Skiff {
     }
 }
 
-fn start_skiff(dir: &Path, threads: usize) -> Result<Skiff> {
+fn start_skiff(dir: &Path, threads: usize, cache_bytes: Option<u64>) -> Result<Skiff> {
     use crate::{auth, server, tls};
     tls::install_crypto_provider();
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -1007,7 +1010,9 @@ fn start_skiff(dir: &Path, threads: usize) -> Result<Skiff> {
         runtime.block_on(async move {
             let setup = async {
                 let fail = |e: &dyn std::fmt::Display| Error::Skiff(e.to_string());
+                let defaults = skiff_store::Config::new(dir.join("skiff").join("db"));
                 let store_config = skiff_store::Config {
+                    cache_capacity: cache_bytes.unwrap_or(defaults.cache_capacity),
                     prefix_retention: server::HIGH_CHURN_PREFIXES
                         .iter()
                         .map(|(prefix, versions)| skiff_store::PrefixRetention {
@@ -1015,7 +1020,7 @@ fn start_skiff(dir: &Path, threads: usize) -> Result<Skiff> {
                             max_versions: *versions,
                         })
                         .collect(),
-                    ..skiff_store::Config::new(dir.join("skiff").join("db"))
+                    ..defaults
                 };
                 let store = skiff_store::SledStore::open(store_config).map_err(|e| fail(&e))?;
                 let store: Arc<dyn skiff_store::Store> = Arc::new(store);
@@ -1098,7 +1103,7 @@ async fn run_in(
     dir: &Path,
     progress: &mut impl FnMut(&Row),
 ) -> Result<Vec<Row>> {
-    let skiff = start_skiff(dir, options.server_threads)?;
+    let skiff = start_skiff(dir, options.server_threads, options.store_cache_bytes)?;
     let etcd = start_etcd(&options.etcd, dir).await?;
     let ca = reqwest::Certificate::from_pem(skiff.ca_pem.as_bytes())
         .map_err(|e| Error::Setup(e.to_string()))?;

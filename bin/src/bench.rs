@@ -178,6 +178,7 @@ pub async fn run(command: BenchCommand) -> Result<()> {
                 max_concurrent_lists: args.max_concurrent_lists,
                 churn_duration: Duration::from_secs(args.churn_seconds),
                 churn_sample: Duration::from_secs(args.churn_sample_seconds.max(1)),
+                store_cache_bytes: args.store_cache_mib.map(|mib| mib << 20),
                 ..Default::default()
             };
             let rows = skiff_api::bench::run(&options, |row| {
@@ -235,4 +236,8 @@ pub struct ApiArgs {
     /// Seconds between resident-memory samples during churn.
     #[arg(long, default_value_t = 5)]
     churn_sample_seconds: u64,
+    /// The skiff side's sled page cache in MiB, as `skiff server --store-cache-mib`
+    /// [default: the server's default].
+    #[arg(long)]
+    store_cache_mib: Option<u64>,
 }
