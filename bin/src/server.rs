@@ -119,8 +119,8 @@ pub struct ApiArgs {
 }
 
 /// The memory the API server's caches may hold. Their sum is most of the server's resident
-/// memory beyond its idle footprint (~25 MiB); the defaults suit a 1–2 GB machine running
-/// workloads beside the control plane.
+/// memory beyond its idle footprint (22-23 MiB for `skiff apiserver`); the defaults suit a
+/// 1-2 GB machine running workloads beside the control plane.
 #[derive(Debug, Clone, clap::Args)]
 pub struct MemoryArgs {
     /// The embedded log's page cache (sled's `cache_capacity`), in MiB: the tree nodes of recent
