@@ -103,6 +103,8 @@ pub struct Options {
     pub churn_sample: Duration,
     /// The in-process skiff's sled page cache, in bytes (the store's default when `None`).
     pub store_cache_bytes: Option<u64>,
+    /// Churn reuses this many names in turn instead of a new name per create (`None`: new names).
+    pub churn_names: Option<u64>,
 }
 
 /// One kind of measurement.
@@ -167,6 +169,7 @@ impl Default for Options {
             churn_duration: Duration::from_secs(60),
             churn_sample: Duration::from_secs(5),
             store_cache_bytes: None,
+            churn_names: None,
         }
     }
 }
@@ -860,12 +863,14 @@ async fn fan_out(
 /// Churn: `clients` clients each create an object and delete it again until `duration` has
 /// passed; resident memory of the system is sampled every `sample`. An operation is one create
 /// and its delete.
+#[allow(clippy::too_many_arguments)]
 async fn churn(
     target: &Target,
     ns: &str,
     clients: usize,
     duration: Duration,
     sample: Duration,
+    names: Option<u64>,
     value: &Arc<String>,
 ) -> Result<Stats> {
     target.namespace(ns).await?;
@@ -875,7 +880,9 @@ async fn churn(
     let run = tokio::spawn(closed_loop(clients, duration, u64::MAX, move |i| {
         let (t, v, ns, done) = (t.clone(), v.clone(), ns_owned.clone(), counted.clone());
         async move {
-            let name = format!("c-{i}");
+            // Reused names stay clear of one another: the operations in flight have
+            // consecutive numbers, far fewer than the names.
+            let name = format!("c-{}", names.map_or(i, |n| i % n.max(4 * clients as u64)));
             t.create(&ns, &name, &v).await?;
             t.delete(&ns, &name).await?;
             done.fetch_add(1, Ordering::Relaxed);
@@ -1291,6 +1298,7 @@ async fn run_in(
                     clients,
                     options.churn_duration,
                     options.churn_sample,
+                    options.churn_names,
                     &value,
                 )
                 .await?;

@@ -179,6 +179,7 @@ pub async fn run(command: BenchCommand) -> Result<()> {
                 churn_duration: Duration::from_secs(args.churn_seconds),
                 churn_sample: Duration::from_secs(args.churn_sample_seconds.max(1)),
                 store_cache_bytes: args.store_cache_mib.map(|mib| mib << 20),
+                churn_names: args.churn_names,
                 ..Default::default()
             };
             let rows = skiff_api::bench::run(&options, |row| {
@@ -240,4 +241,7 @@ pub struct ApiArgs {
     /// [default: the server's default].
     #[arg(long)]
     store_cache_mib: Option<u64>,
+    /// Churn reuses this many names in turn [default: a new name for every create].
+    #[arg(long)]
+    churn_names: Option<u64>,
 }
