@@ -115,6 +115,8 @@ pub struct Authenticator {
     path: PathBuf,
     /// Read on every request, written when a token is added; never held across `.await`.
     entries: RwLock<Vec<Entry>>,
+    /// Token lookups made (a request is authenticated once: the route tests count).
+    lookups: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for Authenticator {
@@ -152,6 +154,7 @@ impl Authenticator {
         let authenticator = Authenticator {
             path: path.to_path_buf(),
             entries: RwLock::new(Vec::new()),
+            lookups: std::sync::atomic::AtomicU64::new(0),
         };
         match std::fs::read_to_string(path) {
             Ok(text) => {
@@ -181,6 +184,11 @@ impl Authenticator {
             .iter()
             .find(|e| e.user.name == name)
             .map(|e| e.token.clone())
+    }
+
+    /// Token lookups made so far.
+    pub fn lookups(&self) -> u64 {
+        self.lookups.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The admin token, if the file still has one.
@@ -239,6 +247,8 @@ impl Authenticator {
 
     /// The user of `token` in the token file, in `system:authenticated`.
     pub fn lookup(&self, token: &str) -> Result<User> {
+        self.lookups
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let presented = digest(token);
         let entries = self.entries.read().expect("token lock poisoned");
         let mut found = None;

@@ -15,6 +15,15 @@
 //! - `list`: all of 10,000 objects (a consistent read, decoded and counted by the client).
 //! - `watch`: `watchers` watches of one namespace / key prefix, then `watch_events` creates by the
 //!   concurrent clients; measured until every watcher has received every event.
+//! - `churn` (only when asked for): each client creates an object and deletes it again, for
+//!   [`Options::churn_duration`]; resident memory is sampled meanwhile, to see whether it levels
+//!   off under steady churn or grows with the writes ever made.
+//!
+//! Beside rates and latencies, the create, get and churn rows carry each system's CPU per
+//! operation and resident memory after the run. skiff's server side is this process's CPU
+//! (`/proc/self/stat`, which counts exited threads too) minus the bench client's threads (the
+//! caller's runtime threads, found by name in `/proc/self/task/*/stat`, and the main thread); etcd's
+//! is its child process's. skiff's resident memory is this process's, the client included.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -88,6 +97,14 @@ pub struct Options {
     /// Lists in flight at once per system, whatever the level: each 10,000-object list holds
     /// megabytes on both the server and the client side, and both run in this process.
     pub max_concurrent_lists: usize,
+    /// How long the churn workload runs per level.
+    pub churn_duration: Duration,
+    /// How often resident memory is sampled during churn.
+    pub churn_sample: Duration,
+    /// The in-process skiff's sled page cache, in bytes (the store's default when `None`).
+    pub store_cache_bytes: Option<u64>,
+    /// Churn reuses this many names in turn instead of a new name per create (`None`: new names).
+    pub churn_names: Option<u64>,
 }
 
 /// One kind of measurement.
@@ -101,10 +118,12 @@ pub enum Workload {
     List,
     /// Watch fan-out.
     Watch,
+    /// Create and delete in a loop, resident memory sampled (not in [`Workload::ALL`]).
+    Churn,
 }
 
 impl Workload {
-    /// Every workload, in the order they run.
+    /// The default workloads, in the order they run (churn runs last, when asked for).
     pub const ALL: [Workload; 4] = [
         Workload::Create,
         Workload::Get,
@@ -122,8 +141,9 @@ impl std::str::FromStr for Workload {
             "get" => Ok(Workload::Get),
             "list" => Ok(Workload::List),
             "watch" => Ok(Workload::Watch),
+            "churn" => Ok(Workload::Churn),
             other => Err(format!(
-                "unknown workload {other:?} (create, get, list or watch)"
+                "unknown workload {other:?} (create, get, list, watch or churn)"
             )),
         }
     }
@@ -146,6 +166,10 @@ impl Default for Options {
                 .unwrap_or(2),
             workloads: Workload::ALL.to_vec(),
             max_concurrent_lists: 16,
+            churn_duration: Duration::from_secs(60),
+            churn_sample: Duration::from_secs(5),
+            store_cache_bytes: None,
+            churn_names: None,
         }
     }
 }
@@ -163,12 +187,134 @@ pub struct Stats {
     pub p99: Duration,
     /// Failed operations (for `watch`: watchers that ended early or missed events).
     pub errors: u64,
+    /// CPU the system under test used during the run (create, get and churn): for skiff this
+    /// process's threads but the bench client's, for etcd its process.
+    pub server_cpu: Option<Duration>,
+    /// CPU of the bench's client threads during the run.
+    pub client_cpu: Option<Duration>,
+    /// Resident memory (VmRSS) of the system's process after the run; skiff's includes the
+    /// bench client.
+    pub rss_after: Option<u64>,
+    /// Churn only: (time since the start, operations done, VmRSS) samples.
+    pub rss_samples: Vec<(Duration, u64, u64)>,
 }
 
 impl Stats {
     /// Operations per second.
     pub fn rate(&self) -> f64 {
         self.ops as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// Server CPU per operation, in microseconds.
+    pub fn server_us_per_op(&self) -> Option<f64> {
+        self.server_cpu
+            .map(|cpu| cpu.as_secs_f64() * 1e6 / (self.ops.max(1) as f64))
+    }
+
+    /// Client CPU per operation, in microseconds.
+    pub fn client_us_per_op(&self) -> Option<f64> {
+        self.client_cpu
+            .map(|cpu| cpu.as_secs_f64() * 1e6 / (self.ops.max(1) as f64))
+    }
+}
+
+/// CPU clock ticks per second in `/proc/*/stat` (`USER_HZ`, 100 on Linux).
+const TICKS_PER_SECOND: f64 = 100.0;
+
+/// utime + stime of one `/proc/.../stat` line, and its command name.
+fn stat_cpu(stat: &str) -> Option<(Duration, &str)> {
+    let (head, rest) = stat.rsplit_once(") ")?;
+    let comm = head.split_once(" (")?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the command name.
+    let ticks: u64 = [11, 12]
+        .iter()
+        .filter_map(|&i| fields.get(i).and_then(|f| f.parse::<u64>().ok()))
+        .sum();
+    Some((
+        Duration::from_secs_f64(ticks as f64 / TICKS_PER_SECOND),
+        comm,
+    ))
+}
+
+/// CPU used so far by a whole process (`None`: this one), its exited threads included.
+fn process_cpu(pid: Option<u32>) -> Duration {
+    let path = match pid {
+        Some(pid) => format!("/proc/{pid}/stat"),
+        None => "/proc/self/stat".into(),
+    };
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|stat| stat_cpu(&stat).map(|(cpu, _)| cpu))
+        .unwrap_or_default()
+}
+
+/// CPU used so far by this process's threads named `client` (a thread's command name is its
+/// name cut to 15 bytes) and by its main thread.
+fn client_cpu(client: &str) -> Duration {
+    let comm = &client.as_bytes()[..client.len().min(15)];
+    let me = std::process::id().to_string();
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return Duration::ZERO;
+    };
+    let mut total = Duration::ZERO;
+    for task in tasks.flatten() {
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+            continue;
+        };
+        if let Some((cpu, name)) = stat_cpu(&stat)
+            && (name.as_bytes() == comm || task.file_name().to_str() == Some(me.as_str()))
+        {
+            total += cpu;
+        }
+    }
+    total
+}
+
+/// VmRSS of a process (`None`: this one), in bytes.
+fn resident(pid: Option<u32>) -> Option<u64> {
+    let path = match pid {
+        Some(pid) => format!("/proc/{pid}/status"),
+        None => "/proc/self/status".into(),
+    };
+    let text = std::fs::read_to_string(path).ok()?;
+    let kib: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
+}
+
+/// CPU of the system under test and of the client at one moment.
+#[derive(Debug, Clone, Copy)]
+struct CpuMark {
+    process: Duration,
+    client: Duration,
+}
+
+impl CpuMark {
+    fn now(target: &Target, client: &str) -> CpuMark {
+        CpuMark {
+            process: process_cpu(target.pid()),
+            client: client_cpu(client),
+        }
+    }
+
+    /// Fills in `stats`' CPU and memory since `self`.
+    fn settle(self, target: &Target, client: &str, stats: &mut Stats) {
+        let now = CpuMark::now(target, client);
+        let client_used = now.client.saturating_sub(self.client);
+        let process_used = now.process.saturating_sub(self.process);
+        stats.server_cpu = Some(match target {
+            // The client runs in this process: the server is the rest of it.
+            Target::Skiff { .. } => process_used.saturating_sub(client_used),
+            Target::Etcd { .. } => process_used,
+        });
+        stats.client_cpu = Some(client_used);
+        stats.rss_after = resident(target.pid());
     }
 }
 
@@ -196,10 +342,19 @@ enum Target {
     Etcd {
         http: reqwest::Client,
         base: String,
+        pid: u32,
     },
 }
 
 impl Target {
+    /// The process of the system under test (`None`: this one).
+    fn pid(&self) -> Option<u32> {
+        match self {
+            Target::Skiff { .. } => None,
+            Target::Etcd { pid, .. } => Some(*pid),
+        }
+    }
+
     fn name(&self) -> &'static str {
         match self {
             Target::Skiff { .. } => "skiff",
@@ -300,6 +455,35 @@ impl Target {
         Ok(())
     }
 
+    async fn delete(&self, ns: &str, name: &str) -> Result<()> {
+        match self {
+            Target::Skiff { http, base, token } => {
+                let url = format!("{}/{name}", Self::configmaps(base, ns));
+                let response = http
+                    .delete(url)
+                    .bearer_auth(token)
+                    .send()
+                    .await
+                    .map_err(|e| self.fail("delete", e))?;
+                let status = response.status().as_u16();
+                response.bytes().await.map_err(|e| self.fail("delete", e))?;
+                if status != 200 {
+                    return Err(self.fail("delete", format!("status {status}")));
+                }
+            }
+            Target::Etcd { base, .. } => {
+                let body = json!({"key": B64.encode(Self::etcd_key(ns, name))});
+                let bytes = self
+                    .post("delete", format!("{base}/v3/kv/deleterange"), body, 200)
+                    .await?;
+                if !bytes.windows(10).any(|w| w == b"\"deleted\":") {
+                    return Err(self.fail("delete", "key not found"));
+                }
+            }
+        }
+        Ok(())
+    }
+
     async fn get(&self, ns: &str, name: &str) -> Result<()> {
         match self {
             Target::Skiff { http, base, token } => {
@@ -383,7 +567,7 @@ impl Target {
                 // One line per event (no bookmarks were asked for).
                 Ok((response, b"\n"))
             }
-            Target::Etcd { http, base } => {
+            Target::Etcd { http, base, .. } => {
                 let (key, range_end) = Self::etcd_range(ns);
                 let body = json!({"create_request": {"key": key, "range_end": range_end}});
                 let mut response = http
@@ -548,6 +732,7 @@ where
         p50,
         p99,
         errors: errors.load(Ordering::Relaxed),
+        ..Stats::default()
     }
 }
 
@@ -671,7 +856,63 @@ async fn fan_out(
         p50: writes.p50,
         p99: writes.p99,
         errors: short + writes.errors,
+        ..Stats::default()
     })
+}
+
+/// Churn: `clients` clients each create an object and delete it again until `duration` has
+/// passed; resident memory of the system is sampled every `sample`. An operation is one create
+/// and its delete.
+#[allow(clippy::too_many_arguments)]
+async fn churn(
+    target: &Target,
+    ns: &str,
+    clients: usize,
+    duration: Duration,
+    sample: Duration,
+    names: Option<u64>,
+    value: &Arc<String>,
+) -> Result<Stats> {
+    target.namespace(ns).await?;
+    let (t, v, ns_owned) = (target.clone(), value.clone(), Arc::new(ns.to_string()));
+    let done = Arc::new(AtomicU64::new(0));
+    let counted = done.clone();
+    let run = tokio::spawn(closed_loop(clients, duration, u64::MAX, move |i| {
+        let (t, v, ns, done) = (t.clone(), v.clone(), ns_owned.clone(), counted.clone());
+        async move {
+            // Reused names stay clear of one another: the operations in flight have
+            // consecutive numbers, far fewer than the names.
+            let name = format!("c-{}", names.map_or(i, |n| i % n.max(4 * clients as u64)));
+            t.create(&ns, &name, &v).await?;
+            t.delete(&ns, &name).await?;
+            done.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        }
+    }));
+    let start = Instant::now();
+    let mut samples = vec![(
+        Duration::ZERO,
+        0,
+        resident(target.pid()).unwrap_or_default(),
+    )];
+    while start.elapsed() + sample <= duration {
+        tokio::time::sleep(sample).await;
+        samples.push((
+            start.elapsed(),
+            done.load(Ordering::Relaxed),
+            resident(target.pid()).unwrap_or_default(),
+        ));
+    }
+    let mut stats = run
+        .await
+        .map_err(|e| target.fail("churn", format!("the churn task failed: {e}")))?;
+    samples.push((
+        start.elapsed(),
+        stats.ops,
+        resident(target.pid()).unwrap_or_default(),
+    ));
+    stats.rss_samples = samples;
+    Ok(stats)
 }
 
 /// A running etcd child process, killed on drop.
@@ -759,7 +1000,7 @@ impl Drop for Skiff {
     }
 }
 
-fn start_skiff(dir: &Path, threads: usize) -> Result<Skiff> {
+fn start_skiff(dir: &Path, threads: usize, cache_bytes: Option<u64>) -> Result<Skiff> {
     use crate::{auth, server, tls};
     tls::install_crypto_provider();
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -776,7 +1017,9 @@ fn start_skiff(dir: &Path, threads: usize) -> Result<Skiff> {
         runtime.block_on(async move {
             let setup = async {
                 let fail = |e: &dyn std::fmt::Display| Error::Skiff(e.to_string());
+                let defaults = skiff_store::Config::new(dir.join("skiff").join("db"));
                 let store_config = skiff_store::Config {
+                    cache_capacity: cache_bytes.unwrap_or(defaults.cache_capacity),
                     prefix_retention: server::HIGH_CHURN_PREFIXES
                         .iter()
                         .map(|(prefix, versions)| skiff_store::PrefixRetention {
@@ -784,7 +1027,7 @@ fn start_skiff(dir: &Path, threads: usize) -> Result<Skiff> {
                             max_versions: *versions,
                         })
                         .collect(),
-                    ..skiff_store::Config::new(dir.join("skiff").join("db"))
+                    ..defaults
                 };
                 let store = skiff_store::SledStore::open(store_config).map_err(|e| fail(&e))?;
                 let store: Arc<dyn skiff_store::Store> = Arc::new(store);
@@ -867,7 +1110,7 @@ async fn run_in(
     dir: &Path,
     progress: &mut impl FnMut(&Row),
 ) -> Result<Vec<Row>> {
-    let skiff = start_skiff(dir, options.server_threads)?;
+    let skiff = start_skiff(dir, options.server_threads, options.store_cache_bytes)?;
     let etcd = start_etcd(&options.etcd, dir).await?;
     let ca = reqwest::Certificate::from_pem(skiff.ca_pem.as_bytes())
         .map_err(|e| Error::Setup(e.to_string()))?;
@@ -887,8 +1130,15 @@ async fn run_in(
         Target::Etcd {
             http: client(reqwest::Client::builder())?,
             base: etcd.base.clone(),
+            pid: etcd.child.id(),
         },
     ];
+    // The client's requests run on the caller's runtime's worker threads (the caller itself may
+    // be its main thread, named `main`): one of them says what they are called.
+    let client_threads =
+        tokio::spawn(async { std::thread::current().name().unwrap_or("").to_string() })
+            .await
+            .unwrap_or_default();
     let value = Arc::new(value(options.value_size));
     let mut rows = Vec::new();
     let mut push = |row: Row, rows: &mut Vec<Row>| {
@@ -905,13 +1155,14 @@ async fn run_in(
                 let ns = format!("create-{clients}");
                 target.namespace(&ns).await?;
                 let (t, v, ns) = (target.clone(), value.clone(), Arc::new(ns));
-                stats.push(
-                    closed_loop(clients, options.duration, u64::MAX, move |i| {
-                        let (t, v, ns) = (t.clone(), v.clone(), ns.clone());
-                        async move { t.create(&ns, &format!("o-{i}"), &v).await }
-                    })
-                    .await,
-                );
+                let mark = CpuMark::now(target, &client_threads);
+                let mut run = closed_loop(clients, options.duration, u64::MAX, move |i| {
+                    let (t, v, ns) = (t.clone(), v.clone(), ns.clone());
+                    async move { t.create(&ns, &format!("o-{i}"), &v).await }
+                })
+                .await;
+                mark.settle(target, &client_threads, &mut run);
+                stats.push(run);
             }
             let etcd_stats = stats.pop().expect("two systems");
             let skiff_stats = stats.pop().expect("two systems");
@@ -936,13 +1187,14 @@ async fn run_in(
             let mut stats = Vec::new();
             for target in &targets {
                 let t = target.clone();
-                stats.push(
-                    closed_loop(clients, options.duration, u64::MAX, move |i| {
-                        let t = t.clone();
-                        async move { t.get("get", &format!("o-{}", i % objects)).await }
-                    })
-                    .await,
-                );
+                let mark = CpuMark::now(target, &client_threads);
+                let mut run = closed_loop(clients, options.duration, u64::MAX, move |i| {
+                    let t = t.clone();
+                    async move { t.get("get", &format!("o-{}", i % objects)).await }
+                })
+                .await;
+                mark.settle(target, &client_threads, &mut run);
+                stats.push(run);
             }
             let etcd_stats = stats.pop().expect("two systems");
             let skiff_stats = stats.pop().expect("two systems");
@@ -1034,6 +1286,38 @@ async fn run_in(
             );
         }
     }
+    // Churn, last: it leaves nothing behind, but its memory samples should see the others' too.
+    if wants(Workload::Churn) {
+        for &clients in &options.clients {
+            let mut stats = Vec::new();
+            for target in &targets {
+                let mark = CpuMark::now(target, &client_threads);
+                let mut run = churn(
+                    target,
+                    &format!("churn-{clients}"),
+                    clients,
+                    options.churn_duration,
+                    options.churn_sample,
+                    options.churn_names,
+                    &value,
+                )
+                .await?;
+                mark.settle(target, &client_threads, &mut run);
+                stats.push(run);
+            }
+            let etcd_stats = stats.pop().expect("two systems");
+            let skiff_stats = stats.pop().expect("two systems");
+            push(
+                Row {
+                    workload: "churn",
+                    clients,
+                    skiff: skiff_stats,
+                    etcd: etcd_stats,
+                },
+                &mut rows,
+            );
+        }
+    }
     drop(etcd);
     drop(skiff);
     Ok(rows)
@@ -1043,14 +1327,24 @@ fn ms(d: Duration) -> String {
     format!("{:.2}", d.as_secs_f64() * 1000.0)
 }
 
-/// The rows as a Markdown table.
+fn us(value: Option<f64>) -> String {
+    value.map_or_else(|| "-".into(), |v| format!("{v:.0}"))
+}
+
+fn mib(bytes: Option<u64>) -> String {
+    bytes.map_or_else(|| "-".into(), |b| format!("{:.1}", b as f64 / 1048576.0))
+}
+
+/// The rows as a Markdown table. The CPU columns are microseconds per operation (a churn
+/// operation is a create and its delete): the system's (for skiff, this process but the client's
+/// threads) and the bench client's; memory is VmRSS after the run (skiff's includes the client).
 pub fn table(rows: &[Row]) -> String {
     let mut out = String::from(
-        "| workload | clients | skiff ops/s | etcd ops/s | skiff / etcd | skiff p50 / p99 ms | etcd p50 / p99 ms | errors (skiff, etcd) |\n|---|---|---|---|---|---|---|---|\n",
+        "| workload | clients | skiff ops/s | etcd ops/s | skiff / etcd | skiff p50 / p99 ms | etcd p50 / p99 ms | errors (skiff, etcd) | server CPU µs/op (skiff, etcd) | client CPU µs/op (skiff, etcd) | VmRSS after, MiB (skiff, etcd) |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for row in rows {
         out.push_str(&format!(
-            "| {} | {} | {:.0} | {:.0} | {:.2} | {} / {} | {} / {} | {}, {} |\n",
+            "| {} | {} | {:.0} | {:.0} | {:.2} | {} / {} | {} / {} | {}, {} | {}, {} | {}, {} | {}, {} |\n",
             row.workload,
             row.clients,
             row.skiff.rate(),
@@ -1062,7 +1356,39 @@ pub fn table(rows: &[Row]) -> String {
             ms(row.etcd.p99),
             row.skiff.errors,
             row.etcd.errors,
+            us(row.skiff.server_us_per_op()),
+            us(row.etcd.server_us_per_op()),
+            us(row.skiff.client_us_per_op()),
+            us(row.etcd.client_us_per_op()),
+            mib(row.skiff.rss_after),
+            mib(row.etcd.rss_after),
         ));
+    }
+    out
+}
+
+/// The churn rows' memory samples, one line per sample: seconds, operations so far and VmRSS
+/// in MiB of each system.
+pub fn churn_series(rows: &[Row]) -> String {
+    let mut out = String::new();
+    for row in rows.iter().filter(|r| !r.skiff.rss_samples.is_empty()) {
+        out.push_str(&format!(
+            "\nchurn x{}: seconds, create+delete pairs so far, VmRSS MiB\n| s | skiff ops | skiff MiB | etcd ops | etcd MiB |\n|---|---|---|---|---|\n",
+            row.clients
+        ));
+        let etcd = &row.etcd.rss_samples;
+        for (i, (at, ops, rss)) in row.skiff.rss_samples.iter().enumerate() {
+            let (etcd_ops, etcd_rss) = etcd
+                .get(i)
+                .map_or(("-".to_string(), "-".to_string()), |(_, o, r)| {
+                    (o.to_string(), mib(Some(*r)))
+                });
+            out.push_str(&format!(
+                "| {:.0} | {ops} | {} | {etcd_ops} | {etcd_rss} |\n",
+                at.as_secs_f64(),
+                mib(Some(*rss)),
+            ));
+        }
     }
     out
 }
@@ -1099,5 +1425,33 @@ mod tests {
             },
         }];
         assert!(table(&rows).contains("| create | 1 | 10 | 5 | 2.00 |"));
+        assert!(table(&rows).contains("| -, - | -, - | -, - |"));
+        let stat = "42 (skiff-bench-ser) S 1 2 3 4 5 6 7 8 9 10 250 50 0 0 20 0";
+        let (cpu, comm) = stat_cpu(stat).unwrap();
+        assert_eq!((cpu, comm), (Duration::from_secs(3), "skiff-bench-ser"));
+        let odd = "7 (a) b) R 1 2 3 4 5 6 7 8 9 10 1 2";
+        assert_eq!(stat_cpu(odd).unwrap(), (Duration::from_millis(30), "a) b"));
+        assert!(resident(None).unwrap() > 0);
+        let measured = Stats {
+            ops: 4,
+            server_cpu: Some(Duration::from_millis(1)),
+            client_cpu: Some(Duration::from_micros(400)),
+            rss_after: Some(3 << 20),
+            rss_samples: vec![(Duration::from_secs(5), 100, 2 << 20)],
+            ..Stats::default()
+        };
+        assert_eq!(measured.server_us_per_op(), Some(250.0));
+        let rows = [Row {
+            workload: "churn",
+            clients: 2,
+            skiff: measured.clone(),
+            etcd: Stats::default(),
+        }];
+        assert!(
+            table(&rows).contains("| 250, - | 100, - | 3.0, - |"),
+            "{}",
+            table(&rows)
+        );
+        assert!(churn_series(&rows).contains("| 5 | 100 | 2.0 | - | - |"));
     }
 }

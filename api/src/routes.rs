@@ -97,19 +97,28 @@ fn api_routes(api: Arc<ApiServer>, user: BoxedFilter<(User,)>) -> BoxedFilter<(R
     let limit = api.config.limits.max_body_bytes;
     let path_api = api.clone();
     // Paths that are not resources need RBAC's non-resource rules (discovery: `system:discovery`).
-    let path_allowed = user
-        .clone()
+    // A resource path is the resources route's, which authenticates and authorizes it as one:
+    // it is turned away here before authentication, so that each request is authenticated once.
+    let resource_api = api.clone();
+    let not_a_resource = warp::path::full().and_then(move |path: warp::path::FullPath| {
+        let is_resource =
+            request::parse_path(&resource_api.kinds.snapshot(), path.as_str()).is_some();
+        async move {
+            if is_resource {
+                Err(warp::reject::not_found())
+            } else {
+                Ok(path)
+            }
+        }
+    });
+    let path_allowed = not_a_resource
+        .and(user.clone())
         .and(warp::method())
-        .and(warp::path::full())
         .and(warp::header::headers_cloned())
         .and_then(
-            move |user: User, method: Method, path: warp::path::FullPath, headers: HeaderMap| {
+            move |path: warp::path::FullPath, user: User, method: Method, headers: HeaderMap| {
                 let api = path_api.clone();
                 async move {
-                    // A resource path is the resources route's, which authorizes it as one.
-                    if request::parse_path(&api.kinds.snapshot(), path.as_str()).is_some() {
-                        return Err(warp::reject::not_found());
-                    }
                     let user = authz::impersonate(&api.authorizer, user, &headers)
                         .map_err(|e| warp::reject::custom(Denied(e)))?;
                     let verb = authz::path_verb(&method);
@@ -423,6 +432,52 @@ mod tests {
             self.api.shutdown.cancel();
             self.store.close().await.unwrap();
         }
+    }
+
+    #[tokio::test]
+    async fn each_request_is_authenticated_once() {
+        let h = Harness::new().await;
+        let dir = TempDir::new("routes-auth");
+        let authenticator = Arc::new(
+            crate::auth::Authenticator::load_or_create(&dir.0.join("tokens.csv")).unwrap(),
+        );
+        let token = authenticator.admin_token().unwrap();
+        let routes = super::routes(h.api.clone(), authenticator.clone());
+        let send = |method: &str, uri: &str, token: Option<&str>, body: &str| {
+            let mut builder = http::Request::builder()
+                .method(method)
+                .uri(uri)
+                .header("content-type", "application/json");
+            if let Some(token) = token {
+                builder = builder.header("authorization", format!("Bearer {token}"));
+            }
+            call(routes.clone(), builder.body(body.to_string()).unwrap())
+        };
+        let create = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a"}}"#;
+        let cases = [
+            // A resource path (a create, a get), and paths served by the other routes.
+            ("POST", "/api/v1/namespaces/default/configmaps", create, 201),
+            ("GET", "/api/v1/namespaces/default/configmaps/a", "", 200),
+            ("GET", "/api", "", 200),
+            ("GET", "/apis", "", 200),
+        ];
+        for (method, uri, body, code) in cases {
+            let before = authenticator.lookups();
+            let response = send(method, uri, Some(&token), body).await;
+            assert_eq!(
+                response.status(),
+                code,
+                "{method} {uri}: {:?}",
+                response.body()
+            );
+            assert_eq!(authenticator.lookups() - before, 1, "{method} {uri}");
+            // Without a token both kinds of path are still refused with a 401.
+            let refused = send(method, uri, None, body).await;
+            assert_eq!(refused.status(), 401, "{method} {uri}");
+            let wrong = send(method, uri, Some("wrong"), body).await;
+            assert_eq!(wrong.status(), 401, "{method} {uri}");
+        }
+        h.shutdown().await;
     }
 
     fn fixture(name: &str) -> Vec<u8> {

@@ -13,7 +13,8 @@ pub enum BenchCommand {
     /// Pods bound per second by the scheduler over hollow nodes (like scheduler_perf).
     Scheduler(skiff_scheduler::bench::BenchOptions),
     /// skiff's Kubernetes API (HTTPS, ConfigMaps) against etcd 3.4's v3 JSON gateway, side by side:
-    /// creates/s, gets/s, lists of 10k objects and watch fan-out at each concurrency level.
+    /// creates/s, gets/s, lists of 10k objects and watch fan-out at each concurrency level, with
+    /// each system's CPU per create and get and its resident memory after them.
     Api(ApiArgs),
     /// One `skiff server` node: cold start to a Ready node running a pod, resident memory idle
     /// and with N pods, and pod startup latency (create to Running as a watch sees it).
@@ -175,6 +176,10 @@ pub async fn run(command: BenchCommand) -> Result<()> {
                 watch_events: args.watch_events,
                 workloads: args.workloads,
                 max_concurrent_lists: args.max_concurrent_lists,
+                churn_duration: Duration::from_secs(args.churn_seconds),
+                churn_sample: Duration::from_secs(args.churn_sample_seconds.max(1)),
+                store_cache_bytes: args.store_cache_mib.map(|mib| mib << 20),
+                churn_names: args.churn_names,
                 ..Default::default()
             };
             let rows = skiff_api::bench::run(&options, |row| {
@@ -189,6 +194,7 @@ pub async fn run(command: BenchCommand) -> Result<()> {
             .await
             .context("the API benchmark failed")?;
             print!("{}", skiff_api::bench::table(&rows));
+            print!("{}", skiff_api::bench::churn_series(&rows));
             Ok(())
         }
     }
@@ -218,10 +224,24 @@ pub struct ApiArgs {
     /// Events written in each fan-out run.
     #[arg(long, default_value_t = 200)]
     watch_events: usize,
-    /// Which workloads run (create, get, list, watch).
+    /// Which workloads run (create, get, list, watch; churn only when named: create and delete
+    /// in a loop with resident memory sampled).
     #[arg(long, value_delimiter = ',', default_value = "create,get,list,watch")]
     workloads: Vec<skiff_api::bench::Workload>,
     /// Lists in flight at once per system, whatever the level (each holds megabytes).
     #[arg(long, default_value_t = 16)]
     max_concurrent_lists: usize,
+    /// Seconds the churn workload runs per level.
+    #[arg(long, default_value_t = 60)]
+    churn_seconds: u64,
+    /// Seconds between resident-memory samples during churn.
+    #[arg(long, default_value_t = 5)]
+    churn_sample_seconds: u64,
+    /// The skiff side's sled page cache in MiB, as `skiff server --store-cache-mib`
+    /// [default: the server's default].
+    #[arg(long)]
+    store_cache_mib: Option<u64>,
+    /// Churn reuses this many names in turn [default: a new name for every create].
+    #[arg(long)]
+    churn_names: Option<u64>,
 }

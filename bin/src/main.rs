@@ -253,6 +253,33 @@ mod tests {
         command.build();
         check(&command, "");
     }
+
+    #[test]
+    fn memory_flags_default_and_bounds() {
+        let memory = |extra: &[&str]| -> Result<server::MemoryArgs, clap::Error> {
+            let args = ["skiff", "apiserver"].iter().chain(extra);
+            let cli = Cli::try_parse_from(args)?;
+            match cli.command {
+                Command::Apiserver(args) => Ok(args.memory),
+                _ => unreachable!("an apiserver command"),
+            }
+        };
+        let defaults = memory(&[]).unwrap();
+        assert_eq!(defaults.store_cache_mib, server::DEFAULT_STORE_CACHE_MIB);
+        assert_eq!(
+            defaults.watch_cache_events,
+            skiff_api::watch_cache::DEFAULT_CAPACITY as u64
+        );
+        let set = memory(&["--store-cache-mib", "32", "--watch-cache-events", "512"]).unwrap();
+        assert_eq!((set.store_cache_mib, set.watch_cache_events), (32, 512));
+        for bad in [
+            ["--store-cache-mib", "0"],
+            ["--watch-cache-events", "0"],
+            ["--store-cache-mib", "lots"],
+        ] {
+            assert!(memory(&bad).is_err(), "{bad:?} was accepted");
+        }
+    }
 }
 
 fn main() -> std::process::ExitCode {

@@ -117,9 +117,33 @@ pub struct ApiArgs {
     #[command(flatten, next_help_heading = "Datastore")]
     pub datastore: crate::datastore::DatastoreArgs,
 
+    #[command(flatten, next_help_heading = "Memory")]
+    pub memory: MemoryArgs,
+
     #[command(flatten, next_help_heading = "Request limits")]
     pub limits: LimitArgs,
 }
+
+/// The memory the API server's caches may hold. Their sum is most of the server's resident
+/// memory beyond its idle footprint (22-23 MiB for `skiff apiserver`); the defaults suit a
+/// 1-2 GB machine running workloads beside the control plane.
+#[derive(Debug, Clone, clap::Args)]
+pub struct MemoryArgs {
+    /// The embedded log's page cache (sled's `cache_capacity`), in MiB: the tree nodes of recent
+    /// and often-read keys. A working set larger than this is read back from disk. Not used with
+    /// `--datastore-endpoint`.
+    #[arg(long, default_value_t = DEFAULT_STORE_CACHE_MIB, value_parser = clap::value_parser!(u64).range(1..=1 << 20), env = "SKIFF_STORE_CACHE_MIB")]
+    pub store_cache_mib: u64,
+
+    /// Recent events the API's watch cache keeps per resource (each holds the object's JSON and
+    /// its previous version's stored bytes); a watch starting further back reads the log's
+    /// history instead.
+    #[arg(long, default_value_t = skiff_api::watch_cache::DEFAULT_CAPACITY as u64, value_parser = clap::value_parser!(u64).range(1..=1 << 24), env = "SKIFF_WATCH_CACHE_EVENTS")]
+    pub watch_cache_events: u64,
+}
+
+/// The embedded log's page cache unless `--store-cache-mib` says otherwise.
+pub const DEFAULT_STORE_CACHE_MIB: u64 = 256;
 
 /// The API server's request admission limits (`skiff_api::limits`), kube-apiserver's defaults
 /// where it has one.
@@ -282,6 +306,7 @@ pub async fn run(args: ApiArgs, plan: Plan) -> Result<()> {
             })
             .collect(),
         disk_reserve: args.disk_reserve,
+        cache_capacity: args.memory.store_cache_mib << 20,
         ..skiff_store::Config::new(data_dir.join("db"))
     };
     // The metrics recorder goes in before anything records: a count made without it is lost.
@@ -362,6 +387,7 @@ pub async fn run(args: ApiArgs, plan: Plan) -> Result<()> {
             unreachable: args.default_unreachable_toleration_seconds,
         },
         create_system_namespaces: !plan.paused,
+        watch_cache_capacity: args.memory.watch_cache_events as usize,
         shared_store: etcd_backed,
         service_ranges: args.service_cluster_ip_range.clone(),
         service_accounts: skiff_api::serviceaccount::Settings {

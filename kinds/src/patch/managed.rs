@@ -365,8 +365,22 @@ impl Comparison {
 pub fn compare(old: &Value, new: &Value, root: &Field) -> Comparison {
     let mut out = Comparison::default();
     let mut path = Vec::new();
-    compare_node(Some(old), Some(new), root, &mut path, &mut out);
+    compare_node(Some(old), Some(new), root, &mut path, &mut out, false);
     out
+}
+
+/// [`compare`] as if neither version had `metadata.managedFields`, without copying either to
+/// drop them.
+fn compare_without_managed_fields(old: &Value, new: &Value, root: &Field) -> Comparison {
+    let mut out = Comparison::default();
+    let mut path = Vec::new();
+    compare_node(Some(old), Some(new), root, &mut path, &mut out, true);
+    out
+}
+
+/// Whether `key` under `path` is `metadata.managedFields`.
+fn is_managed_fields(path: &Path, key: &str) -> bool {
+    key == "managedFields" && matches!(path.as_slice(), [PathElement::Field(f)] if f == "metadata")
 }
 
 fn is_granular(v: &Value, field: &Field) -> bool {
@@ -383,6 +397,7 @@ fn compare_node(
     field: &Field,
     path: &mut Path,
     out: &mut Comparison,
+    skip_managed_fields: bool,
 ) {
     let granular = match (l, r) {
         (Some(a), Some(b)) => {
@@ -408,8 +423,18 @@ fn compare_node(
             let rm = r.and_then(Value::as_object).unwrap_or(&empty_obj);
             let keys: std::collections::BTreeSet<&String> = lm.keys().chain(rm.keys()).collect();
             for k in keys {
+                if skip_managed_fields && is_managed_fields(path, k) {
+                    continue;
+                }
                 path.push(PathElement::Field(k.clone()));
-                compare_node(lm.get(k), rm.get(k), field_of(field.ty, k), path, out);
+                compare_node(
+                    lm.get(k),
+                    rm.get(k),
+                    field_of(field.ty, k),
+                    path,
+                    out,
+                    skip_managed_fields,
+                );
                 path.pop();
             }
         }
@@ -454,7 +479,7 @@ fn compare_node(
                         let lv = li.iter().find(|(p, _)| p == pe).map(|(_, v)| v);
                         let rv = ri.iter().find(|(p, _)| p == pe).map(|(_, v)| v);
                         path.push(pe.clone());
-                        compare_node(lv, rv, &item, path, out);
+                        compare_node(lv, rv, &item, path, out, skip_managed_fields);
                         path.pop();
                     }
                 }
@@ -482,6 +507,13 @@ fn compare_node(
 
 /// The fields no manager owns: identity and bookkeeping of the object (`stripMeta`).
 pub fn stripped_fields() -> FieldSet {
+    STRIPPED_FIELDS.clone()
+}
+
+/// [`stripped_fields`], built once: every write takes them out of what it changed.
+static STRIPPED_FIELDS: std::sync::LazyLock<FieldSet> = std::sync::LazyLock::new(build_stripped);
+
+fn build_stripped() -> FieldSet {
     let mut s = FieldSet::new();
     s.insert(&[PathElement::Field("apiVersion".into())]);
     s.insert(&[PathElement::Field("kind".into())]);
@@ -525,7 +557,7 @@ pub(crate) fn scope(set: FieldSet, resource: &ResourceInfo, subresource: Option<
         }
         _ => set,
     }
-    .difference(&stripped_fields())
+    .difference(&STRIPPED_FIELDS)
 }
 
 /// `Apply` or `Update`.
@@ -702,14 +734,6 @@ pub(crate) fn api_version_of(obj: &Value, resource: &ResourceInfo) -> String {
         .unwrap_or_else(|| resource.api_version())
 }
 
-fn without_managed_fields(v: &Value) -> Value {
-    let mut v = v.clone();
-    if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
-        m.remove("managedFields");
-    }
-    v
-}
-
 /// The managed fields an update starts from: the ones the request carries when it sets them
 /// (`[]` resets them), else the live object's (`decodeLiveOrNew`).
 fn entries_for_update(live: Option<&Value>, new: &Value) -> Vec<Entry> {
@@ -749,10 +773,13 @@ pub fn record_update(
         return new;
     }
     let root = root_field(kind);
-    let old = live
-        .map(without_managed_fields)
-        .unwrap_or_else(|| json!({}));
-    let cmp = compare(&old, &without_managed_fields(&new), &root);
+    // The new object's managed fields are replaced below (they were read above): dropped now,
+    // both versions compare without them and neither is copied.
+    if let Some(meta) = new.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.remove("managedFields");
+    }
+    let empty = json!({});
+    let cmp = compare_without_managed_fields(live.unwrap_or(&empty), &new, &root);
     let changed = scope(cmp.changed(), resource, options.subresource);
     let removed = scope(cmp.removed.clone(), resource, options.subresource);
     let me = Entry {
@@ -1068,6 +1095,32 @@ mod tests {
         // A no-op write keeps the entries as they are.
         let again = record_update(deploy(), Some(&out), out.clone(), &opts("other"));
         assert_eq!(again, out);
+        // Managed fields that differ between the versions are bookkeeping, not a change: only
+        // the label is the writer's; the request's entries are taken as given.
+        let mut relabelled = out.clone();
+        relabelled["metadata"]["labels"] = json!({"a": "b"});
+        relabelled["metadata"]["managedFields"] = json!([{
+            "manager": "x", "operation": "Update", "apiVersion": "apps/v1",
+            "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:replicas": {}}}
+        }]);
+        let live = out.clone();
+        let labelled = record_update(deploy(), Some(&out), relabelled, &opts("other"));
+        assert_eq!(out, live, "the live object is read, never changed");
+        let entries = decode(&labelled).unwrap();
+        let fields: Vec<(String, Value)> = entries
+            .iter()
+            .map(|e| (e.manager.clone(), e.fields.to_fields_v1()))
+            .collect();
+        assert_eq!(
+            fields,
+            vec![
+                ("x".to_string(), json!({"f:spec": {"f:replicas": {}}})),
+                (
+                    "other".to_string(),
+                    json!({"f:metadata": {"f:labels": {".": {}, "f:a": {}}}})
+                ),
+            ]
+        );
     }
 
     #[test]

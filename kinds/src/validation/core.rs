@@ -6,8 +6,7 @@ use std::net::IpAddr;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
-    ConfigMap, EndpointAddress, EndpointPort, Endpoints, Event, Namespace, Node, Secret,
-    ServiceAccount,
+    EndpointAddress, EndpointPort, Endpoints, Event, Namespace, Node, Secret, ServiceAccount,
 };
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -24,14 +23,24 @@ const PROTOCOLS: &[&str] = &["SCTP", "TCP", "UDP"];
 const IMMUTABLE_WHEN_SET: &str = "field is immutable when `immutable` is set";
 const VALID_IP: &str = "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)";
 
+/// The fields of a ConfigMap its rules read. Its metadata is decoded and checked once, by the
+/// caller (`validate_create` / `validate_update`), not again with the whole `ConfigMap`.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ConfigMapData {
+    binary_data: Option<std::collections::BTreeMap<String, k8s_openapi::ByteString>>,
+    data: Option<std::collections::BTreeMap<String, String>>,
+    immutable: Option<bool>,
+}
+
 pub(crate) fn validate_config_map(
     new: &Value,
     old: Option<&Value>,
 ) -> Result<Vec<FieldError>, FieldError> {
-    let cm: ConfigMap = decode(new, "")?;
+    let cm: ConfigMapData = decode(new, "")?;
     let mut errs = Vec::new();
     if let Some(old) = old {
-        let old: ConfigMap = decode(old, "")?;
+        let old: ConfigMapData = decode(old, "")?;
         if old.immutable == Some(true) {
             if cm.immutable != Some(true) {
                 errs.push(FieldError::forbidden("immutable", IMMUTABLE_WHEN_SET));

@@ -88,8 +88,58 @@ pub(super) fn decode_meta(obj: &Value) -> Result<ObjectMeta, FieldError> {
             return Err(FieldError::invalid(key, v.clone(), "must be a string"));
         }
     }
-    let decoded: ObjectMeta = super::decode(meta, "metadata")?;
-    Ok(decoded)
+    if !meta.is_object() {
+        // Not an object: the whole type's decoder says so, in its words.
+        let decoded: ObjectMeta = super::decode(meta, "metadata")?;
+        return Ok(decoded);
+    }
+    let view: MetaView = super::decode(meta, "metadata")?;
+    Ok(view.into())
+}
+
+/// `ObjectMeta` but for `managedFields`, which no validation rule reads and which are most of the
+/// metadata of a written object: every write path decoded the whole object through its type
+/// (`typed::decode`, which checks them) before it is validated, so they are not decoded again.
+/// The other fields decode with `ObjectMeta`'s own types, to the same values and errors.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct MetaView {
+    annotations: Option<std::collections::BTreeMap<String, String>>,
+    creation_timestamp: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    deletion_grace_period_seconds: Option<i64>,
+    deletion_timestamp: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    finalizers: Option<Vec<String>>,
+    generate_name: Option<String>,
+    generation: Option<i64>,
+    labels: Option<std::collections::BTreeMap<String, String>>,
+    name: Option<String>,
+    namespace: Option<String>,
+    owner_references: Option<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>>,
+    resource_version: Option<String>,
+    self_link: Option<String>,
+    uid: Option<String>,
+}
+
+impl From<MetaView> for ObjectMeta {
+    fn from(v: MetaView) -> ObjectMeta {
+        ObjectMeta {
+            annotations: v.annotations,
+            creation_timestamp: v.creation_timestamp,
+            deletion_grace_period_seconds: v.deletion_grace_period_seconds,
+            deletion_timestamp: v.deletion_timestamp,
+            finalizers: v.finalizers,
+            generate_name: v.generate_name,
+            generation: v.generation,
+            labels: v.labels,
+            managed_fields: None,
+            name: v.name,
+            namespace: v.namespace,
+            owner_references: v.owner_references,
+            resource_version: v.resource_version,
+            self_link: v.self_link,
+            uid: v.uid,
+        }
+    }
 }
 
 pub(super) fn check_url_namespace(
@@ -398,6 +448,51 @@ mod tests {
 
     fn cm(meta: Value) -> Vec<String> {
         create_msgs("", "ConfigMap", json!({ "metadata": meta }))
+    }
+
+    #[test]
+    fn metadata_decodes_as_object_meta_without_its_managed_fields() {
+        let full = |meta: &Value| -> Result<ObjectMeta, String> {
+            crate::validation::decode::<ObjectMeta>(meta, "metadata")
+                .map(|mut m| {
+                    m.managed_fields = None;
+                    m
+                })
+                .map_err(|e| format!("{e:?}"))
+        };
+        let view = |meta: &Value| -> Result<ObjectMeta, String> {
+            decode_meta(&json!({ "metadata": meta })).map_err(|e| format!("{e:?}"))
+        };
+        let managed = json!([{"manager": "m", "operation": "Update", "apiVersion": "v1",
+                              "time": "2026-12-05T01:00:00Z", "fieldsType": "FieldsV1",
+                              "fieldsV1": {"f:data": {"f:a": {}}}}]);
+        let cases = [
+            json!({}),
+            json!(null),
+            json!({"name": "a", "namespace": "n", "uid": "u", "resourceVersion": "7",
+                   "generation": 3, "generateName": "a-", "selfLink": "/x",
+                   "creationTimestamp": "2026-12-05T01:00:00Z",
+                   "deletionTimestamp": "2026-12-05T02:00:00Z", "deletionGracePeriodSeconds": 30,
+                   "labels": {"a": "b"}, "annotations": {"c": "d"}, "finalizers": ["f"],
+                   "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "x"}],
+                   "managedFields": managed, "unknownField": 1}),
+            json!({"name": "a", "labels": null, "finalizers": null}),
+            // Type errors: the same error, at the same path.
+            json!({"name": 5}),
+            json!({"generation": "three"}),
+            json!({"labels": {"a": 1}}),
+            json!({"creationTimestamp": "yesterday"}),
+            json!({"ownerReferences": [{"apiVersion": "v1"}]}),
+            json!("not an object"),
+            json!([1]),
+        ];
+        for meta in cases {
+            assert_eq!(view(&meta), full(&meta), "{meta}");
+        }
+        // The view's point: managed fields are left alone.
+        let decoded = view(&json!({"name": "a", "managedFields": managed})).unwrap();
+        assert_eq!(decoded.managed_fields, None);
+        assert_eq!(decoded.name.as_deref(), Some("a"));
     }
 
     #[test]
