@@ -73,3 +73,22 @@ impl<T> Child<T> {
         self.reader.join().unwrap()
     }
 }
+
+/// In the child: the data dir and round number the parent passed in `path_env` and `round_env`
+/// (a child test run on its own, not by `parent`, stops here).
+pub fn args(path_env: &str, round_env: &str, parent: &str) -> (std::ffi::OsString, u32) {
+    let Some(path) = std::env::var_os(path_env) else {
+        panic!("run by {parent} only");
+    };
+    let round = std::env::var(round_env).unwrap().parse().unwrap();
+    (path, round)
+}
+
+/// In the child: the runtime its writers run on (two workers, like the machines CI runs on).
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}

@@ -32,16 +32,12 @@ fn config(path: &std::path::Path) -> Config {
 #[test]
 #[ignore = "the child process of sigkill_at_random_moments_loses_nothing_acknowledged, run by it"]
 fn crash_child() {
-    let Some(path) = std::env::var_os(CHILD_ENV) else {
-        panic!("run by sigkill_at_random_moments_loses_nothing_acknowledged only");
-    };
-    let round: u32 = std::env::var(ROUND_ENV).unwrap().parse().unwrap();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async move {
+    let (path, round) = child::args(
+        CHILD_ENV,
+        ROUND_ENV,
+        "sigkill_at_random_moments_loses_nothing_acknowledged",
+    );
+    child::runtime().block_on(async move {
         let store = Arc::new(SledStore::open(config(std::path::Path::new(&path))).unwrap());
         let mut tasks = Vec::new();
         for w in 0..WRITERS {

@@ -498,16 +498,8 @@ async fn round(store: Arc<SledStore>, round: u32, ops: Option<usize>, out: Sink)
 #[test]
 #[ignore = "the child process of the log_is_linearizable_across_crashes test, run by it"]
 fn linearizable_child() {
-    let Some(path) = std::env::var_os(CHILD_ENV) else {
-        panic!("run by log_is_linearizable_across_crashes only");
-    };
-    let n: u32 = std::env::var(ROUND_ENV).unwrap().parse().unwrap();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async move {
+    let (path, n) = child::args(CHILD_ENV, ROUND_ENV, "log_is_linearizable_across_crashes");
+    child::runtime().block_on(async move {
         let store = Arc::new(SledStore::open(config(std::path::Path::new(&path))).unwrap());
         // The test harness has printed "test <name> ... " with no line end: end that line.
         println!();

@@ -40,16 +40,12 @@ fn value_for(key: &str, i: u64) -> Vec<u8> {
 #[test]
 #[ignore = "the child process of a_power_cut_loses_nothing_acknowledged, run by it"]
 fn powercut_child() {
-    let Some(path) = std::env::var_os(CHILD_ENV) else {
-        panic!("run by a_power_cut_loses_nothing_acknowledged only");
-    };
-    let round: u32 = std::env::var(ROUND_ENV).unwrap().parse().unwrap();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async move {
+    let (path, round) = child::args(
+        CHILD_ENV,
+        ROUND_ENV,
+        "a_power_cut_loses_nothing_acknowledged",
+    );
+    child::runtime().block_on(async move {
         let store = Arc::new(SledStore::open(config(std::path::Path::new(&path))).unwrap());
         println!("OPEN");
         let mut tasks = Vec::new();
