@@ -416,6 +416,24 @@ impl Target {
         Ok(bytes)
     }
 
+    /// Sends a bodiless request to skiff and reads the answer, which must be 200.
+    async fn skiff_call(
+        &self,
+        request: reqwest::RequestBuilder,
+        operation: &'static str,
+    ) -> Result<bytes::Bytes> {
+        let response = request.send().await.map_err(|e| self.fail(operation, e))?;
+        let status = response.status().as_u16();
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|e| self.fail(operation, e))?;
+        if status != 200 {
+            return Err(self.fail(operation, format!("status {status}")));
+        }
+        Ok(bytes)
+    }
+
     /// Makes the namespace `ns` exist (skiff; etcd has no such thing).
     async fn namespace(&self, ns: &str) -> Result<()> {
         if let Target::Skiff { base, .. } = self {
@@ -459,17 +477,8 @@ impl Target {
         match self {
             Target::Skiff { http, base, token } => {
                 let url = format!("{}/{name}", Self::configmaps(base, ns));
-                let response = http
-                    .delete(url)
-                    .bearer_auth(token)
-                    .send()
-                    .await
-                    .map_err(|e| self.fail("delete", e))?;
-                let status = response.status().as_u16();
-                response.bytes().await.map_err(|e| self.fail("delete", e))?;
-                if status != 200 {
-                    return Err(self.fail("delete", format!("status {status}")));
-                }
+                self.skiff_call(http.delete(url).bearer_auth(token), "delete")
+                    .await?;
             }
             Target::Etcd { base, .. } => {
                 let body = json!({"key": B64.encode(Self::etcd_key(ns, name))});
@@ -488,17 +497,8 @@ impl Target {
         match self {
             Target::Skiff { http, base, token } => {
                 let url = format!("{}/{name}", Self::configmaps(base, ns));
-                let response = http
-                    .get(url)
-                    .bearer_auth(token)
-                    .send()
-                    .await
-                    .map_err(|e| self.fail("get", e))?;
-                let status = response.status().as_u16();
-                response.bytes().await.map_err(|e| self.fail("get", e))?;
-                if status != 200 {
-                    return Err(self.fail("get", format!("status {status}")));
-                }
+                self.skiff_call(http.get(url).bearer_auth(token), "get")
+                    .await?;
             }
             Target::Etcd { base, .. } => {
                 let body = json!({"key": B64.encode(Self::etcd_key(ns, name))});
