@@ -1,6 +1,6 @@
 //! The CPU of a ConfigMap's create and update in this crate (decode through the type, managed
 //! fields, validation), per call, on the object `skiff bench api` writes. A measurement, not a
-//! check: `cargo test --release -p skiff-kinds --test hot_path -- --ignored --nocapture`.
+//! check: `cargo bench -p skiff-kinds --bench hot_path`.
 
 use std::time::Instant;
 
@@ -23,9 +23,7 @@ fn per_call(mut f: impl FnMut()) -> f64 {
         .fold(f64::INFINITY, f64::min)
 }
 
-#[test]
-#[ignore = "a measurement: run with --ignored --nocapture"]
-fn config_map_create_and_update() {
+fn main() {
     let kind = skiff_kinds::builtin::by_plural("configmaps");
     let kind = &*kind;
     let value: String = (0..1024).map(|i| (b'a' + (i % 26) as u8) as char).collect();
