@@ -81,27 +81,20 @@ impl Room {
     /// says why not.
     pub fn admit(&mut self, cost: u64) -> Result<(), Error> {
         let left = self.free.saturating_sub(self.taken);
-        let needed = if cost == 0 {
-            self.reserve / 2
+        let (kept, beyond) = if cost == 0 {
+            (self.reserve / 2, String::new())
         } else {
-            self.reserve.saturating_add(cost)
+            (
+                self.reserve,
+                format!(" beyond the ~{cost} bytes this write needs"),
+            )
         };
-        if left < needed {
+        if left < kept.saturating_add(cost) {
             return Err(Error::NoSpace(std::io::Error::new(
                 std::io::ErrorKind::StorageFull,
                 format!(
                     "{left} bytes are free on the file system holding the log, and it keeps \
-                     {} bytes free for its own upkeep{}",
-                    if cost == 0 {
-                        self.reserve / 2
-                    } else {
-                        self.reserve
-                    },
-                    if cost == 0 {
-                        String::new()
-                    } else {
-                        format!(" beyond the ~{cost} bytes this write needs")
-                    }
+                     {kept} bytes free for its own upkeep{beyond}"
                 ),
             )));
         }
