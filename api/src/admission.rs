@@ -3,7 +3,9 @@
 //!
 //! Built in, in order: `NamespaceLifecycle` (no content in missing or terminating namespaces; the
 //! system namespaces cannot be deleted), `RBACEscalation` (no Role or binding grants what its
-//! writer does not hold), `ServiceIPs` (ClusterIP and NodePort allocation from
+//! writer does not hold), [`node::NodeRestriction`] (a kubelet writes only its own Node, Lease
+//! and pods), [`certificates::Certificates`] (who asked for a certificate, who may approve and
+//! sign it), `ServiceIPs` (ClusterIP and NodePort allocation from
 //! ranges inside the loopback block, so the proxy can bind them unprivileged),
 //! `DefaultTolerationSeconds` (pods tolerate not-ready and unreachable nodes for 300 s, or as
 //! configured), `ServiceAccount` (pods run as `default` unless they name an account, and get its
@@ -18,8 +20,10 @@
 //! [`Warnings`]), then [`quota::ResourceQuota`].
 
 pub mod allocations;
+pub mod certificates;
 pub mod configs;
 pub mod limits;
+pub mod node;
 pub mod policy;
 pub mod priority;
 pub mod quota;
@@ -223,8 +227,10 @@ impl Plugin for RbacEscalation {
     }
 }
 
-/// Namespaces that always exist and may not be deleted.
-pub const SYSTEM_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public"];
+/// Namespaces that always exist and may not be deleted (`kube-node-lease` holds the kubelets'
+/// Leases: the API server makes it, as kube-apiserver does, because kubelets may not).
+pub const SYSTEM_NAMESPACES: &[&str] =
+    &["default", "kube-system", "kube-public", "kube-node-lease"];
 
 /// No creates in a namespace that is missing or terminating; the system namespaces stay.
 pub struct NamespaceLifecycle;

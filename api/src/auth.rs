@@ -1,5 +1,7 @@
-//! Bearer-token authentication: a token file in the data directory maps tokens to users, and a
-//! warp filter turns the `Authorization` header of each request into a [`User`] or a 401.
+//! Authentication: a verified client certificate (its common name is the user, its organizations
+//! the groups, as kube-apiserver reads them; [`crate::tls`] checks the chain), else a bearer token
+//! from the token file in the data directory, else a service-account token. A warp filter turns
+//! each request into a [`User`] or a 401.
 //!
 //! The token file has the format of kube-apiserver's `--token-auth-file`, one token per line:
 //! ```text
@@ -21,6 +23,8 @@ use sha2::{Digest as _, Sha256};
 use warp::Filter;
 use warp::filters::BoxedFilter;
 use warp::http::StatusCode;
+
+use crate::tls::ClientCertificate;
 
 /// File name of the token file in the data directory.
 pub const TOKEN_FILE: &str = "tokens.csv";
@@ -62,6 +66,9 @@ pub enum Error {
     /// The bearer token is not known.
     #[error("invalid bearer token")]
     InvalidToken,
+    /// A client certificate that does not hold (another CA, expired), and no token.
+    #[error("invalid client certificate: {0}")]
+    InvalidCertificate(String),
     /// A service-account token that does not hold (expired, wrongly signed, its service account
     /// gone); the reason is logged, the client sees only 401.
     #[error("invalid bearer token, {0}")]
@@ -239,6 +246,33 @@ impl Authenticator {
         })
     }
 
+    /// Gives every token of the user called `name` to `user` instead, and persists the file;
+    /// whether there was one.
+    pub fn replace_user(&self, name: &str, user: User) -> Result<bool> {
+        let mut entries = self.entries.write().expect("token lock poisoned");
+        let before: Vec<User> = entries.iter().map(|e| e.user.clone()).collect();
+        let mut replaced = false;
+        for entry in entries.iter_mut().filter(|e| e.user.name == name) {
+            entry.user = user.clone();
+            replaced = true;
+        }
+        if !replaced {
+            return Ok(false);
+        }
+        let text = render(&entries);
+        crate::tls::write_atomically(&self.path, text.as_bytes(), 0o600).map_err(|source| {
+            // Keep memory and file in agreement.
+            for (entry, old) in entries.iter_mut().zip(before) {
+                entry.user = old;
+            }
+            Error::Io {
+                path: self.path.clone(),
+                source,
+            }
+        })?;
+        Ok(true)
+    }
+
     /// Authenticates a request from its `Authorization` header value: `Bearer <token>` (the
     /// scheme is case-insensitive). Every known token is compared, in constant time.
     pub fn authenticate(&self, authorization: Option<&str>) -> Result<User> {
@@ -286,17 +320,46 @@ impl Authenticator {
         api: Arc<crate::server::ApiServer>,
     ) -> BoxedFilter<(User,)> {
         let this = self.clone();
-        warp::header::optional::<String>("authorization")
-            .and_then(move |header: Option<String>| {
-                let this = this.clone();
-                let api = api.clone();
-                async move {
-                    authenticate_with(&this, &api, header.as_deref())
-                        .await
+        warp::ext::optional::<ClientCertificate>()
+            .and(warp::header::optional::<String>("authorization"))
+            .and_then(
+                move |certificate: Option<ClientCertificate>, header: Option<String>| {
+                    let this = this.clone();
+                    let api = api.clone();
+                    async move {
+                        if let Some(ClientCertificate::Verified(subject)) = &certificate {
+                            return Ok(certificate_user(subject));
+                        }
+                        let result = authenticate_with(&this, &api, header.as_deref()).await;
+                        match (result, certificate) {
+                            // A certificate that does not hold and no token that does: the
+                            // certificate is why.
+                            (
+                                Err(Error::MissingToken),
+                                Some(ClientCertificate::Invalid(reason)),
+                            ) => Err(Error::InvalidCertificate(reason)),
+                            (result, _) => result,
+                        }
                         .map_err(|error| warp::reject::custom(Unauthorized { error }))
-                }
-            })
+                    }
+                },
+            )
             .boxed()
+    }
+}
+
+/// The user a verified client certificate names, as kube-apiserver's x509 authenticator reads
+/// it: the common name is the user, each organization a group.
+pub fn certificate_user(subject: &skiff_pki::Subject) -> User {
+    let mut groups = subject.organizations.clone();
+    if !groups.iter().any(|g| g == AUTHENTICATED_GROUP) {
+        groups.push(AUTHENTICATED_GROUP.to_string());
+    }
+    User {
+        name: subject.common_name.clone(),
+        uid: String::new(),
+        groups,
+        extra: BTreeMap::new(),
     }
 }
 
@@ -463,6 +526,32 @@ mod tests {
 
     fn open(dir: &TempDir) -> Authenticator {
         Authenticator::load_or_create(&dir.0.join("auth").join(TOKEN_FILE)).unwrap()
+    }
+
+    #[test]
+    fn a_token_can_change_hands_and_the_file_says_so() {
+        let dir = TempDir::new("auth-replace");
+        let auth = open(&dir);
+        let agent = User {
+            name: "skiff:agent".into(),
+            uid: "a".into(),
+            groups: vec!["system:nodes".into()],
+            ..User::default()
+        };
+        let token = auth.add_token(agent).unwrap();
+        let bootstrap = User {
+            name: "system:bootstrap:skiff".into(),
+            uid: "b".into(),
+            groups: vec!["system:bootstrappers".into()],
+            ..User::default()
+        };
+        assert!(auth.replace_user("skiff:agent", bootstrap).unwrap());
+        assert!(!auth.replace_user("skiff:agent", User::admin()).unwrap());
+        let again = open(&dir);
+        let user = again.lookup(&token).unwrap();
+        assert_eq!(user.name, "system:bootstrap:skiff");
+        assert!(user.in_group("system:bootstrappers") && !user.in_group("system:nodes"));
+        assert_eq!(again.token_of("system:bootstrap:skiff"), Some(token));
     }
 
     #[test]

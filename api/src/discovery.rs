@@ -613,6 +613,7 @@ mod tests {
                 "flowcontrol.apiserver.k8s.io",
                 "authorization.k8s.io",
                 "authentication.k8s.io",
+                "certificates.k8s.io",
                 "admissionregistration.k8s.io",
                 "apiextensions.k8s.io"
             ]

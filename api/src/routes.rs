@@ -225,7 +225,7 @@ where
     };
     let seat = api.limits.admit(class, &user)?;
     api.authorizer
-        .check(&user, &authz::resource_request(verb, &target))?;
+        .check(&user, &authz::resource_request(verb, &target, &query))?;
     let body = read_body(body, limit).await?;
     // Only the streaming and proxy subresources may take over the connection.
     let upgrade = upgrade.filter(|_| authz::is_stream(&target) || target.proxy_path.is_some());

@@ -168,6 +168,8 @@ impl ApiServer {
             Box::new(admission::NamespaceLifecycle),
             Box::new(admission::limits::LimitRanger),
             Box::new(admission::RbacEscalation(authorizer.clone())),
+            Box::new(admission::node::NodeRestriction),
+            Box::new(admission::certificates::Certificates(authorizer.clone())),
             Box::new(service_ips),
             Box::new(admission::DefaultTolerationSeconds(
                 config.default_toleration_seconds,

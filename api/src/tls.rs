@@ -27,14 +27,13 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use hyper_util::service::TowerToHyperService;
-use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
-    Issuer, KeyPair, KeyUsagePurpose, SerialNumber,
-};
 use rustls::client::WebPkiServerVerifier;
+use rustls::client::danger::HandshakeSignatureValid;
 use rustls::client::danger::ServerCertVerifier as _;
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::server::WebPkiClientVerifier;
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::{RootCertStore, ServerConfig};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
@@ -50,10 +49,10 @@ pub const SERVER_CERT_FILE: &str = "server.crt";
 /// File name of the serving certificate's private key in the PKI directory.
 pub const SERVER_KEY_FILE: &str = "server.key";
 
-/// The CA is valid this many years.
-const CA_YEARS: i32 = 10;
-/// The serving certificate is valid this many years.
-const SERVER_YEARS: i32 = 1;
+/// The CA is valid ten years.
+const CA_VALIDITY: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+/// The serving certificate is valid a year.
+const SERVER_VALIDITY: Duration = Duration::from_secs(365 * 24 * 3600);
 /// A serving certificate that expires within this window is reissued on start.
 const RENEW_BEFORE: Duration = Duration::from_secs(30 * 24 * 3600);
 /// A TLS handshake that takes longer than this is dropped.
@@ -86,12 +85,21 @@ pub enum Error {
         /// The PKI directory.
         dir: PathBuf,
     },
-    /// Certificate generation failed.
-    #[error("cannot generate a certificate")]
-    Generate(#[from] rcgen::Error),
+    /// A certificate could not be made, or the CA's files do not make a CA.
+    #[error("{path}: {source}")]
+    Pki {
+        /// The certificate concerned.
+        path: PathBuf,
+        /// What failed.
+        #[source]
+        source: skiff_pki::Error,
+    },
     /// rustls rejected the certificate, key or configuration.
     #[error("invalid TLS configuration")]
     Rustls(#[from] rustls::Error),
+    /// The client certificate verifier could not be built from the CA.
+    #[error("cannot build a client certificate verifier for the CA: {0}")]
+    ClientVerifier(String),
     /// The certificate verifier could not be built from the CA.
     #[error("cannot build a verifier for the CA")]
     Verifier(#[from] rustls::client::VerifierBuilderError),
@@ -161,6 +169,7 @@ fn host_name() -> Option<String> {
 #[derive(Clone)]
 pub struct Pki {
     dir: PathBuf,
+    authority: Arc<skiff_pki::Authority>,
     ca_cert_pem: String,
     server_cert_pem: String,
     server_key_pem: String,
@@ -189,20 +198,35 @@ impl Pki {
         create_private_dir(dir)?;
         let ca_cert_path = dir.join(CA_CERT_FILE);
         let ca_key_path = dir.join(CA_KEY_FILE);
-        let (ca_cert_pem, ca_key_pem) = match (ca_cert_path.exists(), ca_key_path.exists()) {
-            (true, true) => (read(&ca_cert_path)?, read(&ca_key_path)?),
-            (false, false) => {
-                let (cert, key) = generate_ca()?;
-                write_file(&ca_key_path, key.as_bytes(), 0o600)?;
-                write_file(&ca_cert_path, cert.as_bytes(), 0o644)?;
-                (cert, key)
-            }
-            _ => {
-                return Err(Error::IncompleteCa {
-                    dir: dir.to_path_buf(),
-                });
-            }
-        };
+        let authority =
+            match (ca_cert_path.exists(), ca_key_path.exists()) {
+                (true, true) => {
+                    let (cert, key) = (read(&ca_cert_path)?, read(&ca_key_path)?);
+                    skiff_pki::Authority::from_pem(&cert, &key).map_err(|source| Error::Pki {
+                        path: match source {
+                            skiff_pki::Error::BadKey => ca_key_path.clone(),
+                            _ => ca_cert_path.clone(),
+                        },
+                        source,
+                    })?
+                }
+                (false, false) => {
+                    let authority = skiff_pki::Authority::generate("skiff-ca", CA_VALIDITY)
+                        .map_err(|source| Error::Pki {
+                            path: ca_cert_path.clone(),
+                            source,
+                        })?;
+                    write_file(&ca_key_path, authority.key_pem().as_bytes(), 0o600)?;
+                    write_file(&ca_cert_path, authority.cert_pem().as_bytes(), 0o644)?;
+                    authority
+                }
+                _ => {
+                    return Err(Error::IncompleteCa {
+                        dir: dir.to_path_buf(),
+                    });
+                }
+            };
+        let ca_cert_pem = authority.cert_pem().to_string();
         let ca_der = parse_cert(&ca_cert_path, &ca_cert_pem)?;
 
         let server_cert_path = dir.join(SERVER_CERT_FILE);
@@ -221,18 +245,20 @@ impl Pki {
         let (server_cert_pem, server_key_pem, server_reissued) = match existing {
             Some((cert, key)) => (cert, key, false),
             None => {
-                let ca_key = KeyPair::from_pem(&ca_key_pem).map_err(|_| Error::BadPem {
-                    path: ca_key_path.clone(),
-                    what: "private key",
-                })?;
-                let (cert, key) = issue_server_cert(ca_key, sans)?;
-                write_file(&server_key_path, key.as_bytes(), 0o600)?;
-                write_file(&server_cert_path, cert.as_bytes(), 0o644)?;
-                (cert, key, true)
+                let issued = authority
+                    .issue_server(sans, SERVER_VALIDITY)
+                    .map_err(|source| Error::Pki {
+                        path: server_cert_path.clone(),
+                        source,
+                    })?;
+                write_file(&server_key_path, issued.key_pem.as_bytes(), 0o600)?;
+                write_file(&server_cert_path, issued.cert_pem.as_bytes(), 0o644)?;
+                (issued.cert_pem, issued.key_pem, true)
             }
         };
         Ok(Pki {
             dir: dir.to_path_buf(),
+            authority: Arc::new(authority),
             ca_cert_pem,
             server_cert_pem,
             server_key_pem,
@@ -244,6 +270,11 @@ impl Pki {
     /// The CA certificate (PEM), for kubeconfigs and clients.
     pub fn ca_pem(&self) -> &str {
         &self.ca_cert_pem
+    }
+
+    /// The CA, to issue client certificates and sign requests with.
+    pub fn authority(&self) -> &Arc<skiff_pki::Authority> {
+        &self.authority
     }
 
     /// The serving certificate (PEM).
@@ -262,9 +293,14 @@ impl Pki {
         self.server_reissued
     }
 
-    /// The rustls server configuration: the serving certificate, the ring provider, ALPN `h2`
-    /// then `http/1.1`, no client certificates.
-    pub fn server_config(&self) -> Result<Arc<ServerConfig>> {
+    /// What [`serve`] needs: the serving certificate, the ring provider, ALPN `h2` then
+    /// `http/1.1`, and client certificates of this CA asked for but optional.
+    ///
+    /// A client certificate is checked after the handshake, not during it, so that one that does
+    /// not hold (expired, of another CA) is a 401 from the authenticator, as kube-apiserver
+    /// answers it, rather than a failed handshake the client cannot explain. The handshake
+    /// still makes the client prove it holds the certificate's key.
+    pub fn server_config(&self) -> Result<Serving> {
         let cert_path = self.dir.join(SERVER_CERT_FILE);
         let key_path = self.dir.join(SERVER_KEY_FILE);
         let cert = parse_cert(&cert_path, &self.server_cert_pem)?;
@@ -274,13 +310,23 @@ impl Pki {
                 what: "private key",
             }
         })?;
-        let mut config =
-            ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-                .with_safe_default_protocol_versions()?
-                .with_no_client_auth()
-                .with_single_cert(vec![cert], key)?;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut roots = RootCertStore::empty();
+        roots.add(parse_cert(&self.dir.join(CA_CERT_FILE), &self.ca_cert_pem)?)?;
+        let checker =
+            WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+                .allow_unauthenticated()
+                .build()
+                .map_err(|e| Error::ClientVerifier(e.to_string()))?;
+        let mut config = ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()?
+            .with_client_cert_verifier(Arc::new(Deferred(checker.clone())))
+            .with_single_cert(vec![cert], key)?;
         config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-        Ok(Arc::new(config))
+        Ok(Serving {
+            config: Arc::new(config),
+            clients: Some(checker),
+        })
     }
 
     /// A rustls client configuration trusting only this CA (for in-process clients and tests).
@@ -296,75 +342,6 @@ impl Pki {
         config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         Ok(Arc::new(config))
     }
-}
-
-/// The CA's subject and key usages. Fixed, so that the issuer can be rebuilt from the stored key
-/// alone (rcgen cannot parse a certificate without its `x509-parser` feature); the key identifier
-/// still tells one cluster's CA from another's.
-fn ca_params() -> Result<CertificateParams> {
-    let mut params = CertificateParams::new(Vec::<String>::new())?;
-    let mut dn = DistinguishedName::new();
-    dn.push(DnType::CommonName, "skiff-ca");
-    dn.push(DnType::OrganizationName, "skiff");
-    params.distinguished_name = dn;
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    Ok(params)
-}
-
-/// Sets the validity to start yesterday (clock skew) and last `years`.
-fn set_validity(params: &mut CertificateParams, years: i32) {
-    let today = jiff::Zoned::now().date();
-    let start = today.yesterday().unwrap_or(today);
-    params.not_before =
-        rcgen::date_time_ymd(start.year().into(), start.month() as u8, start.day() as u8);
-    // Day 28 exists in every month, so the end date is always valid.
-    params.not_after = rcgen::date_time_ymd(
-        i32::from(today.year()) + years,
-        today.month() as u8,
-        (today.day() as u8).min(28),
-    );
-}
-
-fn random_serial() -> SerialNumber {
-    let mut bytes: [u8; 16] = rand::random();
-    // Positive and non-zero, as RFC 5280 asks.
-    bytes[0] = (bytes[0] & 0x7f) | 0x01;
-    SerialNumber::from_slice(&bytes)
-}
-
-/// A new CA: (certificate PEM, private key PEM).
-fn generate_ca() -> Result<(String, String)> {
-    let key = KeyPair::generate()?;
-    let mut params = ca_params()?;
-    set_validity(&mut params, CA_YEARS);
-    params.serial_number = Some(random_serial());
-    let cert = params.self_signed(&key)?;
-    Ok((cert.pem(), key.serialize_pem()))
-}
-
-/// A new serving certificate for `sans` signed by the CA key: (certificate PEM, key PEM).
-fn issue_server_cert(ca_key: KeyPair, sans: &[String]) -> Result<(String, String)> {
-    let issuer = Issuer::new(ca_params()?, ca_key);
-    let key = KeyPair::generate()?;
-    let mut params = CertificateParams::new(sans.to_vec())?;
-    let mut dn = DistinguishedName::new();
-    dn.push(DnType::CommonName, "skiff-apiserver");
-    params.distinguished_name = dn;
-    params.key_usages = vec![
-        KeyUsagePurpose::DigitalSignature,
-        KeyUsagePurpose::KeyEncipherment,
-    ];
-    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    params.use_authority_key_identifier_extension = true;
-    params.serial_number = Some(random_serial());
-    set_validity(&mut params, SERVER_YEARS);
-    let cert = params.signed_by(&key, &issuer)?;
-    Ok((cert.pem(), key.serialize_pem()))
 }
 
 /// Whether `cert` chains to `ca`, is valid for every name in `sans` and stays valid for the
@@ -455,6 +432,109 @@ pub fn write_atomically(path: &Path, contents: &[u8], mode: u32) -> std::io::Res
     fs::rename(&tmp, path)
 }
 
+/// A TLS server's configuration, and the check of client certificates made after each
+/// handshake.
+#[derive(Clone)]
+pub struct Serving {
+    /// The rustls configuration.
+    pub config: Arc<ServerConfig>,
+    /// Checks the certificate a client presented; `None`: client certificates are not asked for.
+    clients: Option<Arc<dyn ClientCertVerifier>>,
+}
+
+impl From<Arc<ServerConfig>> for Serving {
+    /// A configuration that asks for no client certificates.
+    fn from(config: Arc<ServerConfig>) -> Serving {
+        Serving {
+            config,
+            clients: None,
+        }
+    }
+}
+
+impl Serving {
+    /// What the client certificate of a finished handshake says, if one was presented.
+    fn client_certificate(
+        &self,
+        chain: Option<&[CertificateDer<'_>]>,
+    ) -> Option<ClientCertificate> {
+        let checker = self.clients.as_ref()?;
+        let (end_entity, intermediates) = chain?.split_first()?;
+        let checked = checker
+            .verify_client_cert(end_entity, intermediates, UnixTime::now())
+            .map_err(|e| e.to_string())
+            .and_then(|_| skiff_pki::subject_of(end_entity).map_err(|e| e.to_string()))
+            .and_then(|subject| match subject.common_name.is_empty() {
+                true => Err("the certificate names no user (empty common name)".to_string()),
+                false => Ok(subject),
+            });
+        Some(match checked {
+            Ok(subject) => ClientCertificate::Verified(subject),
+            Err(reason) => ClientCertificate::Invalid(reason),
+        })
+    }
+}
+
+/// What the TLS layer learned of a connection's client certificate; every request on the
+/// connection carries it (in its extensions) to the authenticator.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClientCertificate {
+    /// It chains to the cluster CA, is meant for client authentication and is valid now.
+    Verified(skiff_pki::Subject),
+    /// It was presented but does not hold (another CA, expired, not for client auth): why.
+    Invalid(String),
+}
+
+/// A client certificate verifier that lets the handshake through with any certificate whose key
+/// the client proves it holds, leaving the chain to [`Serving::client_certificate`].
+#[derive(Debug)]
+struct Deferred(Arc<dyn ClientCertVerifier>);
+
+impl ClientCertVerifier for Deferred {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+
+    fn root_hint_subjects(&self) -> &[rustls::DistinguishedName] {
+        self.0.root_hint_subjects()
+    }
+
+    fn verify_client_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: UnixTime,
+    ) -> std::result::Result<ClientCertVerified, rustls::Error> {
+        Ok(ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.supported_verify_schemes()
+    }
+}
+
 /// Serves `filter` over TLS on `listener` until `shutdown` is cancelled.
 ///
 /// Each connection negotiates HTTP/2 or HTTP/1.1 (ALPN from `tls`; upgrades such as
@@ -468,7 +548,7 @@ pub fn write_atomically(path: &Path, contents: &[u8], mode: u32) -> std::io::Res
 /// (counted from the end of the TLS handshake, or of the previous request), or it is closed.
 pub async fn serve<F, R>(
     listener: TcpListener,
-    tls: Arc<ServerConfig>,
+    tls: impl Into<Serving>,
     filter: F,
     shutdown: CancellationToken,
     header_read_timeout: Duration,
@@ -478,7 +558,7 @@ pub async fn serve<F, R>(
 {
     run(
         listener,
-        Some(TlsAcceptor::from(tls)),
+        Some(tls.into()),
         filter,
         shutdown,
         header_read_timeout,
@@ -514,7 +594,7 @@ fn check_loopback(addr: SocketAddr) -> Result<()> {
 
 async fn run<F, R>(
     listener: TcpListener,
-    tls: Option<TlsAcceptor>,
+    tls: Option<Serving>,
     filter: F,
     shutdown: CancellationToken,
     header_timeout: Duration,
@@ -554,11 +634,14 @@ async fn run<F, R>(
         let tls = tls.clone();
         tokio::spawn(async move {
             match tls {
-                Some(acceptor) => {
+                Some(serving) => {
+                    let acceptor = TlsAcceptor::from(serving.config.clone());
                     match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                         Ok(Ok(stream)) => {
+                            let client =
+                                serving.client_certificate(stream.get_ref().1.peer_certificates());
                             let stream = FirstByte::new(stream, header_timeout);
-                            drive(builder, stream, service, watcher, peer).await
+                            drive(builder, stream, service, watcher, peer, client).await
                         }
                         Ok(Err(error)) => tracing::debug!(%peer, %error, "TLS handshake failed"),
                         Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
@@ -566,7 +649,7 @@ async fn run<F, R>(
                 }
                 None => {
                     let stream = FirstByte::new(stream, header_timeout);
-                    drive(builder, stream, service, watcher, peer).await
+                    drive(builder, stream, service, watcher, peer, None).await
                 }
             }
         });
@@ -581,6 +664,7 @@ async fn drive<I, S, B>(
     service: S,
     watcher: Watcher,
     peer: SocketAddr,
+    client: Option<ClientCertificate>,
 ) where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     S: hyper::service::Service<http::Request<hyper::body::Incoming>, Response = http::Response<B>>
@@ -599,6 +683,9 @@ async fn drive<I, S, B>(
     let closed = close.0.clone();
     let service = hyper::service::service_fn(move |mut request: http::Request<_>| {
         request.extensions_mut().insert(close.clone());
+        if let Some(client) = &client {
+            request.extensions_mut().insert(client.clone());
+        }
         service.call(request)
     });
     let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
@@ -840,7 +927,17 @@ mod tests {
         fs::write(dir.0.join(CA_CERT_FILE), "not a certificate").unwrap();
         fs::write(dir.0.join(CA_KEY_FILE), "not a key").unwrap();
         let err = Pki::load_or_create(&dir.0, &default_sans(&[])).unwrap_err();
-        assert!(matches!(err, Error::BadPem { .. }), "{err:?}");
+        assert!(
+            matches!(&err, Error::Pki { path, source: skiff_pki::Error::BadKey } if path.ends_with(CA_KEY_FILE)),
+            "{err:?}"
+        );
+        let good = skiff_pki::Authority::generate("x", Duration::from_secs(3600)).unwrap();
+        fs::write(dir.0.join(CA_KEY_FILE), good.key_pem()).unwrap();
+        let err = Pki::load_or_create(&dir.0, &default_sans(&[])).unwrap_err();
+        assert!(
+            matches!(&err, Error::Pki { path, source: skiff_pki::Error::BadCertificate(_) } if path.ends_with(CA_CERT_FILE)),
+            "{err:?}"
+        );
     }
 
     #[test]
@@ -867,6 +964,68 @@ mod tests {
             builder
         };
         builder.build().unwrap()
+    }
+
+    #[tokio::test]
+    async fn client_certificates_are_checked_after_the_handshake_and_handed_to_requests() {
+        let dir = TempDir::new("client-certs");
+        let pki = Pki::load_or_create(&dir.0, &default_sans(&[])).unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!(
+            "https://127.0.0.1:{}/who",
+            listener.local_addr().unwrap().port()
+        );
+        let shutdown = CancellationToken::new();
+        let filter = warp::path("who")
+            .and(warp::ext::optional::<ClientCertificate>())
+            .map(|client: Option<ClientCertificate>| match client {
+                None => "none".to_string(),
+                Some(ClientCertificate::Verified(s)) => {
+                    format!("{} in {}", s.common_name, s.organizations.join(","))
+                }
+                Some(ClientCertificate::Invalid(_)) => "invalid".to_string(),
+            });
+        let server = tokio::spawn(serve(
+            listener,
+            pki.server_config().unwrap(),
+            filter,
+            shutdown.clone(),
+            Duration::from_secs(32),
+        ));
+        let with = |credentials: Option<skiff_pki::Credentials>| {
+            let ca = reqwest::Certificate::from_pem(pki.ca_pem().as_bytes()).unwrap();
+            let mut builder = reqwest::Client::builder().tls_certs_only([ca]);
+            if let Some(c) = credentials {
+                let pem = format!("{}{}", c.cert_pem, c.key_pem);
+                builder = builder.identity(reqwest::Identity::from_pem(pem.as_bytes()).unwrap());
+            }
+            builder.build().unwrap()
+        };
+        let ask = |client: reqwest::Client| {
+            let url = url.clone();
+            async move { client.get(&url).send().await.unwrap().text().await.unwrap() }
+        };
+        let year = Duration::from_secs(365 * 24 * 3600);
+        let alice = skiff_pki::Subject::new("alice", &["devs"]);
+        let issued = pki.authority().issue_client(&alice, year).unwrap();
+        assert_eq!(ask(with(Some(issued))).await, "alice in devs");
+        assert_eq!(ask(with(None)).await, "none");
+        let foreign = skiff_pki::Authority::generate("other", year).unwrap();
+        let foreign = foreign.issue_client(&alice, year).unwrap();
+        assert_eq!(ask(with(Some(foreign))).await, "invalid");
+        let expired = pki
+            .authority()
+            .issue_client(&alice, Duration::ZERO)
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        assert_eq!(ask(with(Some(expired))).await, "invalid");
+        let nameless = pki
+            .authority()
+            .issue_client(&skiff_pki::Subject::new("", &["devs"]), year)
+            .unwrap();
+        assert_eq!(ask(with(Some(nameless))).await, "invalid");
+        shutdown.cancel();
+        server.await.unwrap();
     }
 
     #[tokio::test]

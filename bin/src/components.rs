@@ -75,6 +75,8 @@ pub struct Options {
 /// What in-process components get from the server that hosts them.
 #[derive(Clone, Debug)]
 pub struct Host {
+    /// The PKI directory: the controllers sign certificate requests with its CA.
+    pub pki_dir: PathBuf,
     /// The data dir (the kubelet keeps its state under `<data-dir>/kubelet` unless told).
     pub data_dir: PathBuf,
     /// The secret the API server presents to kubelets (for logs).
@@ -116,6 +118,14 @@ pub fn spawn(
         let result = match component {
             Component::Controllers => {
                 let mut controllers = options.controllers;
+                if controllers.cluster_signing_cert_file.is_none()
+                    && controllers.cluster_signing_key_file.is_none()
+                {
+                    controllers.cluster_signing_cert_file =
+                        Some(host.pki_dir.join(skiff_api::tls::CA_CERT_FILE));
+                    controllers.cluster_signing_key_file =
+                        Some(host.pki_dir.join(skiff_api::tls::CA_KEY_FILE));
+                }
                 controllers
                     .default_local_storage_path
                     .get_or_insert_with(|| host.data_dir.join("storage"));

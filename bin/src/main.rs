@@ -15,6 +15,9 @@ mod bench_workloads;
 mod components;
 mod config_file;
 mod datastore;
+mod identities;
+
+use skiff_client::bootstrap::Identity;
 mod replay_cmd;
 mod server;
 
@@ -182,14 +185,60 @@ struct AgentArgs {
     proxy: skiff_proxy::Options,
 }
 
-/// Runs one component as its own process until SIGINT/SIGTERM.
-async fn run_component<F, Fut>(client: &skiff_client::ClientConfig, run: F) -> anyhow::Result<()>
+/// Where a kubelet started with a join token keeps the certificates it asked for.
+fn kubelet_pki_dir(options: &skiff_kubelet::Options) -> std::path::PathBuf {
+    options
+        .root_dir
+        .clone()
+        .unwrap_or_else(|| std::path::PathBuf::from("/var/lib/skiff/kubelet"))
+        .join("pki")
+}
+
+/// A client as `config` says. With a join token and an `identity`, the token only asks for
+/// the identity's certificate (kept in the directory given, reused while fresh), and the client
+/// presents that certificate: a joining kubelet is `system:node:<name>`, not the token.
+async fn connect_as(
+    config: &skiff_client::ClientConfig,
+    identity: Option<(&std::path::Path, Identity)>,
+) -> anyhow::Result<skiff_client::Client> {
+    use anyhow::Context;
+    let client = skiff_client::connect(config).await?;
+    let join = config
+        .token
+        .as_deref()
+        .and_then(|t| skiff_client::JoinToken::parse(t).ok());
+    let (Some((dir, identity)), Some(join), Some(server)) = (identity, join, &config.server) else {
+        return Ok(client);
+    };
+    let credentials = skiff_client::bootstrap::credentials(&client, dir, &identity)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot get a certificate for {}",
+                identity.subject.common_name
+            )
+        })?;
+    let ca = skiff_client::join::fetch_ca(server, &join).await?;
+    Ok(skiff_client::connect_with_certificate(
+        server,
+        &ca,
+        &credentials,
+    )?)
+}
+
+/// Runs one component as its own process until SIGINT/SIGTERM, as `identity` when it joins
+/// with a join token ([`connect_as`]).
+async fn run_component<F, Fut>(
+    client: &skiff_client::ClientConfig,
+    identity: Option<(&std::path::Path, Identity)>,
+    run: F,
+) -> anyhow::Result<()>
 where
     F: FnOnce(skiff_client::Client, tokio_util::sync::CancellationToken) -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<()>>,
 {
     use anyhow::Context;
-    let client = skiff_client::connect(client).await?;
+    let client = connect_as(client, identity).await?;
     let shutdown = tokio_util::sync::CancellationToken::new();
     let stop = shutdown.clone();
     tokio::spawn(async move {
@@ -316,7 +365,7 @@ fn main() -> std::process::ExitCode {
                     .leader_election
                     .config(leaderelection::CONTROLLER_MANAGER_LEASE, true)?;
                 let options = args.options;
-                run_component(&args.client, |client, shutdown| async move {
+                run_component(&args.client, None, |client, shutdown| async move {
                     let work = client.clone();
                     Ok(
                         leaderelection::run(client, election, shutdown, move |stop| {
@@ -333,7 +382,7 @@ fn main() -> std::process::ExitCode {
                     .leader_election
                     .config(leaderelection::SCHEDULER_LEASE, true)?;
                 let options = args.options;
-                run_component(&args.client, |client, shutdown| async move {
+                run_component(&args.client, None, |client, shutdown| async move {
                     let work = client.clone();
                     Ok(
                         leaderelection::run(client, election, shutdown, move |stop| {
@@ -345,13 +394,19 @@ fn main() -> std::process::ExitCode {
                 .await
             }
             Command::Kubelet(args) => {
-                run_component(&args.client, |client, shutdown| async move {
-                    Ok(skiff_kubelet::run(client, args.options, shutdown).await?)
-                })
+                let dir = kubelet_pki_dir(&args.options);
+                let identity = Identity::kubelet(&args.options.resolved_node_name());
+                run_component(
+                    &args.client,
+                    Some((&dir, identity)),
+                    |client, shutdown| async move {
+                        Ok(skiff_kubelet::run(client, args.options, shutdown).await?)
+                    },
+                )
                 .await
             }
             Command::Proxy(args) => {
-                run_component(&args.client, |client, shutdown| async move {
+                run_component(&args.client, None, |client, shutdown| async move {
                     Ok(skiff_proxy::run(client, args.options, shutdown).await?)
                 })
                 .await
@@ -367,24 +422,33 @@ fn main() -> std::process::ExitCode {
                 {
                     kubelet.token = Some(join.secret);
                 }
+                // The kubelet and the proxy each have their own identity.
+                let dir = kubelet_pki_dir(&kubelet);
+                let identity = Identity::kubelet(&kubelet.resolved_node_name());
+                let proxy_client =
+                    connect_as(&args.client, Some((&dir, Identity::proxy()))).await?;
                 let proxy = args.proxy;
-                run_component(&args.client, |client, shutdown| async move {
-                    // The first to fail stops the other.
-                    let (kubelet_client, kubelet_stop) = (client.clone(), shutdown.clone());
-                    tokio::try_join!(
-                        async {
-                            skiff_kubelet::run(kubelet_client, kubelet, kubelet_stop)
-                                .await
-                                .map_err(anyhow::Error::from)
-                        },
-                        async {
-                            skiff_proxy::run(client, proxy, shutdown)
-                                .await
-                                .map_err(anyhow::Error::from)
-                        }
-                    )?;
-                    Ok(())
-                })
+                run_component(
+                    &args.client,
+                    Some((&dir, identity)),
+                    |client, shutdown| async move {
+                        // The first to fail stops the other.
+                        let kubelet_stop = shutdown.clone();
+                        tokio::try_join!(
+                            async {
+                                skiff_kubelet::run(client, kubelet, kubelet_stop)
+                                    .await
+                                    .map_err(anyhow::Error::from)
+                            },
+                            async {
+                                skiff_proxy::run(proxy_client, proxy, shutdown)
+                                    .await
+                                    .map_err(anyhow::Error::from)
+                            }
+                        )?;
+                        Ok(())
+                    },
+                )
                 .await
             }
             Command::Bench(command) => bench::run(command).await,

@@ -476,9 +476,9 @@ pub async fn run(args: ApiArgs, plan: Plan) -> Result<()> {
         && !plan.components.is_empty()
     {
         let local = format!("https://127.0.0.1:{}", bound.port());
-        let client = skiff_client::connect_to(&local, pki.ca_pem().as_bytes(), &admin_token)
-            .context("cannot build the in-process client")?;
+        let node_name = options.kubelet.resolved_node_name();
         let host = components::Host {
+            pki_dir: pki.dir().to_path_buf(),
             data_dir: data_dir.clone(),
             kubelet_token: join_token.secret.clone(),
             local_storage: plan
@@ -490,10 +490,19 @@ pub async fn run(args: ApiArgs, plan: Plan) -> Result<()> {
             leader_elect_default: etcd_backed,
         };
         for component in plan.components.iter().filter(|c| c.is_task()) {
+            let (subject, stem) = crate::identities::subject(*component, &node_name)
+                .context("a component without an identity")?;
+            let credentials = crate::identities::credentials(&pki, &subject, stem)?;
+            let client = skiff_client::connect_with_certificate(
+                &local,
+                pki.ca_pem().as_bytes(),
+                &credentials,
+            )
+            .with_context(|| format!("cannot build the {component:?} client"))?;
             components::spawn(
                 &mut running,
                 *component,
-                client.clone(),
+                client,
                 options,
                 &host,
                 components_stop.clone(),
@@ -561,25 +570,38 @@ pub async fn run(args: ApiArgs, plan: Plan) -> Result<()> {
 /// The file holding the join token agents use, in the data dir.
 pub const JOIN_TOKEN_FILE: &str = "join-token";
 
-/// The user agents (kubelets and proxies joining with the join token) authenticate as.
-const AGENT_USER: &str = "skiff:agent";
+/// The user whoever holds the join token authenticates as: a bootstrapper, who may only ask
+/// for certificates (an agent asks for its kubelet's and its proxy's; see
+/// `skiff_client::bootstrap`).
+const JOIN_USER: &str = "system:bootstrap:skiff";
+/// The user the join token stood for before agents had their own identities.
+const OLD_AGENT_USER: &str = "skiff:agent";
+
+fn join_user() -> auth::User {
+    auth::User {
+        name: JOIN_USER.to_string(),
+        uid: "skiff-join".to_string(),
+        groups: vec![skiff_api::authz::bootstrap::BOOTSTRAPPERS_GROUP.to_string()],
+        ..Default::default()
+    }
+}
 
 /// Returns the cluster's join token, creating its secret (a token of its own in the token file,
-/// distinct from the admin token) on first start, and keeps `<data-dir>/join-token` current.
+/// distinct from the admin token) on first start, and keeps `<data-dir>/join-token` current. A
+/// token file from before node identities has the same secret under its old user, which gave
+/// every agent the node role: it keeps the secret and becomes a bootstrapper.
 fn ensure_join_token(
     data_dir: &std::path::Path,
     authenticator: &auth::Authenticator,
     ca_pem: &str,
 ) -> Result<skiff_client::JoinToken> {
-    let secret = match authenticator.token_of(AGENT_USER) {
+    authenticator
+        .replace_user(OLD_AGENT_USER, join_user())
+        .context("cannot update the join token's user")?;
+    let secret = match authenticator.token_of(JOIN_USER) {
         Some(secret) => secret,
         None => authenticator
-            .add_token(auth::User {
-                name: AGENT_USER.to_string(),
-                uid: "skiff-agent".to_string(),
-                groups: vec!["system:nodes".to_string()],
-                ..Default::default()
-            })
+            .add_token(join_user())
             .context("cannot create the join token")?,
     };
     let token = skiff_client::JoinToken::new(ca_pem.as_bytes(), &secret);

@@ -92,6 +92,23 @@ pub fn connect_to(server: &str, ca_pem: &[u8], token: &str) -> Result<Client> {
     Ok(Client::try_from(server_config(server, ca_pem, token)?)?)
 }
 
+/// A client for `server`, trusting the PEM bundle `ca_pem` and authenticating with the client
+/// certificate `credentials` (its subject is the user); no request is made. The components
+/// `skiff server` runs, and agents once they have their node certificate, use this.
+pub fn connect_with_certificate(
+    server: &str,
+    ca_pem: &[u8],
+    credentials: &skiff_pki::Credentials,
+) -> Result<Client> {
+    use base64::Engine as _;
+    install_crypto();
+    let mut config = base_config(server, ca_pem)?;
+    let encode = |pem: &str| base64::engine::general_purpose::STANDARD.encode(pem);
+    config.auth_info.client_certificate_data = Some(encode(&credentials.cert_pem));
+    config.auth_info.client_key_data = Some(encode(&credentials.key_pem).into());
+    Ok(Client::try_from(config)?)
+}
+
 /// A client from a kubeconfig file, without a round trip.
 pub(crate) async fn kubeconfig_config(path: &Path) -> Result<kube::Config> {
     let bad = |message: String| Error::Kubeconfig {
@@ -108,6 +125,15 @@ pub(crate) async fn kubeconfig_config(path: &Path) -> Result<kube::Config> {
 
 /// A kube config for `server`, trusting the PEM `ca` and sending `token`.
 pub(crate) fn server_config(server: &str, ca_pem: &[u8], token: &str) -> Result<kube::Config> {
+    let mut config = base_config(server, ca_pem)?;
+    let value = http::HeaderValue::from_str(&format!("Bearer {token}"))
+        .map_err(|_| Error::Config("the token is not a valid header value".into()))?;
+    config.headers.push((http::header::AUTHORIZATION, value));
+    Ok(config)
+}
+
+/// A kube config for `server`, trusting the PEM `ca`, without credentials.
+fn base_config(server: &str, ca_pem: &[u8]) -> Result<kube::Config> {
     let uri: http::Uri = server
         .parse()
         .map_err(|e| Error::Config(format!("server URL {server:?}: {e}")))?;
@@ -120,9 +146,6 @@ pub(crate) fn server_config(server: &str, ca_pem: &[u8], token: &str) -> Result<
         return Err(Error::Config("the CA PEM holds no certificate".into()));
     }
     config.root_cert = Some(certs);
-    let value = http::HeaderValue::from_str(&format!("Bearer {token}"))
-        .map_err(|_| Error::Config("the token is not a valid header value".into()))?;
-    config.headers.push((http::header::AUTHORIZATION, value));
     tune(&mut config);
     Ok(config)
 }

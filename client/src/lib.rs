@@ -8,7 +8,8 @@
 //!
 //! # Layout
 //! - [`connect`] and [`ClientConfig`]: a [`Client`] from a kubeconfig, a server URL and token, or a
-//!   join token that pins the cluster CA by its hash ([`join`]).
+//!   join token that pins the cluster CA by its hash ([`join`]); [`bootstrap`]: an agent's own
+//!   client certificates, asked for with the join token through CertificateSigningRequests.
 //! - The transport is kube-rs: [`Client`] and [`Api`] are kube's, so every served kind and
 //!   subresource (status, binding, scale, log) is reachable with its typed calls.
 //! - [`informer`]: the reflector (list, then watch from the list's revision; relist on 410 Gone;
@@ -20,6 +21,7 @@
 //! - [`leaderelection`]: one active replica of a singleton, through a `coordination.k8s.io/v1`
 //!   Lease, as client-go's leader election.
 
+pub mod bootstrap;
 pub mod cache;
 mod config;
 pub mod events;
@@ -29,7 +31,7 @@ pub mod leaderelection;
 pub mod workqueue;
 
 pub use cache::{Cache, index, key_of};
-pub use config::{ClientConfig, connect, connect_to, install_crypto};
+pub use config::{ClientConfig, connect, connect_to, connect_with_certificate, install_crypto};
 pub use informer::{
     EventHandler, Informer, InformerStats, ListOptions, SharedInformerFactory, handler_fn,
 };

@@ -37,6 +37,7 @@
 //! - [`localpath`]: the built-in local-path provisioner (`skiff.io/local-path`).
 //! - [`protection`]: the pvc-protection and pv-protection finalizers.
 
+pub mod certificates;
 pub mod cronjob;
 pub mod daemonset;
 pub mod deployment;

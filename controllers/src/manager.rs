@@ -9,9 +9,9 @@ use tokio_util::task::TaskTracker;
 use crate::runtime::Started;
 use crate::{Options, Result};
 use crate::{
-    cronjob, daemonset, deployment, disruption, endpoints, gc, job, localpath, namespace, nodeipam,
-    nodelifecycle, persistentvolume, protection, replicaset, resourcequota, rootcacert,
-    serviceaccount, statefulset, ttlafterfinished,
+    certificates, cronjob, daemonset, deployment, disruption, endpoints, gc, job, localpath,
+    namespace, nodeipam, nodelifecycle, persistentvolume, protection, replicaset, resourcequota,
+    rootcacert, serviceaccount, statefulset, ttlafterfinished,
 };
 
 /// What a controller's shell is registered with.
@@ -97,6 +97,14 @@ pub const CONTROLLERS: &[Entry] = &[
     Entry {
         name: "root-ca-cert-publisher",
         start: rootcacert::controller::start,
+    },
+    Entry {
+        name: "csrapproving",
+        start: certificates::controller::start_approving,
+    },
+    Entry {
+        name: "csrsigning",
+        start: certificates::controller::start_signing,
     },
     Entry {
         name: "nodeipam",

@@ -50,6 +50,17 @@ pub struct Options {
     /// [default: the one the API server serves at `/cacerts`].
     #[arg(long)]
     pub root_ca_file: Option<std::path::PathBuf>,
+    /// The CA certificate (PEM) the `csrsigning` controller signs approved requests with
+    /// [default under `skiff server`: the cluster CA].
+    #[arg(long)]
+    pub cluster_signing_cert_file: Option<std::path::PathBuf>,
+    /// The CA's private key (PEM).
+    #[arg(long)]
+    pub cluster_signing_key_file: Option<std::path::PathBuf>,
+    /// The longest a signed certificate is valid (a request's `expirationSeconds` may ask for
+    /// less).
+    #[arg(long, default_value = "8760h", value_parser = parse_duration)]
+    pub cluster_signing_duration: Duration,
 }
 
 impl Default for Options {
@@ -64,6 +75,9 @@ impl Default for Options {
             cronjob_clock_rate: 1.0,
             default_local_storage_path: None,
             root_ca_file: None,
+            cluster_signing_cert_file: None,
+            cluster_signing_key_file: None,
+            cluster_signing_duration: Duration::from_secs(365 * 24 * 3600),
         }
     }
 }

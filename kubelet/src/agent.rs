@@ -331,6 +331,14 @@ pub async fn open_runtime(
     }
 }
 
+impl Options {
+    /// The Node's name: `--node-name`, else the host name (lower case), as the kubelet
+    /// registers it and as its identity `system:node:<name>` must say.
+    pub fn resolved_node_name(&self) -> String {
+        self.node_name.clone().unwrap_or_else(hostname)
+    }
+}
+
 fn hostname() -> String {
     rustix::system::uname()
         .nodename()
@@ -355,7 +363,7 @@ pub async fn run_with_host(
     host: HostReader,
     shutdown: CancellationToken,
 ) -> Result<()> {
-    let node_name = options.node_name.clone().unwrap_or_else(hostname);
+    let node_name = options.resolved_node_name();
     let root = options
         .root_dir
         .clone()

@@ -18,8 +18,21 @@ use crate::server::ApiServer;
 
 /// The annotation that lets the server add missing defaults to an existing object.
 pub const AUTOUPDATE: &str = "rbac.authorization.kubernetes.io/autoupdate";
-/// The group the API server grants node agents (their join token's identity) for now.
+/// The group of every kubelet's identity (`system:node:<name>`).
 pub const NODES_GROUP: &str = "system:nodes";
+/// The group of whoever holds the join token: it may only ask for a node certificate.
+pub const BOOTSTRAPPERS_GROUP: &str = "system:bootstrappers";
+/// The ClusterRole whose `create` on `certificatesigningrequests/nodeclient` lets a bootstrapper's
+/// request for a node client certificate be approved automatically.
+pub const NODE_CLIENT_ROLE: &str =
+    "system:certificates.k8s.io:certificatesigningrequests:nodeclient";
+/// The same for a node renewing its own certificate (`selfnodeclient`).
+pub const SELF_NODE_CLIENT_ROLE: &str =
+    "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient";
+/// Bindings earlier versions made that grant too much: deleted at start unless a user has
+/// taken them over (`autoupdate: "false"`). `skiff:nodes` gave every agent the node role
+/// before each had its own identity and the Node authorizer.
+const RETIRED_BINDINGS: &[&str] = &["skiff:nodes"];
 
 const READ: &[&str] = &["get", "list", "watch"];
 const WRITE: &[&str] = &["create", "delete", "deletecollection", "patch", "update"];
@@ -425,19 +438,14 @@ pub fn cluster_roles() -> Vec<Value> {
                 ),
                 rule(&[""], &["pods/status"], &["patch", "update"]),
                 rule(&[""], &["pods/eviction"], &["create"]),
-                rule(&[""], &["configmaps", "secrets"], READ),
+                // Secrets, ConfigMaps, claims, volumes and service-account tokens: only those
+                // of the node's own pods, which the Node authorizer decides from its graph.
                 rule(&[""], &["services", "endpoints"], READ),
-                rule(
-                    &[""],
-                    &["persistentvolumeclaims", "persistentvolumes"],
-                    &["get"],
-                ),
                 rule(
                     &[""],
                     &["persistentvolumeclaims/status"],
                     &["patch", "update"],
                 ),
-                rule(&[""], &["serviceaccounts/token"], &["create"]),
                 rule(&["authentication.k8s.io"], &["tokenreviews"], &["create"]),
                 rule(
                     &["authorization.k8s.io"],
@@ -460,6 +468,42 @@ pub fn cluster_roles() -> Vec<Value> {
                     READ,
                 ),
                 rule(&["node.k8s.io"], &["runtimeclasses"], READ),
+            ],
+        ),
+        cluster_role(
+            "system:node-bootstrapper",
+            vec![rule(
+                &["certificates.k8s.io"],
+                &["certificatesigningrequests"],
+                &["create", "get", "list", "watch"],
+            )],
+        ),
+        cluster_role(
+            NODE_CLIENT_ROLE,
+            vec![rule(
+                &["certificates.k8s.io"],
+                &["certificatesigningrequests/nodeclient"],
+                &["create"],
+            )],
+        ),
+        cluster_role(
+            SELF_NODE_CLIENT_ROLE,
+            vec![rule(
+                &["certificates.k8s.io"],
+                &["certificatesigningrequests/selfnodeclient"],
+                &["create"],
+            )],
+        ),
+        // The cluster DNS server (`system:kube-dns`): names from Services and their endpoints.
+        cluster_role(
+            "system:kube-dns",
+            vec![
+                rule(
+                    &[""],
+                    &["endpoints", "services", "namespaces", "pods"],
+                    READ,
+                ),
+                rule(&["discovery.k8s.io"], &["endpointslices"], READ),
             ],
         ),
         cluster_role(
@@ -526,11 +570,31 @@ pub fn cluster_role_bindings() -> Vec<Value> {
         binding(
             "system:node-proxier",
             "system:node-proxier",
-            &[("User", "system:kube-proxy"), ("Group", NODES_GROUP)],
+            &[("User", "system:kube-proxy")],
         ),
-        // Agents act as one identity in `system:nodes` until each has its own node
-        // certificate and the Node authorizer confines it to its own pods.
-        binding("skiff:nodes", "system:node", &[("Group", NODES_GROUP)]),
+        binding(
+            "system:kube-dns",
+            "system:kube-dns",
+            &[("User", "system:kube-dns")],
+        ),
+        // Kubelets get the node role's rules from the Node authorizer, confined to their pods;
+        // the join token's holders may ask for a node certificate, which is then approved
+        // without an administrator, and nodes may renew their own (kubelet TLS bootstrapping).
+        binding(
+            "system:node-bootstrapper",
+            "system:node-bootstrapper",
+            &[("Group", BOOTSTRAPPERS_GROUP)],
+        ),
+        binding(
+            "skiff:node-autoapprove-bootstrap",
+            NODE_CLIENT_ROLE,
+            &[("Group", BOOTSTRAPPERS_GROUP)],
+        ),
+        binding(
+            "skiff:node-autoapprove-certificate-rotation",
+            SELF_NODE_CLIENT_ROLE,
+            &[("Group", NODES_GROUP)],
+        ),
     ]
 }
 
@@ -629,6 +693,20 @@ pub async fn reconcile(server: &Arc<ApiServer>) -> Result<()> {
                 }
                 Err(e) => return Err(e),
             }
+        }
+    }
+    for name in RETIRED_BINDINGS {
+        let info = &cluster_role_binding::INFO;
+        match server.registry.get(info, None, name, None).await {
+            Ok(existing) if may_update(&existing) => {
+                match server.registry.delete(info, None, name, None).await {
+                    Ok(_) | Err(Error::NotFound { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+                tracing::info!(%name, "deleted a binding that grants too much");
+            }
+            Ok(_) | Err(Error::NotFound { .. }) => {}
+            Err(e) => return Err(e),
         }
     }
     Ok(())

@@ -10,6 +10,7 @@
 //!   writes of roles and bindings.
 
 pub mod bootstrap;
+pub mod node;
 pub mod rbac;
 pub mod reviews;
 
@@ -44,6 +45,8 @@ fn rbac_kinds() -> [(&'static ResourceInfo, rbac::Kind); 4] {
 pub struct Authorizer {
     /// Replaced whole on each change, so a decision reads one consistent policy.
     policy: RwLock<Arc<rbac::Policy>>,
+    /// What the Node authorizer knows: which pods run where and what they use.
+    pub nodes: node::NodeGraph,
 }
 
 impl std::fmt::Debug for Authorizer {
@@ -68,13 +71,29 @@ impl Authorizer {
         *current = Arc::new(next);
     }
 
-    /// Whether `user` may make `request`: members of `system:masters` always, everyone else as
-    /// RBAC says.
+    /// Whether `user` may make `request`: members of `system:masters` always; a kubelet what the
+    /// Node authorizer allows; then what RBAC allows (kube-apiserver's `Node,RBAC`).
     pub fn authorize(&self, user: &User, request: &Request<'_>) -> Decision {
         if user.in_group(MASTERS_GROUP) {
             return Decision::Allow(format!("{MASTERS_GROUP} may do anything"));
         }
-        self.policy().authorize(user, request)
+        let node_reason = match node::node_of(user) {
+            Some(name) => match node::decide(&self.nodes.get(), name, request) {
+                node::Verdict::Allow(reason) => return Decision::Allow(reason),
+                node::Verdict::NoOpinion(reason) => reason,
+            },
+            None => String::new(),
+        };
+        match self.policy().authorize(user, request) {
+            Decision::Deny(rbac) if !node_reason.is_empty() => Decision::Deny(
+                [node_reason, rbac]
+                    .into_iter()
+                    .filter(|r| !r.is_empty())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            ),
+            decision => decision,
+        }
     }
 
     /// [`Authorizer::authorize`], with a denial as kube-apiserver's 403.
@@ -94,7 +113,7 @@ impl Authorizer {
         for (info, kind) in rbac_kinds() {
             crate::follow::start(server, info, "the authorizer", Objects(kind)).await?;
         }
-        Ok(())
+        node::NodeGraph::start(server).await
     }
 }
 
@@ -158,16 +177,32 @@ pub fn is_stream(target: &Target) -> bool {
         )
 }
 
-/// The attributes of a resource request at `target`.
-pub fn resource_request<'a>(verb: &'a str, target: &'a Target) -> Request<'a> {
+/// The attributes of a resource request at `target`. A list or watch of one object by name
+/// (`fieldSelector=metadata.name=x`, as kubelets watch the Secrets their pods use) is asked with
+/// that name, as kube-apiserver's request info reads it, so `resourceNames` and the Node
+/// authorizer can allow it.
+pub fn resource_request<'a>(verb: &'a str, target: &'a Target, query: &'a Query) -> Request<'a> {
+    let selected = match verb {
+        "list" | "watch" if target.name.is_none() => selected_name(query),
+        _ => None,
+    };
     Request::Resource {
         verb,
         group: target.info.group,
         resource: target.info.plural,
         subresource: target.subresource.as_deref().unwrap_or_default(),
         namespace: target.namespace.as_deref().unwrap_or_default(),
-        name: target.name.as_deref().unwrap_or_default(),
+        name: target.name.as_deref().or(selected).unwrap_or_default(),
     }
+}
+
+/// The name a field selector pins (`metadata.name=x` or `metadata.name==x` among its terms).
+fn selected_name(query: &Query) -> Option<&str> {
+    query.get("fieldSelector")?.split(',').find_map(|term| {
+        let (field, value) = term.split_once('=')?;
+        let value = value.strip_prefix('=').unwrap_or(value);
+        (field.trim() == "metadata.name" && !value.is_empty()).then_some(value.trim())
+    })
 }
 
 /// The verb of a non-resource request: the HTTP method in lower case (`get` for HEAD).
@@ -440,4 +475,25 @@ pub fn check_escalation(
 fn groups_list(user: &User) -> String {
     let quoted: Vec<String> = user.groups.iter().map(|g| format!("{g:?}")).collect();
     format!("[{}]", quoted.join(" "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_field_selector_on_the_name_names_the_object() {
+        let name = |q: &str| selected_name(&Query::parse(q)).map(str::to_string);
+        assert_eq!(
+            name("fieldSelector=metadata.name%3Dtls"),
+            Some("tls".into())
+        );
+        assert_eq!(
+            name("fieldSelector=type%3Dx,metadata.name%3D%3Dtls&watch=true"),
+            Some("tls".into())
+        );
+        assert_eq!(name("fieldSelector=metadata.name!%3Dtls"), None);
+        assert_eq!(name("fieldSelector=metadata.namespace%3Dtls"), None);
+        assert_eq!(name("labelSelector=a%3Db"), None);
+    }
 }

@@ -342,6 +342,7 @@ pub async fn token_request(
     let mut bound_pod = None;
     let mut bound_secret = None;
     let mut bound_node = None;
+    let mut bound_pod_object = None;
     if let Some(reference) = spec.get("boundObjectRef").filter(|v| v.is_object()) {
         let api_version = text(reference, "/apiVersion");
         let kind = text(reference, "/kind");
@@ -400,10 +401,12 @@ pub async fn token_request(
         let reference = token::ObjectRef::new(ref_name, uid);
         if kind == "Pod" {
             bound_pod = Some(reference);
+            bound_pod_object = Some(object.clone());
         } else {
             bound_secret = Some(reference);
         }
     }
+    crate::admission::node::check_token_request(&request.user, name, bound_pod_object.as_ref())?;
     let (jwt, exp) = tokens.issue(&token::Request {
         namespace: ns.to_string(),
         service_account: token::ObjectRef::new(name, text(&account, "/metadata/uid")),

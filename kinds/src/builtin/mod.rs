@@ -4,6 +4,7 @@
 //! implementation) plus its line in [`all`]; the tests below check that every registered kind
 //! has every piece.
 
+pub mod certificate_signing_request;
 pub mod cluster_role;
 pub mod cluster_role_binding;
 pub mod config_map;
@@ -126,6 +127,7 @@ pub fn all() -> &'static [Arc<dyn Kind>] {
             Arc::new(reviews::SubjectAccessReview),
             Arc::new(reviews::SelfSubjectReview),
             Arc::new(reviews::TokenReview),
+            Arc::new(certificate_signing_request::CertificateSigningRequest),
             Arc::new(validating_webhook_configuration::ValidatingWebhookConfiguration),
             Arc::new(mutating_webhook_configuration::MutatingWebhookConfiguration),
             Arc::new(validating_admission_policy::ValidatingAdmissionPolicy),

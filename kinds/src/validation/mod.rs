@@ -585,6 +585,18 @@ mod tests {
                 json!({"metadata": {"name": "b"},
                        "spec": {"policyName": "p", "validationActions": ["Deny"]}}),
             ),
+            (
+                "certificates.k8s.io",
+                "CertificateSigningRequest",
+                json!({"metadata": {"name": "c"}, "spec": {
+                       "request": base64::Engine::encode(
+                           &base64::engine::general_purpose::STANDARD,
+                           skiff_pki::new_request(&skiff_pki::Subject::new("alice", &[]))
+                               .unwrap()
+                               .0),
+                       "signerName": "kubernetes.io/kube-apiserver-client",
+                       "usages": ["client auth"]}}),
+            ),
         ];
         let cases_len = cases.len();
         for (group, kind, obj) in cases {
