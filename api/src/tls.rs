@@ -472,6 +472,7 @@ pub async fn serve<F, R>(
     filter: F,
     shutdown: CancellationToken,
     header_read_timeout: Duration,
+    audit: Option<Arc<crate::audit::Auditor>>,
 ) where
     F: Filter<Extract = (R,), Error = Rejection> + Clone + Send + Sync + 'static,
     R: Reply,
@@ -482,6 +483,7 @@ pub async fn serve<F, R>(
         filter,
         shutdown,
         header_read_timeout,
+        audit,
     )
     .await;
 }
@@ -494,13 +496,14 @@ pub async fn serve_plain<F, R>(
     filter: F,
     shutdown: CancellationToken,
     header_read_timeout: Duration,
+    audit: Option<Arc<crate::audit::Auditor>>,
 ) -> Result<()>
 where
     F: Filter<Extract = (R,), Error = Rejection> + Clone + Send + Sync + 'static,
     R: Reply,
 {
     check_loopback(listener.local_addr().map_err(Error::ListenerAddress)?)?;
-    run(listener, None, filter, shutdown, header_read_timeout).await;
+    run(listener, None, filter, shutdown, header_read_timeout, audit).await;
     Ok(())
 }
 
@@ -518,6 +521,7 @@ async fn run<F, R>(
     filter: F,
     shutdown: CancellationToken,
     header_timeout: Duration,
+    audit: Option<Arc<crate::audit::Auditor>>,
 ) where
     F: Filter<Extract = (R,), Error = Rejection> + Clone + Send + Sync + 'static,
     R: Reply,
@@ -552,13 +556,14 @@ async fn run<F, R>(
         let service = service.clone();
         let builder = builder.clone();
         let tls = tls.clone();
+        let audit = audit.clone();
         tokio::spawn(async move {
             match tls {
                 Some(acceptor) => {
                     match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                         Ok(Ok(stream)) => {
                             let stream = FirstByte::new(stream, header_timeout);
-                            drive(builder, stream, service, watcher, peer).await
+                            drive(builder, stream, service, watcher, peer, audit).await
                         }
                         Ok(Err(error)) => tracing::debug!(%peer, %error, "TLS handshake failed"),
                         Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
@@ -566,7 +571,7 @@ async fn run<F, R>(
                 }
                 None => {
                     let stream = FirstByte::new(stream, header_timeout);
-                    drive(builder, stream, service, watcher, peer).await
+                    drive(builder, stream, service, watcher, peer, audit).await
                 }
             }
         });
@@ -581,6 +586,7 @@ async fn drive<I, S, B>(
     service: S,
     watcher: Watcher,
     peer: SocketAddr,
+    audit: Option<Arc<crate::audit::Auditor>>,
 ) where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     S: hyper::service::Service<http::Request<hyper::body::Incoming>, Response = http::Response<B>>
@@ -588,18 +594,32 @@ async fn drive<I, S, B>(
         + Sync
         + 'static,
     S::Future: Send + 'static,
-    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-    B: hyper::body::Body + Send + 'static,
-    B::Data: Send,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>> + Send,
+    B: hyper::body::Body<Data = bytes::Bytes> + Send + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     // Each request carries a handle that closes this connection: a watch whose client stopped
     // reading ends it that way (hyper no longer polls a body it cannot write).
     let close = crate::limits::Connection::default();
     let closed = close.0.clone();
+    // With auditing on, each request is recorded ([`crate::audit`]); off, one branch.
     let service = hyper::service::service_fn(move |mut request: http::Request<_>| {
+        use futures::{TryFutureExt as _, future::Either};
         request.extensions_mut().insert(close.clone());
-        service.call(request)
+        match &audit {
+            None => Either::Left(
+                service
+                    .call(request)
+                    .map_ok(|r| r.map(http_body_util::Either::Left)),
+            ),
+            Some(auditor) => {
+                let handle = auditor.begin(&mut request, Some(peer));
+                Either::Right(
+                    crate::audit::finish(handle, service.call(request))
+                        .map_ok(|r| r.map(http_body_util::Either::Right)),
+                )
+            }
+        }
     });
     let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
     tokio::select! {
@@ -883,6 +903,7 @@ mod tests {
             filter,
             shutdown.clone(),
             Duration::from_secs(32),
+            None,
         ));
 
         for (http1_only, host, want) in [
@@ -936,6 +957,7 @@ mod tests {
             filter,
             shutdown.clone(),
             Duration::from_secs(32),
+            None,
         ));
         let url = format!("https://127.0.0.1:{}/slow", addr.port());
         let request = tokio::spawn(client(&pki, false).get(url.clone()).send());
@@ -969,6 +991,7 @@ mod tests {
             warp::path("x").map(|| "plain"),
             shutdown.clone(),
             timeout,
+            None,
         ));
         // Reads until the server closes the connection; how long that took.
         async fn closed_after(stream: &mut tokio::net::TcpStream) -> Duration {
@@ -1030,6 +1053,7 @@ mod tests {
             warp::path("x").map(|| "plain"),
             shutdown.clone(),
             Duration::from_secs(32),
+            None,
         ));
         let body = reqwest::get(format!("http://{addr}/x"))
             .await
