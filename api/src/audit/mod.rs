@@ -58,7 +58,7 @@ pub enum Error {
         source: std::io::Error,
     },
     /// The policy file is not a valid policy.
-    #[error("invalid audit policy file {path}: {source}")]
+    #[error("invalid audit policy file {path}")]
     InvalidPolicy {
         /// The file.
         path: PathBuf,
