@@ -222,7 +222,16 @@ where
 {
     let target = match request::parse_path(&api.kinds.snapshot(), &path) {
         None => return Err(Error::NoRoute),
-        Some(target) => target?,
+        Some(Ok(target)) => target,
+        Some(Err(e)) => {
+            // An unknown resource: still audited as its user's request.
+            if let Some(audit) = &audit {
+                audit
+                    .attributes(&user, &authz::path_verb(&method), None, &path)
+                    .await;
+            }
+            return Err(e);
+        }
     };
     let query = Query::parse(&query);
     let verb = authz::resource_verb(&method, &target, &query);

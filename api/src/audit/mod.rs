@@ -37,6 +37,7 @@ use crate::auth::User;
 use crate::request::{Query, Target};
 use event::{Event, ObjectReference, UserInfo};
 use policy::{Attributes, Decision, Level, Policy, ResourceAttributes, Stage};
+use tokio::sync::mpsc;
 use writer::{Message, Rotation, Sink, Writer};
 
 /// Events queued for the writer before requests wait (kube-apiserver's batch buffer size).
@@ -460,14 +461,16 @@ impl AuditedBody {
                 handle.event_if(&state, Stage::ResponseComplete)
             };
             if let Some(event) = event {
+                // Queued at once when there is room (so a flush at shutdown, after the
+                // connections closed, finds it); otherwise a task waits for room.
                 let auditor = handle.0.auditor.clone();
-                match tokio::runtime::Handle::try_current() {
-                    Ok(runtime) => {
-                        runtime.spawn(async move { auditor.emit(event).await });
-                    }
-                    Err(_) => {
-                        let _ = auditor.writer.tx.try_send(Message::Event(Box::new(event)));
-                    }
+                if let Err(mpsc::error::TrySendError::Full(message)) =
+                    auditor.writer.tx.try_send(Message::Event(Box::new(event)))
+                    && let Ok(runtime) = tokio::runtime::Handle::try_current()
+                {
+                    runtime.spawn(async move {
+                        let _ = auditor.writer.tx.send(message).await;
+                    });
                 }
             }
         }

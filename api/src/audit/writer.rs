@@ -119,7 +119,7 @@ impl RotatingFile {
     /// Deletes the backups beyond `max_backups` (oldest first) and those older than `max_age`.
     fn prune(&self, now: jiff::Timestamp) -> std::io::Result<()> {
         let mut backups = self.backups()?;
-        backups.sort_by(|a, b| b.0.cmp(&a.0));
+        backups.sort_by_key(|b| std::cmp::Reverse(b.0));
         for (i, (at, path)) in backups.iter().enumerate() {
             let too_many = self.rotation.max_backups > 0 && i >= self.rotation.max_backups;
             let too_old = self.rotation.max_age.is_some_and(|age| {
