@@ -1072,6 +1072,7 @@ fn start_skiff(dir: &Path, threads: usize, cache_bytes: Option<u64>) -> Result<S
                         routes,
                         token.clone(),
                         crate::limits::Settings::default().header_read_timeout,
+                        None,
                     )
                     .await;
                     let _ = store.close().await;

@@ -25,6 +25,7 @@
 //!   and its `/debug/skiff/` endpoints.
 //! - [`ui`]: the timeline page at `/ui/` over those endpoints, and its login sessions.
 //! - [`bench`](mod@bench): `skiff bench api`, skiff's API against etcd 3.4 side by side.
+//! - [`audit`]: the audit log (policy, `audit.k8s.io/v1` events, rotation).
 //! - [`auth`], [`tls`], [`kubeconfig`], [`version`]: tokens, certificates, the admin kubeconfig,
 //!   `/version` and health.
 //! - [`eviction`]: `pods/eviction`, a delete that honours the pod's PodDisruptionBudget.
@@ -33,6 +34,7 @@
 //!   OIDC discovery) and their signing key.
 
 pub mod admission;
+pub mod audit;
 pub mod auth;
 pub mod authz;
 pub mod bench;

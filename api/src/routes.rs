@@ -10,6 +10,7 @@ use http::{HeaderMap, Method};
 use warp::filters::BoxedFilter;
 use warp::{Filter, Rejection, Reply};
 
+use crate::audit;
 use crate::auth::{self, Authenticator, User};
 use crate::authz;
 use crate::error::Error;
@@ -24,6 +25,9 @@ pub fn routes(api: Arc<ApiServer>, authenticator: Arc<Authenticator>) -> BoxedFi
     let ready_api = api.clone();
     let public = version::routes(move || readiness(&ready_api));
     let _ = api.static_tokens.set(authenticator.clone());
+    if let Some(auditor) = &api.config.audit {
+        auditor.set_kinds(api.kinds.clone());
+    }
     let ca_pem = api.config.ca_pem.clone();
     let cacerts = warp::path!("cacerts").and(warp::get()).and_then(move || {
         let ca_pem = ca_pem.clone();
@@ -115,21 +119,26 @@ fn api_routes(api: Arc<ApiServer>, user: BoxedFilter<(User,)>) -> BoxedFilter<(R
         .and(user.clone())
         .and(warp::method())
         .and(warp::header::headers_cloned())
+        .and(warp::ext::optional::<audit::Handle>())
         .and_then(
-            move |path: warp::path::FullPath, user: User, method: Method, headers: HeaderMap| {
+            move |path: warp::path::FullPath,
+                  user: User,
+                  method: Method,
+                  headers: HeaderMap,
+                  audit: Option<audit::Handle>| {
                 let api = path_api.clone();
                 async move {
-                    let user = authz::impersonate(&api.authorizer, user, &headers)
-                        .map_err(|e| warp::reject::custom(Denied(e)))?;
                     let verb = authz::path_verb(&method);
-                    api.authorizer
-                        .check(
-                            &user,
-                            &authz::Request::NonResource {
-                                verb: &verb,
-                                path: path.as_str(),
-                            },
-                        )
+                    if let Some(audit) = &audit {
+                        audit.attributes(&user, &verb, None, path.as_str()).await;
+                    }
+                    let user = impersonate(&api, user, &headers, audit.as_ref())
+                        .map_err(|e| warp::reject::custom(Denied(e)))?;
+                    let request = authz::Request::NonResource {
+                        verb: &verb,
+                        path: path.as_str(),
+                    };
+                    authorize(&api, &user, &request, audit.as_ref())
                         .map_err(|e| warp::reject::custom(Denied(e)))
                 }
             },
@@ -146,14 +155,15 @@ fn api_routes(api: Arc<ApiServer>, user: BoxedFilter<(User,)>) -> BoxedFilter<(R
         .and(warp::header::headers_cloned())
         .and(warp::ext::optional::<hyper::upgrade::OnUpgrade>())
         .and(warp::ext::optional::<crate::limits::Connection>())
+        .and(warp::ext::optional::<audit::Handle>())
         .and(warp::body::stream())
         .and_then(
-            move |user: User, method: Method, path: warp::path::FullPath, query: String, headers: HeaderMap, upgrade: Option<hyper::upgrade::OnUpgrade>, connection: Option<crate::limits::Connection>, body| {
+            move |user: User, method: Method, path: warp::path::FullPath, query: String, headers: HeaderMap, upgrade: Option<hyper::upgrade::OnUpgrade>, connection: Option<crate::limits::Connection>, audit: Option<audit::Handle>, body| {
                 let api = api.clone();
                 async move {
                     let started = std::time::Instant::now();
                     let path = path.as_str().to_string();
-                    let response = match serve(&api, user, method.clone(), path.clone(), query.clone(), headers, upgrade, connection, Box::pin(body), limit).await {
+                    let response = match serve(&api, user, method.clone(), path.clone(), query.clone(), headers, upgrade, connection, audit, Box::pin(body), limit).await {
                         Ok(response) => response,
                         // Not a resource path: another route's answer (a denied discovery
                         // request) or a 404.
@@ -202,6 +212,7 @@ async fn serve<S, B>(
     headers: HeaderMap,
     upgrade: Option<hyper::upgrade::OnUpgrade>,
     connection: Option<crate::limits::Connection>,
+    audit: Option<audit::Handle>,
     body: S,
     limit: usize,
 ) -> Result<Response, Error>
@@ -211,11 +222,23 @@ where
 {
     let target = match request::parse_path(&api.kinds.snapshot(), &path) {
         None => return Err(Error::NoRoute),
-        Some(target) => target?,
+        Some(Ok(target)) => target,
+        Some(Err(e)) => {
+            // An unknown resource: still audited as its user's request.
+            if let Some(audit) = &audit {
+                audit
+                    .attributes(&user, &authz::path_verb(&method), None, &path)
+                    .await;
+            }
+            return Err(e);
+        }
     };
-    let user = authz::impersonate(&api.authorizer, user, &headers)?;
     let query = Query::parse(&query);
     let verb = authz::resource_verb(&method, &target, &query);
+    if let Some(audit) = &audit {
+        audit.attributes(&user, verb, Some(&target), &path).await;
+    }
+    let user = impersonate(api, user, &headers, audit.as_ref())?;
     // After impersonation and before authorization, as upstream's max-in-flight filter; the
     // seat is held while the body is read, and a watch's until the watch ends.
     let class = if target.proxy_path.is_some() {
@@ -224,8 +247,12 @@ where
         crate::limits::classify(verb, target.subresource.as_deref())
     };
     let seat = api.limits.admit(class, &user)?;
-    api.authorizer
-        .check(&user, &authz::resource_request(verb, &target, &query))?;
+    authorize(
+        api,
+        &user,
+        &authz::resource_request(verb, &target, &query),
+        audit.as_ref(),
+    )?;
     let body = read_body(body, limit).await?;
     // Only the streaming and proxy subresources may take over the connection.
     let upgrade = upgrade.filter(|_| authz::is_stream(&target) || target.proxy_path.is_some());
@@ -241,6 +268,13 @@ where
         connection,
         warnings: warnings.clone(),
     };
+    if let Some(audit) = &audit
+        && audit.level() >= audit::policy::Level::Request
+        && !request.body.is_empty()
+        && let Ok(object) = request::parse_body(&request)
+    {
+        audit.request_object(object);
+    }
     if !target.kind.stored() {
         return review(api, request, target).await;
     }
@@ -256,6 +290,54 @@ where
         response
     };
     Ok(handlers::with_warnings(response, &warnings.take()))
+}
+
+/// The user `user` acts as ([`authz::impersonate`]); a refused impersonation is audited as the
+/// authorizer's `forbid`.
+fn impersonate(
+    api: &ApiServer,
+    user: User,
+    headers: &HeaderMap,
+    audit: Option<&audit::Handle>,
+) -> Result<User, Error> {
+    let Some(audit) = audit else {
+        return authz::impersonate(&api.authorizer, user, headers);
+    };
+    let asks = headers.contains_key("impersonate-user");
+    match authz::impersonate(&api.authorizer, user, headers) {
+        Ok(user) => {
+            if asks {
+                audit.impersonated(&user);
+            }
+            Ok(user)
+        }
+        Err(e) => {
+            audit.authorized(false, &e.to_string());
+            Err(e)
+        }
+    }
+}
+
+/// [`authz::Authorizer::check`], with the decision and its reason in the audit record.
+fn authorize(
+    api: &ApiServer,
+    user: &User,
+    request: &authz::Request<'_>,
+    audit: Option<&audit::Handle>,
+) -> Result<(), Error> {
+    let Some(audit) = audit else {
+        return api.authorizer.check(user, request);
+    };
+    match api.authorizer.authorize(user, request) {
+        authz::Decision::Allow(reason) => {
+            audit.authorized(true, &reason);
+            Ok(())
+        }
+        authz::Decision::Deny(reason) => {
+            audit.authorized(false, &reason);
+            Err(authz::forbidden(user, request, &reason))
+        }
+    }
 }
 
 /// A review (`kubectl auth can-i`, `whoami`): answered, never stored.

@@ -52,6 +52,9 @@ pub struct Config {
     /// claimed in it by transaction ([`admission::allocations`]), not only in this process's
     /// memory, and a repair pass keeps the claims in line with the stored Services.
     pub shared_store: bool,
+    /// The audit log, when a policy is given ([`crate::audit`]); the connection loop records
+    /// each request with it.
+    pub audit: Option<Arc<crate::audit::Auditor>>,
 }
 
 /// How often the reservation repair pass runs on a shared store.
@@ -75,6 +78,7 @@ impl Default for Config {
             create_system_namespaces: true,
             service_accounts: Default::default(),
             shared_store: false,
+            audit: None,
         }
     }
 }

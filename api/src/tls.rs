@@ -552,6 +552,7 @@ pub async fn serve<F, R>(
     filter: F,
     shutdown: CancellationToken,
     header_read_timeout: Duration,
+    audit: Option<Arc<crate::audit::Auditor>>,
 ) where
     F: Filter<Extract = (R,), Error = Rejection> + Clone + Send + Sync + 'static,
     R: Reply,
@@ -562,6 +563,7 @@ pub async fn serve<F, R>(
         filter,
         shutdown,
         header_read_timeout,
+        audit,
     )
     .await;
 }
@@ -574,13 +576,14 @@ pub async fn serve_plain<F, R>(
     filter: F,
     shutdown: CancellationToken,
     header_read_timeout: Duration,
+    audit: Option<Arc<crate::audit::Auditor>>,
 ) -> Result<()>
 where
     F: Filter<Extract = (R,), Error = Rejection> + Clone + Send + Sync + 'static,
     R: Reply,
 {
     check_loopback(listener.local_addr().map_err(Error::ListenerAddress)?)?;
-    run(listener, None, filter, shutdown, header_read_timeout).await;
+    run(listener, None, filter, shutdown, header_read_timeout, audit).await;
     Ok(())
 }
 
@@ -598,6 +601,7 @@ async fn run<F, R>(
     filter: F,
     shutdown: CancellationToken,
     header_timeout: Duration,
+    audit: Option<Arc<crate::audit::Auditor>>,
 ) where
     F: Filter<Extract = (R,), Error = Rejection> + Clone + Send + Sync + 'static,
     R: Reply,
@@ -632,6 +636,7 @@ async fn run<F, R>(
         let service = service.clone();
         let builder = builder.clone();
         let tls = tls.clone();
+        let audit = audit.clone();
         tokio::spawn(async move {
             match tls {
                 Some(serving) => {
@@ -641,7 +646,7 @@ async fn run<F, R>(
                             let client =
                                 serving.client_certificate(stream.get_ref().1.peer_certificates());
                             let stream = FirstByte::new(stream, header_timeout);
-                            drive(builder, stream, service, watcher, peer, client).await
+                            drive(builder, stream, service, watcher, peer, client, audit).await
                         }
                         Ok(Err(error)) => tracing::debug!(%peer, %error, "TLS handshake failed"),
                         Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
@@ -649,7 +654,7 @@ async fn run<F, R>(
                 }
                 None => {
                     let stream = FirstByte::new(stream, header_timeout);
-                    drive(builder, stream, service, watcher, peer, None).await
+                    drive(builder, stream, service, watcher, peer, None, audit).await
                 }
             }
         });
@@ -665,6 +670,7 @@ async fn drive<I, S, B>(
     watcher: Watcher,
     peer: SocketAddr,
     client: Option<ClientCertificate>,
+    audit: Option<Arc<crate::audit::Auditor>>,
 ) where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     S: hyper::service::Service<http::Request<hyper::body::Incoming>, Response = http::Response<B>>
@@ -672,21 +678,35 @@ async fn drive<I, S, B>(
         + Sync
         + 'static,
     S::Future: Send + 'static,
-    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-    B: hyper::body::Body + Send + 'static,
-    B::Data: Send,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>> + Send,
+    B: hyper::body::Body<Data = bytes::Bytes> + Send + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     // Each request carries a handle that closes this connection: a watch whose client stopped
     // reading ends it that way (hyper no longer polls a body it cannot write).
     let close = crate::limits::Connection::default();
     let closed = close.0.clone();
+    // With auditing on, each request is recorded ([`crate::audit`]); off, one branch.
     let service = hyper::service::service_fn(move |mut request: http::Request<_>| {
+        use futures::{TryFutureExt as _, future::Either};
         request.extensions_mut().insert(close.clone());
         if let Some(client) = &client {
             request.extensions_mut().insert(client.clone());
         }
-        service.call(request)
+        match &audit {
+            None => Either::Left(
+                service
+                    .call(request)
+                    .map_ok(|r| r.map(http_body_util::Either::Left)),
+            ),
+            Some(auditor) => {
+                let handle = auditor.begin(&mut request, Some(peer));
+                Either::Right(
+                    crate::audit::finish(handle, service.call(request))
+                        .map_ok(|r| r.map(http_body_util::Either::Right)),
+                )
+            }
+        }
     });
     let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
     tokio::select! {
@@ -991,6 +1011,7 @@ mod tests {
             filter,
             shutdown.clone(),
             Duration::from_secs(32),
+            None,
         ));
         let with = |credentials: Option<skiff_pki::Credentials>| {
             let ca = reqwest::Certificate::from_pem(pki.ca_pem().as_bytes()).unwrap();
@@ -1042,6 +1063,7 @@ mod tests {
             filter,
             shutdown.clone(),
             Duration::from_secs(32),
+            None,
         ));
 
         for (http1_only, host, want) in [
@@ -1095,6 +1117,7 @@ mod tests {
             filter,
             shutdown.clone(),
             Duration::from_secs(32),
+            None,
         ));
         let url = format!("https://127.0.0.1:{}/slow", addr.port());
         let request = tokio::spawn(client(&pki, false).get(url.clone()).send());
@@ -1128,6 +1151,7 @@ mod tests {
             warp::path("x").map(|| "plain"),
             shutdown.clone(),
             timeout,
+            None,
         ));
         // Reads until the server closes the connection; how long that took.
         async fn closed_after(stream: &mut tokio::net::TcpStream) -> Duration {
@@ -1189,6 +1213,7 @@ mod tests {
             warp::path("x").map(|| "plain"),
             shutdown.clone(),
             Duration::from_secs(32),
+            None,
         ));
         let body = reqwest::get(format!("http://{addr}/x"))
             .await

@@ -117,11 +117,55 @@ pub struct ApiArgs {
     #[command(flatten, next_help_heading = "Datastore")]
     pub datastore: crate::datastore::DatastoreArgs,
 
+    #[command(flatten, next_help_heading = "Audit")]
+    pub audit: AuditArgs,
+
     #[command(flatten, next_help_heading = "Memory")]
     pub memory: MemoryArgs,
 
     #[command(flatten, next_help_heading = "Request limits")]
     pub limits: LimitArgs,
+}
+
+/// The audit log, with kube-apiserver's flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct AuditArgs {
+    /// The audit policy (`audit.k8s.io/v1` `Policy`, YAML or JSON). Without it nothing is
+    /// audited.
+    #[arg(long, env = "SKIFF_AUDIT_POLICY_FILE")]
+    pub audit_policy_file: Option<PathBuf>,
+
+    /// Where audit events go, one JSON line each; `-` is standard output.
+    #[arg(long, env = "SKIFF_AUDIT_LOG_PATH")]
+    pub audit_log_path: Option<PathBuf>,
+
+    /// Rotate the audit log before it passes this many megabytes (0 = 100).
+    #[arg(long, default_value_t = 0, env = "SKIFF_AUDIT_LOG_MAXSIZE")]
+    pub audit_log_maxsize: u64,
+
+    /// Rotated audit logs kept (0 = all).
+    #[arg(long, default_value_t = 0, env = "SKIFF_AUDIT_LOG_MAXBACKUP")]
+    pub audit_log_maxbackup: usize,
+
+    /// Days rotated audit logs are kept (0 = no limit).
+    #[arg(long, default_value_t = 0, env = "SKIFF_AUDIT_LOG_MAXAGE")]
+    pub audit_log_maxage: u64,
+}
+
+impl AuditArgs {
+    /// The API server's audit options.
+    pub fn options(&self) -> skiff_api::audit::Options {
+        skiff_api::audit::Options {
+            policy_file: self.audit_policy_file.clone(),
+            log_path: self.audit_log_path.clone(),
+            rotation: skiff_api::audit::writer::Rotation {
+                max_bytes: self.audit_log_maxsize.saturating_mul(1 << 20),
+                max_backups: self.audit_log_maxbackup,
+                max_age: (self.audit_log_maxage > 0)
+                    .then(|| Duration::from_secs(self.audit_log_maxage.saturating_mul(86_400))),
+            },
+        }
+    }
 }
 
 /// The memory the API server's caches may hold. Their sum is most of the server's resident
@@ -374,6 +418,11 @@ pub async fn run(args: ApiArgs, plan: Plan) -> Result<()> {
         None => None,
     };
 
+    let audit = args
+        .audit
+        .options()
+        .start()
+        .context("cannot start the audit log")?;
     let shutdown = CancellationToken::new();
     let limits = args.limits.settings();
     let config = skiff_api::server::Config {
@@ -398,6 +447,7 @@ pub async fn run(args: ApiArgs, plan: Plan) -> Result<()> {
                 .map(|d| d.as_secs() as i64),
             key: Some(Arc::new(service_account_key)),
         },
+        audit: audit.clone(),
         ..Default::default()
     };
     let api = skiff_api::server::ApiServer::new(store.clone(), config, shutdown.clone())
@@ -443,6 +493,7 @@ pub async fn run(args: ApiArgs, plan: Plan) -> Result<()> {
         routes.clone(),
         shutdown.clone(),
         limits.header_read_timeout,
+        api.config.audit.clone(),
     ));
     if let Some(listener) = insecure {
         tracing::warn!(address = %listener.local_addr()?, "serving plain HTTP without authentication on loopback");
@@ -451,6 +502,7 @@ pub async fn run(args: ApiArgs, plan: Plan) -> Result<()> {
             skiff_api::insecure_routes(api.clone()),
             shutdown.clone(),
             limits.header_read_timeout,
+            api.config.audit.clone(),
         );
         servers.spawn(async move {
             if let Err(e) = plain.await {
@@ -524,6 +576,9 @@ pub async fn run(args: ApiArgs, plan: Plan) -> Result<()> {
             Err(e) => format!("a component panicked: {e}"),
         };
         tracing::error!(%message, "stopping the server");
+        if let Some(audit) = &audit {
+            audit.flush().await;
+        }
         store.close().await.context("flushing the log")?;
         anyhow::bail!(message);
     }
@@ -561,6 +616,9 @@ pub async fn run(args: ApiArgs, plan: Plan) -> Result<()> {
         .is_err()
     {
         tracing::warn!("requests still in flight after 10 s; closing anyway");
+    }
+    if let Some(audit) = &audit {
+        audit.flush().await;
     }
     store.close().await.context("flushing the log")?;
     tracing::info!("stopped cleanly");

@@ -55,6 +55,7 @@ impl Server {
             super::insecure_routes(api.clone()),
             stop.clone(),
             limits.header_read_timeout,
+            None,
         ));
         let alice = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let alice_addr = alice.local_addr().unwrap();
@@ -73,6 +74,7 @@ impl Server {
             routes,
             stop.clone(),
             limits.header_read_timeout,
+            None,
         ));
         let server = Server {
             api,

@@ -4,6 +4,7 @@
 //! dependency tree again, and on a 2-core CI machine those links cost more than the tests run.
 
 mod api;
+mod audit;
 mod chaos;
 mod containerd;
 mod crd;

@@ -91,6 +91,7 @@ async fn server(handler: Handler) -> Server {
         filter,
         stop.clone(),
         std::time::Duration::from_secs(32),
+        None,
     ));
     Server {
         addr,
