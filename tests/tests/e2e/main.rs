@@ -8,6 +8,7 @@ mod chaos;
 mod containerd;
 mod crd;
 mod dns;
+mod encryption;
 mod etcd;
 mod identity;
 mod kubectl;
