@@ -266,7 +266,7 @@ async fn encrypt_at_rest(
             "stored values rewritten with the current encryption key"
         );
         for (prefix, removed) in &report.purged {
-            purged |= removed.is_some_and(|n| *n > 0);
+            purged |= removed.is_some_and(|n| n > 0);
             match removed {
                 Some(n) => tracing::info!(
                     %prefix,
