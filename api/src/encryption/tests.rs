@@ -480,6 +480,15 @@ async fn turning_encryption_on_rewrites_rotates_and_purges_plain_history() {
             Ok(rewrite::Report::default()),
             "current prefix: nothing to rewrite"
         );
+        // A start whose config lost the key that wrote a value refuses, naming it.
+        let retired = Arc::new(config(&keyed("aesgcm", "k3", 32, 5)));
+        let err = rewrite::run(&EncryptedStore::new(raw.clone(), retired.clone()), &retired)
+            .await
+            .unwrap_err();
+        assert!(
+            err.contains("/registry/core/secrets/default/") && err.contains("keep the key"),
+            "{err}"
+        );
         // Turning encryption off: identity first decrypts everything.
         let off = Arc::new(config(
             &("  - identity: {}\n".to_string() + &keyed("secretbox", "k2", 32, 2)),
