@@ -12,7 +12,8 @@
 //!   cluster) can slot in without touching it.
 //! - [`SledStore`] (`engine/`): the implementation on sled 0.34 — `writer` (revision assignment,
 //!   batching, applying, group commit), `read` (MVCC reads), `watch` (watcher tasks and the ring of recent entries),
-//!   `maintenance` (lease expiry, retention, compaction), `snapshot` (backup and restore), `import`
+//!   `maintenance` (lease expiry, retention, compaction, the purge of one prefix's history), `snapshot`
+//!   (backup and restore; a data dir rebuilt from its own live records), `import`
 //!   (building a data dir from exported log entries, revisions and times kept).
 //! - [`EtcdStore`] (`etcd/`): the same contract over an external etcd v3 cluster — key layout
 //!   under a prefix, commit times in a reserved clock key, replays through etcd watches (see

@@ -177,7 +177,7 @@ impl Key {
                 .map_err(|_| failed())
             }
             Kind::AesCbc => {
-                if body.len() < CBC_IV + 16 || (body.len() - CBC_IV) % 16 != 0 {
+                if body.len() < CBC_IV + 16 || !(body.len() - CBC_IV).is_multiple_of(16) {
                     return Err(failed());
                 }
                 let (iv, sealed) = body.split_at(CBC_IV);
