@@ -22,7 +22,8 @@
 //! - [`discovery`], [`openapi`]: discovery documents and OpenAPI (v3, and v2 in JSON or protobuf)
 //!   of the kinds served now.
 //! - [`replay`]: the cluster's past from the log (objects at a point, history, changes, diffs)
-//!   and its `/debug/skiff/` endpoints.
+//!   and its `/debug/skiff/` endpoints (Secrets' data shown only to who may `get` them).
+//! - [`encryption`]: encryption at rest (`--encryption-provider-config`), a layer over the log.
 //! - [`ui`]: the timeline page at `/ui/` over those endpoints, and its login sessions.
 //! - [`bench`](mod@bench): `skiff bench api`, skiff's API against etcd 3.4 side by side.
 //! - [`audit`]: the audit log (policy, `audit.k8s.io/v1` events, rotation).
@@ -40,6 +41,7 @@ pub mod authz;
 pub mod bench;
 pub mod crd;
 pub mod discovery;
+pub mod encryption;
 pub mod error;
 pub mod eviction;
 pub mod follow;

@@ -96,7 +96,9 @@ fn api_routes(api: Arc<ApiServer>, user: BoxedFilter<(User,)>) -> BoxedFilter<(R
     let discovery = crate::discovery::routes(api.kinds.clone());
     let openapi = crate::openapi::routes(api.openapi.clone());
     let metrics = crate::metrics::route(api.clone());
-    let debug = crate::replay::http::routes(api.clone());
+    let debug = crate::replay::http::requests();
+    let replay = crate::replay::Replay::with_kinds(api.registry.store().clone(), api.kinds.clone());
+    let debug_api = api.clone();
     let oidc = crate::serviceaccount::routes(api.clone());
     let limit = api.config.limits.max_body_bytes;
     let path_api = api.clone();
@@ -139,11 +141,11 @@ fn api_routes(api: Arc<ApiServer>, user: BoxedFilter<(User,)>) -> BoxedFilter<(R
                         path: path.as_str(),
                     };
                     authorize(&api, &user, &request, audit.as_ref())
-                        .map_err(|e| warp::reject::custom(Denied(e)))
+                        .map_err(|e| warp::reject::custom(Denied(e)))?;
+                    Ok::<User, Rejection>(user)
                 }
             },
-        )
-        .untuple_one();
+        );
     let resources = user
         .and(warp::method())
         .and(warp::path::full())
@@ -178,6 +180,12 @@ fn api_routes(api: Arc<ApiServer>, user: BoxedFilter<(User,)>) -> BoxedFilter<(R
                 }
             },
         );
+    // The history endpoints answer for the user (they hide what RBAC keeps from them); the
+    // others are the same for everyone allowed the path.
+    enum NonResource {
+        Served(Response),
+        Debug(crate::replay::http::DebugRequest),
+    }
     path_allowed
         .and(
             discovery
@@ -185,11 +193,23 @@ fn api_routes(api: Arc<ApiServer>, user: BoxedFilter<(User,)>) -> BoxedFilter<(R
                 .unify()
                 .or(metrics)
                 .unify()
-                .or(debug)
-                .unify()
                 .or(oidc)
+                .unify()
+                .map(NonResource::Served)
+                .or(debug.map(NonResource::Debug))
                 .unify(),
         )
+        .then(move |user: User, route: NonResource| {
+            let (api, replay) = (debug_api.clone(), replay.clone());
+            async move {
+                match route {
+                    NonResource::Served(response) => response,
+                    NonResource::Debug(request) => {
+                        crate::replay::http::serve(&replay, &api.authorizer, &user, request).await
+                    }
+                }
+            }
+        })
         .or(resources)
         .unify()
         .boxed()

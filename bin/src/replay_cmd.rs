@@ -33,6 +33,11 @@ pub struct Source {
     /// the default data dir].
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
+
+    /// With `--data-dir`: the server's `--encryption-provider-config`, to read the resources it
+    /// encrypts at rest.
+    #[arg(long)]
+    pub encryption_provider_config: Option<PathBuf>,
 }
 
 /// Output formats of `skiff get`.
@@ -381,7 +386,15 @@ impl Backend {
     async fn open(source: &Source) -> Result<Backend> {
         if let Some(dir) = &source.data_dir {
             let store = open_data_dir(dir)?;
-            let shared: Arc<dyn Store> = store.clone();
+            let mut shared: Arc<dyn Store> = store.clone();
+            if let Some(path) = &source.encryption_provider_config {
+                let encryption =
+                    skiff_api::encryption::Encryption::load(path).map_err(anyhow::Error::msg)?;
+                shared = Arc::new(skiff_api::encryption::EncryptedStore::new(
+                    shared,
+                    Arc::new(encryption),
+                ));
+            }
             // The definitions in the log make their custom resources readable too.
             let replay = Replay::load(shared)
                 .await

@@ -114,6 +114,13 @@ pub struct ApiArgs {
     #[arg(long, default_value = "127.96.0.0/14", value_parser = skiff_api::admission::ServiceRanges::with_cluster_ip_range, env = "SKIFF_SERVICE_CLUSTER_IP_RANGE")]
     pub service_cluster_ip_range: skiff_api::admission::ServiceRanges,
 
+    /// Encrypt resources at rest as this `apiserver.config.k8s.io/v1` `EncryptionConfiguration`
+    /// file says (aesgcm, aescbc, secretbox, identity), as kube-apiserver's flag. At start, every
+    /// stored value not written with the first provider's first key is rewritten with it, and
+    /// the older history of those resources is purged from the log.
+    #[arg(long, env = "SKIFF_ENCRYPTION_PROVIDER_CONFIG")]
+    pub encryption_provider_config: Option<PathBuf>,
+
     #[command(flatten, next_help_heading = "Datastore")]
     pub datastore: crate::datastore::DatastoreArgs,
 
@@ -282,6 +289,45 @@ impl Plan {
     }
 }
 
+/// The log with encryption at rest, after the rewrite of stored values to the current write key
+/// (not when paused: a paused server writes nothing of its own).
+async fn encrypt_at_rest(
+    store: Arc<dyn Store>,
+    encryption: Arc<skiff_api::encryption::Encryption>,
+    paused: bool,
+) -> Result<(Arc<dyn Store>, bool)> {
+    let encrypted = skiff_api::encryption::EncryptedStore::new(store, encryption.clone());
+    for rule in encryption.rules() {
+        tracing::info!(resources = ?rule.prefixes, writes_with = %rule.write_label(), "encryption at rest");
+    }
+    let mut purged = false;
+    if !paused {
+        let report = skiff_api::encryption::rewrite::run(&encrypted, &encryption)
+            .await
+            .map_err(anyhow::Error::msg)?;
+        tracing::info!(
+            rewritten = report.rewritten,
+            "stored values rewritten with the current encryption key"
+        );
+        for (prefix, removed) in &report.purged {
+            purged |= removed.is_some_and(|n| n > 0);
+            match removed {
+                Some(n) => tracing::info!(
+                    %prefix,
+                    versions = n,
+                    below = report.purged_below.map_or(0, |r| r.0),
+                    "older history written with another key purged from the log"
+                ),
+                None => tracing::warn!(
+                    %prefix,
+                    "the datastore keeps older versions until its own compaction removes them"
+                ),
+            }
+        }
+    }
+    Ok((Arc::new(encrypted), purged))
+}
+
 /// Parses a byte count written as a Kubernetes quantity: `64Mi`, `1G`, `1048576`.
 pub(crate) fn parse_bytes(text: &str) -> Result<u64, String> {
     let value = skiff_meta::quantity::value(text)
@@ -331,6 +377,13 @@ pub async fn run(args: ApiArgs, plan: Plan) -> Result<()> {
         max_age: Some(args.history_age).filter(|_| !plan.paused),
         interval: args.compact_interval,
     };
+    // A bad encryption config refuses to start before anything is opened.
+    let encryption = match &args.encryption_provider_config {
+        Some(path) => Some(Arc::new(
+            skiff_api::encryption::Encryption::load(path).map_err(anyhow::Error::msg)?,
+        )),
+        None => None,
+    };
     let etcd = args.datastore.etcd_config(retention.clone())?;
     let etcd_backed = etcd.is_some();
     if let Some(options) = &plan.options {
@@ -357,6 +410,7 @@ pub async fn run(args: ApiArgs, plan: Plan) -> Result<()> {
     if skiff_api::metrics::install().is_none() {
         tracing::warn!("another metrics recorder is installed: /metrics will be unavailable");
     }
+    let reopen_config = (etcd.is_none() && encryption.is_some()).then(|| store_config.clone());
     let store: Arc<dyn Store> = match etcd {
         Some(config) => {
             tracing::info!(
@@ -376,6 +430,33 @@ pub async fn run(args: ApiArgs, plan: Plan) -> Result<()> {
                     .context(format!("cannot open the log in {}", data_dir.display())),
             }
         })?),
+    };
+
+    let store = match encryption {
+        Some(encryption) => {
+            let (store, purged) = encrypt_at_rest(store, encryption.clone(), plan.paused).await?;
+            match reopen_config {
+                // sled frees what was purged only as it cleans its files: rewrite them now.
+                Some(config) if purged => {
+                    store
+                        .close()
+                        .await
+                        .context("closing the log to rebuild it")?;
+                    skiff_store::SledStore::rebuild(config.clone())
+                        .await
+                        .context("rebuilding the log without the purged versions")?;
+                    tracing::info!("the log's files rewritten without the purged versions");
+                    let reopened: Arc<dyn Store> = Arc::new(
+                        skiff_store::SledStore::open(config).context("reopening the log")?,
+                    );
+                    Arc::new(skiff_api::encryption::EncryptedStore::new(
+                        reopened, encryption,
+                    ))
+                }
+                _ => store,
+            }
+        }
+        None => store,
     };
 
     // In-cluster clients (pods with their service-account token) reach the API server at the

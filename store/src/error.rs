@@ -112,6 +112,15 @@ pub enum Error {
     /// An error from sled.
     #[error("storage engine error: {0}")]
     Sled(#[source] sled::Error),
+    /// A value that a layer over the log (encryption at rest) cannot turn back into what was
+    /// written: no configured key reads it.
+    #[error("the value stored under {} cannot be read: {reason}", String::from_utf8_lossy(.key))]
+    Unreadable {
+        /// The key.
+        key: Vec<u8>,
+        /// Why.
+        reason: String,
+    },
     /// A record that does not decode.
     #[error("undecodable record ({what}): {source}")]
     Decode {

@@ -12,7 +12,8 @@
 //!   cluster) can slot in without touching it.
 //! - [`SledStore`] (`engine/`): the implementation on sled 0.34 — `writer` (revision assignment,
 //!   batching, applying, group commit), `read` (MVCC reads), `watch` (watcher tasks and the ring of recent entries),
-//!   `maintenance` (lease expiry, retention, compaction), `snapshot` (backup and restore), `import`
+//!   `maintenance` (lease expiry, retention, compaction, the purge of one prefix's history), `snapshot`
+//!   (backup and restore; a data dir rebuilt from its own live records), `import`
 //!   (building a data dir from exported log entries, revisions and times kept).
 //! - [`EtcdStore`] (`etcd/`): the same contract over an external etcd v3 cluster — key layout
 //!   under a prefix, commit times in a reserved clock key, replays through etcd watches (see
@@ -221,6 +222,18 @@ pub trait Store: Send + Sync + 'static {
 
     /// Removes history below `revision` (reads and watches before it get [`Error::Compacted`]).
     async fn compact(&self, revision: Revision) -> Result<()>;
+
+    /// Removes the history of the keys under `prefix` below `below`, as [`Store::compact`] does
+    /// for the whole log but for those keys only: each key's newest version below `below` stays
+    /// if it is a put, every older one goes, and reads and watches under the prefix before
+    /// `below` get [`Error::Compacted`] naming it. For rewriting values that must not stay in
+    /// history (Secrets encrypted with a retired key, or before encryption was turned on).
+    /// Returns how many versions went, or `None` where the backend keeps no per-key history of
+    /// its own to prune (etcd: its own compaction does it).
+    async fn purge_prefix(&self, prefix: &[u8], below: Revision) -> Result<Option<u64>> {
+        let _ = (prefix, below);
+        Ok(None)
+    }
 
     /// Grants a lease of `ttl`.
     async fn lease_grant(&self, ttl: Duration) -> Result<Lease>;

@@ -30,7 +30,6 @@
 //! time in the message; an unknown resource 404; a malformed point 400.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -42,7 +41,6 @@ use warp::filters::BoxedFilter;
 use super::{Change, Error as ReplayError, Filter as Scope, ObjectDiff, Point, Replay, Version};
 use crate::error::Error;
 use crate::request::Response;
-use crate::server::ApiServer;
 
 /// Where the debug endpoints live.
 pub const PREFIX: &str = "/debug/skiff";
@@ -415,26 +413,154 @@ async fn wait_for_changes(
     Ok(page)
 }
 
-/// The debug routes (without authentication: [`crate::routes`] puts them behind it).
-pub fn routes(api: Arc<ApiServer>) -> BoxedFilter<(Response,)> {
-    let replay = Replay::with_kinds(api.registry.store().clone(), api.kinds.clone());
+/// One request for a debug endpoint: its action and parameters.
+#[derive(Debug, Clone)]
+pub struct DebugRequest {
+    /// `get`, `history`, `log`, ...
+    pub action: String,
+    /// The query.
+    pub params: Params,
+}
+
+/// The debug routes' requests (without authentication or authorization: [`crate::routes`] puts
+/// them behind both and answers them with [`serve`] for the user that asked).
+pub fn requests() -> BoxedFilter<(DebugRequest,)> {
     warp::get()
         .and(warp::path("debug"))
         .and(warp::path("skiff"))
         .and(warp::path::param::<String>())
         .and(warp::path::end())
         .and(warp::query::<Params>())
-        .then(move |action: String, params: Params| {
-            let replay = replay.clone();
-            async move {
-                match answer(&replay, &action, &params).await {
-                    Ok(body) => {
-                        use warp::Reply;
-                        warp::reply::json(&body).into_response()
-                    }
-                    Err(e) => crate::routes::error_response(&e),
-                }
-            }
-        })
+        .map(|action: String, params: Params| DebugRequest { action, params })
         .boxed()
+}
+
+/// The answer to `request` for `user`: the data of every Secret the user may not `get` is
+/// redacted ([`redact_secrets`]), so the history shows Secrets only to those RBAC lets read them.
+pub async fn serve(
+    replay: &Replay,
+    authorizer: &crate::authz::Authorizer,
+    user: &crate::auth::User,
+    request: DebugRequest,
+) -> Response {
+    match answer(replay, &request.action, &request.params).await {
+        Ok(mut body) => {
+            redact_secrets(&mut body, &|namespace, name| {
+                let get = crate::authz::Request::Resource {
+                    verb: "get",
+                    group: "",
+                    resource: "secrets",
+                    subresource: "",
+                    namespace,
+                    name,
+                };
+                matches!(
+                    authorizer.authorize(user, &get),
+                    crate::authz::Decision::Allow(_)
+                )
+            });
+            use warp::Reply;
+            warp::reply::json(&body).into_response()
+        }
+        Err(e) => crate::routes::error_response(&e),
+    }
+}
+
+/// What replaces what a caller may not read.
+pub const REDACTED: &str = "REDACTED";
+
+/// Replaces, in every Secret (`v1` `Secret`) anywhere in `answer` that `may_read(namespace, name)`
+/// refuses, its `data` and `stringData` with [`REDACTED`] and its last-applied-configuration
+/// annotation (which `kubectl apply` fills with the whole object) likewise. Names, labels and the
+/// rest of the metadata stay: the history still shows that the Secret changed, and when.
+pub fn redact_secrets(answer: &mut serde_json::Value, may_read: &dyn Fn(&str, &str) -> bool) {
+    use serde_json::Value;
+    match answer {
+        Value::Array(items) => {
+            for item in items {
+                redact_secrets(item, may_read);
+            }
+        }
+        Value::Object(map) => {
+            let is_secret = map.get("kind").and_then(Value::as_str) == Some("Secret")
+                && map.get("apiVersion").and_then(Value::as_str) == Some("v1")
+                && map.get("metadata").is_some_and(Value::is_object);
+            if is_secret {
+                let meta = &map["metadata"];
+                let field = |f: &str| meta.get(f).and_then(Value::as_str).unwrap_or("");
+                if !may_read(field("namespace"), field("name")) {
+                    for field in ["data", "stringData"] {
+                        if let Some(v) = map.get_mut(field) {
+                            *v = Value::String(REDACTED.into());
+                        }
+                    }
+                    if let Some(v) = map
+                        .get_mut("metadata")
+                        .and_then(|m| m.get_mut("annotations"))
+                        .and_then(|a| a.get_mut("kubectl.kubernetes.io/last-applied-configuration"))
+                    {
+                        *v = Value::String(REDACTED.into());
+                    }
+                }
+                return;
+            }
+            for value in map.values_mut() {
+                redact_secrets(value, may_read);
+            }
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod redact_tests {
+    use serde_json::json;
+
+    use super::{REDACTED, redact_secrets};
+
+    #[test]
+    fn secrets_a_caller_may_not_read_are_redacted_wherever_they_appear() {
+        let secret = |ns: &str, name: &str| {
+            json!({
+                "apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": name, "namespace": ns, "annotations": {
+                    "kubectl.kubernetes.io/last-applied-configuration": "{\"data\":{\"p\":\"aHVudGVy\"}}",
+                    "note": "kept"}},
+                "data": {"p": "aHVudGVy"}, "stringData": {"q": "hunter"}, "type": "Opaque",
+            })
+        };
+        let mut answer = json!({
+            "versions": [{"revision": 3, "object": secret("team", "db")}],
+            "changes": [{"kind": "Secret", "before": secret("team", "db"), "after": secret("open", "tls")}],
+            "items": [
+                {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"k": "v"}},
+                {"apiVersion": "example.com/v1", "kind": "Secret", "metadata": {"name": "x"}, "data": {"k": "v"}},
+            ],
+        });
+        // The caller may read Secrets in `open` only.
+        redact_secrets(&mut answer, &|ns, _| ns == "open");
+        let text = format!("{}{}", answer["versions"], answer["changes"][0]["before"]);
+        assert!(
+            !text.contains("aHVudGVy") && !text.contains("hunter"),
+            "{text}"
+        );
+        let redacted = &answer["versions"][0]["object"];
+        assert_eq!(redacted["data"], REDACTED);
+        assert_eq!(redacted["stringData"], REDACTED);
+        assert_eq!(
+            redacted["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"],
+            REDACTED
+        );
+        assert_eq!(redacted["metadata"]["annotations"]["note"], "kept");
+        assert_eq!(redacted["type"], "Opaque");
+        assert_eq!(answer["changes"][0]["before"]["data"], REDACTED);
+        // What the caller may read, and what is not a core Secret, stays.
+        assert_eq!(answer["changes"][0]["after"], secret("open", "tls"));
+        assert_eq!(answer["items"][0]["data"]["k"], "v");
+        assert_eq!(answer["items"][1]["data"]["k"], "v");
+        // With every Secret readable nothing changes.
+        let mut all = json!([secret("team", "db")]);
+        redact_secrets(&mut all, &|_, _| true);
+        assert_eq!(all[0], secret("team", "db"));
+    }
 }

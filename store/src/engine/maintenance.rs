@@ -175,6 +175,79 @@ pub(crate) fn compact(shared: &Shared, to: u64) -> Result<()> {
     Ok(())
 }
 
+/// [`Store::purge_prefix`](crate::Store::purge_prefix): compaction to `to` of the keys under
+/// `prefix` only. The prefix's watermark is raised (durably) before anything is removed, as
+/// [`compact`] raises the compacted revision, so a racing reader reports `Compacted`. The keys are
+/// found by scanning their history records (deleted keys included), so the work is proportional
+/// to the history under the prefix.
+pub(crate) fn purge_prefix(shared: &Shared, prefix: &[u8], to: u64) -> Result<u64> {
+    let _guard = shared.compaction.lock().expect("compaction lock poisoned");
+    let durable = shared.durable();
+    if to > durable {
+        return Err(Error::FutureRevision {
+            requested: Revision(to),
+            current: Revision(durable),
+        });
+    }
+    {
+        let mut marks = shared.watermarks.write().expect("watermarks poisoned");
+        let mark = marks.entry(prefix.to_vec()).or_insert(0);
+        if to > *mark {
+            *mark = to;
+            shared
+                .db
+                .insert(keys::watermark_key(prefix), &to.to_be_bytes()[..])
+                .map_err(read::sled_err)?;
+        }
+    }
+    shared.db.flush().map_err(read::sled_err)?;
+    let start = keys::hist_prefix(prefix);
+    let end = crate::types::prefix_end(&start);
+    let scan = match &end {
+        Some(end) => shared.db.range(start.clone()..end.clone()),
+        None => shared.db.range(start.clone()..),
+    };
+    let mut batch = sled::Batch::default();
+    let mut removed = 0u64;
+    // The newest version below `to` seen so far of the key being walked: (record key, value).
+    let mut newest: Option<(Vec<u8>, sled::IVec, sled::IVec)> = None;
+    let finish = |newest: Option<(Vec<u8>, sled::IVec, sled::IVec)>,
+                  batch: &mut sled::Batch,
+                  removed: &mut u64|
+     -> Result<()> {
+        if let Some((_, raw, value)) = newest
+            && decode_hist(&value)?.is_tombstone()
+        {
+            batch.remove(raw);
+            *removed += 1;
+        }
+        Ok(())
+    };
+    for item in scan {
+        let (raw, value) = item.map_err(read::sled_err)?;
+        let Some((key, rev)) = keys::parse_hist_key(&raw) else {
+            continue;
+        };
+        let same_key = newest.as_ref().is_some_and(|(k, _, _)| *k == key);
+        if !same_key {
+            finish(newest.take(), &mut batch, &mut removed)?;
+        }
+        if rev >= to {
+            continue;
+        }
+        // An older version below `to` than this one: it goes.
+        if let Some((_, older, _)) = newest.take() {
+            batch.remove(older);
+            removed += 1;
+        }
+        newest = Some((key, raw, value));
+    }
+    finish(newest.take(), &mut batch, &mut removed)?;
+    shared.db.apply_batch(batch).map_err(read::sled_err)?;
+    shared.db.flush().map_err(read::sled_err)?;
+    Ok(removed)
+}
+
 /// Removes every version of `key` below `to` except the newest, if that is a put.
 fn prune_key_below(shared: &Shared, key: &[u8], to: u64, batch: &mut sled::Batch) -> Result<()> {
     let mut versions = shared

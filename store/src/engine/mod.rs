@@ -523,7 +523,7 @@ pub(crate) fn sled_config(path: &Path, compress: bool) -> sled::Config {
 
 /// Whether the sled database at `path` was created compressed, from its `conf` file (text lines
 /// then a 4-byte checksum, which sled checks when it opens); `None` if there is none to read.
-fn persisted_compression(path: &Path) -> Option<bool> {
+pub(crate) fn persisted_compression(path: &Path) -> Option<bool> {
     let conf = std::fs::read(path.join("conf")).ok()?;
     let text = std::str::from_utf8(&conf[..conf.len().checked_sub(4)?]).ok()?;
     text.lines()
@@ -1116,6 +1116,13 @@ impl Store for Engine {
     async fn compact(&self, revision: Revision) -> Result<()> {
         self.blocking(move |shared| maintenance::compact(shared, revision.0))
             .await
+    }
+
+    async fn purge_prefix(&self, prefix: &[u8], below: Revision) -> Result<Option<u64>> {
+        let prefix = prefix.to_vec();
+        self.blocking(move |shared| maintenance::purge_prefix(shared, &prefix, below.0))
+            .await
+            .map(Some)
     }
 
     async fn lease_grant(&self, ttl: Duration) -> Result<Lease> {

@@ -14,7 +14,7 @@
 //! one. The disk-space guard (`space.rs`) keeps this path for surprises: with it, a full disk
 //! refuses writes before sled meets it.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant, SystemTime};
@@ -78,6 +78,7 @@ impl SledStore {
     /// [`Error::Corrupt`] if it is not a skiff log. Start-up reads only the newest log key, the
     /// meta records and the leases, not the history, so it is fast however long the log is.
     pub fn open(config: Config) -> Result<SledStore> {
+        finish_rebuild(&config.path)?;
         let (signals, received) = std::sync::mpsc::channel();
         let engine = Engine::open(config.clone(), Some(fault_hook(&signals, 0)))?;
         let inner = Arc::new(Inner {
@@ -104,6 +105,30 @@ impl SledStore {
         super::snapshot::restore(snapshot, data_dir)
     }
 
+    /// Rewrites the data dir at `config.path` (open nowhere else) from its own live records, a
+    /// snapshot restored in its place: sled's files then keep nothing removed from the log (sled
+    /// frees a removed record's bytes only when it cleans the segment holding it). For after a
+    /// [`Store::purge_prefix`] of values that must not stay on disk. The dir keeps its
+    /// compression setting; an interrupted rebuild is finished or undone when the dir next opens.
+    /// Returns the revision rebuilt at.
+    pub async fn rebuild(config: Config) -> Result<Revision> {
+        let path = config.path.clone();
+        let (next, old, snap) = rebuild_paths(&path);
+        let compress = super::persisted_compression(&path).unwrap_or(config.compression);
+        let store = SledStore::open(config)?;
+        let snapshot = store.snapshot(&snap).await;
+        store.close().await?;
+        let revision = snapshot?;
+        let restored = super::snapshot::restore_with(&snap, &next, compress);
+        std::fs::remove_file(&snap)?;
+        restored?;
+        // An interruption between the two renames is undone by `finish_rebuild`.
+        std::fs::rename(&path, &old)?;
+        std::fs::rename(&next, &path)?;
+        std::fs::remove_dir_all(&old)?;
+        Ok(revision)
+    }
+
     /// Starts building a new data dir at `data_dir` (which must not exist or be empty) from log
     /// entries exported elsewhere, keeping their revisions and commit times; see [`Importer`].
     pub fn importer(data_dir: &Path) -> Result<Importer> {
@@ -128,6 +153,39 @@ impl SledStore {
     fn engine(&self) -> Result<(Arc<Engine>, u64)> {
         self.inner.engine()
     }
+}
+
+/// Beside the data dir at `path`: the rebuilt dir, the old one while they swap, the snapshot.
+fn rebuild_paths(path: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "db".into());
+    (
+        path.with_file_name(format!("{name}.rebuilt")),
+        path.with_file_name(format!("{name}.old")),
+        path.with_file_name(format!("{name}.rebuild-snapshot")),
+    )
+}
+
+/// Finishes or undoes a [`SledStore::rebuild`] that stopped half-way: the old dir comes back if
+/// the new one never took its place, and is removed if it did; leftovers go.
+fn finish_rebuild(path: &Path) -> Result<()> {
+    let (next, old, snap) = rebuild_paths(path);
+    if old.exists() {
+        if path.exists() {
+            std::fs::remove_dir_all(&old)?;
+        } else {
+            std::fs::rename(&old, path)?;
+        }
+    }
+    if next.exists() {
+        std::fs::remove_dir_all(&next)?;
+    }
+    if snap.exists() {
+        std::fs::remove_file(&snap)?;
+    }
+    Ok(())
 }
 
 impl Inner {
@@ -390,6 +448,10 @@ impl Store for SledStore {
         self.engine()?.0.compact(revision).await
     }
 
+    async fn purge_prefix(&self, prefix: &[u8], below: Revision) -> Result<Option<u64>> {
+        self.engine()?.0.purge_prefix(prefix, below).await
+    }
+
     async fn lease_grant(&self, ttl: Duration) -> Result<Lease> {
         self.engine()?.0.lease_grant(ttl).await
     }
@@ -436,5 +498,69 @@ impl Store for SledStore {
             Slot::Open { engine, .. } => engine.close().await,
             _ => Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod rebuild_tests {
+    use super::*;
+
+    fn config(dir: &Path) -> Config {
+        let mut config = Config::new(dir.join("db"));
+        config.fsync = false;
+        config.compression = false;
+        config
+    }
+
+    async fn put(config: &Config, key: &str, value: &str) {
+        let store = SledStore::open(config.clone()).unwrap();
+        store
+            .put(key.as_bytes().to_vec(), value.as_bytes().to_vec(), None)
+            .await
+            .unwrap();
+        store.close().await.unwrap();
+    }
+
+    async fn read(config: &Config, key: &str) -> Option<Vec<u8>> {
+        let store = SledStore::open(config.clone()).unwrap();
+        let got = store
+            .range(RangeRequest::new(KeyRange::key(key.as_bytes().to_vec())))
+            .await
+            .unwrap();
+        store.close().await.unwrap();
+        got.kvs.into_iter().next().map(|kv| kv.value)
+    }
+
+    #[tokio::test]
+    async fn a_rebuild_keeps_the_log_and_an_interrupted_one_is_finished_or_undone() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = config(dir.path());
+        put(&config, "/a", "one").await;
+        put(&config, "/a", "two").await;
+        let revision = SledStore::rebuild(config.clone()).await.unwrap();
+        assert_eq!(revision, Revision(2));
+        assert_eq!(read(&config, "/a").await.unwrap(), b"two");
+        // Still uncompressed after the rebuild, as created.
+        assert_eq!(
+            super::super::persisted_compression(&config.path),
+            Some(false)
+        );
+        let (next, old, snap) = rebuild_paths(&config.path);
+        assert!(!next.exists() && !old.exists() && !snap.exists());
+
+        // Stopped after the first rename: the old dir comes back.
+        std::fs::rename(&config.path, &old).unwrap();
+        std::fs::create_dir_all(&next).unwrap();
+        assert_eq!(read(&config, "/a").await.unwrap(), b"two");
+        assert!(!old.exists() && !next.exists());
+
+        // Stopped after the second rename: the new dir stays, the old one goes.
+        let copy = tempfile::tempdir().unwrap();
+        let other = self::config(copy.path());
+        put(&other, "/a", "stale").await;
+        std::fs::rename(&other.path, &old).unwrap();
+        std::fs::write(&snap, b"partial").unwrap();
+        assert_eq!(read(&config, "/a").await.unwrap(), b"two");
+        assert!(!old.exists() && !snap.exists());
     }
 }

@@ -155,20 +155,25 @@ impl<R: Read> Verified<R> {
 
 /// Creates `data_dir` from the snapshot at `snapshot`. On any failure the new dir is removed.
 pub(crate) fn restore(snapshot: &Path, data_dir: &Path) -> Result<Revision> {
+    restore_with(snapshot, data_dir, true)
+}
+
+/// [`restore`] into a dir compressed as `compress` says.
+pub(crate) fn restore_with(snapshot: &Path, data_dir: &Path, compress: bool) -> Result<Revision> {
     if data_dir.exists() && std::fs::read_dir(data_dir)?.next().is_some() {
         return Err(Error::Io(std::io::Error::new(
             std::io::ErrorKind::AlreadyExists,
             format!("restore target {} is not empty", data_dir.display()),
         )));
     }
-    let result = restore_into(snapshot, data_dir);
+    let result = restore_into(snapshot, data_dir, compress);
     if result.is_err() {
         let _ = std::fs::remove_dir_all(data_dir);
     }
     result
 }
 
-fn restore_into(snapshot: &Path, data_dir: &Path) -> Result<Revision> {
+fn restore_into(snapshot: &Path, data_dir: &Path, compress: bool) -> Result<Revision> {
     let bad = |reason: String| Error::Corrupt {
         path: snapshot.to_path_buf(),
         reason,
@@ -196,7 +201,7 @@ fn restore_into(snapshot: &Path, data_dir: &Path) -> Result<Revision> {
     }
     let rev = input.u64().map_err(truncated)?;
     let compacted = input.u64().map_err(truncated)?;
-    let db = super::sled_config(data_dir, true)
+    let db = super::sled_config(data_dir, compress)
         .open()
         .map_err(read::sled_err)?;
     let mut batch = sled::Batch::default();

@@ -9,6 +9,7 @@ mod chaos;
 mod containerd;
 mod crd;
 mod dns;
+mod encryption;
 mod etcd;
 mod identity;
 mod kubectl;
