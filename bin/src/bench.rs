@@ -29,6 +29,10 @@ pub enum BenchCommand {
     /// The Job and StatefulSet controllers on hollow nodes: a 1,000-completion Job at
     /// parallelism 50 to Complete, and a 100-replica Parallel StatefulSet to all Ready.
     Workloads(crate::bench_workloads::WorkloadsArgs),
+    /// Authorization's cost: ConfigMap creates/s and gets/s of a user whom RBAC decides among
+    /// 200 ClusterRoles and 1,000 RoleBindings, against the admin (`system:masters`), side by
+    /// side.
+    Rbac(crate::bench_rbac::RbacArgs),
 }
 
 /// A `skiff` child (`apiserver`, or `server` with every component) on a temporary data dir and
@@ -90,7 +94,22 @@ impl SpawnedServer {
     }
 
     fn kubeconfig(&self) -> PathBuf {
-        self.dir.join("data").join(crate::server::KUBECONFIG_FILE)
+        self.data_dir().join(crate::server::KUBECONFIG_FILE)
+    }
+
+    /// The server's data dir.
+    pub(crate) fn data_dir(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    /// The server's URL, from the kubeconfig it wrote.
+    pub(crate) fn url(&self) -> Result<String> {
+        let text = std::fs::read_to_string(self.kubeconfig())?;
+        let config: serde_json::Value = serde_saphyr::from_str(&text)?;
+        config["clusters"][0]["cluster"]["server"]
+            .as_str()
+            .map(str::to_string)
+            .context("the kubeconfig names no server")
     }
 
     /// A client once the server answers `/version`.
@@ -147,6 +166,7 @@ pub async fn run(command: BenchCommand) -> Result<()> {
         BenchCommand::Node(args) => crate::bench_node::run(args).await,
         BenchCommand::Deployment(args) => crate::bench_deployment::run(args).await,
         BenchCommand::Crd(args) => crate::bench_crd::run(args).await,
+        BenchCommand::Rbac(args) => crate::bench_rbac::run(args).await,
         BenchCommand::Workloads(args) => crate::bench_workloads::run(args).await,
         BenchCommand::Scheduler(mut opts) => {
             let (decisions, _) = skiff_scheduler::bench::decide_only(

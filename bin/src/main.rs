@@ -11,6 +11,7 @@ mod bench;
 mod bench_crd;
 mod bench_deployment;
 mod bench_node;
+mod bench_rbac;
 mod bench_workloads;
 mod components;
 mod config_file;

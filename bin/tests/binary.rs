@@ -196,10 +196,20 @@ async fn the_join_token_pins_the_ca_and_authenticates() {
     })
     .await
     .expect("joining with the token");
-    // It authenticates as the agents' identity, which RBAC lets read nodes but not namespaces.
+    // It authenticates as a bootstrapper, which RBAC lets ask for certificates and nothing more:
+    // an agent's node identity comes from the certificate it is issued, not from this token.
+    let requests: skiff_client::Api<k8s_openapi::api::certificates::v1::CertificateSigningRequest> =
+        skiff_client::Api::all(client.clone());
+    assert!(requests.list(&Default::default()).await.is_ok());
     let nodes: skiff_client::Api<k8s_openapi::api::core::v1::Node> =
         skiff_client::Api::all(client.clone());
-    assert!(nodes.list(&Default::default()).await.is_ok());
+    let refused = nodes
+        .list(&Default::default())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(refused.contains("forbidden"), "{refused}");
+    assert!(refused.contains("system:bootstrap:skiff"), "{refused}");
     let namespaces: skiff_client::Api<k8s_openapi::api::core::v1::Namespace> =
         skiff_client::Api::all(client);
     let refused = namespaces.get("default").await.unwrap_err().to_string();

@@ -87,6 +87,8 @@ pub fn stored(dir: &Path, identity: &Identity) -> Option<Credentials> {
 /// join token's) and stored in `dir` (key mode 0600).
 pub async fn credentials(client: &Client, dir: &Path, identity: &Identity) -> Result<Credentials> {
     if let Some(found) = stored(dir, identity) {
+        tracing::info!(user = %identity.subject.common_name, dir = %dir.display(),
+            "using the stored client certificate");
         return Ok(found);
     }
     let credentials = request(client, identity).await?;

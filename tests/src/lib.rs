@@ -370,6 +370,32 @@ impl TestCluster {
         }
     }
 
+    /// kubectl pointed at this cluster as the user of a client certificate (PEM files), through
+    /// a kubeconfig of its own named `name`.
+    pub fn kubectl_with_certificate(&self, name: &str, cert: &Path, key: &Path) -> Kubectl {
+        let kubeconfig = self.dir.path().join(format!("{name}.kubeconfig"));
+        let config = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "skiff", "cluster": {
+                "server": self.server,
+                "certificate-authority": self.data_dir().join("pki/ca.crt"),
+            }}],
+            "users": [{"name": name, "user": {
+                "client-certificate": cert,
+                "client-key": key,
+            }}],
+            "contexts": [{"name": name, "context": {"cluster": "skiff", "user": name}}],
+            "current-context": name,
+        });
+        std::fs::write(&kubeconfig, config.to_string()).expect("writing a kubeconfig");
+        Kubectl {
+            program: PathBuf::from("kubectl"),
+            kubeconfig,
+            cache: self.dir.path().join(format!("kube-cache-{name}")),
+        }
+    }
+
     /// An HTTPS client that trusts the cluster CA (no token attached).
     pub fn http(&self) -> reqwest::Client {
         install_crypto();
@@ -398,6 +424,25 @@ impl TestCluster {
         let kubeconfig = self.kubeconfig.to_str().expect("UTF-8 kubeconfig path");
         all.extend(["--kubeconfig", kubeconfig]);
         self.spawn_skiff(&all)
+    }
+
+    /// Starts `skiff controllers` against this cluster as [`TestCluster::spawn_component`]
+    /// does, handing its `csrsigning` controller the cluster CA (as kube-controller-manager's
+    /// `--cluster-signing-*-file` flags do) so that agents joining with the join token are issued
+    /// their node certificates.
+    pub fn spawn_controllers(&self, args: &[&str]) -> Component {
+        let pki = self.data_dir().join("pki");
+        let cert = pki.join("ca.crt");
+        let key = pki.join("ca.key");
+        let mut all = vec![
+            "controllers",
+            "--cluster-signing-cert-file",
+            cert.to_str().expect("UTF-8 path"),
+            "--cluster-signing-key-file",
+            key.to_str().expect("UTF-8 path"),
+        ];
+        all.extend(args);
+        self.spawn_component(&all)
     }
 
     /// Starts `skiff agent --server <url> --token <join token> <args...>`: a node joining this

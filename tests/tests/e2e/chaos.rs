@@ -289,7 +289,7 @@ fn the_cluster_survives_components_killed_at_random_under_load() {
         .map(|n| cluster.dir.path().join(format!("node-{n}")))
         .collect();
     let mut components: Vec<Component> = vec![
-        cluster.spawn_component(&["controllers"]),
+        cluster.spawn_controllers(&[]),
         cluster.spawn_component(&["scheduler"]),
     ];
     for (n, root) in ["chaos-a", "chaos-b"].iter().zip(&roots) {

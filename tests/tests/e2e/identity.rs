@@ -488,3 +488,284 @@ except client.ApiException as e:
     assert!(logs.contains("secrets: 403"), "{logs}");
     until_phase(&k, "pyclient", "Succeeded");
 }
+
+/// Kills the pod processes the kubelets under these roots leave behind (a kubelet's pods
+/// outlive it, as a real one's do).
+struct Reap(Vec<std::path::PathBuf>);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        for root in &self.0 {
+            skiff_tests::kill_pod_processes(root);
+        }
+    }
+}
+
+/// A pod bound to `node` (no scheduler involved) that mounts Secret `secret`.
+fn pod_on(name: &str, node: &str, secret: &str) -> String {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {
+        "nodeName": node,
+        "containers": [{"name": "c", "image": "busybox", "command": ["sleep", "3600"],
+                        "volumeMounts": [{"name": "s", "mountPath": "/etc/s"}]}],
+        "volumes": [{"name": "s", "secret": {"secretName": secret}}]}})
+    .to_string()
+}
+
+#[tokio::test]
+async fn an_agent_gets_its_node_identity_and_reads_only_what_its_pods_need() {
+    let cluster = TestCluster::start_server(&[
+        "--service-cluster-ip-range=127.98.19.0/24",
+        "--dns-service-ip=127.98.19.10",
+    ]);
+    let k = cluster.kubectl();
+    let root = cluster.dir.path().join("edge");
+    let _reap = Reap(vec![root.clone(), cluster.kubelet_root()]);
+    let mut agent = cluster.spawn_agent(&[
+        "--node-name",
+        "edge",
+        "--root-dir",
+        root.to_str().unwrap(),
+        "--no-nodeports",
+    ]);
+
+    // TLS bootstrap: the join token asked for a kubelet and a proxy certificate, the controllers
+    // approved and signed both, and the node registered as itself.
+    let registered = eventually(Duration::from_secs(90), || {
+        k.run(&["get", "node", "edge"]).ok
+    });
+    assert!(
+        registered,
+        "node edge never registered: {}",
+        agent.log_text()
+    );
+    let csrs: Value = serde_json::from_str(&k.ok(&["get", "csr", "-o", "json"])).unwrap();
+    let mut issued: Vec<(String, String)> = csrs["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["spec"]["username"] == "system:bootstrap:skiff")
+        .map(|c| {
+            let approved = c["status"]["conditions"]
+                .as_array()
+                .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Approved"));
+            assert!(approved, "{c}");
+            assert!(c["status"]["certificate"].is_string(), "{c}");
+            let groups = &c["spec"]["groups"];
+            assert!(
+                groups.to_string().contains("system:bootstrappers"),
+                "{groups}"
+            );
+            (
+                c["spec"]["signerName"].as_str().unwrap().to_string(),
+                c["metadata"]["name"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    issued.sort();
+    assert_eq!(issued.len(), 2, "{issued:?}");
+    assert_eq!(issued[0].0, "kubernetes.io/kube-apiserver-client");
+    assert_eq!(issued[1].0, "kubernetes.io/kube-apiserver-client-kubelet");
+
+    let pki = root.join("pki");
+    let edge = cluster.kubectl_with_certificate(
+        "edge",
+        &pki.join("kubelet-client.crt"),
+        &pki.join("kubelet-client.key"),
+    );
+    let whoami: Value = serde_json::from_str(&edge.ok(&["auth", "whoami", "-o", "json"])).unwrap();
+    assert_eq!(whoami["status"]["userInfo"]["username"], "system:node:edge");
+    assert_eq!(
+        whoami["status"]["userInfo"]["groups"],
+        json!(["system:nodes", "system:authenticated"])
+    );
+
+    // The Node authorizer: a node reads the Secret of a pod bound to it, not one of a pod bound
+    // elsewhere, and lists no Secrets at all.
+    k.ok(&[
+        "create",
+        "secret",
+        "generic",
+        "mine",
+        "--from-literal=k=edge",
+    ]);
+    k.ok(&[
+        "create",
+        "secret",
+        "generic",
+        "theirs",
+        "--from-literal=k=far",
+    ]);
+    k.ok_with_input(&["apply", "-f", "-"], &pod_on("here", "edge", "mine"));
+    k.ok_with_input(
+        &["apply", "-f", "-"],
+        &pod_on("there", "far-away", "theirs"),
+    );
+    let readable = eventually(Duration::from_secs(20), || {
+        edge.run(&["get", "secret", "mine"]).ok
+    });
+    assert!(readable, "edge cannot read the Secret its pod mounts");
+    let refused = edge.run(&["get", "secret", "theirs"]);
+    assert!(!refused.ok);
+    assert!(
+        refused
+            .stderr
+            .contains("no relationship found between node 'edge' and this object"),
+        "{}",
+        refused.stderr
+    );
+    let listed = edge.run(&["get", "secrets"]);
+    assert!(
+        !listed.ok && listed.stderr.contains("Forbidden"),
+        "{}",
+        listed.stderr
+    );
+    // The kubelet itself, under that identity, mounted it and started the pod.
+    until_phase(&k, "here", "Running");
+
+    // NodeRestriction: its own Node's labels but another Node's not, and never the labels kept
+    // for the cluster's administrators.
+    let main = k
+        .ok(&[
+            "get",
+            "nodes",
+            "-o",
+            "jsonpath={.items[?(@.metadata.name!=\"edge\")].metadata.name}",
+        ])
+        .trim()
+        .to_string();
+    assert!(!main.is_empty());
+    edge.ok(&["label", "node", "edge", "rack=r1"]);
+    let other = edge.run(&["label", "node", &main, "rack=r1"]);
+    assert!(
+        !other.ok && other.stderr.contains("Forbidden"),
+        "{}",
+        other.stderr
+    );
+    let reserved = edge.run(&[
+        "label",
+        "node",
+        "edge",
+        "node-restriction.kubernetes.io/pool=a",
+    ]);
+    assert!(
+        !reserved.ok && reserved.stderr.contains("node-restriction.kubernetes.io/"),
+        "{}",
+        reserved.stderr
+    );
+    // Pods it does not run are not its to delete.
+    let deleted = edge.run(&["delete", "pod", "there", "--wait=false"]);
+    assert!(
+        !deleted.ok && deleted.stderr.contains("Forbidden"),
+        "{}",
+        deleted.stderr
+    );
+
+    // A restart reuses the issued certificates: no new requests.
+    agent.restart_after_crash();
+    let reused = eventually(Duration::from_secs(30), || {
+        agent
+            .log_text()
+            .matches("using the stored client certificate")
+            .count()
+            == 2
+    });
+    assert!(reused, "{}", agent.log_text());
+    let after: Value = serde_json::from_str(&k.ok(&["get", "csr", "-o", "json"])).unwrap();
+    assert_eq!(after["items"].as_array().unwrap().len(), 2, "{after}");
+    agent.stop();
+}
+
+#[tokio::test]
+async fn a_user_certificate_is_requested_approved_and_used() {
+    let cluster = TestCluster::start_server(&["--components", "controllers"]);
+    let k = cluster.kubectl();
+    let request = |name: &str, organization: &str| {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::OrganizationName, organization);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let pem = params.serialize_request(&key).unwrap().pem().unwrap();
+        let csr = json!({"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
+            "metadata": {"name": name}, "spec": {
+                "request": base64::engine::general_purpose::STANDARD.encode(pem),
+                "signerName": "kubernetes.io/kube-apiserver-client",
+                "expirationSeconds": 3600,
+                "usages": ["client auth"]}});
+        (csr.to_string(), key.serialize_pem())
+    };
+
+    // Nobody may be issued a system:masters certificate through the API.
+    let (masters, _) = request("mallory", "system:masters");
+    let refused = k.run_with_input(&["create", "-f", "-"], &masters);
+    assert!(
+        !refused.ok && refused.stderr.contains("system:masters"),
+        "{}",
+        refused.stderr
+    );
+
+    // An ordinary user's request waits for an administrator: the controllers do not approve it.
+    let (csr, key) = request("alice", "devs");
+    k.ok_with_input(&["create", "-f", "-"], &csr);
+    std::thread::sleep(Duration::from_secs(2));
+    let pending = k.ok(&["get", "csr", "alice", "-o", "jsonpath={.status}"]);
+    assert!(!pending.contains("Approved"), "{pending}");
+    assert!(k.ok(&["get", "csr", "alice"]).contains("Pending"));
+
+    k.ok(&["certificate", "approve", "alice"]);
+    let mut cert = String::new();
+    let signed = eventually(Duration::from_secs(20), || {
+        cert = k.ok(&[
+            "get",
+            "csr",
+            "alice",
+            "-o",
+            "jsonpath={.status.certificate}",
+        ]);
+        !cert.trim().is_empty()
+    });
+    assert!(signed, "never signed");
+    let cert_pem = base64::engine::general_purpose::STANDARD
+        .decode(cert.trim())
+        .unwrap();
+    let dir = cluster.dir.path();
+    std::fs::write(dir.join("alice.crt"), cert_pem).unwrap();
+    std::fs::write(dir.join("alice.key"), key).unwrap();
+    let alice =
+        cluster.kubectl_with_certificate("alice", &dir.join("alice.crt"), &dir.join("alice.key"));
+    let whoami: Value = serde_json::from_str(&alice.ok(&["auth", "whoami", "-o", "json"])).unwrap();
+    assert_eq!(whoami["status"]["userInfo"]["username"], "alice");
+    assert_eq!(
+        whoami["status"]["userInfo"]["groups"],
+        json!(["devs", "system:authenticated"])
+    );
+    // Authenticated is not authorized: RBAC grants alice nothing yet.
+    let pods = alice.run(&["get", "pods"]);
+    assert!(
+        !pods.ok && pods.stderr.contains("Forbidden"),
+        "{}",
+        pods.stderr
+    );
+    k.ok(&[
+        "create",
+        "rolebinding",
+        "devs-view",
+        "--clusterrole=view",
+        "--group=devs",
+    ]);
+    let granted = eventually(Duration::from_secs(10), || alice.run(&["get", "pods"]).ok);
+    assert!(granted, "the devs group's binding never applied to alice");
+
+    // A denied request is never signed.
+    let (csr, _) = request("bob", "devs");
+    k.ok_with_input(&["create", "-f", "-"], &csr);
+    k.ok(&["certificate", "deny", "bob"]);
+    std::thread::sleep(Duration::from_secs(2));
+    let status = k.ok(&["get", "csr", "bob", "-o", "json"]);
+    let status: Value = serde_json::from_str(&status).unwrap();
+    assert!(status["status"]["certificate"].is_null(), "{status}");
+    assert!(k.ok(&["get", "csr", "bob"]).contains("Denied"));
+}
