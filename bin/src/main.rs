@@ -195,51 +195,121 @@ fn kubelet_pki_dir(options: &skiff_kubelet::Options) -> std::path::PathBuf {
         .join("pki")
 }
 
-/// A client as `config` says. With a join token and an `identity`, the token only asks for
-/// the identity's certificate (kept in the directory given, reused while fresh), and the client
-/// presents that certificate: a joining kubelet is `system:node:<name>`, not the token.
+/// The clients of a component: one per identity it has (the configured client for each when it
+/// did not join with a join token; that client alone when it has no identity of its own), the
+/// configured client to renew certificates with, and when the first of them is due for renewal.
+struct Connected {
+    clients: Vec<skiff_client::Client>,
+    bootstrap: skiff_client::Client,
+    renew_at: Option<std::time::SystemTime>,
+}
+
+/// Clients as `config` says. With a join token, the token only asks for each identity's
+/// certificate (kept in `dir`, reused until due for renewal), and each client presents its
+/// certificate: a joining kubelet is `system:node:<name>`, not the token.
 async fn connect_as(
     config: &skiff_client::ClientConfig,
-    identity: Option<(&std::path::Path, Identity)>,
-) -> anyhow::Result<skiff_client::Client> {
+    identities: Option<(&std::path::Path, &[Identity])>,
+) -> anyhow::Result<Connected> {
     use anyhow::Context;
-    let client = skiff_client::connect(config).await?;
+    let bootstrap = skiff_client::connect(config).await?;
     let join = config
         .token
         .as_deref()
         .and_then(|t| skiff_client::JoinToken::parse(t).ok());
-    let (Some((dir, identity)), Some(join), Some(server)) = (identity, join, &config.server) else {
-        return Ok(client);
+    let (Some(join), Some(server), Some((dir, identities))) = (join, &config.server, identities)
+    else {
+        let clients = identities.map_or(1, |(_, all)| all.len());
+        return Ok(Connected {
+            clients: vec![bootstrap.clone(); clients],
+            bootstrap,
+            renew_at: None,
+        });
     };
-    let credentials = skiff_client::bootstrap::credentials(&client, dir, &identity)
-        .await
-        .with_context(|| {
-            format!(
-                "cannot get a certificate for {}",
-                identity.subject.common_name
-            )
-        })?;
     let ca = skiff_client::join::fetch_ca(server, &join).await?;
-    Ok(skiff_client::connect_with_certificate(
-        server,
-        &ca,
-        &credentials,
-    )?)
+    let mut clients = Vec::new();
+    let mut renew_at: Option<std::time::SystemTime> = None;
+    for identity in identities {
+        let credentials = skiff_client::bootstrap::credentials(&bootstrap, dir, identity)
+            .await
+            .with_context(|| {
+                format!(
+                    "cannot get a certificate for {}",
+                    identity.subject.common_name
+                )
+            })?;
+        let due = skiff_client::bootstrap::renew_at(&credentials.cert_pem);
+        renew_at = renew_at.into_iter().chain(due).min();
+        clients.push(skiff_client::connect_with_certificate(
+            server,
+            &ca,
+            &credentials,
+        )?);
+    }
+    Ok(Connected {
+        clients,
+        bootstrap,
+        renew_at,
+    })
 }
 
-/// Runs one component as its own process until SIGINT/SIGTERM, as `identity` when it joins
-/// with a join token ([`connect_as`]).
+/// Sleeps until the wall clock reaches `time` (checking at least hourly, so that a clock that
+/// jumped, or a machine that slept, is noticed).
+async fn sleep_until(time: std::time::SystemTime) {
+    const CHECK: std::time::Duration = std::time::Duration::from_secs(3600);
+    while let Ok(left) = time.duration_since(std::time::SystemTime::now()) {
+        if left.is_zero() {
+            break;
+        }
+        tokio::time::sleep(left.min(CHECK)).await;
+    }
+}
+
+/// Asks for new certificates of all `identities` (the first of them being due: one restart
+/// renews them all), retrying every minute while the server cannot answer; returns when they
+/// are stored or on shutdown.
+async fn renew(
+    bootstrap: &skiff_client::Client,
+    dir: &std::path::Path,
+    identities: &[Identity],
+    shutdown: &tokio_util::sync::CancellationToken,
+) {
+    const RETRY: std::time::Duration = std::time::Duration::from_secs(60);
+    for identity in identities {
+        let user = &identity.subject.common_name;
+        loop {
+            match skiff_client::bootstrap::renew(bootstrap, dir, identity).await {
+                Ok(_) => {
+                    tracing::info!(%user, "renewed the client certificate");
+                    break;
+                }
+                Err(error) => {
+                    tracing::warn!(%user, %error, "cannot renew the client certificate yet; the current one stays in use");
+                    tokio::select! {
+                        () = tokio::time::sleep(RETRY) => {}
+                        () = shutdown.cancelled() => return,
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Runs one component as its own process until SIGINT/SIGTERM. `run` gets a client per
+/// identity (see [`connect_as`]). Joined with a join token, it runs as those identities, and
+/// when the first of their certificates is due for renewal, new ones are obtained while it
+/// still runs; then it is stopped and started again with them, as a restart would (a kubelet's
+/// pods run on meanwhile).
 async fn run_component<F, Fut>(
-    client: &skiff_client::ClientConfig,
-    identity: Option<(&std::path::Path, Identity)>,
-    run: F,
+    config: &skiff_client::ClientConfig,
+    identities: Option<(&std::path::Path, &[Identity])>,
+    mut run: F,
 ) -> anyhow::Result<()>
 where
-    F: FnOnce(skiff_client::Client, tokio_util::sync::CancellationToken) -> Fut,
+    F: FnMut(Vec<skiff_client::Client>, tokio_util::sync::CancellationToken) -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<()>>,
 {
     use anyhow::Context;
-    let client = connect_as(client, identity).await?;
     let shutdown = tokio_util::sync::CancellationToken::new();
     let stop = shutdown.clone();
     tokio::spawn(async move {
@@ -248,7 +318,32 @@ where
             stop.cancel();
         }
     });
-    run(client, shutdown).await.context("the component failed")
+    loop {
+        let connected = connect_as(config, identities).await?;
+        let round = shutdown.child_token();
+        let mut running = std::pin::pin!(run(connected.clients, round.clone()));
+        let renewed = async {
+            match (connected.renew_at, identities) {
+                (Some(due), Some((dir, identities))) => {
+                    sleep_until(due).await;
+                    renew(&connected.bootstrap, dir, identities, &shutdown).await;
+                }
+                _ => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            result = &mut running => return result.context("the component failed"),
+            () = renewed => {}
+        }
+        if !shutdown.is_cancelled() {
+            tracing::info!("restarting with the renewed client certificates");
+            round.cancel();
+        }
+        running.await.context("the component failed")?;
+        if shutdown.is_cancelled() {
+            return Ok(());
+        }
+    }
 }
 
 fn init_logging(format: LogFormat) {
@@ -366,14 +461,18 @@ fn main() -> std::process::ExitCode {
                     .leader_election
                     .config(leaderelection::CONTROLLER_MANAGER_LEASE, true)?;
                 let options = args.options;
-                run_component(&args.client, None, |client, shutdown| async move {
-                    let work = client.clone();
-                    Ok(
-                        leaderelection::run(client, election, shutdown, move |stop| {
-                            skiff_controllers::run(work.clone(), options.clone(), stop)
-                        })
-                        .await?,
-                    )
+                run_component(&args.client, None, |mut clients, shutdown| {
+                    let client = clients.remove(0);
+                    let (election, options) = (election.clone(), options.clone());
+                    async move {
+                        let work = client.clone();
+                        Ok(
+                            leaderelection::run(client, election, shutdown, move |stop| {
+                                skiff_controllers::run(work.clone(), options.clone(), stop)
+                            })
+                            .await?,
+                        )
+                    }
                 })
                 .await
             }
@@ -383,14 +482,18 @@ fn main() -> std::process::ExitCode {
                     .leader_election
                     .config(leaderelection::SCHEDULER_LEASE, true)?;
                 let options = args.options;
-                run_component(&args.client, None, |client, shutdown| async move {
-                    let work = client.clone();
-                    Ok(
-                        leaderelection::run(client, election, shutdown, move |stop| {
-                            skiff_scheduler::run(work.clone(), options.clone(), stop)
-                        })
-                        .await?,
-                    )
+                run_component(&args.client, None, |mut clients, shutdown| {
+                    let client = clients.remove(0);
+                    let (election, options) = (election.clone(), options.clone());
+                    async move {
+                        let work = client.clone();
+                        Ok(
+                            leaderelection::run(client, election, shutdown, move |stop| {
+                                skiff_scheduler::run(work.clone(), options.clone(), stop)
+                            })
+                            .await?,
+                        )
+                    }
                 })
                 .await
             }
@@ -399,16 +502,18 @@ fn main() -> std::process::ExitCode {
                 let identity = Identity::kubelet(&args.options.resolved_node_name());
                 run_component(
                     &args.client,
-                    Some((&dir, identity)),
-                    |client, shutdown| async move {
-                        Ok(skiff_kubelet::run(client, args.options, shutdown).await?)
+                    Some((&dir, &[identity])),
+                    |mut clients, shutdown| {
+                        let (client, options) = (clients.remove(0), args.options.clone());
+                        async move { Ok(skiff_kubelet::run(client, options, shutdown).await?) }
                     },
                 )
                 .await
             }
             Command::Proxy(args) => {
-                run_component(&args.client, None, |client, shutdown| async move {
-                    Ok(skiff_proxy::run(client, args.options, shutdown).await?)
+                run_component(&args.client, None, |mut clients, shutdown| {
+                    let (client, options) = (clients.remove(0), args.options.clone());
+                    async move { Ok(skiff_proxy::run(client, options, shutdown).await?) }
                 })
                 .await
             }
@@ -425,29 +530,39 @@ fn main() -> std::process::ExitCode {
                 }
                 // The kubelet and the proxy each have their own identity.
                 let dir = kubelet_pki_dir(&kubelet);
-                let identity = Identity::kubelet(&kubelet.resolved_node_name());
-                let proxy_client =
-                    connect_as(&args.client, Some((&dir, Identity::proxy()))).await?;
+                let identities = [
+                    Identity::kubelet(&kubelet.resolved_node_name()),
+                    Identity::proxy(),
+                ];
                 let proxy = args.proxy;
                 run_component(
                     &args.client,
-                    Some((&dir, identity)),
-                    |client, shutdown| async move {
-                        // The first to fail stops the other.
-                        let kubelet_stop = shutdown.clone();
-                        tokio::try_join!(
-                            async {
-                                skiff_kubelet::run(client, kubelet, kubelet_stop)
-                                    .await
-                                    .map_err(anyhow::Error::from)
-                            },
-                            async {
-                                skiff_proxy::run(proxy_client, proxy, shutdown)
-                                    .await
-                                    .map_err(anyhow::Error::from)
-                            }
-                        )?;
-                        Ok(())
+                    Some((&dir, &identities)),
+                    |clients, shutdown| {
+                        let (kubelet, proxy) = (kubelet.clone(), proxy.clone());
+                        async move {
+                            let mut clients = clients.into_iter();
+                            let (Some(kubelet_client), Some(proxy_client)) =
+                                (clients.next(), clients.next())
+                            else {
+                                anyhow::bail!("no client for the kubelet and the proxy");
+                            };
+                            // The first to fail stops the other.
+                            let kubelet_stop = shutdown.clone();
+                            tokio::try_join!(
+                                async {
+                                    skiff_kubelet::run(kubelet_client, kubelet, kubelet_stop)
+                                        .await
+                                        .map_err(anyhow::Error::from)
+                                },
+                                async {
+                                    skiff_proxy::run(proxy_client, proxy, shutdown)
+                                        .await
+                                        .map_err(anyhow::Error::from)
+                                }
+                            )?;
+                            Ok(())
+                        }
                     },
                 )
                 .await

@@ -3,8 +3,9 @@
 //! CertificateSigningRequest for `system:node:<name>` in `system:nodes` (signer
 //! `kubernetes.io/kube-apiserver-client-kubelet`) and one for its proxy (`system:kube-proxy`,
 //! signer `kubernetes.io/kube-apiserver-client`), waits for the controllers to approve and sign
-//! them, and keeps key and certificate in its directory. A later start reuses them while they
-//! have more than [`RENEW_BEFORE`] left, and asks again otherwise.
+//! them, and keeps key and certificate in its directory. A later start reuses them until their
+//! renewal point ([`renew_at`], 80% into their validity), and asks again after it; a running
+//! agent asks again when it reaches that point.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -24,8 +25,9 @@ use crate::{Api, Client, Error, Result};
 pub const KUBELET_CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
 /// The signer of other client certificates.
 pub const CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client";
-/// A stored certificate with less than this left is asked for again.
-pub const RENEW_BEFORE: Duration = Duration::from_secs(30 * 24 * 3600);
+/// How far into a certificate's validity it is renewed, in per mille: as the kubelet's
+/// certificate manager, which picks a point between 70% and 90% of it, leaving time to retry.
+const RENEW_AT_PER_MILLE: u32 = 800;
 /// How long to wait for a request to be approved and signed.
 const WAIT: Duration = Duration::from_secs(300);
 
@@ -67,20 +69,28 @@ impl Identity {
     }
 }
 
-/// The stored credentials of `identity` in `dir`, if they are for that subject and have more
-/// than [`RENEW_BEFORE`] left.
+/// When the certificate `cert_pem` is due for renewal: [`RENEW_AT_PER_MILLE`] into its
+/// validity. `None` if it does not parse.
+pub fn renew_at(cert_pem: &str) -> Option<SystemTime> {
+    let (start, end) = skiff_pki::validity(cert_pem).ok()?;
+    let lifetime = end.duration_since(start).unwrap_or_default();
+    Some(start + lifetime * RENEW_AT_PER_MILLE / 1000)
+}
+
+/// The stored credentials of `identity` in `dir`, if they are for that subject and not yet due
+/// for renewal ([`renew_at`]).
 pub fn stored(dir: &Path, identity: &Identity) -> Option<Credentials> {
     let (cert, key) = identity.paths(dir);
     let credentials = Credentials {
         cert_pem: std::fs::read_to_string(cert).ok()?,
         key_pem: std::fs::read_to_string(key).ok()?,
     };
-    let end = skiff_pki::not_after(&credentials.cert_pem).ok()?;
+    let due = renew_at(&credentials.cert_pem)?;
     let der = rustls_pemfile::certs(&mut credentials.cert_pem.as_bytes())
         .next()?
         .ok()?;
     let subject = skiff_pki::subject_of(&der).ok()?;
-    (end > SystemTime::now() + RENEW_BEFORE && subject == identity.subject).then_some(credentials)
+    (SystemTime::now() < due && subject == identity.subject).then_some(credentials)
 }
 
 /// The credentials of `identity`: the stored ones, or new ones asked for through `client` (the
@@ -91,6 +101,12 @@ pub async fn credentials(client: &Client, dir: &Path, identity: &Identity) -> Re
             "using the stored client certificate");
         return Ok(found);
     }
+    renew(client, dir, identity).await
+}
+
+/// New credentials of `identity`, asked for through `client` whatever is stored, and stored in
+/// `dir` (key mode 0600).
+pub async fn renew(client: &Client, dir: &Path, identity: &Identity) -> Result<Credentials> {
     let credentials = request(client, identity).await?;
     let (cert, key) = identity.paths(dir);
     let io =
@@ -207,11 +223,33 @@ mod tests {
         assert_eq!(stored(dir.path(), &node), Some(year));
         // Another node's name in the same directory is not this node's identity.
         assert!(stored(dir.path(), &Identity::kubelet("n2")).is_none());
-        // A week left: asked for again.
+        // A week's certificate, just issued: not yet due.
         let week = ca
             .issue_client(&node.subject, Duration::from_secs(7 * 86400))
             .unwrap();
         write(&week);
+        assert_eq!(stored(dir.path(), &node), Some(week));
+        // A minute left of six (issued five minutes back-dated): past its renewal point.
+        let minute = ca
+            .issue_client(&node.subject, Duration::from_secs(60))
+            .unwrap();
+        write(&minute);
         assert!(stored(dir.path(), &node).is_none());
+    }
+
+    #[test]
+    fn renewal_is_due_four_fifths_into_the_validity() {
+        let ca =
+            skiff_pki::Authority::generate("t", Duration::from_secs(10 * 365 * 86400)).unwrap();
+        let subject = Subject::new("system:kube-proxy", &[]);
+        let issued = ca
+            .issue_client(&subject, Duration::from_secs(100 * 86400))
+            .unwrap();
+        let (start, end) = skiff_pki::validity(&issued.cert_pem).unwrap();
+        let due = renew_at(&issued.cert_pem).unwrap();
+        let into = due.duration_since(start).unwrap().as_secs_f64();
+        let whole = end.duration_since(start).unwrap().as_secs_f64();
+        assert!((into / whole - 0.8).abs() < 1e-6, "{into} of {whole}");
+        assert!(renew_at("not a certificate").is_none());
     }
 }

@@ -391,11 +391,21 @@ fn subject_of_name(name: &x509_parser::x509::X509Name<'_>) -> Subject {
 
 /// When the (first) certificate of `pem` stops being valid.
 pub fn not_after(pem: &str) -> Result<SystemTime> {
+    Ok(validity(pem)?.1)
+}
+
+/// When the (first) certificate of `pem` starts and stops being valid.
+pub fn validity(pem: &str) -> Result<(SystemTime, SystemTime)> {
     let der = first_der(pem)?;
     let (_, cert) = x509_parser::certificate::X509Certificate::from_der(&der)
         .map_err(|e| Error::BadCertificate(e.to_string()))?;
-    let seconds = cert.validity().not_after.timestamp();
-    Ok(SystemTime::UNIX_EPOCH + Duration::from_secs(seconds.max(0) as u64))
+    let time = |t: &x509_parser::time::ASN1Time| {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(t.timestamp().max(0) as u64)
+    };
+    Ok((
+        time(&cert.validity().not_before),
+        time(&cert.validity().not_after),
+    ))
 }
 
 /// Whether the certificate `cert_pem` is one `ca` issued, still valid `margin` from now, and

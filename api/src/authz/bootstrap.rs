@@ -521,6 +521,53 @@ pub fn cluster_roles() -> Vec<Value> {
     ]
 }
 
+/// `role` (a ClusterRole) as a Role in `namespace`.
+fn in_namespace(mut role: Value, namespace: &str, kind: &str) -> Value {
+    role["kind"] = json!(kind);
+    role["metadata"]["namespace"] = json!(namespace);
+    role
+}
+
+/// The default Roles, each in its namespace.
+pub fn roles() -> Vec<Value> {
+    // The cluster DNS server keeps its own `kube-system/kube-dns` Service and endpoints (it is
+    // not a pod a controller could list): it may create those kinds in `kube-system` and change
+    // only the objects named `kube-dns`.
+    let named = |resources: &[&str], group: &str| {
+        let mut rule = rule(&[group], resources, &["get", "update", "patch"]);
+        rule["resourceNames"] = json!(["kube-dns"]);
+        rule
+    };
+    vec![in_namespace(
+        cluster_role(
+            "skiff:kube-dns",
+            vec![
+                rule(&[""], &["services", "endpoints"], &["create"]),
+                rule(&["discovery.k8s.io"], &["endpointslices"], &["create"]),
+                named(&["services", "endpoints"], ""),
+                named(&["endpointslices"], "discovery.k8s.io"),
+            ],
+        ),
+        "kube-system",
+        "Role",
+    )]
+}
+
+/// The default RoleBindings, each in its namespace.
+pub fn role_bindings() -> Vec<Value> {
+    let mut dns = in_namespace(
+        binding(
+            "skiff:kube-dns",
+            "skiff:kube-dns",
+            &[("User", "system:kube-dns")],
+        ),
+        "kube-system",
+        "RoleBinding",
+    );
+    dns["roleRef"]["kind"] = json!("Role");
+    vec![dns]
+}
+
 /// The default ClusterRoleBindings.
 pub fn cluster_role_bindings() -> Vec<Value> {
     vec![
@@ -646,7 +693,7 @@ pub fn merged(existing: &Value, default: &Value) -> Option<Value> {
 /// Creates the default roles and bindings that are missing and adds missing defaults to those
 /// that may be updated.
 pub async fn reconcile(server: &Arc<ApiServer>) -> Result<()> {
-    use skiff_kinds::builtin::{cluster_role, cluster_role_binding};
+    use skiff_kinds::builtin::{cluster_role, cluster_role_binding, role, role_binding};
     let sets = [
         (
             &cluster_role::ClusterRole as &dyn skiff_kinds::Kind,
@@ -656,6 +703,8 @@ pub async fn reconcile(server: &Arc<ApiServer>) -> Result<()> {
             &cluster_role_binding::ClusterRoleBinding,
             cluster_role_bindings(),
         ),
+        (&role::Role, roles()),
+        (&role_binding::RoleBinding, role_bindings()),
     ];
     for (kind, defaults) in sets {
         let info = kind.info();
@@ -664,14 +713,18 @@ pub async fn reconcile(server: &Arc<ApiServer>) -> Result<()> {
                 .as_str()
                 .unwrap_or_default()
                 .to_string();
-            match server.registry.get(info, None, &name, None).await {
+            let namespace = default["metadata"]["namespace"]
+                .as_str()
+                .map(str::to_string);
+            let namespace = namespace.as_deref();
+            match server.registry.get(info, namespace, &name, None).await {
                 Ok(existing) => {
                     if !may_update(&existing) || merged(&existing, &default).is_none() {
                         continue;
                     }
                     server
                         .registry
-                        .update(info, None, &name, None, false, |current| {
+                        .update(info, namespace, &name, None, false, |current| {
                             let default = default.clone();
                             async move {
                                 Ok(match merged(&current, &default) {
@@ -746,6 +799,8 @@ mod tests {
         for (plural, objects) in [
             ("clusterroles", cluster_roles()),
             ("clusterrolebindings", cluster_role_bindings()),
+            ("roles", roles()),
+            ("rolebindings", role_bindings()),
         ] {
             let kind = by_plural(plural);
             for mut object in objects {
@@ -808,6 +863,56 @@ mod tests {
             "authorization.k8s.io",
             "selfsubjectaccessreviews"
         ));
+    }
+
+    #[test]
+    fn the_dns_server_keeps_only_its_own_service() {
+        let mut objects = cluster_roles();
+        objects.extend(cluster_role_bindings());
+        objects.extend(roles());
+        objects.extend(role_bindings());
+        let policy = crate::authz::rbac::tests::policy_of(&objects);
+        let dns = User {
+            name: "system:kube-dns".into(),
+            groups: vec!["system:authenticated".into()],
+            ..Default::default()
+        };
+        let may = |verb: &str, group: &str, resource: &str, namespace: &str, name: &str| {
+            policy
+                .authorize(
+                    &dns,
+                    &Request::Resource {
+                        verb,
+                        group,
+                        resource,
+                        subresource: "",
+                        namespace,
+                        name,
+                    },
+                )
+                .allowed()
+        };
+        for (group, resource) in [
+            ("", "services"),
+            ("", "endpoints"),
+            ("discovery.k8s.io", "endpointslices"),
+        ] {
+            assert!(
+                may("create", group, resource, "kube-system", ""),
+                "{resource}"
+            );
+            assert!(
+                may("patch", group, resource, "kube-system", "kube-dns"),
+                "{resource}"
+            );
+            assert!(
+                !may("patch", group, resource, "kube-system", "other"),
+                "{resource}"
+            );
+            assert!(!may("create", group, resource, "default", ""), "{resource}");
+            assert!(may("list", group, resource, "default", ""), "{resource}");
+        }
+        assert!(!may("delete", "", "services", "kube-system", "kube-dns"));
     }
 
     #[test]

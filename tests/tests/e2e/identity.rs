@@ -769,3 +769,68 @@ async fn a_user_certificate_is_requested_approved_and_used() {
     assert!(status["status"]["certificate"].is_null(), "{status}");
     assert!(k.ok(&["get", "csr", "bob"]).contains("Denied"));
 }
+
+#[tokio::test]
+async fn a_running_agent_renews_its_certificates_before_they_expire() {
+    // Certificates of two minutes (issued five minutes back-dated): due 80% into their seven,
+    // about 40 s after they are issued.
+    let cluster = TestCluster::start_server(&[
+        "--service-cluster-ip-range=127.98.21.0/24",
+        "--dns-service-ip=127.98.21.10",
+        "--cluster-signing-duration=2m",
+    ]);
+    let k = cluster.kubectl();
+    let root = cluster.dir.path().join("short");
+    let _reap = Reap(vec![root.clone(), cluster.kubelet_root()]);
+    let mut agent = cluster.spawn_agent(&[
+        "--node-name",
+        "short",
+        "--root-dir",
+        root.to_str().unwrap(),
+        "--no-nodeports",
+    ]);
+    let registered = eventually(Duration::from_secs(90), || {
+        k.run(&["get", "node", "short"]).ok
+    });
+    assert!(
+        registered,
+        "node short never registered: {}",
+        agent.log_text()
+    );
+    let cert = root.join("pki/kubelet-client.crt");
+    let first = std::fs::read_to_string(&cert).unwrap();
+
+    let renewed = eventually(Duration::from_secs(120), || {
+        agent
+            .log_text()
+            .contains("restarting with the renewed client certificates")
+    });
+    assert!(renewed, "{}", agent.log_text());
+    // Both identities at once: one restart renews them all.
+    assert_eq!(
+        agent.log_text().matches("renewed the client certificate").count(),
+        2,
+        "{}",
+        agent.log_text()
+    );
+    assert!(agent.is_running(), "{}", agent.log_text());
+    assert_ne!(std::fs::read_to_string(&cert).unwrap(), first);
+    let csrs: Value = serde_json::from_str(&k.ok(&["get", "csr", "-o", "json"])).unwrap();
+    assert!(csrs["items"].as_array().unwrap().len() >= 4, "{csrs}");
+    // The node goes on as itself, with the new certificate.
+    let edge =
+        cluster.kubectl_with_certificate("short", &cert, &root.join("pki/kubelet-client.key"));
+    let ready = eventually(Duration::from_secs(30), || {
+        edge.run(&["label", "node", "short", "--overwrite", "renewed=yes"])
+            .ok
+            && k.ok(&[
+                "get",
+                "node",
+                "short",
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+            ]) == "True"
+    });
+    assert!(ready, "{}", agent.log_text());
+    agent.stop();
+}
