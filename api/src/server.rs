@@ -650,7 +650,9 @@ mod start_tests {
         let defaults = admission::SYSTEM_NAMESPACES.len()
             + skiff_kinds::builtin::priority_class::SYSTEM_CLASSES.len()
             + crate::authz::bootstrap::cluster_roles().len()
-            + crate::authz::bootstrap::cluster_role_bindings().len();
+            + crate::authz::bootstrap::cluster_role_bindings().len()
+            + crate::authz::bootstrap::roles().len()
+            + crate::authz::bootstrap::role_bindings().len();
         assert_eq!(
             revision_after_start(Config::default()).await,
             Revision(defaults as u64)
