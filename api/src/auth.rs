@@ -11,8 +11,9 @@
 //! `system:masters`); more tokens (a node join token, ...) are added with
 //! [`Authenticator::add_token`].
 //!
-//! A bearer token that is not in the file and is a JWT of the service-account issuer is checked
-//! as a service-account token ([`crate::serviceaccount`]) by [`Authenticator::filter_with`].
+//! A bearer token that is not in the file and is a JWT of the service-account issuer, or a legacy
+//! one of `kubernetes/serviceaccount` kept in a Secret, is checked as a service-account token
+//! ([`crate::serviceaccount`]) by [`Authenticator::filter_with`].
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

@@ -126,6 +126,12 @@ pub fn spawn(
                     controllers.cluster_signing_key_file =
                         Some(host.pki_dir.join(skiff_api::tls::CA_KEY_FILE));
                 }
+                // The API server's own key, so that the tokens it is given verify.
+                controllers
+                    .service_account_private_key_file
+                    .get_or_insert_with(|| {
+                        host.pki_dir.join(skiff_api::serviceaccount::keys::KEY_FILE)
+                    });
                 controllers
                     .default_local_storage_path
                     .get_or_insert_with(|| host.data_dir.join("storage"));

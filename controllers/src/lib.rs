@@ -30,6 +30,8 @@
 //! - [`namespace`]: what a terminating namespace must lose before it is finalized.
 //! - [`gc`]: owner references with background, foreground and orphan propagation.
 //! - [`serviceaccount`]: the `default` ServiceAccount of every namespace.
+//! - [`serviceaccounttoken`]: legacy tokens in `kubernetes.io/service-account-token` Secrets,
+//!   and those Secrets deleted with their account.
 //! - [`rootcacert`]: the `kube-root-ca.crt` ConfigMap (the cluster CA) in every namespace.
 //! - [`nodelifecycle`]: silent nodes, NoExecute taints and taint-based eviction.
 //! - [`nodeipam`]: pod ranges for nodes.
@@ -59,6 +61,7 @@ pub mod resourcequota;
 pub mod rootcacert;
 pub mod runtime;
 pub mod serviceaccount;
+pub mod serviceaccounttoken;
 pub mod statefulset;
 pub mod ttlafterfinished;
 

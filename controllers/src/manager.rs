@@ -11,7 +11,7 @@ use crate::{Options, Result};
 use crate::{
     certificates, cronjob, daemonset, deployment, disruption, endpoints, gc, job, localpath,
     namespace, nodeipam, nodelifecycle, persistentvolume, protection, replicaset, resourcequota,
-    rootcacert, serviceaccount, statefulset, ttlafterfinished,
+    rootcacert, serviceaccount, serviceaccounttoken, statefulset, ttlafterfinished,
 };
 
 /// What a controller's shell is registered with.
@@ -93,6 +93,10 @@ pub const CONTROLLERS: &[Entry] = &[
     Entry {
         name: "serviceaccount",
         start: serviceaccount::controller::start,
+    },
+    Entry {
+        name: "serviceaccount-token",
+        start: serviceaccounttoken::controller::start,
     },
     Entry {
         name: "root-ca-cert-publisher",

@@ -50,6 +50,11 @@ pub struct Options {
     /// [default: the one the API server serves at `/cacerts`].
     #[arg(long)]
     pub root_ca_file: Option<std::path::PathBuf>,
+    /// The service-account signing key (PEM) the `serviceaccount-token` controller signs legacy
+    /// tokens with [default under `skiff server`: `<data-dir>/pki/service-account.key`, the API
+    /// server's]; without one, token Secrets are not filled.
+    #[arg(long)]
+    pub service_account_private_key_file: Option<std::path::PathBuf>,
     /// The CA certificate (PEM) the `csrsigning` controller signs approved requests with
     /// [default under `skiff server`: the cluster CA].
     #[arg(long)]
@@ -75,6 +80,7 @@ impl Default for Options {
             cronjob_clock_rate: 1.0,
             default_local_storage_path: None,
             root_ca_file: None,
+            service_account_private_key_file: None,
             cluster_signing_cert_file: None,
             cluster_signing_key_file: None,
             cluster_signing_duration: Duration::from_secs(365 * 24 * 3600),

@@ -1,12 +1,13 @@
 //! The cluster's certificates: the CA that issues them, the API server's serving certificate,
 //! client certificates (whose subject is who their holder is: common name = user, organizations
 //! = groups, as Kubernetes reads them), and certificate signing requests (PKCS #10) made and signed.
+//! [`legacy_token`] signs the legacy service-account tokens kept in Secrets.
 //!
 //! A crate of its own because four parts of skiff issue or read certificates and they must not
 //! depend on each other: the API server (serving, and authenticating client certificates), the
 //! CSR signer among the controllers, an agent bootstrapping its node identity, and the binary
 //! that gives each built-in component its own client certificate. Files and TLS serving stay
-//! with their owners; this crate is certificates only, no I/O.
+//! with their owners; this crate is certificates (and token signing) only, no I/O.
 
 use std::time::{Duration, SystemTime};
 
@@ -15,6 +16,8 @@ use rcgen::{
     DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType, SerialNumber,
 };
 use x509_parser::prelude::FromDer as _;
+
+pub mod legacy_token;
 
 /// Errors of certificate work.
 #[derive(Debug, thiserror::Error)]
@@ -31,6 +34,9 @@ pub enum Error {
     /// A certificate signing request that does not parse or whose signature does not hold.
     #[error("invalid certificate signing request: {0}")]
     BadRequest(String),
+    /// A token could not be signed.
+    #[error("cannot sign a token: {0}")]
+    Sign(String),
 }
 
 /// Result of this crate.

@@ -9,7 +9,6 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use jsonwebtoken::{DecodingKey, EncodingKey};
 use rcgen::PublicKeyData as _;
 use serde_json::{Value, json};
-use sha2::{Digest as _, Sha256};
 
 /// File name of the signing key, in the PKI directory of the data dir.
 pub const KEY_FILE: &str = "service-account.key";
@@ -111,7 +110,7 @@ impl SigningKey {
         let x = URL_SAFE_NO_PAD.encode(&point[1..33]);
         let y = URL_SAFE_NO_PAD.encode(&point[33..]);
         let decoding = DecodingKey::from_ec_components(&x, &y).map_err(|e| e.to_string())?;
-        let kid = URL_SAFE_NO_PAD.encode(Sha256::digest(pair.subject_public_key_info()));
+        let kid = skiff_pki::legacy_token::key_id(&pair.subject_public_key_info());
         Ok(SigningKey {
             encoding: EncodingKey::from_ec_der(&pair.serialize_der()),
             decoding,

@@ -9,6 +9,10 @@
 //!   it is bound to, must still exist with the uid in the token (kube-apiserver's lookup). The
 //!   user is `system:serviceaccount:NS:NAME` in `system:serviceaccounts` and
 //!   `system:serviceaccounts:NS`, with the bound pod in its extra.
+//! - Legacy tokens (issuer `kubernetes/serviceaccount`, no expiry) that the `serviceaccount-token`
+//!   controller writes into Secrets of type `kubernetes.io/service-account-token`: verified with
+//!   the same key, then the Secret must still hold that very token and the service account still
+//!   have the uid in it. They count as being for the API server's audiences.
 //! - TokenReview: the same question asked through the API.
 //! - OIDC discovery: `/.well-known/openid-configuration` and `/openid/v1/jwks`, for consumers that
 //!   verify the tokens themselves.
@@ -154,7 +158,9 @@ impl Tokens {
         };
         let claims = match token::verify(&self.key, token, &self.issuer, wanted) {
             Ok(claims) => claims,
-            Err(token::Rejection::NotOurs) => return Ok(None),
+            Err(token::Rejection::NotOurs) => {
+                return self.authenticate_legacy(registry, token, wanted).await;
+            }
             Err(token::Rejection::Invalid(reason)) => return Err(reason),
         };
         let private = &claims.kubernetes;
@@ -198,6 +204,50 @@ impl Tokens {
             audiences: token::matching_audiences(&claims, wanted),
             user,
         }))
+    }
+
+    /// [`Tokens::authenticate`] for a legacy token: signed by our key, and its Secret must still
+    /// hold exactly this token and its service account still be the one it names (kube-apiserver's
+    /// legacy validator). It counts as being for the API server's audiences.
+    async fn authenticate_legacy(
+        &self,
+        registry: &Registry,
+        token: &str,
+        wanted: &[String],
+    ) -> Result<Option<Authenticated>, String> {
+        let claims = match token::verify_legacy(&self.key, token) {
+            Ok(claims) => claims,
+            Err(token::Rejection::NotOurs) => return Ok(None),
+            Err(token::Rejection::Invalid(reason)) => return Err(reason),
+        };
+        let audiences: Vec<String> = wanted
+            .iter()
+            .filter(|a| self.audiences.contains(a))
+            .cloned()
+            .collect();
+        if audiences.is_empty() {
+            return Err("token audiences are invalid".into());
+        }
+        use skiff_kinds::builtin::{secret, service_account};
+        let ns = claims.namespace.as_str();
+        let secret = lookup(registry, &secret::INFO, ns, &claims.secret_name)
+            .await
+            .ok();
+        let account = lookup(
+            registry,
+            &service_account::INFO,
+            ns,
+            &claims.service_account_name,
+        )
+        .await;
+        check_legacy(&claims, token, secret.as_ref(), account.as_ref())?;
+        let user = User {
+            name: token::user_name(ns, &claims.service_account_name),
+            uid: claims.service_account_uid.clone(),
+            groups: token::groups(ns),
+            extra: Default::default(),
+        };
+        Ok(Some(Authenticated { user, audiences }))
     }
 
     /// The OIDC discovery document: the issuer, where its keys are, what it signs with.
@@ -252,6 +302,49 @@ fn check_current(object: &Value, claimed_uid: &str) -> Result<(), Stale> {
     let uid = text(object, "/metadata/uid");
     if uid != claimed_uid {
         return Err(Stale::Uid(uid.to_string()));
+    }
+    Ok(())
+}
+
+/// Whether the objects a verified legacy token names still vouch for it: its Secret (`None` when
+/// it is gone) not being deleted and holding exactly `token` under `data.token`, then its service
+/// account not being deleted and having the uid of the claims. The error is the reason.
+fn check_legacy(
+    claims: &token::LegacyClaims,
+    token: &str,
+    secret: Option<&Value>,
+    account: Result<&Value, &String>,
+) -> Result<(), String> {
+    use base64::Engine as _;
+    let invalidated = || "token has been invalidated".to_string();
+    let secret = secret.ok_or_else(invalidated)?;
+    if !secret["metadata"]["deletionTimestamp"].is_null() {
+        return Err(invalidated());
+    }
+    let held = base64::engine::general_purpose::STANDARD
+        .decode(text(secret, "/data/token"))
+        .unwrap_or_default();
+    // Both are public-length tokens; still compare without an early exit.
+    let same = held.len() == token.len()
+        && held
+            .iter()
+            .zip(token.as_bytes())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0;
+    if !same {
+        return Err("token does not match server's copy".into());
+    }
+    let account = account.map_err(Clone::clone)?;
+    let (ns, name) = (&claims.namespace, &claims.service_account_name);
+    if !account["metadata"]["deletionTimestamp"].is_null() {
+        return Err(format!("service account {ns}/{name} has been deleted"));
+    }
+    let uid = text(account, "/metadata/uid");
+    if uid != claims.service_account_uid {
+        return Err(format!(
+            "service account UID ({uid}) does not match claim ({})",
+            claims.service_account_uid
+        ));
     }
     Ok(())
 }

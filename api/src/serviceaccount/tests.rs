@@ -575,3 +575,129 @@ async fn pods_get_the_token_volume_as_their_account_says() {
     assert!(volumes(&mirror).is_empty());
     c.shutdown().await;
 }
+
+/// A Secret of type `kubernetes.io/service-account-token` holding `token` for `account`.
+fn token_secret(name: &str, account: &str, token: &str) -> Value {
+    use base64::Engine as _;
+    json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
+        "metadata": {"name": name,
+            "annotations": {"kubernetes.io/service-account.name": account}},
+        "data": {"token": base64::engine::general_purpose::STANDARD.encode(token)}})
+}
+
+#[tokio::test]
+async fn legacy_tokens_hold_while_their_secret_and_account_do() {
+    let key = Arc::new(SigningKey::generate().unwrap());
+    let c = Cluster::new(Settings {
+        key: Some(key.clone()),
+        ..Settings::default()
+    })
+    .await;
+    let account = c.create_account("builder").await;
+    let uid = account["metadata"]["uid"].as_str().unwrap().to_string();
+    let claims = skiff_pki::legacy_token::Claims::new("default", "builder", &uid, "builder-token");
+    let sign = |key: &SigningKey| {
+        skiff_pki::legacy_token::sign(key.encoding(), key.kid(), &claims).unwrap()
+    };
+    let token = sign(&key);
+    let secrets = "/api/v1/namespaces/default/secrets";
+    c.admin(
+        "POST",
+        secrets,
+        Some(token_secret("builder-token", "builder", &token)),
+    )
+    .await;
+
+    // Valid: the account's user, in the API server's audiences.
+    let (code, user) = c.whoami(&token).await;
+    assert_eq!(code, 201, "{user}");
+    assert_eq!(user["username"], "system:serviceaccount:default:builder");
+    assert_eq!(user["uid"], uid.as_str());
+    assert_eq!(
+        user["groups"],
+        json!([
+            "system:serviceaccounts",
+            "system:serviceaccounts:default",
+            "system:authenticated"
+        ])
+    );
+    let review = c.review(&token, &[]).await;
+    assert_eq!(review["authenticated"], true, "{review}");
+    assert_eq!(review["audiences"], json!([DEFAULT_ISSUER]));
+    let elsewhere = c.review(&token, &["vault"]).await;
+    assert_eq!(elsewhere["authenticated"], Value::Null, "{elsewhere}");
+
+    // Signed by another key: refused, though the Secret holds it.
+    let forged = sign(&SigningKey::generate().unwrap());
+    let path = format!("{secrets}/builder-token");
+    c.admin(
+        "PUT",
+        &path,
+        Some(token_secret("builder-token", "builder", &forged)),
+    )
+    .await;
+    assert_eq!(c.whoami(&forged).await.0, 401);
+    let review = c.review(&forged, &[]).await;
+    assert!(
+        review["error"]
+            .as_str()
+            .unwrap()
+            .contains("invalid signature"),
+        "{review}"
+    );
+
+    // The Secret now holds another token: the first one no longer logs in.
+    let second = sign(&key);
+    assert_ne!(second, token);
+    c.admin(
+        "PUT",
+        &path,
+        Some(token_secret("builder-token", "builder", &second)),
+    )
+    .await;
+    assert_eq!(c.whoami(&second).await.0, 201);
+    assert_eq!(c.whoami(&token).await.0, 401);
+    let review = c.review(&token, &[]).await;
+    assert!(
+        review["error"]
+            .as_str()
+            .unwrap()
+            .contains("does not match server's copy"),
+        "{review}"
+    );
+
+    // The Secret deleted: refused.
+    c.admin("DELETE", &path, None).await;
+    assert_eq!(c.whoami(&second).await.0, 401);
+    let review = c.review(&second, &[]).await;
+    assert!(
+        review["error"].as_str().unwrap().contains("invalidated"),
+        "{review}"
+    );
+
+    // The Secret back, but the account recreated under the same name: another account.
+    c.admin(
+        "POST",
+        secrets,
+        Some(token_secret("builder-token", "builder", &second)),
+    )
+    .await;
+    assert_eq!(c.whoami(&second).await.0, 201);
+    c.admin(
+        "DELETE",
+        "/api/v1/namespaces/default/serviceaccounts/builder",
+        None,
+    )
+    .await;
+    c.create_account("builder").await;
+    assert_eq!(c.whoami(&second).await.0, 401);
+    let review = c.review(&second, &[]).await;
+    assert!(
+        review["error"]
+            .as_str()
+            .unwrap()
+            .contains("does not match claim"),
+        "{review}"
+    );
+    c.shutdown().await;
+}

@@ -10,6 +10,8 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 use super::keys::SigningKey;
 
+pub use skiff_pki::legacy_token::Claims as LegacyClaims;
+
 /// How far clocks may disagree when checking `exp` and `nbf` (go-jose's `DefaultLeeway`).
 pub const LEEWAY_SECONDS: u64 = 60;
 
@@ -241,6 +243,33 @@ pub fn verify(
     Ok(claims)
 }
 
+/// Checks a legacy token (the kind kept in a `kubernetes.io/service-account-token` Secret)
+/// against `key`: issued by [`skiff_pki::legacy_token::ISSUER`], signed by `key`, every claim
+/// there. Such tokens have no audience and no expiry; whether their Secret still holds them is
+/// the caller's business.
+pub fn verify_legacy(key: &SigningKey, token: &str) -> Result<LegacyClaims, Rejection> {
+    if unverified_issuer(token).as_deref() != Some(skiff_pki::legacy_token::ISSUER) {
+        return Err(Rejection::NotOurs);
+    }
+    let mut validation = Validation::new(Algorithm::ES256);
+    validation.validate_exp = false;
+    validation.validate_aud = false;
+    validation.set_issuer(&[skiff_pki::legacy_token::ISSUER]);
+    validation.set_required_spec_claims(&["iss", "sub"]);
+    let data =
+        jsonwebtoken::decode::<LegacyClaims>(token, key.decoding(), &validation).map_err(|e| {
+            use jsonwebtoken::errors::ErrorKind;
+            Rejection::Invalid(match e.kind() {
+                ErrorKind::InvalidSignature => "invalid signature".into(),
+                other => format!("invalid service account token: {other:?}"),
+            })
+        })?;
+    match data.claims.problem() {
+        Some(problem) => Err(Rejection::Invalid(problem.to_string())),
+        None => Ok(data.claims),
+    }
+}
+
 /// The audiences of a verified token that `wanted` accepts: all of the token's when `wanted`
 /// is empty, else their intersection (TokenReview's `status.audiences`).
 pub fn matching_audiences(claims: &Claims, wanted: &[String]) -> Vec<String> {
@@ -445,5 +474,32 @@ mod tests {
         assert_eq!(matching_audiences(&c, &[]), vec!["a", "b"]);
         assert_eq!(matching_audiences(&c, &["b".into(), "z".into()]), vec!["b"]);
         assert!(matching_audiences(&c, &["z".into()]).is_empty());
+    }
+
+    #[test]
+    fn legacy_tokens_verify_by_their_own_issuer_only() {
+        let key = SigningKey::generate().unwrap();
+        let claims = LegacyClaims::new("ns1", "builder", "sa-uid", "builder-token");
+        let token = skiff_pki::legacy_token::sign(key.encoding(), key.kid(), &claims).unwrap();
+        assert_eq!(verify_legacy(&key, &token), Ok(claims.clone()));
+        // Each verifier leaves the other's tokens alone.
+        let auds = [ISSUER.to_string()];
+        assert_eq!(verify(&key, &token, ISSUER, &auds), Err(Rejection::NotOurs));
+        let bound = sign(&key, &super::claims(ISSUER, &request(), now())).unwrap();
+        assert_eq!(verify_legacy(&key, &bound), Err(Rejection::NotOurs));
+        // Another key's signature, and claims that do not hang together.
+        let other = SigningKey::generate().unwrap();
+        let forged = skiff_pki::legacy_token::sign(other.encoding(), other.kid(), &claims).unwrap();
+        assert_eq!(
+            verify_legacy(&key, &forged),
+            Err(Rejection::Invalid("invalid signature".into()))
+        );
+        let mut odd = claims.clone();
+        odd.sub = "system:serviceaccount:ns1:admin".into();
+        let odd = skiff_pki::legacy_token::sign(key.encoding(), key.kid(), &odd).unwrap();
+        assert_eq!(
+            verify_legacy(&key, &odd),
+            Err(Rejection::Invalid("sub claim is invalid".into()))
+        );
     }
 }

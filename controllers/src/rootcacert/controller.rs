@@ -17,8 +17,15 @@ struct Publisher {
     namespaces: Informer<Namespace>,
     config_maps: Informer<ConfigMap>,
     client: skiff_client::Client,
+    ca: ClusterCa,
+}
+
+/// The cluster CA bundle, from `--root-ca-file` or else the API server's `/cacerts`, read once
+/// (the root CA publisher and the token controller both hand it out).
+pub(crate) struct ClusterCa {
+    client: skiff_client::Client,
     root_ca_file: Option<std::path::PathBuf>,
-    ca: OnceCell<String>,
+    pem: OnceCell<String>,
 }
 
 /// Registers the controller on the shared informers.
@@ -43,15 +50,23 @@ pub(crate) fn start(ctx: &Context) -> Result<Started> {
         namespaces,
         config_maps,
         client: ctx.factory.client().clone(),
-        root_ca_file: ctx.options.root_ca_file.clone(),
-        ca: OnceCell::new(),
+        ca: ClusterCa::new(ctx),
     })))
 }
 
-impl Publisher {
-    /// The CA bundle, read once.
-    async fn ca(&self) -> Result<&str> {
-        self.ca
+impl ClusterCa {
+    /// The CA of the manager's options, not read yet.
+    pub(crate) fn new(ctx: &Context) -> ClusterCa {
+        ClusterCa {
+            client: ctx.factory.client().clone(),
+            root_ca_file: ctx.options.root_ca_file.clone(),
+            pem: OnceCell::new(),
+        }
+    }
+
+    /// The CA bundle (PEM), read at the first call.
+    pub(crate) async fn get(&self) -> Result<&str> {
+        self.pem
             .get_or_try_init(|| async {
                 match &self.root_ca_file {
                     Some(path) => std::fs::read_to_string(path).map_err(|e| {
@@ -79,7 +94,7 @@ impl Reconcile for Publisher {
             return Ok(Action::AwaitChange);
         };
         let existing = self.config_maps.cache().get(Some(ns), logic::NAME);
-        let ca = self.ca().await?;
+        let ca = self.ca.get().await?;
         let Some(cm) = logic::desired(&namespace, existing.as_deref(), ca) else {
             return Ok(Action::AwaitChange);
         };

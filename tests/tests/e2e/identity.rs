@@ -1,7 +1,8 @@
 //! Service-account identity end to end: `kubectl create token` gives a token that authenticates
 //! as the account and gets what RBAC grants it, bad tokens are 401, TokenReview agrees, deleting
 //! the account revokes its tokens, the OIDC documents verify the tokens, and pods get a projected
-//! token that the Python client uses in-cluster.
+//! token that the Python client uses in-cluster, and legacy token Secrets are filled and hold
+//! only while the Secret does.
 
 use std::time::Duration;
 
@@ -283,6 +284,101 @@ async fn service_account_tokens_authenticate_and_get_what_rbac_grants() {
         "{}",
         still.stderr
     );
+}
+
+/// A Secret of type `kubernetes.io/service-account-token` for `account`, empty.
+fn token_secret(name: &str, account: &str) -> String {
+    json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
+        "metadata": {"name": name,
+            "annotations": {"kubernetes.io/service-account.name": account}}})
+    .to_string()
+}
+
+/// `data.<key>` of Secret `name` decoded, once the controller wrote it.
+fn filled(k: &Kubectl, name: &str, key: &str) -> String {
+    let path = format!("jsonpath={{.data.{}}}", key.replace('.', "\\."));
+    let mut value = String::new();
+    let done = eventually(Duration::from_secs(20), || {
+        value = k.run(&["get", "secret", name, "-o", &path]).stdout;
+        !value.trim().is_empty()
+    });
+    assert!(done, "secret {name} never got {key}");
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(value.trim())
+        .expect("base64 data");
+    String::from_utf8(bytes).expect("UTF-8 data")
+}
+
+#[tokio::test]
+async fn legacy_token_secrets_are_filled_and_revoked_with_the_secret() {
+    let cluster = TestCluster::start_server(&["--components", "controllers"]);
+    let k = cluster.kubectl();
+    // The account first: a token Secret without its account is deleted.
+    assert!(eventually(Duration::from_secs(20), || k
+        .run(&["get", "sa", "default"])
+        .ok));
+    k.ok_with_input(&["apply", "-f", "-"], &token_secret("legacy", "default"));
+    let token = filled(&k, "legacy", "token");
+    let c = claims(&token);
+    assert_eq!(c["iss"], "kubernetes/serviceaccount");
+    assert_eq!(c["sub"], SA_USER);
+    assert_eq!(c["kubernetes.io/serviceaccount/secret.name"], "legacy");
+    assert!(c.get("exp").is_none(), "{c}");
+    let uid = k.ok(&["get", "sa", "default", "-o", "jsonpath={.metadata.uid}"]);
+    assert_eq!(
+        c["kubernetes.io/serviceaccount/service-account.uid"],
+        uid.trim()
+    );
+    let annotated = k.ok(&[
+        "get",
+        "secret",
+        "legacy",
+        "-o",
+        "jsonpath={.metadata.annotations.kubernetes\\.io/service-account\\.uid}",
+    ]);
+    assert_eq!(annotated.trim(), uid.trim());
+    assert_eq!(filled(&k, "legacy", "namespace"), "default");
+    assert!(filled(&k, "legacy", "ca.crt").contains("BEGIN CERTIFICATE"));
+
+    // It gets what RBAC grants the account.
+    k.ok(&[
+        "create",
+        "rolebinding",
+        "legacy-view",
+        "--clusterrole=view",
+        "--serviceaccount=default:default",
+    ]);
+    assert!(eventually(Duration::from_secs(10), || as_token(
+        &k,
+        &token,
+        &["get", "configmaps"]
+    )
+    .ok));
+    assert_eq!(
+        review(&k, &token)["user"]["username"],
+        SA_USER,
+        "TokenReview takes it too"
+    );
+
+    // The Secret deleted, the token is 401.
+    k.ok(&["delete", "secret", "legacy"]);
+    let refused = as_token(&k, &token, &["get", "configmaps"]);
+    assert!(
+        refused
+            .stderr
+            .contains("You must be logged in to the server"),
+        "{}",
+        refused.stderr
+    );
+
+    // An account deleted takes its token Secrets with it.
+    k.ok(&["create", "sa", "robot"]);
+    k.ok_with_input(&["apply", "-f", "-"], &token_secret("robot-token", "robot"));
+    filled(&k, "robot-token", "token");
+    k.ok(&["delete", "sa", "robot"]);
+    assert!(eventually(Duration::from_secs(20), || !k
+        .run(&["get", "secret", "robot-token"])
+        .ok));
 }
 
 /// The pod's JSON.
