@@ -413,7 +413,7 @@ impl Replay {
             .map_err(|e| self.store_error(e))?;
         let mut out = Vec::with_capacity(events.len());
         let mut before: Option<Value> = None;
-        for (time, event) in events {
+        for (commit, event) in events {
             let after = match event.kind {
                 skiff_store::EventKind::Put => objects::decode(&event.kv),
                 skiff_store::EventKind::Delete => None,
@@ -427,7 +427,7 @@ impl Replay {
             };
             out.push(Version {
                 revision: event.kv.mod_revision.0,
-                time: format_time(time),
+                time: format_time(commit.time),
                 operation,
                 manager,
                 object,
