@@ -79,6 +79,7 @@ async fn main() {
             .entry(&LogEntry {
                 revision: Revision(rev),
                 time: start_time + Duration::from_millis(rev),
+                tag: None,
                 events: vec![Event {
                     kind: EventKind::Put,
                     kv: KeyValue {

@@ -10,6 +10,7 @@
 //!   slow readers, slow headers), all in one place.
 //! - [`handlers`]: every verb on every resource and subresource.
 //! - [`registry`]: objects in the log: keys, encoding, resourceVersion, lists, compare-and-swap.
+//! - [`origin`]: who made a change (the requesting user and groups), kept with each revision.
 //! - [`admission`]: the admission chain.
 //! - [`selectors`], [`render`]: label/field selectors; JSON, YAML and Table responses.
 //! - [`server`]: the API server's state ([`server::ApiServer`]: the served kinds, the registry,
@@ -51,6 +52,7 @@ pub mod kubernetes_service;
 pub mod limits;
 pub mod metrics;
 pub mod openapi;
+pub mod origin;
 pub mod proxy;
 pub mod registry;
 pub mod render;

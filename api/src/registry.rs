@@ -359,6 +359,7 @@ impl Registry {
                     prev_kv: false,
                 }],
                 failure: vec![],
+                tag: crate::origin::current(),
             })
             .await?;
         if !response.succeeded {
@@ -427,6 +428,7 @@ impl Registry {
                     compare: vec![Compare::mod_revision_is(key.clone(), kv.mod_revision)],
                     success: vec![op],
                     failure: vec![Op::get(key.clone())],
+                    tag: crate::origin::current(),
                 })
                 .await?;
             if response.succeeded {
@@ -475,6 +477,7 @@ impl Registry {
                 compare,
                 success: vec![Op::delete(key.clone())],
                 failure: vec![Op::get(key.clone())],
+                tag: crate::origin::current(),
             })
             .await?;
         if !response.succeeded {

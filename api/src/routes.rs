@@ -258,7 +258,12 @@ where
     if let Some(audit) = &audit {
         audit.attributes(&user, verb, Some(&target), &path).await;
     }
+    let authenticated = headers
+        .contains_key("impersonate-user")
+        .then(|| user.clone());
     let user = impersonate(api, user, &headers, audit.as_ref())?;
+    // Who history will say made this request's changes.
+    let origin = crate::origin::Origin::of(&user, authenticated.as_ref());
     // After impersonation and before authorization, as upstream's max-in-flight filter; the
     // seat is held while the body is read, and a watch's until the watch ends.
     let class = if target.proxy_path.is_some() {
@@ -299,7 +304,8 @@ where
         return review(api, request, target).await;
     }
     // Admission's warnings go with any answer, a refusal included (as Kubernetes sends them).
-    let response = match handlers::handle(api, request, target).await {
+    let response = match crate::origin::scope(&origin, handlers::handle(api, request, target)).await
+    {
         Ok(response) => response,
         Err(Error::NoRoute) => return Err(Error::NoRoute),
         Err(e) => error_response(&e),

@@ -82,6 +82,9 @@ pub struct GetArgs {
 pub enum DataOutput {
     /// The full answer as JSON.
     Json,
+    /// The table with more columns (`skiff history`: the groups of the user who made each
+    /// version).
+    Wide,
 }
 
 /// Flags of `skiff history`.
@@ -719,19 +722,33 @@ pub async fn history(args: HistoryArgs) -> Result<()> {
         bail!("no history for {}/{name}", info.plural);
     }
     let colour = colour();
+    let wide = args.output == Some(DataOutput::Wide);
     let mut rows = vec![vec![
         "REVISION".to_string(),
         "TIME".into(),
         "OPERATION".into(),
         "MANAGER".into(),
+        "USER".into(),
     ]];
+    if wide {
+        rows[0].push("GROUPS".into());
+    }
     for v in &answer.versions {
-        rows.push(vec![
+        let mut row = vec![
             v.revision.to_string(),
             v.time.clone(),
             v.operation.to_string(),
             v.manager.clone().unwrap_or_else(|| "<unknown>".into()),
-        ]);
+            user_cell(v.user.as_ref()),
+        ];
+        if wide {
+            row.push(
+                v.user
+                    .as_ref()
+                    .map_or(String::new(), |u| u.groups.join(",")),
+            );
+        }
+        rows.push(row);
     }
     if !args.diff {
         write!(out, "{}", columns(&rows))?;
@@ -742,14 +759,15 @@ pub async fn history(args: HistoryArgs) -> Result<()> {
         let after = (v.operation != skiff_api::replay::Operation::Deleted).then_some(&v.object);
         writeln!(
             out,
-            "revision {} at {}: {}{}",
+            "revision {} at {}: {}{}, user {}",
             v.revision,
             v.time,
             v.operation,
             v.manager
                 .as_deref()
                 .map(|m| format!(" by {m}"))
-                .unwrap_or_default()
+                .unwrap_or_default(),
+            user_cell(v.user.as_ref())
         )?;
         let from = before
             .and_then(|b| b["metadata"]["resourceVersion"].as_str())
@@ -763,6 +781,12 @@ pub async fn history(args: HistoryArgs) -> Result<()> {
         before = after;
     }
     Ok(())
+}
+
+/// Who made a change, for a table: the user (and who impersonated it), or `<system>` for the
+/// server's own writes and those from before users were recorded.
+fn user_cell(user: Option<&skiff_api::origin::Origin>) -> String {
+    user.map_or_else(|| "<system>".into(), skiff_api::origin::Origin::display)
 }
 
 /// Rows padded into columns as kubectl's tabwriter does.
@@ -845,7 +869,7 @@ pub async fn diff(args: DiffArgs) -> Result<()> {
 
 fn change_line(c: &Change) -> String {
     format!(
-        "{:>8}  {}  {:<14}  {} {}  {}{}",
+        "{:>8}  {}  {:<14}  {} {}  {}{}{}",
         c.revision,
         c.time,
         c.operation.to_string(),
@@ -855,6 +879,10 @@ fn change_line(c: &Change) -> String {
         c.manager
             .as_deref()
             .map(|m| format!("  by {m}"))
+            .unwrap_or_default(),
+        c.user
+            .as_ref()
+            .map(|u| format!("  user {}", u.display()))
             .unwrap_or_default()
     )
 }

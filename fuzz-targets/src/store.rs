@@ -53,7 +53,10 @@ fn log(bytes: &[u8]) {
     );
     assert!(entries.windows(2).all(|w| w[0].0 + 1 == w[1].0));
     let first = entries[0].0;
-    let parts: Vec<_> = entries.iter().map(|(_, t, k)| (*t, k.clone())).collect();
+    let parts: Vec<_> = entries
+        .iter()
+        .map(|(_, t, tag, k)| (*t, tag.clone(), k.clone()))
+        .collect();
     let again = fuzzing::encode_log(first, &parts);
     assert_eq!(fuzzing::decode_log(&key, &again).ok(), Some(entries));
 }

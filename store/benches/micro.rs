@@ -39,6 +39,7 @@ fn ranges(c: &mut Criterion) {
                     compare: vec![],
                     success: ops,
                     failure: vec![],
+                    tag: None,
                 };
                 store.txn(txn).await.expect("txn");
             }

@@ -28,20 +28,26 @@
 //! { u8 3 | u32 len | prefix | u64 mark }*                    the watermarks
 //! { u8 4 | u64 lease | u64 ttl in ms }*                      the leases
 //! { u8 1 | u64 time | kv }*                                  the base
-//! { u8 2 | u64 revision | u64 time | u32 n | { u8 kind | kv }ⁿ }*   the entries, in order
+//! { [u8 5 | u32 len | tag] u8 2 | u64 revision | u64 time | u32 n | { u8 kind | kv }ⁿ }*
+//!                                                            the entries, in order, each
+//!                                                            after its tag if it has one
 //! u8 0 | u64 item count | u32 crc32 of every byte before it
 //! kv = u32 len | key | u64 create | u64 mod | u64 version | u64 lease+1 (0: none) | u32 len | value
 //! ```
 //! Times are nanoseconds since the Unix epoch; kind is 0 for a put, 1 for a delete, 2 for a
 //! version that retention pruned (its kv has the key and the revision only). Version 1 (no
 //! watermarks, no leases, no pruned versions) is refused: export again with this build.
+//!
+//! Tags ([`Txn::tag`](crate::Txn::tag), record 5) came after version 2 without changing it, so
+//! an archive without tags still reads in older builds, and one with tags is refused there as
+//! holding an unknown record. Base versions carry no tag.
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::error::{Error, Result};
-use crate::types::{Event, EventKind, KeyValue, LeaseId, LogEntry, Revision};
+use crate::types::{Event, EventKind, KeyValue, LeaseId, LogEntry, MAX_TAG, Revision};
 use crate::{Importer, SledStore, Store};
 
 const MAGIC: &[u8; 8] = b"SKIFFLOG";
@@ -166,7 +172,7 @@ pub async fn read_window(
             .await?
             .into_iter()
             .find(|(_, e)| e.kv.mod_revision == kv.mod_revision)
-            .map(|(t, _)| t)
+            .map(|(c, _)| c.time)
             .unwrap_or(UNIX_EPOCH);
         sink(Item::Base(kv, time))?;
         summary.base += 1;
@@ -319,9 +325,15 @@ pub fn read(
         entries: 0,
     };
     let mut items = 0u64;
+    // The tag just read, for the entry that must follow it.
+    let mut tag: Option<Vec<u8>> = None;
     progress(Progress { done: 0, total });
     loop {
-        match reader.take(1)?[0] {
+        let record = reader.take(1)?[0];
+        if tag.is_some() && record != 2 {
+            return Err(corrupt("a tag not followed by its entry"));
+        }
+        match record {
             0 => break,
             1 => {
                 let time = reader.time()?;
@@ -360,6 +372,7 @@ pub fn read(
                     LogEntry {
                         revision,
                         time,
+                        tag: tag.take(),
                         events,
                     },
                     pruned,
@@ -376,6 +389,13 @@ pub fn read(
                 let prefix = reader.bytes()?;
                 let mark = Revision(reader.u64()?);
                 sink(Item::Watermark(prefix, mark))?;
+            }
+            5 => {
+                let bytes = reader.bytes()?;
+                if bytes.is_empty() || bytes.len() > MAX_TAG {
+                    return Err(corrupt(&format!("a tag of {} bytes", bytes.len())));
+                }
+                tag = Some(bytes);
             }
             4 => {
                 let id = LeaseId(reader.u64()?);
@@ -492,6 +512,12 @@ impl<'a> ArchiveWriter<'a> {
                 self.put(&(ttl.as_millis() as u64).to_le_bytes())?;
             }
             Item::Entry(entry, pruned) => {
+                if let Some(tag) = entry.tag.as_ref().filter(|t| !t.is_empty()) {
+                    self.put(&[5])?;
+                    self.put(&(tag.len() as u32).to_le_bytes())?;
+                    self.put(tag)?;
+                    self.items += 1;
+                }
                 self.put(&[2])?;
                 self.put(&entry.revision.0.to_le_bytes())?;
                 self.put(&nanos(entry.time).to_le_bytes())?;

@@ -196,6 +196,7 @@ pub async fn durable_writes(
                                 compare: vec![],
                                 success: ops,
                                 failure: vec![],
+                                tag: None,
                             })
                             .await?;
                     }
@@ -463,6 +464,7 @@ pub async fn historical_range(
                         compare: vec![],
                         success: ops,
                         failure: vec![],
+                        tag: None,
                     })
                     .await?;
             }

@@ -36,23 +36,29 @@ pub fn encode_hist(hist: &Hist) -> Vec<u8> {
     HistRecord::encode_parts(*time, *create, *version, *lease, value.as_deref())
 }
 
+/// One revision of a log record: revision, commit time, tag, keys written.
+pub type Log = (u64, u64, Option<Vec<u8>>, Vec<Vec<u8>>);
+
 /// Decodes a log record (`l <last>`'s value) stored under `raw_key`, as the engine's reads do:
-/// for each revision of the group, the revision, its commit time and the keys written.
-pub fn decode_log(raw_key: &[u8], bytes: &[u8]) -> Result<Vec<(u64, u64, Vec<Vec<u8>>)>> {
+/// for each revision of the group, the revision, its commit time, its tag and the keys written.
+pub fn decode_log(raw_key: &[u8], bytes: &[u8]) -> Result<Vec<Log>> {
     let group: LogGroup = crate::engine::read::decode_log(raw_key, bytes)?;
     Ok(group
         .iter()
-        .map(|(rev, r)| (rev, r.time, r.keys.clone()))
+        .map(|(rev, r)| (rev, r.time, r.tag.clone(), r.keys.clone()))
         .collect())
 }
 
+/// What [`encode_log`] takes of one revision: commit time, tag, keys written.
+pub type LogParts = (u64, Option<Vec<u8>>, Vec<Vec<u8>>);
+
 /// Encodes a log record whose first revision is `first`, as the writer does.
-pub fn encode_log(first: u64, entries: &[(u64, Vec<Vec<u8>>)]) -> Vec<u8> {
+pub fn encode_log(first: u64, entries: &[LogParts]) -> Vec<u8> {
     record::encode_log_group(
         first,
         entries
             .iter()
-            .map(|(time, keys)| (*time, keys.iter().map(Vec::as_slice))),
+            .map(|(time, tag, keys)| (*time, tag.as_deref(), keys.iter().map(Vec::as_slice))),
     )
 }
 

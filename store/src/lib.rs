@@ -126,6 +126,7 @@ pub trait Store: Send + Sync + 'static {
                     prev_kv: true,
                 }],
                 failure: vec![],
+                tag: None,
             })
             .await?;
         let prev = match response.responses.into_iter().next() {
@@ -146,6 +147,7 @@ pub trait Store: Send + Sync + 'static {
                     prev_kv: true,
                 }],
                 failure: vec![],
+                tag: None,
             })
             .await?;
         let prev = match response.responses.into_iter().next() {
@@ -161,8 +163,8 @@ pub trait Store: Send + Sync + 'static {
     async fn watch(&self, request: WatchRequest) -> Result<WatchStream>;
 
     /// Every version of one key still in history, oldest first, deletes included (as
-    /// [`EventKind::Delete`] events), each with its commit time.
-    async fn history(&self, key: &[u8]) -> Result<Vec<(SystemTime, Event)>>;
+    /// [`EventKind::Delete`] events), each with its commit time and tag.
+    async fn history(&self, key: &[u8]) -> Result<Vec<(Commit, Event)>>;
 
     /// Committed entries with revisions in `[from, to]` (`to` = `None`: up to the current
     /// revision), at most `limit` of them, oldest first.

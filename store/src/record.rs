@@ -156,6 +156,11 @@ pub(crate) struct LogRecord {
     pub time: u64,
     /// The keys written at this revision.
     pub keys: Vec<Vec<u8>>,
+    /// The transaction's tag, if any. Not part of the bincode layout: tags follow the group in
+    /// a section of their own (see [`LogGroup::encode`]), so that groups written before tags
+    /// existed decode unchanged.
+    #[serde(skip)]
+    pub tag: Option<Vec<u8>>,
 }
 
 /// The value of `l <last>`: the revisions `first..=last` that one group commit wrote, in order
@@ -186,14 +191,81 @@ impl LogGroup {
     pub fn iter(&self) -> impl Iterator<Item = (u64, &LogRecord)> {
         (self.first..).zip(self.entries.iter())
     }
+
+    /// Encodes the group as the writer does ([`encode_log_group`]).
+    pub fn encode(&self) -> Vec<u8> {
+        encode_log_group(
+            self.first,
+            self.entries
+                .iter()
+                .map(|r| (r.time, r.tag.as_deref(), r.keys.iter().map(Vec::as_slice))),
+        )
+    }
+
+    /// Decodes a group written by [`LogGroup::encode`], with or without its tag section.
+    pub fn decode(bytes: &[u8]) -> Result<LogGroup> {
+        const WHAT: &str = "log record";
+        let malformed = |why: &'static str| Error::Decode {
+            what: WHAT,
+            source: bincode::error::DecodeError::Other(why),
+        };
+        let (mut group, mut at): (LogGroup, usize) =
+            bincode::serde::decode_from_slice(bytes, config())
+                .map_err(|source| Error::Decode { what: WHAT, source })?;
+        if at == bytes.len() {
+            return Ok(group);
+        }
+        let varint = |at: &mut usize| -> Result<u64> {
+            let (n, read) = bincode::decode_from_slice::<u64, _>(&bytes[*at..], config())
+                .map_err(|source| Error::Decode { what: WHAT, source })?;
+            *at += read;
+            Ok(n)
+        };
+        let count = varint(&mut at)?;
+        let mut next = 0u64;
+        for _ in 0..count {
+            let index = varint(&mut at)?;
+            let len = varint(&mut at)?;
+            if index < next {
+                return Err(malformed("log tags out of order"));
+            }
+            let entry = usize::try_from(index)
+                .ok()
+                .and_then(|i| group.entries.get_mut(i))
+                .ok_or_else(|| malformed("a log tag for a revision the group does not hold"))?;
+            let end = usize::try_from(len)
+                .ok()
+                .and_then(|l| at.checked_add(l))
+                .filter(|&end| end <= bytes.len() && end > at)
+                .ok_or_else(|| malformed("a log tag empty or longer than its record"))?;
+            entry.tag = Some(bytes[at..end].to_vec());
+            at = end;
+            next = index + 1;
+        }
+        if count == 0 || at != bytes.len() {
+            return Err(malformed("trailing bytes after the log tags"));
+        }
+        Ok(group)
+    }
 }
 
-/// Encodes a [`LogGroup`] from borrowed parts, byte for byte as `encode(&LogGroup { .. })`
-/// would: `entries` gives each revision's commit time and keys. The writer's keys live in its
-/// shared key-values; this spares it a copy of every key into a [`LogRecord`].
-pub(crate) fn encode_log_group<'a, I, K>(first: u64, entries: I) -> Vec<u8>
+/// Encodes a [`LogGroup`] from borrowed parts: `entries` gives each revision's commit time, tag
+/// and keys. The writer's keys live in its shared key-values; this spares it a copy of every key
+/// into a [`LogRecord`].
+///
+/// The group itself is encoded byte for byte as bincode would (`encode(&LogGroup { .. })`, tags
+/// left out). When some revision has a tag, a tag section follows:
+///
+/// ```text
+///  <bincode LogGroup> [ count  (index len bytes) × count ]     varints; indices into the group,
+///                       `------- only when tagged ------'      increasing
+/// ```
+///
+/// A group without tags (every group written before tags existed) has no section, so an
+/// untagged write costs nothing more than before.
+pub(crate) fn encode_log_group<'a, 't, I, K>(first: u64, entries: I) -> Vec<u8>
 where
-    I: ExactSizeIterator<Item = (u64, K)>,
+    I: ExactSizeIterator<Item = (u64, Option<&'t [u8]>, K)>,
     K: ExactSizeIterator<Item = &'a [u8]>,
 {
     // bincode's standard configuration: integers (lengths too) as varints, a sequence as its
@@ -204,12 +276,24 @@ where
     let mut out = Vec::with_capacity(16 + entries.len() * 32);
     varint(&mut out, first);
     varint(&mut out, entries.len() as u64);
-    for (time, keys) in entries {
+    let mut tags: Vec<(u64, &[u8])> = Vec::new();
+    for (i, (time, tag, keys)) in entries.enumerate() {
         varint(&mut out, time);
         varint(&mut out, keys.len() as u64);
         for key in keys {
             varint(&mut out, key.len() as u64);
             out.extend_from_slice(key);
+        }
+        if let Some(tag) = tag.filter(|t| !t.is_empty()) {
+            tags.push((i as u64, tag));
+        }
+    }
+    if !tags.is_empty() {
+        varint(&mut out, tags.len() as u64);
+        for (i, tag) in tags {
+            varint(&mut out, i);
+            varint(&mut out, tag.len() as u64);
+            out.extend_from_slice(tag);
         }
     }
     out
@@ -220,11 +304,13 @@ fn config() -> bincode::config::Configuration {
 }
 
 /// Encodes a record.
+#[cfg(test)]
 pub(crate) fn encode<T: Serialize>(value: &T) -> Vec<u8> {
     bincode::serde::encode_to_vec(value, config()).expect("encoding to a Vec cannot fail")
 }
 
 /// Decodes a record; `what` names it in the error.
+#[cfg(test)]
 pub(crate) fn decode<T: for<'de> Deserialize<'de>>(bytes: &[u8], what: &'static str) -> Result<T> {
     let (value, read) = bincode::serde::decode_from_slice(bytes, config())
         .map_err(|source| Error::Decode { what, source })?;
@@ -289,6 +375,7 @@ mod tests {
         let log = LogRecord {
             time: 1,
             keys: vec![b"a".to_vec(), vec![]],
+            tag: None,
         };
         let mut bytes = encode(&log);
         assert_eq!(decode::<LogRecord>(&bytes, "log").unwrap(), log);
@@ -301,6 +388,7 @@ mod tests {
                 LogRecord {
                     time: 2,
                     keys: vec![],
+                    tag: None,
                 },
             ],
         };
@@ -323,6 +411,7 @@ mod tests {
                 entries: vec![LogRecord {
                     time: 0,
                     keys: vec![],
+                    tag: None,
                 }],
             },
             LogGroup {
@@ -331,10 +420,12 @@ mod tests {
                     LogRecord {
                         time: 1_700_000_000_000_000_000,
                         keys: vec![b"/registry/pods/a".to_vec(), vec![], long.clone()],
+                        tag: None,
                     },
                     LogRecord {
                         time: huge_time,
                         keys: vec![vec![0, 255, 0]],
+                        tag: None,
                     },
                 ],
             },
@@ -344,19 +435,74 @@ mod tests {
                     .map(|i| LogRecord {
                         time: i * 65_537,
                         keys: vec![format!("k{i}").into_bytes(); (i % 3) as usize],
+                        tag: None,
                     })
                     .collect(),
             },
         ] {
-            let borrowed = encode_log_group(
-                group.first,
-                group
-                    .entries
-                    .iter()
-                    .map(|r| (r.time, r.keys.iter().map(Vec::as_slice))),
-            );
+            let borrowed = group.encode();
             assert_eq!(borrowed, encode(&group));
             assert_eq!(decode::<LogGroup>(&borrowed, "log").unwrap(), group);
+            assert_eq!(LogGroup::decode(&borrowed).unwrap(), group);
         }
+    }
+
+    #[test]
+    fn log_tags_follow_the_group_and_old_groups_decode_without_them() {
+        let record = |time, tag: Option<&[u8]>| LogRecord {
+            time,
+            keys: vec![format!("k{time}").into_bytes()],
+            tag: tag.map(<[u8]>::to_vec),
+        };
+        let tagged = LogGroup {
+            first: 40,
+            entries: vec![
+                record(1, Some(b"alice")),
+                record(2, None),
+                record(3, Some(&[0u8; 300])),
+            ],
+        };
+        let bytes = tagged.encode();
+        assert_eq!(LogGroup::decode(&bytes).unwrap(), tagged);
+        // The group's own bytes are the old layout: the tags only follow them.
+        let untagged = LogGroup {
+            entries: tagged
+                .entries
+                .iter()
+                .map(|r| LogRecord {
+                    tag: None,
+                    ..r.clone()
+                })
+                .collect(),
+            ..tagged.clone()
+        };
+        let old = encode(&untagged);
+        assert!(bytes.starts_with(&old));
+        // A record written before tags existed decodes with none.
+        assert_eq!(LogGroup::decode(&old).unwrap(), untagged);
+        assert_eq!(untagged.encode(), old, "no tags, no section");
+        // An empty tag is no tag.
+        let empty = LogGroup {
+            first: 1,
+            entries: vec![record(1, Some(b""))],
+        };
+        assert_eq!(
+            LogGroup::decode(&empty.encode()).unwrap().entries[0].tag,
+            None
+        );
+        // A damaged section is an error, not a silently dropped tag.
+        let mut extra = bytes.clone();
+        extra.push(0);
+        assert!(LogGroup::decode(&extra).is_err());
+        assert!(LogGroup::decode(&bytes[..bytes.len() - 1]).is_err());
+        let mut beyond = old.clone();
+        beyond.extend_from_slice(&[1, 3, 1, b'x']); // a tag for index 3 of a group of 3
+        assert!(LogGroup::decode(&beyond).is_err());
+        let mut zero = old.clone();
+        zero.push(0); // a section of no tags
+        assert!(LogGroup::decode(&zero).is_err());
+        let mut empty_tag = old.clone();
+        empty_tag.extend_from_slice(&[1, 0, 0]); // the writer never writes an empty tag
+        assert!(LogGroup::decode(&empty_tag).is_err());
     }
 }

@@ -343,6 +343,33 @@ pub struct Txn {
     pub success: Vec<Op>,
     /// Run otherwise.
     pub failure: Vec<Op>,
+    /// An opaque label kept with the revision this transaction writes, and read back with it by
+    /// [`Store::history`](crate::Store::history) and [`Store::log`](crate::Store::log): the API
+    /// server says there who made the change. At most [`MAX_TAG`] bytes; an empty tag is no tag.
+    /// A transaction that writes nothing leaves no revision, so its tag goes nowhere.
+    pub tag: Option<Vec<u8>>,
+}
+
+/// The longest [`Txn::tag`], in bytes; a longer one is refused with
+/// [`Error::ValueTooLarge`](crate::Error::ValueTooLarge).
+pub const MAX_TAG: usize = 1024;
+
+impl Txn {
+    /// The tag as stored: `None` for no tag or an empty one.
+    pub(crate) fn stored_tag(&self) -> Option<&[u8]> {
+        self.tag.as_deref().filter(|t| !t.is_empty())
+    }
+
+    /// Refuses a tag over [`MAX_TAG`].
+    pub(crate) fn check_tag(&self) -> crate::Result<()> {
+        match &self.tag {
+            Some(tag) if tag.len() > MAX_TAG => Err(crate::Error::ValueTooLarge {
+                size: tag.len(),
+                limit: MAX_TAG,
+            }),
+            _ => Ok(()),
+        }
+    }
 }
 
 /// The result of one [`Op`].
@@ -448,8 +475,21 @@ pub struct LogEntry {
     pub revision: Revision,
     /// When it was committed.
     pub time: SystemTime,
+    /// The [`Txn::tag`] of the transaction that wrote it, if it had one (revisions written
+    /// before tags existed, and those the store writes itself such as lease expiry, have none).
+    pub tag: Option<Vec<u8>>,
     /// What it changed, with each key's previous version.
     pub events: Vec<Event>,
+}
+
+/// When a revision was committed and the tag it carries: what [`Store::history`](crate::Store::history)
+/// gives with each version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Commit {
+    /// When it was committed.
+    pub time: SystemTime,
+    /// Its [`Txn::tag`], as [`LogEntry::tag`].
+    pub tag: Option<Vec<u8>>,
 }
 
 /// A lease as granted or kept alive.

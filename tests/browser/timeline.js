@@ -59,6 +59,11 @@ async function main() {
     }
     check(rows.some((r) => r.includes('Deployment') && r.includes('default/web') && r.includes('created')), 'the list shows web created');
     check(rows.some((r) => r.includes('ConfigMap') && r.includes('default/doomed') && r.includes('deleted')), 'the list shows doomed deleted');
+    const users = await page.$$eval('#changes tbody tr', (trs) => trs
+      .filter((tr) => tr.innerText.includes('Deployment') && tr.innerText.includes('created')
+        && [...tr.querySelectorAll('td')].some((td) => td.textContent.trim() === 'default/web'))
+      .map((tr) => tr.querySelector('td.user').textContent));
+    check(users.length === 1 && users[0] === 'system:admin', `the list names who created web (${users})`);
     const revs = await page.$$eval('#changes tbody tr', (trs) => trs.map((tr) => Number(tr.dataset.revision)));
     check(revs.every((r, i) => i === 0 || revs[i - 1] >= r), 'the list is newest first');
     const markers = await page.locator('#chart svg .m-delete').count();

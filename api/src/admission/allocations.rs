@@ -136,6 +136,7 @@ pub async fn claim(store: &dyn Store, owner: &str, keys: &[Vec<u8>]) -> Result<C
                 .map(|k| Op::put(k.clone(), value.clone()))
                 .collect(),
             failure: read_every_reservation(),
+            tag: crate::origin::current(),
         })
         .await?;
     if response.succeeded {
@@ -175,6 +176,7 @@ async fn delete_if_unchanged(store: &dyn Store, kv: &KeyValue) -> Result<bool> {
             compare: vec![Compare::mod_revision_is(kv.key.clone(), kv.mod_revision)],
             success: vec![Op::delete(kv.key.clone())],
             failure: vec![],
+            tag: crate::origin::current(),
         })
         .await?;
     Ok(response.succeeded)

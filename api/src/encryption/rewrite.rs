@@ -128,6 +128,7 @@ async fn rewrite_prefix(
                         prev_kv: false,
                     }],
                     failure: vec![],
+                    tag: None,
                 })
                 .await
                 .map_err(fail)?;

@@ -7,8 +7,9 @@ use std::time::{Duration, SystemTime};
 
 use futures::StreamExt;
 use skiff_store::{
-    Error, Event, KeyValue, Lease, LeaseId, LogEntry, Op, OpResponse, RangeRequest, RangeResponse,
-    Result, Revision, Store, StoreStatus, Txn, TxnResponse, WatchRequest, WatchStream,
+    Commit, Error, Event, KeyValue, Lease, LeaseId, LogEntry, Op, OpResponse, RangeRequest,
+    RangeResponse, Result, Revision, Store, StoreStatus, Txn, TxnResponse, WatchRequest,
+    WatchStream,
 };
 
 use super::Encryption;
@@ -133,7 +134,7 @@ impl Store for EncryptedStore {
         ))
     }
 
-    async fn history(&self, key: &[u8]) -> Result<Vec<(SystemTime, Event)>> {
+    async fn history(&self, key: &[u8]) -> Result<Vec<(Commit, Event)>> {
         let mut versions = self.inner.history(key).await?;
         for (_, event) in &mut versions {
             self.open_event(event)?;

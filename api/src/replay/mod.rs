@@ -28,6 +28,8 @@ use skiff_kinds::{Kinds, Snapshot};
 use skiff_meta::ResourceInfo;
 use skiff_store::{KeyRange, KeyValue, LogEntry, RangeRequest, Revision, Store};
 
+use crate::origin::Origin;
+
 pub use objects::Operation;
 pub use point::Point;
 
@@ -99,6 +101,10 @@ pub struct Version {
     /// The field manager that made it, where recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub manager: Option<String>,
+    /// Who made it (user and groups), where recorded: absent for the server's own writes and
+    /// those from before users were recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<Origin>,
     /// The object as written (for a delete: as it was before).
     pub object: Value,
 }
@@ -122,6 +128,9 @@ pub struct Change {
     /// The field manager that made it, where recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub manager: Option<String>,
+    /// Who made it, as [`Version::user`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<Origin>,
     /// The top-level fields that changed (`spec`, `status`, `metadata.labels`).
     pub fields: Vec<String>,
     /// The object before (absent for a create).
@@ -413,7 +422,7 @@ impl Replay {
             .map_err(|e| self.store_error(e))?;
         let mut out = Vec::with_capacity(events.len());
         let mut before: Option<Value> = None;
-        for (time, event) in events {
+        for (commit, event) in events {
             let after = match event.kind {
                 skiff_store::EventKind::Put => objects::decode(&event.kv),
                 skiff_store::EventKind::Delete => None,
@@ -427,9 +436,10 @@ impl Replay {
             };
             out.push(Version {
                 revision: event.kv.mod_revision.0,
-                time: format_time(time),
+                time: format_time(commit.time),
                 operation,
                 manager,
+                user: Origin::of_tag(commit.tag.as_deref()),
                 object,
             });
             before = after;
@@ -460,6 +470,7 @@ impl Replay {
                 namespace,
                 name,
                 manager: objects::manager(before.as_ref(), after.as_ref()),
+                user: Origin::of_tag(entry.tag.as_deref()),
                 fields: objects::changed_fields(before.as_ref(), after.as_ref()),
                 before,
                 after,

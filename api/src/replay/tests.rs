@@ -184,6 +184,70 @@ async fn history_lists_every_version_with_operation_and_manager() {
     );
 }
 
+/// Each change names the user whose request made it: writes through the registry inside a
+/// request's origin scope carry it, impersonation keeps the authenticated user too, and the
+/// server's own writes (outside any request) carry none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_and_the_log_name_who_made_each_change() {
+    use crate::origin::{self, Origin};
+    let dir = TempDir::new();
+    let store = open(&dir);
+    let registry = crate::registry::Registry::new(store.clone());
+    let info = configmaps();
+    let alice = Origin {
+        user: "alice".into(),
+        groups: vec!["devs".into(), "system:authenticated".into()],
+        by: None,
+    };
+    let bob = Origin {
+        user: "bob".into(),
+        groups: vec!["ops".into()],
+        by: Some("system:admin".into()),
+    };
+    let object = cm("a", "1", "kubectl-create", "2024-01-01T00:00:00Z");
+    origin::scope(&alice, registry.create(info, object, None))
+        .await
+        .unwrap();
+    let change = registry.update(
+        info,
+        Some("default"),
+        "a",
+        None,
+        false,
+        |mut o| async move {
+            o["data"]["k"] = json!("2");
+            Ok(crate::registry::Update::Write(o))
+        },
+    );
+    origin::scope(&bob, change).await.unwrap();
+    registry
+        .delete(info, Some("default"), "a", None)
+        .await
+        .unwrap();
+    let replay = Replay::new(store);
+    let versions = replay.history(info, Some("default"), "a").await.unwrap();
+    let users: Vec<_> = versions.iter().map(|v| v.user.clone()).collect();
+    assert_eq!(users, vec![Some(alice.clone()), Some(bob.clone()), None]);
+    let page = replay
+        .log(Revision(1), None, &Filter::default(), usize::MAX)
+        .await
+        .unwrap();
+    let users: Vec<_> = page.changes.iter().map(|c| c.user.clone()).collect();
+    assert_eq!(users, vec![Some(alice), Some(bob.clone()), None]);
+    // In JSON as an audit event names its user.
+    let json = serde_json::to_value(&versions[1]).unwrap();
+    assert_eq!(
+        json["user"],
+        json!({"username": "bob", "groups": ["ops"], "impersonatedBy": "system:admin"})
+    );
+    assert!(
+        serde_json::to_value(&versions[2])
+            .unwrap()
+            .get("user")
+            .is_none()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_log_and_diffs_name_exactly_what_changed() {
     let dir = TempDir::new();

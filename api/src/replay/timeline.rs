@@ -399,6 +399,9 @@ pub struct Row {
     /// The field manager, where recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub manager: Option<String>,
+    /// Who made it, where recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<crate::origin::Origin>,
     /// The top-level fields that changed.
     pub fields: Vec<String>,
     /// What it is worth pointing at.
@@ -418,6 +421,7 @@ impl Row {
             namespace: change.namespace,
             name: change.name,
             manager: change.manager,
+            user: change.user,
             fields: change.fields,
             markers,
         }
@@ -943,6 +947,7 @@ mod tests {
             namespace: Some("default".into()),
             name: "x".into(),
             manager: Some("kubectl".into()),
+            user: None,
             fields: vec![],
             before,
             after,

@@ -218,6 +218,13 @@ function attachBrush(svg, brush, t, bw) {
 
 // ---- The change list ----------------------------------------------------------------------
 
+/** Who made a change: the user, its groups on hover; empty for the server's own writes. */
+function userCell(u) {
+  if (!u) return el('td', { class: 'user', title: 'the server itself, or from before users were recorded' }, '');
+  const by = u.impersonatedBy ? ` (by ${u.impersonatedBy})` : '';
+  return el('td', { class: 'user', title: `groups: ${(u.groups || []).join(', ') || 'none'}` }, u.username + by);
+}
+
 function changeRow(c) {
   return el('tr', { 'data-revision': c.revision },
     el('td', {}, el('a', { class: 'rev', title: 'the cluster at this revision', onclick: () => showPoint(String(c.revision)) }, String(c.revision))),
@@ -226,6 +233,7 @@ function changeRow(c) {
     el('td', {}, c.kind),
     el('td', {}, el('a', { class: 'obj', title: 'its versions', onclick: () => showObject(c, c.revision) }, objName(c))),
     el('td', {}, c.manager || ''),
+    userCell(c.user),
     el('td', { class: 'fields' }, (c.fields || []).join(', ')));
 }
 
@@ -423,7 +431,7 @@ async function showObject(ref, rev) {
       for (const tr of document.querySelectorAll('#versions tbody tr')) tr.classList.toggle('selected', Number(tr.dataset.revision) === v.revision);
       const before = idx > 0 ? versions[idx - 1] : null;
       const after = v.operation === 'deleted' ? null : v.object;
-      $('#diff-title').textContent = `r${before ? before.revision : '\u2013'} \u2192 r${v.revision}: ${v.operation}${v.manager ? ` by ${v.manager}` : ''}`;
+      $('#diff-title').textContent = `r${before ? before.revision : '\u2013'} \u2192 r${v.revision}: ${v.operation}${v.manager ? ` by ${v.manager}` : ''}${v.user ? ` (user ${v.user.username})` : ''}`;
       $('#object-diff').replaceChildren(sideBySide(before && before.operation !== 'deleted' ? before.object : null, after));
       commands($('#object-commands'), v.revision, ref);
       links(ref, v);
@@ -431,7 +439,8 @@ async function showObject(ref, rev) {
     const body = $('#versions tbody');
     body.replaceChildren(...versions.map((v, idx) => el('tr', { 'data-revision': v.revision },
       el('td', {}, el('a', { onclick: () => select(idx) }, String(v.revision))),
-      el('td', {}, fmtTime(v.time)), el('td', { class: opClass(v.operation) }, v.operation), el('td', {}, v.manager || ''))));
+      el('td', {}, fmtTime(v.time)), el('td', { class: opClass(v.operation) }, v.operation), el('td', {}, v.manager || ''),
+      userCell(v.user))));
     if (!versions.length) { $('#object-diff').replaceChildren(el('p', {}, 'No retained versions: it never existed in the retained history.')); return; }
     select(pick(rev === undefined ? Infinity : rev));
   } catch (e) { if (e.code !== 401) showError(e); }

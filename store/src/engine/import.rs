@@ -18,7 +18,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use super::read;
 use crate::error::{Error, Result};
 use crate::keys;
-use crate::record::{self, HistRecord, LogGroup, LogRecord};
+use crate::record::{HistRecord, LogGroup, LogRecord};
 use crate::types::{EventKind, KeyValue, LeaseId, LogEntry, Revision};
 
 /// Records per sled batch.
@@ -193,9 +193,10 @@ impl Importer {
             entries: vec![LogRecord {
                 time,
                 keys: log_keys,
+                tag: entry.tag.clone().filter(|t| !t.is_empty()),
             }],
         };
-        self.insert(keys::log_key(rev).to_vec(), record::encode(&log))?;
+        self.insert(keys::log_key(rev).to_vec(), log.encode())?;
         self.last = rev;
         self.last_time = time;
         Ok(())

@@ -25,7 +25,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::error::{Error, Result};
 use crate::keys;
-use crate::record::{HistRecord, decode_u64};
+use crate::record::{HistRecord, LogGroup, decode_u64};
 use crate::types::*;
 use crate::{Store, WatchStream};
 
@@ -152,6 +152,8 @@ pub struct PrefixRetention {
 #[derive(Debug)]
 pub(crate) struct Entry {
     pub revision: u64,
+    /// The transaction's tag ([`Txn::tag`](crate::Txn::tag)), for the log record.
+    pub tag: Option<Vec<u8>>,
     pub events: Vec<Change>,
 }
 
@@ -878,6 +880,7 @@ impl Engine {
 
     /// Checks sizes and duplicate keys before a transaction reaches the writer.
     fn validate(&self, txn: &Txn) -> Result<()> {
+        txn.check_tag()?;
         let limit = self.shared.config.max_value_size;
         // Transactions are mostly a few operations: a short list is searched, a long one hashed.
         const SCAN: usize = 16;
@@ -1017,21 +1020,30 @@ impl Store for Engine {
         Ok(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx)))
     }
 
-    async fn history(&self, key: &[u8]) -> Result<Vec<(SystemTime, Event)>> {
+    async fn history(&self, key: &[u8]) -> Result<Vec<(Commit, Event)>> {
         let key = key.to_vec();
         self.blocking(move |shared| {
             let durable = shared.durable();
             let records = read::key_history(&shared.db, &key)?;
             let mut out = Vec::with_capacity(records.len());
             let mut prev: Option<KeyValue> = None;
+            // Tags live in the log records; consecutive versions often share one.
+            let mut group: Option<LogGroup> = None;
             for (rev, rec) in records {
                 if rev > durable {
                     break;
                 }
-                let time = std::time::UNIX_EPOCH + Duration::from_nanos(rec.time);
+                if group.as_ref().is_none_or(|g| g.get(rev).is_none()) {
+                    group = read::log_group_of(&shared.db, rev)?;
+                }
+                let commit = Commit {
+                    time: std::time::UNIX_EPOCH + Duration::from_nanos(rec.time),
+                    // A version whose log record compaction removed keeps its value only.
+                    tag: group.as_ref().and_then(|g| g.get(rev)?.tag.clone()),
+                };
                 let event = read::record_event(&key, rev, &rec, prev.take());
                 prev = read::record_kv(&key, rev, &rec, false);
-                out.push((time, event));
+                out.push((commit, event));
             }
             Ok(out)
         })

@@ -5,7 +5,7 @@ use std::ops::Bound;
 
 use crate::error::{Error, Result};
 use crate::keys::{self, hist_bounds, hist_key, hist_key_end, hist_key_start, parse_hist_key};
-use crate::record::{HistRecord, LogGroup, LogRecord, decode};
+use crate::record::{HistRecord, LogGroup, LogRecord};
 use crate::types::{Event, EventKind, KeyRange, KeyValue, LeaseId, RangeRequest, Revision};
 
 /// Maps a sled error to the store's error.
@@ -287,7 +287,7 @@ pub(crate) fn decode_log(raw_key: &[u8], bytes: &[u8]) -> Result<LogGroup> {
     let last = keys::parse_log_key(raw_key)
         .ok_or_else(|| malformed("malformed log key"))?
         .0;
-    let group: LogGroup = decode(bytes, "log record")?;
+    let group = LogGroup::decode(bytes)?;
     if group.entries.is_empty()
         || group.first.checked_add(group.entries.len() as u64 - 1) != Some(last)
     {

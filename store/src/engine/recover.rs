@@ -404,7 +404,7 @@ impl Store for SledStore {
         )))
     }
 
-    async fn history(&self, key: &[u8]) -> Result<Vec<(SystemTime, Event)>> {
+    async fn history(&self, key: &[u8]) -> Result<Vec<(Commit, Event)>> {
         self.engine()?.0.history(key).await
     }
 

@@ -146,6 +146,7 @@ mod tests {
             compare: vec![],
             success: vec![Op::put("k", vec![0; 100]), Op::put("j", vec![0; 10])],
             failure: vec![Op::put("k", vec![0; 2000])],
+            tag: None,
         };
         assert_eq!(txn_cost(&txn), put_cost(b"k", &[0; 2000]));
         assert!(put_cost(b"k", &[0; 2000]) > put_cost(b"k", &[0; 100]) + put_cost(b"j", &[0; 10]));
@@ -156,6 +157,7 @@ mod tests {
                 prev_kv: false,
             }],
             failure: vec![],
+            tag: None,
         };
         assert_eq!(txn_cost(&deletes), 0);
     }

@@ -132,6 +132,7 @@ pub(crate) fn read_log(
             out.push(LogEntry {
                 revision: Revision(rev),
                 time: std::time::UNIX_EPOCH + Duration::from_nanos(log.time),
+                tag: log.tag.clone(),
                 events,
             });
         }
@@ -188,6 +189,7 @@ pub(crate) fn read_log_retained(
                 LogEntry {
                     revision: Revision(rev),
                     time: std::time::UNIX_EPOCH + Duration::from_nanos(log.time),
+                    tag: log.tag.clone(),
                     events,
                 },
                 pruned,
@@ -432,6 +434,7 @@ mod tests {
     fn entry(rev: u64) -> Arc<Entry> {
         Arc::new(Entry {
             revision: rev,
+            tag: None,
             events: Vec::new(),
         })
     }
@@ -463,6 +466,7 @@ mod tests {
             .collect();
         Arc::new(Entry {
             revision: rev,
+            tag: None,
             events,
         })
     }

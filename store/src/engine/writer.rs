@@ -324,10 +324,13 @@ impl Writer {
             let last = group.log_first + group.log.len() as u64 - 1;
             let record = encode_log_group(
                 group.log_first,
-                group
-                    .log
-                    .iter()
-                    .map(|(time, entry)| (*time, entry.events.iter().map(|c| c.kv.key.as_slice()))),
+                group.log.iter().map(|(time, entry)| {
+                    (
+                        *time,
+                        entry.tag.as_deref(),
+                        entry.events.iter().map(|c| c.kv.key.as_slice()),
+                    )
+                }),
             );
             group.batch.insert(&log_key(last)[..], record);
             group.dirty = true;
@@ -666,6 +669,7 @@ impl Writer {
         built: Built,
         rev: u64,
         time: u64,
+        tag: Option<&[u8]>,
         group: &mut Group,
     ) -> Result<Option<Arc<Entry>>> {
         if built.events.is_empty() {
@@ -686,6 +690,7 @@ impl Writer {
         );
         let entry = Arc::new(Entry {
             revision: rev,
+            tag: tag.map(<[u8]>::to_vec),
             events: built.events,
         });
         group.log.push((time, entry.clone()));
@@ -754,6 +759,7 @@ impl Writer {
                 break;
             }
         }
+        let tag = txn.stored_tag().map(<[u8]>::to_vec);
         let ops = if succeeded { txn.success } else { txn.failure };
         {
             let table = self.shared.leases.lock().expect("lease table poisoned");
@@ -781,7 +787,7 @@ impl Writer {
                 response
             })
             .collect();
-        let entry = self.commit(built, rev, time, group)?;
+        let entry = self.commit(built, rev, time, tag.as_deref(), group)?;
         Ok((
             TxnResponse {
                 succeeded,
@@ -854,7 +860,7 @@ impl Writer {
         let rev = self.next_rev;
         let time = now_nanos().max(self.last_time);
         let built = self.build(ops, rev, time, &mut group)?;
-        let entry = self.commit(built, rev, time, &mut group)?;
+        let entry = self.commit(built, rev, time, None, &mut group)?;
         if let Err(e) = self.finish(group) {
             self.next_rev = rev;
             return Err(e);

@@ -155,19 +155,47 @@ impl Layout {
     }
 }
 
-/// Encodes a commit time (nanoseconds since the epoch) as the clock key's value.
-pub(crate) fn encode_time(nanos: u64) -> Vec<u8> {
-    nanos.to_be_bytes().to_vec()
+/// Encodes a commit time (nanoseconds since the epoch) and the transaction's tag, if any, as
+/// the clock key's value: 8 bytes of time, then the tag's bytes.
+pub(crate) fn encode_clock(nanos: u64, tag: Option<&[u8]>) -> Vec<u8> {
+    let tag = tag.unwrap_or_default();
+    let mut out = Vec::with_capacity(8 + tag.len());
+    out.extend_from_slice(&nanos.to_be_bytes());
+    out.extend_from_slice(tag);
+    out
 }
 
-/// Decodes the clock key's value; a value that is not 8 bytes reads as the epoch.
+/// Decodes the clock key's value's time; a value shorter than 8 bytes reads as the epoch.
 pub(crate) fn decode_time(value: &[u8]) -> u64 {
-    value.try_into().map(u64::from_be_bytes).unwrap_or(0)
+    value
+        .get(..8)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u64::from_be_bytes)
+}
+
+/// Decodes the clock key's value's tag: whatever follows the time (values written before tags
+/// existed are the time alone, so no tag).
+pub(crate) fn decode_tag(value: &[u8]) -> Option<Vec<u8>> {
+    value.get(8..).filter(|t| !t.is_empty()).map(<[u8]>::to_vec)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn clock_values_carry_a_tag_after_the_time_and_old_ones_none() {
+        let t: u64 = 1_700_000_000_123_456_789;
+        let old = t.to_be_bytes().to_vec();
+        assert_eq!((decode_time(&old), decode_tag(&old)), (t, None));
+        assert_eq!(encode_clock(t, None), old);
+        let tagged = encode_clock(t, Some(b"alice"));
+        assert_eq!(
+            (decode_time(&tagged), decode_tag(&tagged)),
+            (t, Some(b"alice".to_vec()))
+        );
+        assert_eq!(decode_time(b"short"), 0);
+    }
 
     #[test]
     fn ranges_stay_inside_the_prefix_and_outside_the_reserved_area() {
@@ -202,6 +230,6 @@ mod tests {
         // An all-0xff prefix has no end: etcd's "to the end of the key space".
         let l = Layout::new(vec![0xff]);
         assert_eq!(l.range(&KeyRange::prefix("")).unwrap().end, vec![0]);
-        assert_eq!(decode_time(&encode_time(42)), 42);
+        assert_eq!(decode_time(&encode_clock(42, None)), 42);
     }
 }

@@ -33,8 +33,11 @@
 //! write nothing), the clock put sits in nested txns whose guards ask whether each delete's
 //! range is non-empty; etcd evaluates every nested guard against the state before the txn, so
 //! the clock is written exactly when something is deleted. The time of revision `r` is the
-//! clock's value read *at* `r`. Cost: one extra small put per write (about 30 bytes of key and
-//! 8 of value in etcd's history until compaction, and one of etcd's `--max-txn-ops`), no extra
+//! clock's value read *at* `r`. The transaction's [`Txn::tag`] follows the 8 bytes of time in
+//! the same value (a value of 8 bytes, as written before tags existed, is no tag); the tag of
+//! `r` is the one read at `r` when the clock's mod revision is `r`. Cost: one extra small put
+//! per write (about 30 bytes of key and 8 of value plus the tag in etcd's history until
+//! compaction, and one of etcd's `--max-txn-ops`), no extra
 //! round trip. `revision_at(t)` binary-searches the clock's versions (about log2 of the retained
 //! revisions in reads). Revisions etcd writes itself (lease expiry and revoke) carry no clock:
 //! they get the time of the newest clocked revision before them, a lower bound. Times from
@@ -100,7 +103,7 @@ use tokio_util::task::TaskTracker;
 use crate::error::{Error, Result};
 use crate::types::*;
 use crate::{Retention, Store, WatchStream};
-use keys::{EtcdRange, Layout, decode_time, encode_time};
+use keys::{EtcdRange, Layout, decode_tag, decode_time, encode_clock};
 use watch::Cursor;
 
 /// TLS files for an `https://` endpoint (PEM).
@@ -531,6 +534,12 @@ impl Inner {
     /// The clock key's value at `revision` (the commit time of the newest skiff write at or
     /// before it), or `None` before the first one or where it is compacted away.
     async fn clock_at(&self, revision: u64) -> Result<Option<u64>> {
+        Ok(self.commit_at(revision).await?.map(|(time, _)| time))
+    }
+
+    /// [`Inner::clock_at`] with the tag of the write at `revision` itself (none when the clock's
+    /// newest version there is an earlier write's: `revision` is one etcd wrote itself).
+    async fn commit_at(&self, revision: u64) -> Result<Option<(u64, Option<Vec<u8>>)>> {
         if revision == 0 {
             return Ok(None);
         }
@@ -538,7 +547,12 @@ impl Inner {
             .get_at(ec::GetOptions::new(), self.layout.clock_key(), revision)
             .await
         {
-            Ok(r) => Ok(r.kvs().first().map(|kv| decode_time(kv.value()))),
+            Ok(r) => Ok(r.kvs().first().map(|kv| {
+                let tag = (rev(kv.mod_revision()) == revision)
+                    .then(|| decode_tag(kv.value()))
+                    .flatten();
+                (decode_time(kv.value()), tag)
+            })),
             Err(Error::Compacted { .. }) => Ok(None),
             Err(e) => Err(e),
         }
@@ -692,7 +706,7 @@ impl Inner {
     /// module docs). `sentinel` is a revision at or before `target` known to have an event in
     /// `range`; past it, `fence` writes a clock-only revision to end the replay, and without
     /// `fence` nothing more can follow. Returns the deliveries of revisions up to `target`
-    /// (at most `limit` with store keys) and the clock times seen.
+    /// (at most `limit` with store keys) and the clock values seen (time, tag) by revision.
     #[allow(clippy::too_many_arguments)]
     async fn replay(
         &self,
@@ -703,7 +717,7 @@ impl Inner {
         fence: bool,
         prev_kv: bool,
         limit: usize,
-    ) -> Result<(Vec<WatchResponse>, BTreeMap<u64, u64>)> {
+    ) -> Result<(Vec<WatchResponse>, BTreeMap<u64, (u64, Option<Vec<u8>>)>)> {
         let mut out = Vec::new();
         let mut clocks = BTreeMap::new();
         let mut cursor = Cursor { next: from };
@@ -763,7 +777,10 @@ impl Inner {
                     delivery.events.retain(|e| {
                         let full = self.layout.key_of(&e.kv.key);
                         if self.layout.is_clock(&full) {
-                            clocks.insert(delivery.revision.0, decode_time(&e.kv.value));
+                            clocks.insert(
+                                delivery.revision.0,
+                                (decode_time(&e.kv.value), decode_tag(&e.kv.value)),
+                            );
                             false
                         } else {
                             // Any other reserved key is the store's own, never a change.
@@ -899,7 +916,7 @@ impl Inner {
     async fn fence(&self) -> Result<()> {
         let txn = ec::Txn::new().and_then(vec![ec::TxnOp::put(
             self.layout.clock_key(),
-            encode_time(self.next_time()),
+            encode_clock(self.next_time(), None),
             None,
         )]);
         let mut kv = self.client.kv_client();
@@ -1287,7 +1304,8 @@ impl Store for EtcdStore {
         for c in &txn.compare {
             inner.layout.key(&c.key)?;
         }
-        let time = encode_time(inner.next_time());
+        txn.check_tag()?;
+        let time = encode_clock(inner.next_time(), txn.stored_tag());
         let (success, success_slots) = inner.branch(&txn.success, &time)?;
         let (failure_ops, failure_slots) = inner.branch(&txn.failure, &time)?;
         let compares: Vec<ec::Compare> = txn
@@ -1425,7 +1443,7 @@ impl Store for EtcdStore {
         Ok(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx)))
     }
 
-    async fn history(&self, key: &[u8]) -> Result<Vec<(SystemTime, Event)>> {
+    async fn history(&self, key: &[u8]) -> Result<Vec<(Commit, Event)>> {
         let inner = &self.inner;
         inner.check_open()?;
         let Some(r) = inner.layout.range(&KeyRange::key(key)) else {
@@ -1487,16 +1505,17 @@ impl Store for EtcdStore {
             }
         };
         out.extend(deliveries.into_iter().flat_map(|d| d.events));
-        let mut times = HashMap::new();
+        let mut commits = HashMap::new();
         for e in &out {
             let r = e.kv.mod_revision.0;
-            if let std::collections::hash_map::Entry::Vacant(v) = times.entry(r) {
-                v.insert(inner.clock_at(r).await?.map_or(UNIX_EPOCH, time));
+            if let std::collections::hash_map::Entry::Vacant(v) = commits.entry(r) {
+                let (t, tag) = inner.commit_at(r).await?.unwrap_or((0, None));
+                v.insert(Commit { time: time(t), tag });
             }
         }
         Ok(out
             .into_iter()
-            .map(|e| (times[&e.kv.mod_revision.0], e))
+            .map(|e| (commits[&e.kv.mod_revision.0].clone(), e))
             .collect())
     }
 
@@ -1530,13 +1549,16 @@ impl Store for EtcdStore {
             .await?;
         let mut entries = Vec::with_capacity(deliveries.len());
         for d in deliveries {
-            let t = match clocks.range(..=d.revision.0).next_back() {
-                Some((_, t)) => *t,
-                None => inner.clock_at(d.revision.0).await?.unwrap_or(0),
+            // A revision without a clock of its own (etcd's lease expiry) has the time of the
+            // write before it and no tag.
+            let (t, tag) = match clocks.range(..=d.revision.0).next_back() {
+                Some((&r, (t, tag))) => (*t, tag.clone().filter(|_| r == d.revision.0)),
+                None => inner.commit_at(d.revision.0).await?.unwrap_or((0, None)),
             };
             entries.push(LogEntry {
                 revision: d.revision,
                 time: time(t),
+                tag,
                 events: d.events,
             });
         }

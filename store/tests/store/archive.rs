@@ -20,6 +20,17 @@ async fn fill(store: &dyn Store) -> Revision {
         let key = format!("/k/{}", i % 7);
         last = if i % 11 == 10 {
             store.delete(KeyRange::key(key)).await.unwrap().0
+        } else if i % 3 == 0 {
+            // Tagged writes: an archive carries their tags.
+            store
+                .txn(Txn {
+                    success: vec![Op::put(key, format!("v{i}"))],
+                    tag: Some(format!("writer {}", i % 2).into_bytes()),
+                    ..Txn::default()
+                })
+                .await
+                .unwrap()
+                .revision
         } else {
             store
                 .put(key.into_bytes(), format!("v{i}").into_bytes(), None)
@@ -62,7 +73,7 @@ async fn assert_same(a: &dyn Store, b: &dyn Store, first: u64, last: u64) {
         let key = format!("/k/{k}");
         // Versions up to `last`, from the key's state before `first` on (a copy of a window
         // keeps a key's version before it only if it was a put, as compaction does).
-        let keep = |h: Vec<(std::time::SystemTime, Event)>| {
+        let keep = |h: Vec<(Commit, Event)>| {
             let h: Vec<_> = h
                 .into_iter()
                 .filter(|(_, e)| e.kv.mod_revision.0 <= last)
@@ -78,8 +89,12 @@ async fn assert_same(a: &dyn Store, b: &dyn Store, first: u64, last: u64) {
                     }
                 });
             let mut h = h[start..].to_vec();
-            if let Some((_, e)) = h.first_mut() {
+            if let Some((c, e)) = h.first_mut() {
                 e.prev_kv = None;
+                // A version from before the window is carried without its tag.
+                if e.kv.mod_revision.0 < first {
+                    c.tag = None;
+                }
             }
             h
         };

@@ -58,6 +58,7 @@ async fn every_watcher_sees_the_same_sequence_as_the_log() {
                             compare: vec![],
                             success: ops,
                             failure: vec![],
+                            tag: None,
                         })
                         .await
                         .unwrap();

@@ -166,6 +166,7 @@ pub async fn transactions_compare_and_branch(store: &dyn Store, base: u64) {
             compare: vec![Compare::not_exists("a")],
             success: vec![Op::put("a", "new")],
             failure: vec![Op::get("a")],
+            tag: None,
         })
         .await
         .unwrap();
@@ -212,6 +213,7 @@ pub async fn transactions_compare_and_branch(store: &dyn Store, base: u64) {
                 Op::put("c", "1"),
             ],
             failure: vec![],
+            tag: None,
         })
         .await
         .unwrap();
@@ -246,6 +248,7 @@ pub async fn transactions_compare_and_branch(store: &dyn Store, base: u64) {
             compare: vec![Compare::mod_revision_is("a", r1)],
             success: vec![Op::put("a", "3")],
             failure: vec![],
+            tag: None,
         })
         .await
         .unwrap();
@@ -266,6 +269,7 @@ pub async fn transactions_compare_and_branch(store: &dyn Store, base: u64) {
                 }],
                 success: vec![Op::put("zz", "x")],
                 failure: vec![],
+                tag: None,
             })
             .await
             .unwrap();
@@ -277,6 +281,7 @@ pub async fn transactions_compare_and_branch(store: &dyn Store, base: u64) {
             compare: vec![],
             success: vec![Op::delete("none"), Op::delete("c")],
             failure: vec![],
+            tag: None,
         })
         .await
         .unwrap();
@@ -297,6 +302,7 @@ pub async fn transactions_compare_and_branch(store: &dyn Store, base: u64) {
                 prev_kv: true,
             }],
             failure: vec![],
+            tag: None,
         })
         .await
         .unwrap();
@@ -316,6 +322,7 @@ pub async fn transactions_compare_and_branch(store: &dyn Store, base: u64) {
             compare: vec![],
             success: vec![Op::put("x", "1"), Op::put("x", "2")],
             failure: vec![],
+            tag: None,
         })
         .await
         .unwrap_err();
@@ -331,6 +338,7 @@ pub async fn transactions_compare_and_branch(store: &dyn Store, base: u64) {
                 },
             ],
             failure: vec![],
+            tag: None,
         })
         .await
         .unwrap_err();
@@ -556,11 +564,103 @@ pub async fn commit_times_map_back_to_revisions(store: &dyn Store, base: u64) {
     );
     // History times are the log's.
     let history = store.history(b"k0").await.unwrap();
-    for (t, e) in &history {
+    for (c, e) in &history {
         let entry = log
             .iter()
             .find(|l| l.revision == e.kv.mod_revision)
             .unwrap();
-        assert_eq!(*t, entry.time);
+        assert_eq!(c.time, entry.time);
     }
+}
+
+/// A write with `tag`.
+async fn tagged(store: &dyn Store, ops: Vec<Op>, tag: &[u8]) -> Result<TxnResponse> {
+    store
+        .txn(Txn {
+            success: ops,
+            tag: Some(tag.to_vec()),
+            ..Txn::default()
+        })
+        .await
+}
+
+pub async fn tags_are_kept_with_their_revisions(store: &dyn Store, base: u64) {
+    let r = |n: u64| Revision(base + n);
+    let tag_of = |t: &Option<Vec<u8>>| {
+        t.as_deref()
+            .map(|t| String::from_utf8_lossy(t).into_owned())
+    };
+    assert_eq!(
+        tagged(store, vec![Op::put("t/a", "1")], b"alice")
+            .await
+            .unwrap()
+            .revision,
+        r(1)
+    );
+    assert_eq!(put(store, "t/a", "2").await, r(2));
+    // A transaction of deletes only (on etcd its clock sits in nested txns).
+    let deleted = tagged(store, vec![Op::delete("t/a")], b"bob")
+        .await
+        .unwrap();
+    assert_eq!(deleted.revision, r(3));
+    // A tagged transaction that writes nothing leaves no revision, so no tag anywhere.
+    let nothing = tagged(store, vec![Op::delete("t/missing")], b"carol")
+        .await
+        .unwrap();
+    assert_eq!(nothing.revision, r(3));
+    assert_eq!(
+        tagged(store, vec![Op::put("t/b", "1")], b"")
+            .await
+            .unwrap()
+            .revision,
+        r(4)
+    );
+    let lease = store.lease_grant(Duration::from_secs(60)).await.unwrap();
+    let leased = Op::Put {
+        key: b"t/b".to_vec(),
+        value: b"2".to_vec(),
+        lease: Some(lease.id),
+        prev_kv: false,
+    };
+    let leased = tagged(store, vec![leased], &[0xff; MAX_TAG]).await.unwrap();
+    // The revoke's delete is the store's own write: no tag (nor the previous write's).
+    let revoked = store.lease_revoke(lease.id).await.unwrap();
+    assert!(revoked > leased.revision);
+    let log = store.log(r(1), None, 100).await.unwrap();
+    let tags: Vec<_> = log.iter().map(|e| tag_of(&e.tag)).collect();
+    let full = Some(String::from_utf8_lossy(&[0xff; MAX_TAG]).into_owned());
+    assert_eq!(
+        tags,
+        vec![
+            Some("alice".into()),
+            None,
+            Some("bob".into()),
+            None,
+            full.clone(),
+            None
+        ]
+    );
+    let history = |key: &'static str| async move {
+        store
+            .history(key.as_bytes())
+            .await
+            .unwrap()
+            .iter()
+            .map(|(c, _)| tag_of(&c.tag))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        history("t/a").await,
+        vec![Some("alice".into()), None, Some("bob".into())]
+    );
+    assert_eq!(history("t/b").await, vec![None, full, None]);
+    // Commit times come with the tags, as the log has them.
+    let commits = store.history(b"t/a").await.unwrap();
+    assert_eq!(commits[0].0.time, log[0].time);
+    let too_long = tagged(store, vec![Op::put("t/c", "1")], &[1; MAX_TAG + 1]).await;
+    assert!(
+        matches!(too_long, Err(Error::ValueTooLarge { limit: MAX_TAG, .. })),
+        "{too_long:?}"
+    );
+    assert_eq!(store.status().revision, revoked);
 }

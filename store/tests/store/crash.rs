@@ -55,6 +55,7 @@ fn crash_child() {
                                 compare: vec![],
                                 success: ops,
                                 failure: vec![],
+                                tag: None,
                             })
                             .await
                             .unwrap();

@@ -202,6 +202,8 @@ async fn etcd_contract_basics() {
     crate::contract::compaction_makes_old_revisions_unreadable(&store, base).await;
     let (store, base) = fresh_store(&server).await;
     crate::contract::commit_times_map_back_to_revisions(&store, base).await;
+    let (store, base) = fresh_store(&server).await;
+    crate::contract::tags_are_kept_with_their_revisions(&store, base).await;
     store.close().await.unwrap();
     assert!(matches!(
         store.put(b"x".to_vec(), b"y".to_vec(), None).await,

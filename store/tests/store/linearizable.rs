@@ -297,6 +297,7 @@ async fn run(store: &SledStore, call: &Call) -> Answer {
                     compare: vec![guard],
                     success,
                     failure: vec![Op::get(key.as_bytes())],
+                    tag: None,
                 })
                 .await
                 .unwrap();

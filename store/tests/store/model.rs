@@ -588,6 +588,7 @@ async fn run(backend: Backend<'_>, steps: Vec<Step>) -> Result<(), TestCaseError
                         compare: store_compare,
                         success: to_ops(&success),
                         failure: to_ops(&failure),
+                        tag: None,
                     })
                     .await
                     .map_err(fail)?;

@@ -79,6 +79,8 @@ async fn sled_passes_the_shared_contract() {
     contract::watch_replays_history_then_goes_live(Arc::new(s), 0).await;
     let (_d, s) = fresh();
     contract::progress_notifications_carry_the_current_revision(&s, 0).await;
+    let (_d, s) = fresh();
+    contract::tags_are_kept_with_their_revisions(&s, 0).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -136,6 +138,45 @@ async fn revisions_versions_and_tombstones() {
             current: Revision(4)
         })
     ));
+}
+
+/// Concurrent writers share group commits, so one log record holds several tags (and gaps where
+/// a write had none); each revision keeps its own across a reopen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tags_of_group_commits_survive_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut expected = std::collections::BTreeMap::new();
+    {
+        let store = Arc::new(open(&dir));
+        let writes = (0..64u32).map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let tag = (i % 3 != 0).then(|| format!("user-{i}").into_bytes());
+                let response = store
+                    .txn(Txn {
+                        success: vec![Op::put(format!("g/{}", i % 5), format!("{i}"))],
+                        tag: tag.clone(),
+                        ..Txn::default()
+                    })
+                    .await
+                    .unwrap();
+                (response.revision, tag)
+            })
+        });
+        for write in futures::future::join_all(writes).await {
+            let (revision, tag) = write.unwrap();
+            expected.insert(revision, tag);
+        }
+        store.close().await.unwrap();
+    }
+    let store = open(&dir);
+    let log = store.log(Revision(1), None, 1000).await.unwrap();
+    let got: std::collections::BTreeMap<_, _> =
+        log.into_iter().map(|e| (e.revision, e.tag)).collect();
+    assert_eq!(got, expected);
+    for (commit, event) in store.history(b"g/1").await.unwrap() {
+        assert_eq!(commit.tag, expected[&event.kv.mod_revision]);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -264,6 +305,7 @@ async fn transactions_compare_and_branch() {
             compare: vec![Compare::not_exists("a")],
             success: vec![Op::put("a", "new")],
             failure: vec![Op::get("a")],
+            tag: None,
         })
         .await
         .unwrap();
@@ -310,6 +352,7 @@ async fn transactions_compare_and_branch() {
                 Op::put("c", "1"),
             ],
             failure: vec![],
+            tag: None,
         })
         .await
         .unwrap();
@@ -344,6 +387,7 @@ async fn transactions_compare_and_branch() {
             compare: vec![Compare::mod_revision_is("a", r1)],
             success: vec![Op::put("a", "3")],
             failure: vec![],
+            tag: None,
         })
         .await
         .unwrap();
@@ -364,6 +408,7 @@ async fn transactions_compare_and_branch() {
                 }],
                 success: vec![Op::put("zz", "x")],
                 failure: vec![],
+                tag: None,
             })
             .await
             .unwrap();
@@ -385,6 +430,7 @@ async fn transactions_compare_and_branch() {
                 prev_kv: true,
             }],
             failure: vec![],
+            tag: None,
         })
         .await
         .unwrap();
@@ -426,6 +472,7 @@ async fn refused_writes_leave_no_trace() {
             compare: vec![],
             success: vec![Op::put("x", "1"), Op::put("x", "2")],
             failure: vec![],
+            tag: None,
         })
         .await
         .unwrap_err();
@@ -441,6 +488,7 @@ async fn refused_writes_leave_no_trace() {
                 },
             ],
             failure: vec![],
+            tag: None,
         })
         .await
         .unwrap_err();

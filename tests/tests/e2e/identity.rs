@@ -904,7 +904,10 @@ async fn a_running_agent_renews_its_certificates_before_they_expire() {
     assert!(renewed, "{}", agent.log_text());
     // Both identities at once: one restart renews them all.
     assert_eq!(
-        agent.log_text().matches("renewed the client certificate").count(),
+        agent
+            .log_text()
+            .matches("renewed the client certificate")
+            .count(),
         2,
         "{}",
         agent.log_text()

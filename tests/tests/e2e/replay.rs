@@ -1245,3 +1245,96 @@ fn points_before_the_retained_history_say_so() {
         out.stderr
     );
 }
+
+/// History names who made each change, from the write itself (no audit log here): the admin's
+/// create, then an impersonated user's patch and delete (`--as alice --as-group devs`), in
+/// `skiff history` (table and JSON) and the HTTP endpoint behind it.
+#[test]
+fn history_names_the_user_of_each_change() {
+    let cluster = TestCluster::start(&[]);
+    let k = cluster.kubectl();
+    let kubeconfig = cluster.kubeconfig.to_string_lossy().into_owned();
+    k.ok(&["create", "configmap", "cfg", "--from-literal=k=v1"]);
+    k.ok(&[
+        "create",
+        "rolebinding",
+        "devs-edit",
+        "--clusterrole=edit",
+        "--group=devs",
+    ]);
+    let alice = ["--as", "alice", "--as-group", "devs"];
+    k.ok(&[
+        &["patch", "configmap", "cfg", "-p", r#"{"data":{"k":"v2"}}"#],
+        &alice[..],
+    ]
+    .concat());
+    k.ok(&[&["delete", "configmap", "cfg"], &alice[..]].concat());
+
+    let answer = json(&skiff_ok(&[
+        "history",
+        "cm/cfg",
+        "-o",
+        "json",
+        "--kubeconfig",
+        &kubeconfig,
+    ]));
+    let over_http = json(&k.ok(&[
+        "get",
+        "--raw",
+        "/debug/skiff/history?resource=configmaps&namespace=default&name=cfg",
+    ]));
+    for versions in [&answer["versions"], &over_http["versions"]] {
+        let users: Vec<_> = versions
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| {
+                (
+                    v["operation"].as_str().unwrap().to_string(),
+                    v["user"].clone(),
+                )
+            })
+            .collect();
+        let admin = &users[0].1;
+        assert_eq!(users[0].0, "created");
+        assert_eq!(admin["username"], "system:admin", "{users:?}");
+        assert!(
+            admin["groups"]
+                .as_array()
+                .unwrap()
+                .contains(&json!("system:masters")),
+            "{users:?}"
+        );
+        let by_alice = json!({
+            "username": "alice",
+            "groups": ["devs", "system:authenticated"],
+            "impersonatedBy": "system:admin",
+        });
+        assert_eq!(
+            users[1..],
+            [
+                ("updated".to_string(), by_alice.clone()),
+                ("deleted".to_string(), by_alice)
+            ],
+            "{users:?}"
+        );
+    }
+    let table = skiff_ok(&[
+        "history",
+        "cm/cfg",
+        "-o",
+        "wide",
+        "--kubeconfig",
+        &kubeconfig,
+    ]);
+    let lines: Vec<&str> = table.lines().collect();
+    assert!(
+        lines[0].contains("USER") && lines[0].contains("GROUPS"),
+        "{table}"
+    );
+    assert!(lines[1].contains("system:admin"), "{table}");
+    assert!(
+        lines[2].contains("alice (by system:admin)") && lines[2].contains("devs"),
+        "{table}"
+    );
+}
