@@ -346,6 +346,34 @@ where
     }
 }
 
+/// Runs a component that acts only while it holds its leader-election lease (`None`: always),
+/// as kube-controller-manager and kube-scheduler do; `work` starts it with a client and the
+/// token that stops it.
+async fn run_elected<F, Fut, E>(
+    config: &skiff_client::ClientConfig,
+    election: Option<skiff_client::leaderelection::Config>,
+    work: F,
+) -> anyhow::Result<()>
+where
+    F: Fn(skiff_client::Client, tokio_util::sync::CancellationToken) -> Fut + Clone,
+    Fut: std::future::Future<Output = Result<(), E>> + Send + 'static,
+    E: Into<anyhow::Error> + Send + 'static,
+{
+    run_component(config, None, |mut clients, shutdown| {
+        let client = clients.remove(0);
+        let (election, work) = (election.clone(), work.clone());
+        async move {
+            let worker = client.clone();
+            skiff_client::leaderelection::run(client, election, shutdown, move |stop| {
+                work(worker.clone(), stop)
+            })
+            .await
+            .map_err(Into::into)
+        }
+    })
+    .await
+}
+
 fn init_logging(format: LogFormat) {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
@@ -461,18 +489,8 @@ fn main() -> std::process::ExitCode {
                     .leader_election
                     .config(leaderelection::CONTROLLER_MANAGER_LEASE, true)?;
                 let options = args.options;
-                run_component(&args.client, None, |mut clients, shutdown| {
-                    let client = clients.remove(0);
-                    let (election, options) = (election.clone(), options.clone());
-                    async move {
-                        let work = client.clone();
-                        Ok(
-                            leaderelection::run(client, election, shutdown, move |stop| {
-                                skiff_controllers::run(work.clone(), options.clone(), stop)
-                            })
-                            .await?,
-                        )
-                    }
+                run_elected(&args.client, election, move |client, stop| {
+                    skiff_controllers::run(client, options.clone(), stop)
                 })
                 .await
             }
@@ -482,18 +500,8 @@ fn main() -> std::process::ExitCode {
                     .leader_election
                     .config(leaderelection::SCHEDULER_LEASE, true)?;
                 let options = args.options;
-                run_component(&args.client, None, |mut clients, shutdown| {
-                    let client = clients.remove(0);
-                    let (election, options) = (election.clone(), options.clone());
-                    async move {
-                        let work = client.clone();
-                        Ok(
-                            leaderelection::run(client, election, shutdown, move |stop| {
-                                skiff_scheduler::run(work.clone(), options.clone(), stop)
-                            })
-                            .await?,
-                        )
-                    }
+                run_elected(&args.client, election, move |client, stop| {
+                    skiff_scheduler::run(client, options.clone(), stop)
                 })
                 .await
             }
