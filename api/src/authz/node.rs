@@ -352,47 +352,41 @@ impl NodeGraph {
     /// Lists pods and claims into the graph, then follows them until the server shuts down.
     pub async fn start(server: &Arc<ApiServer>) -> crate::error::Result<()> {
         use skiff_kinds::builtin::{persistent_volume_claim, pod};
-        crate::follow::start(server, &pod::INFO, "the node authorizer", Pods).await?;
+        crate::follow::start(server, &pod::INFO, "the node authorizer", PODS).await?;
         crate::follow::start(
             server,
             &persistent_volume_claim::INFO,
             "the node authorizer",
-            Claims,
+            CLAIMS,
         )
         .await
     }
 }
 
-struct Pods;
-
-impl crate::follow::Follower for Pods {
-    async fn listed(&self, server: &Arc<ApiServer>, items: &[Value]) {
-        server.authorizer.nodes.change(|graph| {
-            graph.clear_pods();
-            for pod in items {
-                let (ns, name) = namespace_and_name(pod);
-                graph.apply_pod(ns.unwrap_or_default(), name, Some(pod));
-            }
-        });
-    }
-
-    async fn changed(&self, server: &Arc<ApiServer>, object: &Value, present: bool) {
-        let (ns, name) = namespace_and_name(object);
-        server.authorizer.nodes.change(|graph| {
-            graph.apply_pod(ns.unwrap_or_default(), name, present.then_some(object))
-        });
-    }
+/// Follows one kind into the graph: `clear` empties its part, `apply` puts one object in (or,
+/// given `None`, takes it out).
+struct Followed {
+    clear: fn(&mut Graph),
+    apply: fn(&mut Graph, &str, &str, Option<&Value>),
 }
 
-struct Claims;
+const PODS: Followed = Followed {
+    clear: Graph::clear_pods,
+    apply: Graph::apply_pod,
+};
 
-impl crate::follow::Follower for Claims {
+const CLAIMS: Followed = Followed {
+    clear: Graph::clear_claims,
+    apply: Graph::apply_claim,
+};
+
+impl crate::follow::Follower for Followed {
     async fn listed(&self, server: &Arc<ApiServer>, items: &[Value]) {
         server.authorizer.nodes.change(|graph| {
-            graph.clear_claims();
-            for claim in items {
-                let (ns, name) = namespace_and_name(claim);
-                graph.apply_claim(ns.unwrap_or_default(), name, Some(claim));
+            (self.clear)(graph);
+            for item in items {
+                let (ns, name) = namespace_and_name(item);
+                (self.apply)(graph, ns.unwrap_or_default(), name, Some(item));
             }
         });
     }
@@ -400,7 +394,12 @@ impl crate::follow::Follower for Claims {
     async fn changed(&self, server: &Arc<ApiServer>, object: &Value, present: bool) {
         let (ns, name) = namespace_and_name(object);
         server.authorizer.nodes.change(|graph| {
-            graph.apply_claim(ns.unwrap_or_default(), name, present.then_some(object))
+            (self.apply)(
+                graph,
+                ns.unwrap_or_default(),
+                name,
+                present.then_some(object),
+            )
         });
     }
 }
