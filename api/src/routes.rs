@@ -391,7 +391,16 @@ async fn review(api: &ApiServer, request: Request, target: Target) -> Result<Res
     Ok(format.object(kind, http::StatusCode::CREATED, answer))
 }
 
-/// Reads a body up to `limit` bytes; more is a 413 and nothing is read further.
+/// How much of a body over the limit is read and thrown away, and for how long, so that a
+/// client still writing it hears the 413 instead of a reset connection.
+const DRAIN_BYTES: usize = 32 * 1024 * 1024;
+const DRAIN_TIME: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Reads a body up to `limit` bytes; more is a 413, and nothing past the limit is kept.
+///
+/// The rest of an oversized body is read and discarded (up to [`DRAIN_BYTES`] within
+/// [`DRAIN_TIME`]) before the answer: closing a connection with unread data resets it, and a
+/// client that is still writing then sees a broken pipe, not the `Status` saying why.
 async fn read_body<S, B>(mut body: S, limit: usize) -> Result<bytes::Bytes, Error>
 where
     S: Stream<Item = Result<B, warp::Error>> + Unpin,
@@ -402,6 +411,16 @@ where
         let mut chunk =
             chunk.map_err(|e| Error::BadRequest(format!("reading the request body: {e}")))?;
         if buffer.len() + chunk.remaining() > limit {
+            drop(buffer);
+            let mut drained = chunk.remaining();
+            let _ = tokio::time::timeout(DRAIN_TIME, async {
+                while drained < DRAIN_BYTES
+                    && let Some(Ok(chunk)) = body.next().await
+                {
+                    drained += chunk.remaining();
+                }
+            })
+            .await;
             return Err(Error::TooLarge { limit });
         }
         while chunk.has_remaining() {
