@@ -33,6 +33,10 @@ pub enum BenchCommand {
     /// 200 ClusterRoles and 1,000 RoleBindings, against the admin (`system:masters`), side by
     /// side.
     Rbac(crate::bench_rbac::RbacArgs),
+    /// The timeline page on a long history (1M revisions by default): the latency and server
+    /// CPU of each request the page makes (first load, filters, a zoom, an old point), and in
+    /// Chromium the time to first render and to a filter's result.
+    Timeline(crate::bench_timeline::TimelineArgs),
 }
 
 /// A `skiff` child (`apiserver`, or `server` with every component) on a temporary data dir and
@@ -40,12 +44,22 @@ pub enum BenchCommand {
 pub(crate) struct SpawnedServer {
     pub(crate) child: Child,
     dir: PathBuf,
+    /// Whether `dir` stays after the server stops.
+    keep: bool,
 }
 
 impl SpawnedServer {
     /// Starts `skiff <subcommand>` on a new data dir under `base` (default: the temp dir).
     pub(crate) fn start(subcommand: &str, base: Option<&Path>) -> Result<SpawnedServer> {
         Self::start_with(subcommand, &[], base)
+    }
+
+    /// Starts `skiff <subcommand>` in `dir` (its data dir `dir/data`, made or reused), which
+    /// stays after the server stops.
+    pub(crate) fn start_kept(subcommand: &str, dir: &Path) -> Result<SpawnedServer> {
+        let mut server = Self::spawn(subcommand, &[], dir.to_path_buf())?;
+        server.keep = true;
+        Ok(server)
     }
 
     /// Starts `skiff <subcommand> <args>...` on a new data dir under `base`.
@@ -61,6 +75,10 @@ impl SpawnedServer {
                 std::process::id(),
                 jiff::Timestamp::now().as_millisecond()
             ));
+        Self::spawn(subcommand, args, dir)
+    }
+
+    fn spawn(subcommand: &str, args: &[String], dir: PathBuf) -> Result<SpawnedServer> {
         std::fs::create_dir_all(&dir)?;
         let log = std::fs::File::create(dir.join("server.log"))?;
         // `SKIFF_BENCH_SERVER_WRAPPER` (e.g. `heaptrack`) runs the server under a profiler; the
@@ -90,10 +108,15 @@ impl SpawnedServer {
             .stderr(log)
             .spawn()
             .with_context(|| format!("starting skiff {subcommand}"))?;
-        Ok(SpawnedServer { child, dir })
+        Ok(SpawnedServer {
+            child,
+            dir,
+            keep: false,
+        })
     }
 
-    fn kubeconfig(&self) -> PathBuf {
+    /// The admin kubeconfig the server wrote.
+    pub(crate) fn kubeconfig(&self) -> PathBuf {
         self.data_dir().join(crate::server::KUBECONFIG_FILE)
     }
 
@@ -148,7 +171,9 @@ impl Drop for SpawnedServer {
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        if !self.keep {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
 
@@ -167,6 +192,7 @@ pub async fn run(command: BenchCommand) -> Result<()> {
         BenchCommand::Deployment(args) => crate::bench_deployment::run(args).await,
         BenchCommand::Crd(args) => crate::bench_crd::run(args).await,
         BenchCommand::Rbac(args) => crate::bench_rbac::run(args).await,
+        BenchCommand::Timeline(args) => crate::bench_timeline::run(args).await,
         BenchCommand::Workloads(args) => crate::bench_workloads::run(args).await,
         BenchCommand::Scheduler(mut opts) => {
             let (decisions, _) = skiff_scheduler::bench::decide_only(

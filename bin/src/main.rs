@@ -12,6 +12,7 @@ mod bench_crd;
 mod bench_deployment;
 mod bench_node;
 mod bench_rbac;
+mod bench_timeline;
 mod bench_workloads;
 mod components;
 mod config_file;
