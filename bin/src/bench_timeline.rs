@@ -174,7 +174,9 @@ fn history(k: usize) -> Vec<Write> {
             let i = k % DEPLOYMENTS;
             vec![Write::merge(
                 format!("{}/web-{i}", deployment_path(i)),
-                json!({"spec": {"replicas": k % 5 + 1}}),
+                // Each visit to a Deployment changes its replicas (a patch to the same value would
+                // write nothing).
+                json!({"spec": {"replicas": (k / DEPLOYMENTS) % 5 + 1}}),
             )]
         }
         // A pod's container restarted (its restart count goes up with `k`).
@@ -357,7 +359,8 @@ async fn measure(
         futures::future::try_join_all(paths.iter().map(|p| get(client, p))).await?;
         latencies.push(started.elapsed());
     }
-    let cpu_per_request = Duration::from_secs_f64((process_cpu_seconds(Some(pid)) - cpu) / count as f64);
+    let cpu_per_request =
+        Duration::from_secs_f64((process_cpu_seconds(Some(pid)) - cpu) / count as f64);
     Ok(Measured {
         what,
         latencies,
@@ -371,7 +374,11 @@ fn describe(answers: &[Value]) -> String {
     let mut parts = Vec::new();
     for answer in answers {
         if let Some(buckets) = answer["buckets"].as_array() {
-            let counted: u64 = buckets.iter().filter_map(|b| b["count"].as_u64()).sum();
+            let counted: u64 = buckets
+                .iter()
+                .flat_map(|b| ["created", "updated", "statusUpdated", "deleted"].map(|k| &b[k]))
+                .filter_map(Value::as_u64)
+                .sum();
             parts.push(format!(
                 "timeline: {counted} counted in r{}..r{}{}",
                 answer["scannedFrom"],
@@ -408,7 +415,10 @@ fn views(newest: u64, middle_time: &str, later_time: &str) -> Vec<(&'static str,
     vec![
         ("kinds (page start)", vec!["/debug/skiff/kinds".to_string()]),
         ("first load: timeline + changes", pair("")),
-        ("filter: kind (Deployments)", pair("&resource=deployments.apps")),
+        (
+            "filter: kind (Deployments)",
+            pair("&resource=deployments.apps"),
+        ),
         (
             "filter: one ConfigMap",
             pair("&resource=configmaps&namespace=tl-3&name=cm-13"),

@@ -36,11 +36,16 @@ async function main() {
 
       await page.selectOption('#f-resource', 'deployments.apps');
       await page.fill('#f-name', 'web-7');
+      const answered = (action) => page.waitForResponse((r) => r.url().includes(`/debug/skiff/${action}?`) && r.url().includes('web-7'), { timeout: 120000 });
       const submitted = Date.now();
+      const answers = Promise.all([answered('timeline'), answered('changes')]);
       await page.click('#filters button[type=submit]');
+      await answers;
+      // Drawn: the status names the newest revision again and every row is web-7's.
       await page.waitForFunction(() => {
         const trs = [...document.querySelectorAll('#changes tbody tr')];
-        return trs.length > 0 && trs.every((tr) => tr.children[4].textContent.endsWith('/web-7'));
+        return document.querySelector('#status').textContent.startsWith('newest')
+          && trs.every((tr) => tr.children[4].textContent.endsWith('/web-7'));
       }, null, { timeout: 120000, polling: 'raf' });
       const filtered = Date.now() - submitted;
       // The first load warms the browser's and the server's caches; it is not counted.

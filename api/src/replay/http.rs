@@ -162,6 +162,7 @@ fn scope<'a>(replay: &Replay, params: &'a Params) -> Result<Scope<'a>, Error> {
             .get("namespace")
             .map(String::as_str)
             .filter(|s| !s.is_empty()),
+        name: None,
     })
 }
 
@@ -306,8 +307,11 @@ pub async fn answer(
             })
         }
         "timeline" => {
-            let scope = scope(replay, &params)?;
             let select = select(&params)?;
+            let scope = Scope {
+                name: select.name.as_deref(),
+                ..scope(replay, &params)?
+            };
             let buckets = number(&params, "buckets", 60)?;
             let since = point(&params, "since")?;
             let until = point(&params, "until")?;
@@ -323,8 +327,11 @@ pub async fn answer(
             .await?)
         }
         "changes" => {
-            let scope = scope(replay, &params)?;
             let select = select(&params)?;
+            let scope = Scope {
+                name: select.name.as_deref(),
+                ..scope(replay, &params)?
+            };
             let limit = number(&params, "limit", 200)?;
             let since = point(&params, "since")?;
             let until = point(&params, "until")?;

@@ -212,6 +212,8 @@ pub struct Filter<'a> {
     pub resource: Option<&'static ResourceInfo>,
     /// Only this namespace.
     pub namespace: Option<&'a str>,
+    /// Only objects of this name (the log's reads; a range read ignores it).
+    pub name: Option<&'a str>,
 }
 
 impl Filter<'_> {
@@ -222,10 +224,15 @@ impl Filter<'_> {
         }
     }
 
-    /// Whether an object of `info` in `namespace` is covered.
+    /// Whether the kind `info` in `namespace` is covered, whatever the name.
     pub fn covers(&self, info: &ResourceInfo, namespace: Option<&str>) -> bool {
         self.resource.is_none_or(|r| r == info)
             && self.namespace.is_none_or(|ns| namespace == Some(ns))
+    }
+
+    /// Whether the object `name` of `info` in `namespace` is covered.
+    pub fn covers_object(&self, info: &ResourceInfo, namespace: Option<&str>, name: &str) -> bool {
+        self.covers(info, namespace) && self.name.is_none_or(|n| n == name)
     }
 }
 
@@ -382,6 +389,7 @@ impl Replay {
         let filter = Filter {
             resource: Some(info),
             namespace,
+            name: None,
         };
         Ok(self
             .range_at(filter.range(), at)
@@ -454,7 +462,8 @@ impl Replay {
             let Some((info, namespace, name)) = objects::parse_key(kinds, &event.kv.key) else {
                 continue;
             };
-            if !filter.covers(info, namespace.as_deref()) {
+            // Decided by the key, before anything is decoded.
+            if !filter.covers_object(info, namespace.as_deref(), &name) {
                 continue;
             }
             let before = event.prev_kv.as_ref().and_then(objects::decode);

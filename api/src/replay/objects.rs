@@ -117,12 +117,29 @@ pub fn without_noise(object: &Value) -> Value {
     object
 }
 
-fn without_status(object: &Value) -> Value {
-    let mut object = without_noise(object);
-    if let Some(map) = object.as_object_mut() {
-        map.remove("status");
-    }
-    object
+/// Metadata fields that change on every write and say nothing about it.
+const NOISE: [&str; 2] = ["managedFields", "resourceVersion"];
+
+/// The names of `object`'s fields that differ from `other`'s (absent and present differ), in
+/// no order, each once; keys in `skip` are left out. Reads both in place: no copies.
+fn differing<'a>(
+    object: Option<&'a Value>,
+    other: Option<&'a Value>,
+    skip: &'a [&str],
+) -> impl Iterator<Item = &'a str> {
+    let map = |v: Option<&'a Value>| v.and_then(Value::as_object);
+    let (x, y) = (map(object), map(other));
+    let keys_x = x.into_iter().flat_map(|m| m.keys());
+    // Keys of `other` that `object` lacks, so that each differing key comes once.
+    let keys_y = y
+        .into_iter()
+        .flat_map(|m| m.keys())
+        .filter(move |k| x.is_none_or(|x| !x.contains_key(*k)));
+    keys_x
+        .chain(keys_y)
+        .map(String::as_str)
+        .filter(move |k| !skip.contains(k))
+        .filter(move |k| x.and_then(|x| x.get(*k)) != y.and_then(|y| y.get(*k)))
 }
 
 /// What the write from `before` to `after` (`None`: absent) did.
@@ -130,8 +147,20 @@ pub fn classify(before: Option<&Value>, after: Option<&Value>) -> Operation {
     match (before, after) {
         (_, None) => Operation::Deleted,
         (None, Some(_)) => Operation::Created,
-        (Some(b), Some(a)) if without_status(b) == without_status(a) => Operation::StatusUpdated,
-        (Some(_), Some(_)) => Operation::Updated,
+        (Some(b), Some(a)) => {
+            // Anything but the status and the noise in the metadata is an update.
+            let changed = differing(Some(b), Some(a), &["status", "metadata"])
+                .next()
+                .is_some()
+                || differing(b.get("metadata"), a.get("metadata"), &NOISE)
+                    .next()
+                    .is_some();
+            if changed {
+                Operation::Updated
+            } else {
+                Operation::StatusUpdated
+            }
+        }
     }
 }
 
@@ -139,60 +168,36 @@ pub fn classify(before: Option<&Value>, after: Option<&Value>) -> Operation {
 /// entry that is new or changed (the newest by time if several are). `None` when no entry changed
 /// (the writer did not record itself) or the object is gone.
 pub fn manager(before: Option<&Value>, after: Option<&Value>) -> Option<String> {
-    let entries = |o: Option<&Value>| -> Vec<Value> {
+    fn entries(o: Option<&Value>) -> &[Value] {
         o.and_then(|o| o.pointer("/metadata/managedFields"))
             .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default()
-    };
+            .map_or(&[], Vec::as_slice)
+    }
+    fn time(e: &Value) -> &str {
+        e.get("time").and_then(Value::as_str).unwrap_or("")
+    }
     let old = entries(before);
     entries(after)
-        .into_iter()
+        .iter()
         .filter(|e| !old.contains(e))
-        .max_by(|a, b| {
-            let time = |e: &Value| {
-                e.get("time")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_string()
-            };
-            time(a).cmp(&time(b))
-        })
+        .max_by(|a, b| time(a).cmp(time(b)))
         .and_then(|e| e.get("manager").and_then(Value::as_str).map(str::to_string))
 }
 
 /// The top-level fields that differ between `before` and `after` (`metadata` broken down one
 /// level: `metadata.labels`), leaving out noise. Sorted.
 pub fn changed_fields(before: Option<&Value>, after: Option<&Value>) -> Vec<String> {
-    let empty = Value::Object(Default::default());
-    let b = before.map(without_noise).unwrap_or_else(|| empty.clone());
-    let a = after.map(without_noise).unwrap_or_else(|| empty.clone());
-    let mut out = std::collections::BTreeSet::new();
-    let fields = |v: &Value| -> Vec<String> {
-        v.as_object()
-            .map(|m| m.keys().cloned().collect())
-            .unwrap_or_default()
-    };
-    for field in fields(&b).into_iter().chain(fields(&a)) {
-        if field == "apiVersion" || field == "kind" {
-            continue;
-        }
-        let (x, y) = (b.get(&field), a.get(&field));
-        if x == y {
-            continue;
-        }
-        if field == "metadata" {
-            let (x, y) = (x.unwrap_or(&empty), y.unwrap_or(&empty));
-            for sub in fields(x).into_iter().chain(fields(y)) {
-                if x.get(&sub) != y.get(&sub) {
-                    out.insert(format!("metadata.{sub}"));
-                }
-            }
-        } else {
-            out.insert(field);
-        }
+    let mut out: Vec<String> = differing(before, after, &["apiVersion", "kind", "metadata"])
+        .map(str::to_string)
+        .collect();
+    fn metadata(o: Option<&Value>) -> Option<&Value> {
+        o.and_then(|o| o.get("metadata"))
     }
-    out.into_iter().collect()
+    out.extend(
+        differing(metadata(before), metadata(after), &NOISE).map(|sub| format!("metadata.{sub}")),
+    );
+    out.sort();
+    out
 }
 
 /// The object as YAML, for display and diffs.
@@ -281,6 +286,15 @@ mod tests {
         assert_eq!(classify(Some(&a), Some(&b)), Operation::StatusUpdated);
         assert_eq!(classify(Some(&b), Some(&c)), Operation::Updated);
         assert_eq!(classify(Some(&c), None), Operation::Deleted);
+        // Labels are an update; managed fields and the resourceVersion alone are noise.
+        let mut labelled = c.clone();
+        labelled["metadata"]["labels"] = json!({"app": "web"});
+        assert_eq!(classify(Some(&c), Some(&labelled)), Operation::Updated);
+        let managed = cm("2", "8", Some("B"), json!([{"manager": "x"}]));
+        assert_eq!(classify(Some(&c), Some(&managed)), Operation::StatusUpdated);
+        let mut bare = c.clone();
+        bare.as_object_mut().unwrap().remove("status");
+        assert_eq!(classify(Some(&c), Some(&bare)), Operation::StatusUpdated);
         assert_eq!(Operation::StatusUpdated.to_string(), "status updated");
     }
 

@@ -321,6 +321,7 @@ async fn the_log_and_diffs_name_exactly_what_changed() {
     let only_cms = Filter {
         resource: Some(configmaps()),
         namespace: Some("default"),
+        name: None,
     };
     let page = replay
         .log(Revision(1), Some(Revision(4)), &only_cms, usize::MAX)
@@ -329,6 +330,22 @@ async fn the_log_and_diffs_name_exactly_what_changed() {
     assert_eq!(
         page.changes.iter().map(|c| c.revision).collect::<Vec<_>>(),
         vec![1, 2, 3]
+    );
+    // A name narrows the log to that object's changes.
+    let only_a = Filter {
+        name: Some("a"),
+        ..only_cms
+    };
+    let page = replay
+        .log(Revision(1), None, &only_a, usize::MAX)
+        .await
+        .unwrap();
+    assert_eq!(
+        page.changes
+            .iter()
+            .map(|c| (c.revision, c.name.as_str()))
+            .collect::<Vec<_>>(),
+        vec![(1, "a"), (3, "a")]
     );
     let page = replay
         .log(Revision(1), None, &Filter::default(), 2)
@@ -549,6 +566,7 @@ async fn custom_resources_of_the_definitions_in_the_log_are_read_too() {
             &Filter {
                 resource: Some(widgets),
                 namespace: None,
+                name: None,
             },
             10,
         )
@@ -604,6 +622,7 @@ async fn a_diff_of_every_kind_leaves_out_kinds_whose_history_is_pruned() {
     let events = Filter {
         resource: Some(objects::resolve_kind(&replay.kinds(), "events").unwrap()),
         namespace: Some("default"),
+        name: None,
     };
     match replay.diff(first, created, &events).await {
         Err(e @ Error::Pruned { .. }) => {
