@@ -193,7 +193,7 @@ fn history(k: usize) -> Vec<Write> {
         // Events, one in ten a Warning.
         80..95 => {
             let i = k % PODS;
-            let warning = k % 10 == 0;
+            let warning = k.is_multiple_of(10);
             vec![Write::create(
                 format!("/api/v1/namespaces/{}/events", namespace(i)),
                 json!({"apiVersion": "v1", "kind": "Event",
