@@ -54,10 +54,14 @@ impl SpawnedServer {
         Self::start_with(subcommand, &[], base)
     }
 
-    /// Starts `skiff <subcommand>` in `dir` (its data dir `dir/data`, made or reused), which
-    /// stays after the server stops.
-    pub(crate) fn start_kept(subcommand: &str, dir: &Path) -> Result<SpawnedServer> {
-        let mut server = Self::spawn(subcommand, &[], dir.to_path_buf())?;
+    /// Starts `skiff <subcommand> <args>...` in `dir` (its data dir `dir/data`, made or
+    /// reused), which stays after the server stops.
+    pub(crate) fn start_kept(
+        subcommand: &str,
+        args: &[String],
+        dir: &Path,
+    ) -> Result<SpawnedServer> {
+        let mut server = Self::spawn(subcommand, args, dir.to_path_buf())?;
         server.keep = true;
         Ok(server)
     }

@@ -405,7 +405,7 @@ fn describe(answers: &[Value]) -> String {
 }
 
 /// The page's first load and filters, asked as the page asks them (`buckets=80`, `limit=100`).
-fn views(newest: u64, middle_time: &str, later_time: &str) -> Vec<(&'static str, Vec<String>)> {
+fn views(middle: u64, middle_time: &str, later_time: &str) -> Vec<(&'static str, Vec<String>)> {
     let pair = |filters: &str| {
         vec![
             format!("/debug/skiff/timeline?buckets=80{filters}"),
@@ -437,7 +437,7 @@ fn views(newest: u64, middle_time: &str, later_time: &str) -> Vec<(&'static str,
         ),
         (
             "point: the cluster mid-history",
-            vec![format!("/debug/skiff/snapshot?at={}", newest / 2)],
+            vec![format!("/debug/skiff/snapshot?at={middle}")],
         ),
     ]
 }
@@ -519,9 +519,11 @@ fn admin_token(kubeconfig: &Path) -> Result<String> {
 
 /// Runs `skiff bench timeline`.
 pub async fn run(args: TimelineArgs) -> Result<()> {
+    // The whole history is retained: the default keeps 100,000 revisions.
+    let retain = vec![format!("--history-revisions={}", args.revisions.saturating_mul(2))];
     let mut server = match &args.keep {
-        Some(dir) => SpawnedServer::start_kept("apiserver", dir)?,
-        None => SpawnedServer::start("apiserver", args.dir.as_deref())?,
+        Some(dir) => SpawnedServer::start_kept("apiserver", &retain, dir)?,
+        None => SpawnedServer::start_with("apiserver", &retain, args.dir.as_deref())?,
     };
     let client = server.wait_ready().await?;
     fill(&client, args.revisions, args.writers).await?;
@@ -548,7 +550,7 @@ pub async fn run(args: TimelineArgs) -> Result<()> {
         "server, one request at a time ({} each), ms:  p50      p90      max  CPU/request",
         args.requests
     );
-    for (what, paths) in views(newest, &middle, &later) {
+    for (what, paths) in views(oldest + (newest - oldest) / 2, &middle, &later) {
         let measured = measure(&client, pid, what, &paths, args.requests).await?;
         println!("{}", measured.row());
     }
