@@ -520,7 +520,10 @@ fn admin_token(kubeconfig: &Path) -> Result<String> {
 /// Runs `skiff bench timeline`.
 pub async fn run(args: TimelineArgs) -> Result<()> {
     // The whole history is retained: the default keeps 100,000 revisions.
-    let retain = vec![format!("--history-revisions={}", args.revisions.saturating_mul(2))];
+    let retain = vec![format!(
+        "--history-revisions={}",
+        args.revisions.saturating_mul(2)
+    )];
     let mut server = match &args.keep {
         Some(dir) => SpawnedServer::start_kept("apiserver", &retain, dir)?,
         None => SpawnedServer::start_with("apiserver", &retain, args.dir.as_deref())?,
