@@ -406,44 +406,45 @@ fn describe(answers: &[Value]) -> String {
 
 /// The page's first load and filters, asked as the page asks them (`buckets=80`, `limit=100`).
 fn views(middle: u64, middle_time: &str, later_time: &str) -> Vec<(&'static str, Vec<String>)> {
-    let pair = |filters: &str| {
+    let pair = |filters: &[(&str, &str)]| {
+        let query = |first: (&str, &str)| {
+            form_urlencoded::Serializer::new(String::new())
+                .extend_pairs(std::iter::once(first).chain(filters.iter().copied()))
+                .finish()
+        };
         vec![
-            format!("/debug/skiff/timeline?buckets=80{filters}"),
-            format!("/debug/skiff/changes?limit=100{filters}"),
+            format!("/debug/skiff/timeline?{}", query(("buckets", "80"))),
+            format!("/debug/skiff/changes?{}", query(("limit", "100"))),
         ]
     };
     vec![
         ("kinds (page start)", vec!["/debug/skiff/kinds".to_string()]),
-        ("first load: timeline + changes", pair("")),
+        ("first load: timeline + changes", pair(&[])),
         (
             "filter: kind (Deployments)",
-            pair("&resource=deployments.apps"),
+            pair(&[("resource", "deployments.apps")]),
         ),
         (
             "filter: one ConfigMap",
-            pair("&resource=configmaps&namespace=tl-3&name=cm-13"),
+            pair(&[
+                ("resource", "configmaps"),
+                ("namespace", "tl-3"),
+                ("name", "cm-13"),
+            ]),
         ),
         (
             "filter: label app=app-7",
-            pair("&resource=configmaps&labelSelector=app%3Dapp-7"),
+            pair(&[("resource", "configmaps"), ("labelSelector", "app=app-7")]),
         ),
         (
             "zoom: a window mid-history",
-            pair(&format!(
-                "&since={}&until={}",
-                urlencode(middle_time),
-                urlencode(later_time)
-            )),
+            pair(&[("since", middle_time), ("until", later_time)]),
         ),
         (
             "point: the cluster mid-history",
             vec![format!("/debug/skiff/snapshot?at={middle}")],
         ),
     ]
-}
-
-fn urlencode(text: &str) -> String {
-    text.replace(':', "%3A").replace('+', "%2B")
 }
 
 /// The browser side: `timeline-bench.js` in Chromium, its JSON report printed.
