@@ -97,7 +97,8 @@ fn api_routes(api: Arc<ApiServer>, user: BoxedFilter<(User,)>) -> BoxedFilter<(R
     let openapi = crate::openapi::routes(api.openapi.clone());
     let metrics = crate::metrics::route(api.clone());
     let debug = crate::replay::http::requests();
-    let replay = crate::replay::Replay::with_kinds(api.registry.store().clone(), api.kinds.clone());
+    let replay = crate::replay::Replay::with_kinds(api.registry.store().clone(), api.kinds.clone())
+        .with_index(api.timeline_index.clone());
     let debug_api = api.clone();
     let oidc = crate::serviceaccount::routes(api.clone());
     let limit = api.config.limits.max_body_bytes;

@@ -122,6 +122,8 @@ pub struct ApiServer {
     /// The token file's tokens, once the authenticating routes are built ([`crate::routes`]),
     /// for TokenReview.
     pub static_tokens: std::sync::OnceLock<Arc<crate::auth::Authenticator>>,
+    /// The log summarised for the timeline page, while the page is used.
+    pub timeline_index: Arc<crate::replay::index::Index>,
     /// The lease current Events are attached to, and when it was granted.
     event_lease: Mutex<Option<(LeaseId, Instant)>>,
 }
@@ -218,8 +220,13 @@ impl ApiServer {
             config,
             shutdown,
             watchers: TaskTracker::new(),
+            timeline_index: Arc::default(),
             event_lease: Mutex::new(None),
         });
+        tokio::spawn(server.timeline_index.clone().run(
+            crate::replay::Replay::with_kinds(server.registry.store().clone(), server.kinds.clone()),
+            server.shutdown.clone(),
+        ));
         if server.config.create_system_namespaces {
             server.ensure_system_namespaces().await?;
             server.ensure_system_priority_classes().await?;

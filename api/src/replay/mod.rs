@@ -10,11 +10,14 @@
 //! - [`http`]: the debug endpoints and their JSON shapes.
 //! - [`timeline`]: the timeline page's reads: changes per time bucket, pages of changes newest
 //!   first, the cluster at one revision as rows per kind.
+//! - [`index`]: the log summarised per block of revisions, so the timeline counts a long history
+//!   without reading it.
 //!
 //! A point before the retained history is [`Error::Compacted`], which names the oldest revision
 //! and time still readable; it never reads as an empty or a wrong answer.
 
 pub mod http;
+pub mod index;
 pub mod objects;
 pub mod point;
 pub mod timeline;
@@ -248,6 +251,7 @@ pub fn format_time(time: SystemTime) -> String {
 pub struct Replay {
     store: Arc<dyn Store>,
     kinds: Arc<Kinds>,
+    index: Option<Arc<index::Index>>,
 }
 
 impl Replay {
@@ -259,7 +263,25 @@ impl Replay {
     /// Reads over `store` that know `kinds` (a server's served kinds, which change with its
     /// definitions).
     pub fn with_kinds(store: Arc<dyn Store>, kinds: Arc<Kinds>) -> Replay {
-        Replay { store, kinds }
+        Replay {
+            store,
+            kinds,
+            index: None,
+        }
+    }
+
+    /// These reads, with the timeline counted from `index` where it can be (a server's index,
+    /// kept while the timeline page is used).
+    pub fn with_index(self, index: Arc<index::Index>) -> Replay {
+        Replay {
+            index: Some(index),
+            ..self
+        }
+    }
+
+    /// The log's summary for the timeline, if these reads have one.
+    pub fn index(&self) -> Option<&Arc<index::Index>> {
+        self.index.as_ref()
     }
 
     /// Reads over `store` that know the built-in kinds and the custom resources of every
@@ -503,13 +525,7 @@ impl Replay {
             return Err(self.compacted(format!("revision {from}")));
         }
         let to = to.unwrap_or(status.revision).min(status.revision);
-        let (entries, pruned) = match self.store.log(from, Some(to), limit).await {
-            Ok(entries) => (entries, 0),
-            Err(skiff_store::Error::Compacted {
-                prefix: Some(_), ..
-            }) => self.log_without_pruned(from, to, limit).await?,
-            Err(e) => return Err(self.store_error(e)),
-        };
+        let (entries, pruned) = self.entries(from, to, limit).await?;
         let last = entries.last().map_or(to, |e| e.revision);
         let kinds = self.kinds();
         let changes = entries
@@ -522,6 +538,23 @@ impl Replay {
             more: last < to,
             pruned,
         })
+    }
+
+    /// The log entries of `from..=to` (at most `limit`), and how many of their changes were left
+    /// out because a tighter retention pruned their versions (see [`Replay::log`]).
+    pub async fn entries(
+        &self,
+        from: Revision,
+        to: Revision,
+        limit: usize,
+    ) -> Result<(Vec<LogEntry>, usize)> {
+        match self.store.log(from, Some(to), limit).await {
+            Ok(entries) => Ok((entries, 0)),
+            Err(skiff_store::Error::Compacted {
+                prefix: Some(_), ..
+            }) => self.log_without_pruned(from, to, limit).await,
+            Err(e) => Err(self.store_error(e)),
+        }
     }
 
     /// The log of `from..=to` when some of its versions are pruned (the high-churn prefixes keep

@@ -846,3 +846,211 @@ async fn timeline_pages_filters_and_bounds() {
     assert_eq!(snap["kinds"][0]["total"], 10);
     assert_eq!(snap["kinds"][0]["rows"][0]["summary"], "data 1");
 }
+
+/// The timeline counted from the log's summary is the timeline counted by reading the log, for
+/// any window and filter the summary holds; it is complete where a bounded read is not; and the
+/// summary is built while timelines are asked for, newest first, then as the log fills.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_summarised_timeline_counts_what_reading_the_log_counts() {
+    use timeline::{Bounds, Select};
+    let dir = TempDir::new();
+    let store = open(&dir);
+    // r1..r57 over ConfigMaps in two namespaces by two managers: creates, updates, status-only
+    // updates, deletes, and Warning events.
+    let mut revision = 0;
+    for i in 0..57u64 {
+        let ns = if i % 3 == 0 { "kube-system" } else { "default" };
+        let manager = if i % 4 == 0 { "helm" } else { "kubectl" };
+        let name = format!("c{}", i % 7);
+        let key = format!("/registry/core/configmaps/{ns}/{name}");
+        revision = match i % 5 {
+            4 => {
+                // The Event the step before wrote.
+                let ns = if (i - 1) % 3 == 0 { "kube-system" } else { "default" };
+                let e = format!("/registry/core/events/{ns}/e{}", i - 1);
+                store.delete(KeyRange::key(e.into_bytes())).await.unwrap().0.0
+            }
+            3 => {
+                let e = json!({"apiVersion": "v1", "kind": "Event", "type": "Warning",
+                    "reason": format!("R{i}"), "count": 1,
+                    "metadata": {"name": format!("e{i}"), "namespace": ns}});
+                put(store.as_ref(), &format!("/registry/core/events/{ns}/e{i}"), &e)
+                    .await
+                    .0
+            }
+            phase => {
+                // The same data across r1..r30 and across r31..: rewrites there change only
+                // the status.
+                let mut o = cm(&name, &(i / 30).to_string(), manager, &i.to_string());
+                o["metadata"]["namespace"] = json!(ns);
+                o["status"] = json!({"phase": phase});
+                put(store.as_ref(), &key, &o).await.0
+            }
+        };
+    }
+    let newest = store.status().revision.0;
+    assert_eq!(revision, 57);
+    assert_eq!(newest, 57);
+    let index = Arc::new(index::Index::new(10));
+    let plain = Replay::new(store.clone());
+    let summarised = Replay::new(store.clone()).with_index(index.clone());
+    for n in 0..newest / 10 {
+        index.build(&plain, n).await.unwrap();
+    }
+    assert_eq!(index.blocks().len() as u64, newest / 10);
+
+    let sorted = |mut t: timeline::Timeline| {
+        for b in &mut t.buckets {
+            b.markers.sort_by_key(|m| m.revision);
+        }
+        t
+    };
+    let cms = configmaps();
+    let scopes = [
+        Filter::default(),
+        Filter {
+            resource: Some(cms),
+            namespace: Some("default"),
+            name: None,
+        },
+        Filter {
+            resource: Some(cms),
+            ..Filter::default()
+        },
+    ];
+    let selects = [
+        Select::default(),
+        Select {
+            manager: Some("helm".into()),
+            ..Select::default()
+        },
+    ];
+    let windows = [(Some(1), None), (Some(5), Some(44)), (Some(11), Some(30))];
+    for scope in &scopes {
+        for select in &selects {
+            for (since, until) in windows {
+                let point = |r: Option<u64>| r.map(|r| Point::Revision(Revision(r)));
+                let mut got = Vec::new();
+                for replay in [&summarised, &plain] {
+                    let t = timeline::timeline(
+                        replay,
+                        Bounds::default(),
+                        point(since),
+                        point(until),
+                        10,
+                        scope,
+                        select,
+                    )
+                    .await
+                    .unwrap();
+                    got.push(sorted(t));
+                }
+                let (by_index, by_log) = (&got[0], &got[1]);
+                assert_eq!(by_index, by_log, "{scope:?} {select:?} {since:?}..{until:?}");
+                assert!(by_index.complete);
+            }
+        }
+    }
+    // Something was counted, deletes and warnings marked.
+    let all = timeline::timeline(
+        &summarised,
+        Bounds::default(),
+        None,
+        None,
+        10,
+        &Filter::default(),
+        &Select::default(),
+    )
+    .await
+    .unwrap();
+    let total: u64 = all
+        .buckets
+        .iter()
+        .map(|b| b.created + b.updated + b.status_updated + b.deleted)
+        .sum();
+    assert_eq!(total, newest);
+    let marked = |kind: &str| -> u64 {
+        all.buckets
+            .iter()
+            .filter_map(|b| b.marker_counts.get(kind))
+            .sum()
+    };
+    assert!(marked("delete") > 0 && marked("warning") > 0);
+    assert!(all.buckets.iter().any(|b| b.status_updated > 0));
+
+    // A bound of 15 revisions read: reading the log covers r43.., the summary the whole window
+    // (r5..r10 and the revisions after the last full block are all it reads).
+    let tight = Bounds {
+        scan: 15,
+        chunk: 4,
+    };
+    let mut got = Vec::new();
+    for replay in [&plain, &summarised] {
+        let t = timeline::timeline(
+            replay,
+            tight,
+            Some(Point::Revision(Revision(5))),
+            None,
+            10,
+            &Filter::default(),
+            &Select::default(),
+        )
+        .await
+        .unwrap();
+        got.push(t);
+    }
+    let (by_log, by_index) = (&got[0], &got[1]);
+    assert!(!by_log.complete);
+    assert_eq!(by_log.scanned_from, newest - 14);
+    assert!(by_index.complete, "{by_index:?}");
+    assert_eq!(by_index.scanned_from, 5);
+    // A name is not in the summary: that timeline reads the log, within the bound.
+    let one = Select {
+        name: Some("c1".into()),
+        ..Select::default()
+    };
+    let by_name = timeline::timeline(
+        &summarised,
+        tight,
+        Some(Point::Revision(Revision(5))),
+        None,
+        10,
+        &Filter::default(),
+        &one,
+    )
+    .await
+    .unwrap();
+    assert!(!by_name.complete);
+
+    // Built in the background once a timeline is asked for: newest first, then what the log
+    // adds.
+    let fresh = Arc::new(index::Index::new(10));
+    let stop = tokio_util::sync::CancellationToken::new();
+    let running = tokio::spawn(fresh.clone().run(plain.clone(), stop.clone()));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(fresh.blocks().is_empty(), "nothing is summarised until asked");
+    fresh.touch();
+    let until = |n: u64| {
+        let fresh = fresh.clone();
+        async move {
+            for _ in 0..200 {
+                if fresh.blocks().len() as u64 >= n {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            panic!("{} blocks summarised, not {n}", fresh.blocks().len());
+        }
+    };
+    until(newest / 10).await;
+    for i in 0..10 {
+        put(store.as_ref(), A, &cm("a", &format!("x{i}"), "m", "t")).await;
+    }
+    until(store.status().revision.0 / 10).await;
+    assert_eq!(
+        fresh.blocks().last().unwrap().to,
+        store.status().revision.0 / 10 * 10
+    );
+    stop.cancel();
+    running.await.unwrap();
+}

@@ -25,6 +25,7 @@ use serde_json::Value;
 use skiff_meta::labels::Selector;
 use skiff_store::Revision;
 
+use super::index::Segment;
 use super::{Change, Error as ReplayError, Filter as Scope, Operation, Point, Replay};
 use crate::error::Error;
 
@@ -62,6 +63,14 @@ impl Default for Bounds {
             chunk: CHUNK,
         }
     }
+}
+
+/// A marker kind as the chart names it (`delete`, `nodeCondition`).
+pub fn marker_name(kind: MarkerKind) -> String {
+    serde_json::to_value(kind)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
 }
 
 /// What a change is worth pointing at on the chart.
@@ -301,6 +310,48 @@ impl Buckets {
     /// Counts `change`, committed at `time` (seconds), with its markers. A change outside the
     /// buckets is not counted (returns false).
     pub fn add(&mut self, time: u64, change: &Change, markers: Vec<Marker>) -> bool {
+        let mut counts = [0; 4];
+        counts[match change.operation {
+            Operation::Created => 0,
+            Operation::Updated => 1,
+            Operation::StatusUpdated => 2,
+            Operation::Deleted => 3,
+        }] = 1;
+        let mut marker_counts: BTreeMap<MarkerKind, u64> = BTreeMap::new();
+        for m in &markers {
+            *marker_counts.entry(m.kind).or_default() += 1;
+        }
+        let placed: Vec<PlacedMarker> = markers
+            .into_iter()
+            .map(|marker| PlacedMarker {
+                marker,
+                revision: change.revision,
+                object_kind: change.kind.clone(),
+                namespace: change.namespace.clone(),
+                name: change.name.clone(),
+            })
+            .collect();
+        self.add_counts(
+            time,
+            counts,
+            (change.revision, change.revision),
+            marker_counts,
+            &placed,
+        )
+    }
+
+    /// Counts changes committed at `time` (seconds): `counts` created, updated, status updated
+    /// and deleted, in revisions `first..=last`, with `marker_counts` markers of which `markers`
+    /// are placed (a bucket keeps its first [`MAX_MARKERS_PER_BUCKET`]). Outside the buckets,
+    /// nothing is counted (returns false).
+    pub fn add_counts(
+        &mut self,
+        time: u64,
+        counts: [u64; 4],
+        (first, last): (u64, u64),
+        marker_counts: impl IntoIterator<Item = (MarkerKind, u64)>,
+        markers: &[PlacedMarker],
+    ) -> bool {
         if time < self.start {
             return false;
         }
@@ -310,38 +361,19 @@ impl Buckets {
         else {
             return false;
         };
-        match change.operation {
-            Operation::Created => bucket.created += 1,
-            Operation::Updated => bucket.updated += 1,
-            Operation::StatusUpdated => bucket.status_updated += 1,
-            Operation::Deleted => bucket.deleted += 1,
+        bucket.created += counts[0];
+        bucket.updated += counts[1];
+        bucket.status_updated += counts[2];
+        bucket.deleted += counts[3];
+        bucket.first_revision = Some(bucket.first_revision.map_or(first, |r| r.min(first)));
+        bucket.last_revision = Some(bucket.last_revision.map_or(last, |r| r.max(last)));
+        for (kind, n) in marker_counts {
+            *bucket.marker_counts.entry(marker_name(kind)).or_default() += n;
         }
-        bucket.first_revision = Some(
-            bucket
-                .first_revision
-                .map_or(change.revision, |r| r.min(change.revision)),
-        );
-        bucket.last_revision = Some(
-            bucket
-                .last_revision
-                .map_or(change.revision, |r| r.max(change.revision)),
-        );
-        for marker in markers {
-            let name = serde_json::to_value(marker.kind)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_string))
-                .unwrap_or_default();
-            *bucket.marker_counts.entry(name).or_default() += 1;
-            if bucket.markers.len() < MAX_MARKERS_PER_BUCKET {
-                bucket.markers.push(PlacedMarker {
-                    marker,
-                    revision: change.revision,
-                    object_kind: change.kind.clone(),
-                    namespace: change.namespace.clone(),
-                    name: change.name.clone(),
-                });
-            }
-        }
+        let room = MAX_MARKERS_PER_BUCKET.saturating_sub(bucket.markers.len());
+        bucket
+            .markers
+            .extend(markers.iter().take(room).cloned());
         true
     }
 
@@ -753,6 +785,12 @@ async fn scan_back(
 }
 
 /// The `timeline` answer: changes in the window counted per bucket.
+///
+/// Without `since`, the window is the whole retained history when the log is summarised
+/// ([`Replay::index`]), else its newest `bounds.scan` revisions. The summarised blocks of the
+/// window are added whole; the rest is read from the log, newest first, at most `bounds.scan`
+/// revisions: what is beyond that is not counted (`complete: false`, `scannedFrom`). A name or a
+/// label selector is not in the summary, so such a timeline reads the log.
 pub async fn timeline(
     replay: &Replay,
     bounds: Bounds,
@@ -762,16 +800,56 @@ pub async fn timeline(
     scope: &Scope<'_>,
     select: &Select,
 ) -> Result<Timeline, Error> {
-    let w = window(replay, since, until, bounds.scan).await?;
+    let summarised = replay
+        .index()
+        .filter(|_| select.name.is_none() && select.selector.is_none());
+    if let Some(index) = replay.index() {
+        index.touch();
+    }
+    let default_span = if summarised.is_some() {
+        u64::MAX
+    } else {
+        bounds.scan
+    };
+    let w = window(replay, since, until, default_span).await?;
     let mut counts = Buckets::covering(w.start, w.end, buckets.clamp(1, MAX_BUCKETS));
-    let (scanned_from, pruned) = scan_back(replay, bounds, w.from, w.to, scope, |changes| {
-        for change in changes.iter().filter(|c| select.matches(c)) {
-            let m = markers(change);
-            counts.add(change_seconds(change), change, m);
+    let plan = match summarised {
+        Some(index) => index.plan(w.from.0, w.to.0, counts.width()),
+        None => vec![Segment::Scan(w.from.0, w.to.0)],
+    };
+    let mut budget = bounds.scan;
+    let mut scanned_from = w.to.next();
+    let mut pruned = 0;
+    for segment in plan {
+        match segment {
+            Segment::Block(block) => {
+                block.add_to(&mut counts, scope, select.manager.as_deref());
+                pruned += block.pruned;
+                scanned_from = Revision(block.from);
+            }
+            Segment::Scan(lo, hi) => {
+                let bounds = Bounds {
+                    scan: budget,
+                    chunk: bounds.chunk,
+                };
+                let (oldest, p) =
+                    scan_back(replay, bounds, Revision(lo), Revision(hi), scope, |changes| {
+                        for change in changes.iter().filter(|c| select.matches(c)) {
+                            let m = markers(change);
+                            counts.add(change_seconds(change), change, m);
+                        }
+                        true
+                    })
+                    .await?;
+                pruned += p;
+                budget -= (hi + 1).saturating_sub(oldest.0).min(budget);
+                scanned_from = oldest.min(scanned_from);
+                if oldest.0 > lo {
+                    break;
+                }
+            }
         }
-        true
-    })
-    .await?;
+    }
     let status = replay.store().status();
     Ok(Timeline {
         from: w.from.0,
