@@ -224,7 +224,10 @@ impl ApiServer {
             event_lease: Mutex::new(None),
         });
         tokio::spawn(server.timeline_index.clone().run(
-            crate::replay::Replay::with_kinds(server.registry.store().clone(), server.kinds.clone()),
+            crate::replay::Replay::with_kinds(
+                server.registry.store().clone(),
+                server.kinds.clone(),
+            ),
             server.shutdown.clone(),
         ));
         if server.config.create_system_namespaces {

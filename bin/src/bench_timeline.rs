@@ -314,6 +314,57 @@ async fn fill(client: &skiff_client::Client, target: u64, writers: usize) -> Res
     Ok(())
 }
 
+/// The page's first chart before the server has summarised the log (it starts with the first
+/// timeline request), then the wait until the summary covers the history: how long, the
+/// server's CPU and its memory before and after.
+async fn summarise(client: &skiff_client::Client, pid: u32, newest: u64) -> Result<()> {
+    let (rss_before, _) = crate::bench_node::status_memory(pid)?;
+    let cpu = process_cpu_seconds(Some(pid));
+    let started = Instant::now();
+    let cold = get(client, "/debug/skiff/timeline?buckets=80").await?;
+    println!(
+        "first chart, nothing summarised yet: {:.0} ms; {}",
+        started.elapsed().as_secs_f64() * 1e3,
+        describe(&[cold.clone()])
+    );
+    let oldest = cold["oldest"]
+        .as_u64()
+        .context("a timeline without its oldest")?
+        .max(1);
+    let block = skiff_api::replay::index::BLOCK;
+    // The full blocks of the retained history.
+    let (first, last) = (
+        (oldest - 1).div_ceil(block) * block + 1,
+        newest / block * block,
+    );
+    // A window of one revision: asking keeps the server summarising, and costs nothing.
+    let probe = format!("/debug/skiff/timeline?buckets=1&since={newest}&until={newest}");
+    loop {
+        let t = get(client, &probe).await?;
+        let covered = t["summarised"]
+            .as_array()
+            .and_then(|r| Some((r.first()?.as_u64()?, r.get(1)?.as_u64()?)));
+        if covered.is_some_and(|(a, b)| a <= first && b >= last) {
+            break;
+        }
+        if started.elapsed() > Duration::from_secs(3600) {
+            bail!("the log is not summarised after an hour: {covered:?} of r{first}..r{last}");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let took = started.elapsed().as_secs_f64();
+    let cpu = process_cpu_seconds(Some(pid)) - cpu;
+    let (rss_after, _) = crate::bench_node::status_memory(pid)?;
+    let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+    println!(
+        "summary of r{first}..r{last}: {took:.1} s, server CPU {cpu:.1} s ({:.1} us per revision); VmRSS {:.0} -> {:.0} MiB",
+        cpu * 1e6 / (last + 1 - first) as f64,
+        mib(rss_before),
+        mib(rss_after)
+    );
+    Ok(())
+}
+
 /// Latencies of one request kind, with the server's CPU over them.
 struct Measured {
     what: &'static str,
@@ -533,6 +584,7 @@ pub async fn run(args: TimelineArgs) -> Result<()> {
     fill(&client, args.revisions, args.writers).await?;
     let pid = server.child.id();
     let newest = newest(&client).await?;
+    summarise(&client, pid, newest).await?;
     let oldest = get(&client, "/debug/skiff/timeline?buckets=1").await?["oldest"]
         .as_u64()
         .context("a timeline without its oldest revision")?;

@@ -95,14 +95,24 @@ impl Block {
         self.cells.len()
     }
 
+    /// Whether it holds a change that `scope` covers (made by `manager`, when given).
+    pub fn has(&self, scope: &Filter<'_>, manager: Option<&str>) -> bool {
+        self.cells
+            .iter()
+            .any(|cell| Block::covered(cell, scope, manager))
+    }
+
+    fn covered(cell: &Cell, scope: &Filter<'_>, manager: Option<&str>) -> bool {
+        scope.covers(cell.resource, cell.namespace.as_deref())
+            && manager.is_none_or(|m| cell.manager.as_deref() == Some(m))
+    }
+
     /// Adds its changes that `scope` covers (made by `manager`, when given) to `counts`.
     pub fn add_to(&self, counts: &mut Buckets, scope: &Filter<'_>, manager: Option<&str>) {
         // Newest first, as a scan of the log hands changes to a bucket (its markers are the
         // newest).
         for cell in self.cells.iter().rev() {
-            let covered = scope.covers(cell.resource, cell.namespace.as_deref())
-                && manager.is_none_or(|m| cell.manager.as_deref() == Some(m));
-            if !covered {
+            if !Block::covered(cell, scope, manager) {
                 continue;
             }
             let marker_counts = MARKER_KINDS
@@ -171,8 +181,7 @@ pub fn summarize(
     let unit = if span <= FINE_SPAN { 1 } else { 60 };
     let mut cells: Vec<Cell> = Vec::new();
     // Where each (time, resource, namespace, manager) went in `cells`.
-    let mut at: BTreeMap<(u64, usize, Option<Arc<str>>, Option<Arc<str>>), usize> =
-        BTreeMap::new();
+    let mut at: BTreeMap<(u64, usize, Option<Arc<str>>, Option<Arc<str>>), usize> = BTreeMap::new();
     for entry in entries {
         let time = seconds(entry.time);
         let time = time - time % unit;
@@ -254,6 +263,19 @@ pub fn summarize(
     }
 }
 
+/// What [`Index::footprint`] counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Footprint {
+    /// Blocks summarised.
+    pub blocks: usize,
+    /// Their cells.
+    pub cells: usize,
+    /// The markers the cells keep.
+    pub markers: usize,
+    /// About how many bytes of memory all that takes.
+    pub bytes: usize,
+}
+
 /// One part of a timeline request, newest first.
 #[derive(Debug, Clone)]
 pub enum Segment {
@@ -298,6 +320,59 @@ impl Index {
     /// The summarised blocks, oldest first.
     pub fn blocks(&self) -> Vec<Arc<Block>> {
         self.blocks.read().unwrap().values().cloned().collect()
+    }
+
+    /// The revisions summarised: the first of the oldest block and the last of the newest.
+    pub fn covered(&self) -> Option<[u64; 2]> {
+        let blocks = self.blocks.read().unwrap();
+        Some([
+            blocks.values().next()?.from,
+            blocks.values().next_back()?.to,
+        ])
+    }
+
+    /// The summary's size: blocks, cells, markers kept, and about how many bytes of memory
+    /// they take.
+    pub fn footprint(&self) -> Footprint {
+        let blocks = self.blocks.read().unwrap();
+        let mut f = Footprint {
+            blocks: blocks.len(),
+            ..Footprint::default()
+        };
+        for block in blocks.values() {
+            f.cells += block.cells.len();
+            f.bytes += std::mem::size_of::<Block>() + block.cells.capacity() * size_of::<Cell>();
+            for cell in &block.cells {
+                f.markers += cell.markers.len();
+                f.bytes += cell.markers.capacity() * size_of::<PlacedMarker>();
+                for m in &cell.markers {
+                    f.bytes += m.marker.detail.capacity()
+                        + m.object_kind.capacity()
+                        + m.name.capacity()
+                        + m.namespace.as_ref().map_or(0, String::capacity);
+                }
+            }
+        }
+        f.bytes += self
+            .strings
+            .lock()
+            .unwrap()
+            .0
+            .iter()
+            .map(|s| s.len() + 16 + size_of::<Arc<str>>())
+            .sum::<usize>();
+        f
+    }
+
+    /// The summary of the block holding revision `revision`, if it is summarised.
+    pub fn block_of(&self, revision: u64) -> Option<Arc<Block>> {
+        let number = revision.checked_sub(1)? / self.block;
+        self.blocks.read().unwrap().get(&number).cloned()
+    }
+
+    /// The first revision of the block holding `revision`.
+    pub fn block_start(&self, revision: u64) -> u64 {
+        bounds(revision.saturating_sub(1) / self.block, self.block).0
     }
 
     /// Says a timeline was asked for: summarising goes on (or starts) for [`IDLE`].
@@ -387,16 +462,15 @@ impl Index {
                 cell.manager = cell.manager.take().map(|s| strings.get(&s));
             }
         }
-        self.blocks
-            .write()
-            .unwrap()
-            .insert(number, Arc::new(block));
+        self.blocks.write().unwrap().insert(number, Arc::new(block));
         Ok(())
     }
 
     /// Summarises blocks while timelines are asked for, until `shutdown`. Each block's work is
     /// followed by as long a rest, so that it takes at most half a core.
     pub async fn run(self: Arc<Self>, replay: Replay, shutdown: CancellationToken) {
+        // Blocks summarised since the summary last covered the log.
+        let mut built = 0;
         loop {
             let status = replay.store().status();
             self.forget_before(status.compacted.0);
@@ -406,6 +480,7 @@ impl Index {
                 .flatten();
             let rest = match next {
                 Some(number) => {
+                    built += 1;
                     let started = Instant::now();
                     if let Err(e) = self.build(&replay, number).await {
                         // Compacted while being read, or the log failing: try again later.
@@ -415,7 +490,21 @@ impl Index {
                         started.elapsed()
                     }
                 }
-                None if self.wanted() => Duration::from_secs(1),
+                None if self.wanted() => {
+                    // Said after a catch-up (the first, or after a pause), not for each new block.
+                    if built > 1 {
+                        let f = self.footprint();
+                        tracing::info!(
+                            blocks = f.blocks,
+                            cells = f.cells,
+                            markers = f.markers,
+                            mib = f.bytes >> 20,
+                            "the timeline's summary covers the retained log"
+                        );
+                    }
+                    built = 0;
+                    Duration::from_secs(1)
+                }
                 None => Duration::MAX,
             };
             tokio::select! {
@@ -469,7 +558,11 @@ mod tests {
             time: UNIX_EPOCH + Duration::from_secs(second),
             tag: None,
             events: vec![Event {
-                kind: if deleted { EventKind::Delete } else { EventKind::Put },
+                kind: if deleted {
+                    EventKind::Delete
+                } else {
+                    EventKind::Put
+                },
                 kv: kv(key, revision, after),
                 prev_kv: before.map(|b| kv(key, revision - 1, Some(b))),
             }],
@@ -482,7 +575,13 @@ mod tests {
     fn history(start: u64, step: u64) -> Vec<LogEntry> {
         vec![
             entry(1, start, A, None, Some(cm("default", "a", "1", "kubectl"))),
-            entry(2, start + step, B, None, Some(cm("kube-system", "b", "1", "helm"))),
+            entry(
+                2,
+                start + step,
+                B,
+                None,
+                Some(cm("kube-system", "b", "1", "helm")),
+            ),
             entry(
                 3,
                 start + 2 * step,
@@ -557,7 +656,10 @@ mod tests {
             .iter()
             .find(|c| c.namespace.as_deref() == Some("kube-system"))
             .unwrap();
-        assert_eq!((b.counts, b.manager.as_deref()), ([1, 0, 0, 0], Some("helm")));
+        assert_eq!(
+            (b.counts, b.manager.as_deref()),
+            ([1, 0, 0, 0], Some("helm"))
+        );
         assert_eq!(block.cells(), 4);
 
         // Adding it to buckets: by scope and manager.
@@ -609,7 +711,10 @@ mod tests {
         {
             let mut blocks = index.blocks.write().unwrap();
             for n in [1, 2, 3, 5] {
-                blocks.insert(n, block(n * 10 + 1, n * 10 + 10, if n == 3 { 60 } else { 1 }));
+                blocks.insert(
+                    n,
+                    block(n * 10 + 1, n * 10 + 10, if n == 3 { 60 } else { 1 }),
+                );
             }
         }
         // r5..r57: block 0 is cut by the window, 1 and 2 are whole, 3 is per minute (no good for
@@ -621,7 +726,13 @@ mod tests {
         // Minute buckets take block 3 too.
         assert_eq!(
             shape(&index.plan(11, 60, 60)),
-            [('b', 51, 60), ('s', 41, 50), ('b', 31, 40), ('b', 21, 30), ('b', 11, 20)]
+            [
+                ('b', 51, 60),
+                ('s', 41, 50),
+                ('b', 31, 40),
+                ('b', 21, 30),
+                ('b', 11, 20)
+            ]
         );
         // Inside one block: a scan.
         assert_eq!(shape(&index.plan(12, 18, 60)), [('s', 12, 18)]);

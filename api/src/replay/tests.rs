@@ -866,17 +866,30 @@ async fn the_summarised_timeline_counts_what_reading_the_log_counts() {
         revision = match i % 5 {
             4 => {
                 // The Event the step before wrote.
-                let ns = if (i - 1) % 3 == 0 { "kube-system" } else { "default" };
+                let ns = if (i - 1) % 3 == 0 {
+                    "kube-system"
+                } else {
+                    "default"
+                };
                 let e = format!("/registry/core/events/{ns}/e{}", i - 1);
-                store.delete(KeyRange::key(e.into_bytes())).await.unwrap().0.0
+                store
+                    .delete(KeyRange::key(e.into_bytes()))
+                    .await
+                    .unwrap()
+                    .0
+                    .0
             }
             3 => {
                 let e = json!({"apiVersion": "v1", "kind": "Event", "type": "Warning",
                     "reason": format!("R{i}"), "count": 1,
                     "metadata": {"name": format!("e{i}"), "namespace": ns}});
-                put(store.as_ref(), &format!("/registry/core/events/{ns}/e{i}"), &e)
-                    .await
-                    .0
+                put(
+                    store.as_ref(),
+                    &format!("/registry/core/events/{ns}/e{i}"),
+                    &e,
+                )
+                .await
+                .0
             }
             phase => {
                 // The same data across r1..r30 and across r31..: rewrites there change only
@@ -900,6 +913,8 @@ async fn the_summarised_timeline_counts_what_reading_the_log_counts() {
     assert_eq!(index.blocks().len() as u64, newest / 10);
 
     let sorted = |mut t: timeline::Timeline| {
+        // Only the summarised reads say how far the summary goes.
+        t.summarised = None;
         for b in &mut t.buckets {
             b.markers.sort_by_key(|m| m.revision);
         }
@@ -924,6 +939,12 @@ async fn the_summarised_timeline_counts_what_reading_the_log_counts() {
             manager: Some("helm".into()),
             ..Select::default()
         },
+        // Not in the summary: both read the log (the summarised one passing over blocks without
+        // a change in scope).
+        Select {
+            name: Some("c1".into()),
+            ..Select::default()
+        },
     ];
     let windows = [(Some(1), None), (Some(5), Some(44)), (Some(11), Some(30))];
     for scope in &scopes {
@@ -946,7 +967,10 @@ async fn the_summarised_timeline_counts_what_reading_the_log_counts() {
                     got.push(sorted(t));
                 }
                 let (by_index, by_log) = (&got[0], &got[1]);
-                assert_eq!(by_index, by_log, "{scope:?} {select:?} {since:?}..{until:?}");
+                assert_eq!(
+                    by_index, by_log,
+                    "{scope:?} {select:?} {since:?}..{until:?}"
+                );
                 assert!(by_index.complete);
             }
         }
@@ -980,10 +1004,7 @@ async fn the_summarised_timeline_counts_what_reading_the_log_counts() {
 
     // A bound of 15 revisions read: reading the log covers r43.., the summary the whole window
     // (r5..r10 and the revisions after the last full block are all it reads).
-    let tight = Bounds {
-        scan: 15,
-        chunk: 4,
-    };
+    let tight = Bounds { scan: 15, chunk: 4 };
     let mut got = Vec::new();
     for replay in [&plain, &summarised] {
         let t = timeline::timeline(
@@ -1022,13 +1043,126 @@ async fn the_summarised_timeline_counts_what_reading_the_log_counts() {
     .unwrap();
     assert!(!by_name.complete);
 
+    // One object named in full is read from its own history: all of it, whatever the bound, and
+    // counted as reading the log counts it.
+    let c1 = Select {
+        name: Some("c1".into()),
+        ..Select::default()
+    };
+    let mut got = Vec::new();
+    for (scope, bounds) in [
+        (
+            Filter {
+                resource: Some(cms),
+                namespace: Some("default"),
+                name: None,
+            },
+            Bounds::default(),
+        ),
+        (
+            Filter {
+                resource: Some(cms),
+                namespace: Some("default"),
+                name: Some("c1"),
+            },
+            tight,
+        ),
+    ] {
+        let since = Some(Point::Revision(Revision(1)));
+        let t = timeline::timeline(&plain, bounds, since, None, 10, &scope, &c1)
+            .await
+            .unwrap();
+        got.push(t);
+    }
+    assert!(got[1].complete);
+    assert_eq!(got[0].buckets, got[1].buckets);
+    assert!(got[1].buckets.iter().map(|b| b.created).sum::<u64>() > 0);
+    let page = timeline::changes(
+        &plain,
+        tight,
+        None,
+        None,
+        None,
+        2,
+        &Filter {
+            resource: Some(cms),
+            namespace: Some("default"),
+            name: Some("c1"),
+        },
+        &c1,
+    )
+    .await
+    .unwrap();
+    assert_eq!(page.items.len(), 2);
+    let token = page.r#continue.expect("older changes of c1");
+    let rest = timeline::changes(
+        &plain,
+        tight,
+        None,
+        None,
+        Some(&token),
+        100,
+        &Filter {
+            resource: Some(cms),
+            namespace: Some("default"),
+            name: Some("c1"),
+        },
+        &c1,
+    )
+    .await
+    .unwrap();
+    assert!(rest.r#continue.is_none());
+    let listed: Vec<u64> = page
+        .items
+        .iter()
+        .chain(&rest.items)
+        .map(|r| r.revision)
+        .collect();
+    let counted: u64 = got[0]
+        .buckets
+        .iter()
+        .map(|b| b.created + b.updated + b.status_updated + b.deleted)
+        .sum();
+    assert_eq!(listed.len() as u64, counted);
+    assert!(listed.windows(2).all(|w| w[0] > w[1]), "{listed:?}");
+
+    // A kind with no change in the summarised blocks: they are passed over unread, so the list
+    // is answered in full within the bound; reading the log stops at the bound.
+    let secrets = Filter {
+        resource: objects::resolve_kind(&plain.kinds(), "secrets"),
+        ..Filter::default()
+    };
+    let mut got = Vec::new();
+    for replay in [&plain, &summarised] {
+        let page = timeline::changes(
+            replay,
+            tight,
+            None,
+            None,
+            None,
+            100,
+            &secrets,
+            &Select::default(),
+        )
+        .await
+        .unwrap();
+        got.push(page);
+    }
+    assert!(got.iter().all(|p| p.items.is_empty()));
+    assert!(got[0].r#continue.is_some(), "{:?}", got[0]);
+    assert_eq!(got[1].r#continue, None, "{:?}", got[1]);
+    assert_eq!(got[1].scanned_from, 1);
+
     // Built in the background once a timeline is asked for: newest first, then what the log
     // adds.
     let fresh = Arc::new(index::Index::new(10));
     let stop = tokio_util::sync::CancellationToken::new();
     let running = tokio::spawn(fresh.clone().run(plain.clone(), stop.clone()));
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(fresh.blocks().is_empty(), "nothing is summarised until asked");
+    assert!(
+        fresh.blocks().is_empty(),
+        "nothing is summarised until asked"
+    );
     fresh.touch();
     let until = |n: u64| {
         let fresh = fresh.clone();
@@ -1051,6 +1185,9 @@ async fn the_summarised_timeline_counts_what_reading_the_log_counts() {
         fresh.blocks().last().unwrap().to,
         store.status().revision.0 / 10 * 10
     );
+    let size = fresh.footprint();
+    assert_eq!(size.blocks as u64, store.status().revision.0 / 10);
+    assert!(size.cells >= size.blocks && size.markers > 0 && size.bytes > 0);
     stop.cancel();
     running.await.unwrap();
 }

@@ -371,9 +371,7 @@ impl Buckets {
             *bucket.marker_counts.entry(marker_name(kind)).or_default() += n;
         }
         let room = MAX_MARKERS_PER_BUCKET.saturating_sub(bucket.markers.len());
-        bucket
-            .markers
-            .extend(markers.iter().take(room).cloned());
+        bucket.markers.extend(markers.iter().take(room).cloned());
         true
     }
 
@@ -482,6 +480,10 @@ pub struct Timeline {
     pub buckets: Vec<Bucket>,
     /// Changes left out because their versions are pruned (node Leases, Events).
     pub pruned: usize,
+    /// The revisions the server has summarised so far (`[first, last]`), where it summarises
+    /// the log: a chart counts them without reading them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summarised: Option<[u64; 2]>,
     /// The oldest retained revision (what `since` may go back to).
     pub oldest: u64,
     /// The newest revision.
@@ -752,24 +754,105 @@ async fn window(
     })
 }
 
+/// The one object `scope` names, if it names one: its storage key.
+fn one_object(scope: &Scope<'_>) -> Option<Vec<u8>> {
+    let info = scope.resource?;
+    let name = scope.name?;
+    match (info.namespaced, scope.namespace) {
+        (true, None) => None,
+        (namespaced, ns) => Some(
+            info.storage_key(ns.filter(|_| namespaced), name)
+                .into_bytes(),
+        ),
+    }
+}
+
+/// The changes of the object stored at `key` in `lo..=hi`, newest first, read from its own
+/// history rather than the log; and how many were left out because the version they replaced is
+/// no longer kept.
+async fn object_changes(
+    replay: &Replay,
+    key: &[u8],
+    lo: Revision,
+    hi: Revision,
+    scope: &Scope<'_>,
+) -> Result<(Vec<Change>, usize), Error> {
+    let versions = replay
+        .store()
+        .history(key)
+        .await
+        .map_err(|e| Error::from(ReplayError::Store(e)))?;
+    let kinds = replay.kinds();
+    let mut out = Vec::new();
+    let mut pruned = 0;
+    for (commit, event) in versions.into_iter().rev() {
+        let revision = event.kv.mod_revision;
+        if revision > hi {
+            continue;
+        }
+        if revision < lo {
+            break;
+        }
+        let replaced = event.kind == skiff_store::EventKind::Delete || event.kv.version > 1;
+        if replaced && event.prev_kv.is_none() {
+            pruned += 1;
+            continue;
+        }
+        let entry = skiff_store::LogEntry {
+            revision,
+            time: commit.time,
+            tag: commit.tag,
+            events: vec![event],
+        };
+        out.extend(Replay::changes_of(&kinds, &entry, scope));
+    }
+    Ok((out, pruned))
+}
+
 /// Reads `lo..=hi` of the log newest first in chunks, handing each chunk's changes (newest
 /// first) to `visit` until it returns false or `bounds.scan` revisions are read. Returns the
 /// oldest revision read and the number of pruned changes.
+///
+/// One object's changes are read from its own history instead, whatever their number. Blocks of
+/// the log that the summary ([`Replay::index`]) shows hold nothing `scope` and `manager` cover
+/// are passed over without reading them or counting them against the bound.
 async fn scan_back(
     replay: &Replay,
     bounds: Bounds,
     lo: Revision,
     hi: Revision,
     scope: &Scope<'_>,
+    manager: Option<&str>,
     mut visit: impl FnMut(Vec<Change>) -> bool,
 ) -> Result<(Revision, usize), Error> {
+    if let Some(key) = one_object(scope) {
+        if hi < lo {
+            return Ok((hi.next(), 0));
+        }
+        let (changes, pruned) = object_changes(replay, &key, lo, hi, scope).await?;
+        visit(changes);
+        return Ok((lo, pruned));
+    }
+    let index = replay.index();
     let mut hi = hi;
     let mut read = 0;
     let mut pruned = 0;
     let mut oldest = hi.next();
     while hi >= lo && hi.0 > 0 && read < bounds.scan {
+        if let Some(block) = index.and_then(|i| i.block_of(hi.0)) {
+            if block.to == hi.0 && block.from >= lo.0 && !block.has(scope, manager) {
+                pruned += block.pruned;
+                oldest = Revision(block.from);
+                hi = Revision(block.from - 1);
+                continue;
+            }
+        }
         let chunk = bounds.chunk.max(1).min(bounds.scan - read);
-        let start = Revision(hi.0.saturating_sub(chunk - 1)).max(lo);
+        let mut start = Revision(hi.0.saturating_sub(chunk - 1)).max(lo);
+        if let Some(index) = index {
+            // Chunks stop at block boundaries, so that a block to pass over is never read.
+            start = start.max(Revision(index.block_start(hi.0)));
+        }
         let page = replay.log(start, Some(hi), scope, chunk as usize).await?;
         read += hi.0 - start.0 + 1;
         pruned += page.pruned;
@@ -787,7 +870,7 @@ async fn scan_back(
 /// The `timeline` answer: changes in the window counted per bucket.
 ///
 /// Without `since`, the window is the whole retained history when the log is summarised
-/// ([`Replay::index`]), else its newest `bounds.scan` revisions. The summarised blocks of the
+/// ([`Replay::index`]) or the scope names one object, else its newest `bounds.scan` revisions. The summarised blocks of the
 /// window are added whole; the rest is read from the log, newest first, at most `bounds.scan`
 /// revisions: what is beyond that is not counted (`complete: false`, `scannedFrom`). A name or a
 /// label selector is not in the summary, so such a timeline reads the log.
@@ -806,7 +889,7 @@ pub async fn timeline(
     if let Some(index) = replay.index() {
         index.touch();
     }
-    let default_span = if summarised.is_some() {
+    let default_span = if summarised.is_some() || one_object(scope).is_some() {
         u64::MAX
     } else {
         bounds.scan
@@ -832,15 +915,23 @@ pub async fn timeline(
                     scan: budget,
                     chunk: bounds.chunk,
                 };
-                let (oldest, p) =
-                    scan_back(replay, bounds, Revision(lo), Revision(hi), scope, |changes| {
+                let manager = select.manager.as_deref();
+                let (oldest, p) = scan_back(
+                    replay,
+                    bounds,
+                    Revision(lo),
+                    Revision(hi),
+                    scope,
+                    manager,
+                    |changes| {
                         for change in changes.iter().filter(|c| select.matches(c)) {
                             let m = markers(change);
                             counts.add(change_seconds(change), change, m);
                         }
                         true
-                    })
-                    .await?;
+                    },
+                )
+                .await?;
                 pruned += p;
                 budget -= (hi + 1).saturating_sub(oldest.0).min(budget);
                 scanned_from = oldest.min(scanned_from);
@@ -861,6 +952,7 @@ pub async fn timeline(
         end: w.end,
         buckets: counts.into_vec(),
         pruned,
+        summarised: replay.index().and_then(|i| i.covered()),
         oldest: status.compacted.max(Revision(1)).0,
         newest: status.revision.0,
     })
@@ -893,7 +985,8 @@ pub async fn changes(
     let limit = limit.clamp(1, MAX_PAGE);
     let mut items: Vec<Row> = Vec::new();
     let mut full_at: Option<u64> = None;
-    let (oldest, _) = scan_back(replay, bounds, w.from, hi, scope, |changes| {
+    let manager = select.manager.as_deref();
+    let (oldest, _) = scan_back(replay, bounds, w.from, hi, scope, manager, |changes| {
         for change in changes {
             // A page ends between revisions, so a continue token is just a revision.
             if full_at.is_some_and(|r| r != change.revision) {

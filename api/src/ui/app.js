@@ -166,7 +166,8 @@ function drawChart(t) {
   const counted = t.buckets.reduce((s, b) => s + total(b), 0);
   $('#chart-info').textContent = `r${t.from}..r${t.to} (${fmtSecs(t.start)} .. ${fmtSecs(t.end)}): ${counted} changes in ${n} buckets of ${t.width}s`
     + (t.complete ? '' : `; only r${t.scannedFrom} and newer counted (a view reads at most 20,000 revisions of the log that are not summarised yet; the server summarises the rest while the page is open): refresh in a moment, or zoom in`)
-    + (t.pruned ? `; ${t.pruned} changes of pruned Leases/Events left out` : '');
+    + (t.pruned ? `; ${t.pruned} changes of pruned Leases/Events left out` : '')
+    + (!t.complete && t.summarised ? ` (summarised so far: r${t.summarised[0]}..r${t.summarised[1]})` : '');
   const list = $('#markers');
   list.replaceChildren();
   for (const b of t.buckets) for (const m of b.markers || []) {
