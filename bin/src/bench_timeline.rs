@@ -325,7 +325,7 @@ async fn summarise(client: &skiff_client::Client, pid: u32, newest: u64) -> Resu
     println!(
         "first chart, nothing summarised yet: {:.0} ms; {}",
         started.elapsed().as_secs_f64() * 1e3,
-        describe(&[cold.clone()])
+        describe(std::slice::from_ref(&cold))
     );
     let oldest = cold["oldest"]
         .as_u64()

@@ -165,6 +165,9 @@ impl Strings {
     }
 }
 
+/// A cell's time, resource (by address), namespace and manager.
+type CellKey = (u64, usize, Option<Arc<str>>, Option<Arc<str>>);
+
 /// Summarises the block of revisions `from..=to` from its log entries (`pruned`: changes the
 /// read left out). Pure: the entries in, the summary out.
 pub fn summarize(
@@ -181,7 +184,7 @@ pub fn summarize(
     let unit = if span <= FINE_SPAN { 1 } else { 60 };
     let mut cells: Vec<Cell> = Vec::new();
     // Where each (time, resource, namespace, manager) went in `cells`.
-    let mut at: BTreeMap<(u64, usize, Option<Arc<str>>, Option<Arc<str>>), usize> = BTreeMap::new();
+    let mut at: BTreeMap<CellKey, usize> = BTreeMap::new();
     for entry in entries {
         let time = seconds(entry.time);
         let time = time - time % unit;
@@ -399,7 +402,10 @@ impl Index {
             let number = (hi - 1) / self.block;
             let (lo_b, hi_b) = bounds(number, self.block);
             let whole = hi == hi_b && lo_b >= from;
-            if let Some(block) = blocks.get(&number).filter(|b| whole && width % b.unit == 0) {
+            if let Some(block) = blocks
+                .get(&number)
+                .filter(|b| whole && width.is_multiple_of(b.unit))
+            {
                 out.push(Segment::Block(block.clone()));
                 hi = lo_b - 1;
                 continue;

@@ -839,13 +839,15 @@ async fn scan_back(
     let mut pruned = 0;
     let mut oldest = hi.next();
     while hi >= lo && hi.0 > 0 && read < bounds.scan {
-        if let Some(block) = index.and_then(|i| i.block_of(hi.0)) {
-            if block.to == hi.0 && block.from >= lo.0 && !block.has(scope, manager) {
-                pruned += block.pruned;
-                oldest = Revision(block.from);
-                hi = Revision(block.from - 1);
-                continue;
-            }
+        if let Some(block) = index.and_then(|i| i.block_of(hi.0))
+            && block.to == hi.0
+            && block.from >= lo.0
+            && !block.has(scope, manager)
+        {
+            pruned += block.pruned;
+            oldest = Revision(block.from);
+            hi = Revision(block.from - 1);
+            continue;
         }
         let chunk = bounds.chunk.max(1).min(bounds.scan - read);
         let mut start = Revision(hi.0.saturating_sub(chunk - 1)).max(lo);
