@@ -847,6 +847,20 @@ async fn timeline_pages_filters_and_bounds() {
     assert_eq!(snap["kinds"][0]["rows"][0]["summary"], "data 1");
 }
 
+/// The timeline of `since..` up to now in 10 buckets.
+async fn chart(
+    replay: &Replay,
+    bounds: timeline::Bounds,
+    since: Option<u64>,
+    scope: &Filter<'_>,
+    select: &timeline::Select,
+) -> timeline::Timeline {
+    let since = since.map(|r| Point::Revision(Revision(r)));
+    timeline::timeline(replay, bounds, since, None, 10, scope, select)
+        .await
+        .unwrap()
+}
+
 /// The timeline counted from the log's summary is the timeline counted by reading the log, for
 /// any window and filter the summary holds; it is complete where a bounded read is not; and the
 /// summary is built while timelines are asked for, newest first, then as the log fills.
@@ -976,17 +990,14 @@ async fn the_summarised_timeline_counts_what_reading_the_log_counts() {
         }
     }
     // Something was counted, deletes and warnings marked.
-    let all = timeline::timeline(
+    let all = chart(
         &summarised,
         Bounds::default(),
         None,
-        None,
-        10,
         &Filter::default(),
         &Select::default(),
     )
-    .await
-    .unwrap();
+    .await;
     let total: u64 = all
         .buckets
         .iter()
@@ -1007,18 +1018,16 @@ async fn the_summarised_timeline_counts_what_reading_the_log_counts() {
     let tight = Bounds { scan: 15, chunk: 4 };
     let mut got = Vec::new();
     for replay in [&plain, &summarised] {
-        let t = timeline::timeline(
-            replay,
-            tight,
-            Some(Point::Revision(Revision(5))),
-            None,
-            10,
-            &Filter::default(),
-            &Select::default(),
-        )
-        .await
-        .unwrap();
-        got.push(t);
+        got.push(
+            chart(
+                replay,
+                tight,
+                Some(5),
+                &Filter::default(),
+                &Select::default(),
+            )
+            .await,
+        );
     }
     let (by_log, by_index) = (&got[0], &got[1]);
     assert!(!by_log.complete);
@@ -1030,17 +1039,7 @@ async fn the_summarised_timeline_counts_what_reading_the_log_counts() {
         name: Some("c1".into()),
         ..Select::default()
     };
-    let by_name = timeline::timeline(
-        &summarised,
-        tight,
-        Some(Point::Revision(Revision(5))),
-        None,
-        10,
-        &Filter::default(),
-        &one,
-    )
-    .await
-    .unwrap();
+    let by_name = chart(&summarised, tight, Some(5), &Filter::default(), &one).await;
     assert!(!by_name.complete);
 
     // One object named in full is read from its own history: all of it, whatever the bound, and
@@ -1068,49 +1067,37 @@ async fn the_summarised_timeline_counts_what_reading_the_log_counts() {
             tight,
         ),
     ] {
-        let since = Some(Point::Revision(Revision(1)));
-        let t = timeline::timeline(&plain, bounds, since, None, 10, &scope, &c1)
-            .await
-            .unwrap();
-        got.push(t);
+        got.push(chart(&plain, bounds, Some(1), &scope, &c1).await);
     }
     assert!(got[1].complete);
     assert_eq!(got[0].buckets, got[1].buckets);
     assert!(got[1].buckets.iter().map(|b| b.created).sum::<u64>() > 0);
-    let page = timeline::changes(
-        &plain,
-        tight,
-        None,
-        None,
-        None,
-        2,
-        &Filter {
-            resource: Some(cms),
-            namespace: Some("default"),
-            name: Some("c1"),
-        },
-        &c1,
-    )
-    .await
-    .unwrap();
+    let only_c1 = Filter {
+        resource: Some(cms),
+        namespace: Some("default"),
+        name: Some("c1"),
+    };
+    let mut pages = Vec::new();
+    let mut token: Option<String> = None;
+    for limit in [2, 100] {
+        let page = timeline::changes(
+            &plain,
+            tight,
+            None,
+            None,
+            token.as_deref(),
+            limit,
+            &only_c1,
+            &c1,
+        )
+        .await
+        .unwrap();
+        token = page.r#continue.clone();
+        pages.push(page);
+    }
+    let (page, rest) = (&pages[0], &pages[1]);
     assert_eq!(page.items.len(), 2);
-    let token = page.r#continue.expect("older changes of c1");
-    let rest = timeline::changes(
-        &plain,
-        tight,
-        None,
-        None,
-        Some(&token),
-        100,
-        &Filter {
-            resource: Some(cms),
-            namespace: Some("default"),
-            name: Some("c1"),
-        },
-        &c1,
-    )
-    .await
-    .unwrap();
+    assert!(page.r#continue.is_some(), "older changes of c1");
     assert!(rest.r#continue.is_none());
     let listed: Vec<u64> = page
         .items

@@ -117,6 +117,7 @@ function windowParams() {
 // ---- The timeline chart -------------------------------------------------------------------
 
 const CHART = { w: 800, h: 220, top: 22, bottom: 20 };
+const MAX_MARKERS_LISTED = 100;
 
 function drawChart(t) {
   const box = $('#chart');
@@ -168,13 +169,16 @@ function drawChart(t) {
     + (t.complete ? '' : `; only r${t.scannedFrom} and newer counted (a view reads at most 20,000 revisions of the log that are not summarised yet; the server summarises the rest while the page is open): refresh in a moment, or zoom in`)
     + (t.pruned ? `; ${t.pruned} changes of pruned Leases/Events left out` : '')
     + (!t.complete && t.summarised ? ` (summarised so far: r${t.summarised[0]}..r${t.summarised[1]})` : '');
+  // The newest markers, newest first: a long window can place thousands (each bucket keeps 20).
+  const placed = t.buckets.flatMap((b) => b.markers || []).sort((a, b) => b.revision - a.revision);
+  const shown = placed.slice(0, MAX_MARKERS_LISTED);
   const list = $('#markers');
-  list.replaceChildren();
-  for (const b of t.buckets) for (const m of b.markers || []) {
-    list.append(el('li', {}, el('span', { class: `m-${m.kind}` }, m.kind), ' ',
-      el('a', { onclick: () => showPoint(String(m.revision)) }, `r${m.revision}`), ' ',
-      el('a', { onclick: () => showObject({ kind: m.object_kind, namespace: m.namespace, name: m.name }, m.revision) }, `${m.object_kind} ${objName(m)}`),
-      `: ${m.detail}`));
+  list.replaceChildren(...shown.map((m) => el('li', {}, el('span', { class: `m-${m.kind}` }, m.kind), ' ',
+    el('a', { onclick: () => showPoint(String(m.revision)) }, `r${m.revision}`), ' ',
+    el('a', { onclick: () => showObject({ kind: m.object_kind, namespace: m.namespace, name: m.name }, m.revision) }, `${m.object_kind} ${objName(m)}`),
+    `: ${m.detail}`)));
+  if (placed.length > shown.length) {
+    list.append(el('li', { class: 'more' }, `${placed.length - shown.length} older markers not listed: zoom in to see them`));
   }
 }
 
