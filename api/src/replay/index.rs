@@ -30,7 +30,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use skiff_kinds::Snapshot;
 use skiff_meta::ResourceInfo;
-use skiff_store::{EventKind, LogEntry, Revision};
+use skiff_store::{LogEntry, Revision};
 use tokio_util::sync::CancellationToken;
 
 use super::timeline::{Buckets, MarkerKind, PlacedMarker, markers};
@@ -192,11 +192,7 @@ pub fn summarize(
             let Some((info, namespace, name)) = objects::parse_key(kinds, &event.kv.key) else {
                 continue;
             };
-            let before = event.prev_kv.as_ref().and_then(objects::decode);
-            let after = match event.kind {
-                EventKind::Put => objects::decode(&event.kv),
-                EventKind::Delete => None,
-            };
+            let (before, after) = objects::versions(event);
             let change = Change {
                 revision: entry.revision.0,
                 time: String::new(),
@@ -526,7 +522,7 @@ impl Index {
 mod tests {
     use super::*;
     use serde_json::json;
-    use skiff_store::{Event, KeyValue};
+    use skiff_store::{Event, EventKind, KeyValue};
 
     fn kinds() -> Arc<Snapshot> {
         skiff_kinds::Kinds::builtin().snapshot()

@@ -488,11 +488,7 @@ impl Replay {
             if !filter.covers_object(info, namespace.as_deref(), &name) {
                 continue;
             }
-            let before = event.prev_kv.as_ref().and_then(objects::decode);
-            let after = match event.kind {
-                skiff_store::EventKind::Put => objects::decode(&event.kv),
-                skiff_store::EventKind::Delete => None,
-            };
+            let (before, after) = objects::versions(event);
             out.push(Change {
                 revision: entry.revision.0,
                 time: format_time(entry.time),
@@ -580,8 +576,7 @@ impl Replay {
                     left_out += 1;
                     continue;
                 }
-                let replaced = event.kind == skiff_store::EventKind::Delete || event.kv.version > 1;
-                if replaced {
+                if objects::replaces(&event) {
                     let before = Revision(entry.revision.0 - 1);
                     match self
                         .range_at(KeyRange::key(event.kv.key.clone()), before)

@@ -106,6 +106,23 @@ pub fn decode(kv: &KeyValue) -> Option<Value> {
     Some(object)
 }
 
+/// The versions an event of the log goes between: before (absent for a create, or when the read
+/// did not give it) and after (absent for a delete), decoded.
+pub fn versions(event: &skiff_store::Event) -> (Option<Value>, Option<Value>) {
+    let before = event.prev_kv.as_ref().and_then(decode);
+    let after = match event.kind {
+        skiff_store::EventKind::Put => decode(&event.kv),
+        skiff_store::EventKind::Delete => None,
+    };
+    (before, after)
+}
+
+/// Whether an event replaced an earlier version of its key (an update or a delete), which its
+/// change then needs to be read against.
+pub fn replaces(event: &skiff_store::Event) -> bool {
+    event.kind == skiff_store::EventKind::Delete || event.kv.version > 1
+}
+
 /// The object without what changes on every write and says nothing about it:
 /// `metadata.managedFields` and `metadata.resourceVersion`.
 pub fn without_noise(object: &Value) -> Value {

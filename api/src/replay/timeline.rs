@@ -317,10 +317,6 @@ impl Buckets {
             Operation::StatusUpdated => 2,
             Operation::Deleted => 3,
         }] = 1;
-        let mut marker_counts: BTreeMap<MarkerKind, u64> = BTreeMap::new();
-        for m in &markers {
-            *marker_counts.entry(m.kind).or_default() += 1;
-        }
         let placed: Vec<PlacedMarker> = markers
             .into_iter()
             .map(|marker| PlacedMarker {
@@ -335,7 +331,7 @@ impl Buckets {
             time,
             counts,
             (change.revision, change.revision),
-            marker_counts,
+            placed.iter().map(|p| (p.marker.kind, 1)),
             &placed,
         )
     }
@@ -781,7 +777,7 @@ async fn object_changes(
         .store()
         .history(key)
         .await
-        .map_err(|e| Error::from(ReplayError::Store(e)))?;
+        .map_err(|e| Error::from(replay.store_error(e)))?;
     let kinds = replay.kinds();
     let mut out = Vec::new();
     let mut pruned = 0;
@@ -793,8 +789,7 @@ async fn object_changes(
         if revision < lo {
             break;
         }
-        let replaced = event.kind == skiff_store::EventKind::Delete || event.kv.version > 1;
-        if replaced && event.prev_kv.is_none() {
+        if super::objects::replaces(&event) && event.prev_kv.is_none() {
             pruned += 1;
             continue;
         }
@@ -872,10 +867,11 @@ async fn scan_back(
 /// The `timeline` answer: changes in the window counted per bucket.
 ///
 /// Without `since`, the window is the whole retained history when the log is summarised
-/// ([`Replay::index`]) or the scope names one object, else its newest `bounds.scan` revisions. The summarised blocks of the
-/// window are added whole; the rest is read from the log, newest first, at most `bounds.scan`
-/// revisions: what is beyond that is not counted (`complete: false`, `scannedFrom`). A name or a
-/// label selector is not in the summary, so such a timeline reads the log.
+/// ([`Replay::index`]) or the scope names one object, else its newest `bounds.scan` revisions.
+/// The summarised blocks of the window are added whole; the rest is read from the log, newest
+/// first, at most `bounds.scan` revisions: what is beyond that is not counted
+/// (`complete: false`, `scannedFrom`). A name or a label selector is not in the summary, so such
+/// a timeline reads the log.
 pub async fn timeline(
     replay: &Replay,
     bounds: Bounds,
