@@ -175,6 +175,10 @@ pub struct Options {
     /// How often the node status is PATCHed even when nothing changed.
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     pub node_status_report_frequency: Duration,
+    /// How often the node's and its containers' CPU and memory are read (the Summary API that
+    /// `kubectl top` shows averages CPU over this interval).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub housekeeping_interval: Duration,
     /// Directory of static pod manifests (YAML or JSON), run and mirrored into the API.
     #[arg(long)]
     pub pod_manifest_path: Option<PathBuf>,
@@ -414,7 +418,14 @@ pub async fn run_with_host(
         events_tx,
         shutdown.child_token(),
     )?;
+    let stats = Arc::new(Mutex::new(crate::stats::Tracker::new(Timestamp::now())));
     let tasks = tokio_util::task::TaskTracker::new();
+    tasks.spawn(crate::stats::housekeeping(
+        runtime.clone(),
+        stats.clone(),
+        options.housekeeping_interval,
+        shutdown.clone(),
+    ));
     tasks.spawn(server::serve(
         listener,
         server::State {
@@ -423,6 +434,8 @@ pub async fn run_with_host(
             root_dir: root.clone(),
             token: options.token.clone(),
             follow_poll: Duration::from_millis(200),
+            node_name: node_name.clone(),
+            stats,
         },
         shutdown.clone(),
     ));

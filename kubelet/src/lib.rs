@@ -10,6 +10,8 @@
 //! - [`logs`]: container log files (CRI line format, rotation, reading for `kubectl logs`).
 //! - [`runtime`]: the container runtime trait, the CRI runtime (containerd) and the process
 //!   runtime.
+//! - [`stats`]: CPU and memory of the node and its containers, read every housekeeping
+//!   interval and served as the Summary API (`/stats/summary`) for `kubectl top`.
 //! - [`spec`]: env resolution, `$(VAR)` expansion, limits and the spec hash of a container.
 //! - [`volumes`]: emptyDir, hostPath, configMap, secret, downwardAPI and projected volumes
 //!   ([`projected`] says what they hold) and per-container roots.
@@ -17,7 +19,8 @@
 //!   Service's environment variables.
 //! - [`ipam`]: pod IPs in the loopback block.
 //! - [`pod`]: the pod manager and per-pod workers (sync loop, back-off, probes, status).
-//! - [`server`]: the kubelet HTTP server (`/healthz`, `/pods`, container logs, exec).
+//! - [`server`]: the kubelet HTTP server (`/healthz`, `/pods`, `/stats/summary`, container logs,
+//!   exec).
 //! - [`stream`]: exec sessions over WebSocket and their channel protocol.
 
 pub mod agent;
@@ -34,6 +37,7 @@ pub mod registries;
 pub mod runtime;
 pub mod server;
 pub mod spec;
+pub mod stats;
 pub mod stream;
 pub mod volumes;
 

@@ -1,4 +1,4 @@
-//! The kubelet's HTTP server: `/healthz`, `/pods`, container logs, and the streams of exec,
+//! The kubelet's HTTP server: `/healthz`, `/pods`, `/stats/summary`, container logs, and the streams of exec,
 //! attach and port-forward.
 //!
 //! `GET /containerLogs/{namespace}/{pod}/{container}` takes the query of `pods/{name}/log`
@@ -40,6 +40,10 @@ pub struct State {
     pub token: Option<String>,
     /// How often a followed log is polled for new lines.
     pub follow_poll: Duration,
+    /// The node's name, for the summary.
+    pub node_name: String,
+    /// What the node and its containers use, kept by the housekeeping loop.
+    pub stats: Arc<std::sync::Mutex<crate::stats::Tracker>>,
 }
 
 fn text(status: StatusCode, body: impl Into<String>) -> Response {
@@ -87,6 +91,20 @@ pub fn routes(
                 "items": state.manager.pods(),
             });
             warp::reply::json(&value).into_response()
+        });
+    // The Summary API: CPU and memory of the node and of each pod's running containers.
+    // Kubernetes' `only_cpu_and_memory` is accepted and is what is always served.
+    let summary = warp::path!("stats" / "summary")
+        .and(warp::get())
+        .and(auth.clone())
+        .map(|state: State| {
+            let containers = state.runtime.list(None);
+            let summary = state
+                .stats
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .summary(&state.node_name, &containers);
+            warp::reply::json(&summary).into_response()
         });
     let exec = warp::path!(String / String / String / String)
         .and(warp::get().or(warp::post()).unify())
@@ -150,6 +168,8 @@ pub fn routes(
         );
     healthz
         .or(pods)
+        .unify()
+        .or(summary)
         .unify()
         .or(logs)
         .unify()
@@ -745,6 +765,8 @@ mod tests {
             root_dir: dir.path().into(),
             token: Some("s3cret".into()),
             follow_poll: Duration::from_millis(50),
+            node_name: "n".into(),
+            stats: Default::default(),
         };
         assert!(authorized(&state, Some("Bearer s3cret")));
         assert!(!authorized(&state, Some("Bearer wrong")));

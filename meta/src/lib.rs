@@ -17,6 +17,8 @@
 //! - [`quantity`]: `resource.Quantity`: parsing, arithmetic, canonical form.
 //! - [`quota`]: what a ResourceQuota may limit, selects and charges, for admission and the
 //!   quota controller alike.
+//! - [`stats`]: the kubelet's Summary API (CPU and memory of a node, its pods and containers),
+//!   for the kubelet that serves it and the API server's metrics API that reads it.
 
 pub mod fields;
 pub mod images;
@@ -27,6 +29,7 @@ pub mod quantity;
 pub mod quota;
 pub mod resources;
 pub mod schedule;
+pub mod stats;
 pub mod status;
 
 pub use resources::{ResourceInfo, Subresource};

@@ -71,6 +71,24 @@ impl Quantity {
         }
     }
 
+    /// A quantity of `n` nano-units (decimal SI), as CPU use in cores is reported
+    /// (`NewScaledQuantity(n, -9)`).
+    pub fn from_nano_units(n: u64) -> Self {
+        Self {
+            nanos: i128::from(n),
+            format: Format::DecimalSI,
+        }
+    }
+
+    /// A quantity of `n` bytes in binary SI (`NewQuantity(n, BinarySI)`), as memory is reported:
+    /// `1Ki` for 1024, plain digits where no binary suffix divides it.
+    pub fn from_bytes(n: u64) -> Self {
+        Self {
+            nanos: (i128::from(n) * NANOS_PER_UNIT).min(MAX_BINARY_NANOS),
+            format: Format::BinarySI,
+        }
+    }
+
     /// The exact value in nano-units.
     pub fn nanos(&self) -> i128 {
         self.nanos
@@ -434,6 +452,21 @@ mod tests {
         // Sub-unit binary quantities are re-labelled decimal, as apimachinery does.
         assert_eq!(parse("0.5Ki").unwrap().format(), Format::BinarySI);
         assert_eq!(parse("0.0001Ki").unwrap().format(), Format::DecimalSI);
+    }
+
+    #[test]
+    fn usage_prints_as_the_metrics_api_does() {
+        assert_eq!(
+            Quantity::from_nano_units(123_456_789).to_string(),
+            "123456789n"
+        );
+        assert_eq!(Quantity::from_nano_units(250_000_000).to_string(), "250m");
+        assert_eq!(Quantity::from_nano_units(2_000_000_000).to_string(), "2");
+        assert_eq!(Quantity::from_nano_units(0).to_string(), "0");
+        assert_eq!(Quantity::from_bytes(3 * 1024 * 1024).to_string(), "3Mi");
+        assert_eq!(Quantity::from_bytes(1_234_567).to_string(), "1234567");
+        assert_eq!(Quantity::from_bytes(1000).to_string(), "1k");
+        assert_eq!(Quantity::from_bytes(1_234_944).value(), 1_234_944);
     }
 
     #[test]

@@ -153,6 +153,28 @@ fn nanos(t: i64) -> Timestamp {
     Timestamp::from_nanosecond(t as i128).unwrap_or(Timestamp::UNIX_EPOCH)
 }
 
+/// One container's reading from `ListContainerStats`: its cgroup's cumulative CPU time and
+/// working set, at the CPU reading's time. A container the runtime has no CPU reading for yet is
+/// left out.
+fn container_usage(stats: cri::ContainerStats) -> Option<(String, Timestamp, crate::stats::Usage)> {
+    let id = stats.attributes?.id;
+    let cpu = stats.cpu?;
+    let memory = stats.memory.unwrap_or_default();
+    let value = |v: Option<cri::UInt64Value>| v.map(|v| v.value);
+    let usage = crate::stats::Usage {
+        cpu_core_nanos: value(cpu.usage_core_nano_seconds)?,
+        working_set_bytes: value(memory.working_set_bytes).unwrap_or(0),
+        usage_bytes: value(memory.usage_bytes),
+        rss_bytes: value(memory.rss_bytes),
+    };
+    let at = if cpu.timestamp > 0 {
+        nanos(cpu.timestamp)
+    } else {
+        Timestamp::now()
+    };
+    Some((id, at, usage))
+}
+
 /// Seconds for a CRI timeout field: rounded up, so that a grace of 1.5 s is not cut to 1 s.
 fn seconds_up(d: Duration) -> i64 {
     d.as_secs() as i64 + i64::from(d.subsec_nanos() > 0)
@@ -1110,6 +1132,24 @@ impl Runtime for CriRuntime {
         Ok(uids)
     }
 
+    async fn usage(&self) -> Result<Vec<(String, Timestamp, crate::stats::Usage)>> {
+        let request = cri::ListContainerStatsRequest {
+            filter: Some(cri::ContainerStatsFilter {
+                label_selector: self.owner_selector(),
+                ..Default::default()
+            }),
+        };
+        let stats = self
+            .call(
+                "ListContainerStats",
+                None,
+                self.runtime_client().list_container_stats(request),
+            )
+            .await?
+            .stats;
+        Ok(stats.into_iter().filter_map(container_usage).collect())
+    }
+
     async fn images(&self) -> Result<Vec<Image>> {
         let request = cri::ListImagesRequest { filter: None };
         let images = self
@@ -1251,6 +1291,36 @@ mod tests {
             log_path: "/logs/default_web_u1/app/2.log".into(),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn container_stats_become_readings_once_they_have_cpu_time() {
+        let stats = |cpu: Option<cri::CpuUsage>| cri::ContainerStats {
+            attributes: Some(cri::ContainerAttributes {
+                id: "abc".into(),
+                ..Default::default()
+            }),
+            cpu,
+            memory: Some(cri::MemoryUsage {
+                timestamp: 5,
+                working_set_bytes: Some(cri::UInt64Value { value: 4096 }),
+                usage_bytes: Some(cri::UInt64Value { value: 8192 }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let (id, at, usage) = container_usage(stats(Some(cri::CpuUsage {
+            timestamp: 1_700_000_000_000_000_000,
+            usage_core_nano_seconds: Some(cri::UInt64Value { value: 42 }),
+            usage_nano_cores: None,
+        })))
+        .unwrap();
+        assert_eq!(id, "abc");
+        assert_eq!(at, Timestamp::from_second(1_700_000_000).unwrap());
+        assert_eq!(usage.cpu_core_nanos, 42);
+        assert_eq!(usage.working_set_bytes, 4096);
+        assert_eq!(usage.usage_bytes, Some(8192));
+        assert_eq!(container_usage(stats(None)), None);
     }
 
     #[test]

@@ -507,6 +507,11 @@ pub trait Runtime: Send + Sync + 'static {
     async fn sandbox_pods(&self) -> Result<Vec<String>> {
         Ok(Vec::new())
     }
+    /// What each running container uses now (cumulative CPU, memory), by container id, with
+    /// the time of the reading. The default measures nothing.
+    async fn usage(&self) -> Result<Vec<(String, Timestamp, crate::stats::Usage)>> {
+        Ok(Vec::new())
+    }
     /// The images the runtime holds. The default has none.
     async fn images(&self) -> Result<Vec<Image>> {
         Ok(Vec::new())

@@ -705,6 +705,28 @@ impl Runtime for ProcessRuntime {
         }
     }
 
+    async fn usage(&self) -> Result<Vec<(String, Timestamp, crate::stats::Usage)>> {
+        // Each container's main process leads its process group: the group's counters are the
+        // container's.
+        let groups: Vec<(String, i32)> = self
+            .entries()
+            .values()
+            .filter(|e| e.record.container.is_running())
+            .filter_map(|e| Some((e.record.container.id.clone(), e.record.pid?)))
+            .collect();
+        let pgids: Vec<i32> = groups.iter().map(|(_, pgid)| *pgid).collect();
+        let measured = tokio::task::spawn_blocking(move || {
+            crate::stats::process_groups(Path::new("/proc"), &pgids)
+        })
+        .await
+        .unwrap_or_default();
+        let now = Timestamp::now();
+        Ok(groups
+            .into_iter()
+            .filter_map(|(id, pgid)| Some((id, now, *measured.get(&pgid)?)))
+            .collect())
+    }
+
     fn list(&self, pod_uid: Option<&str>) -> Vec<Container> {
         let mut out: Vec<Container> = self
             .entries()

@@ -130,6 +130,8 @@ async fn health_pods_and_logs() {
             root_dir: dir.path().into(),
             token: Some(TOKEN.into()),
             follow_poll: Duration::from_millis(20),
+            node_name: "n".into(),
+            stats: Default::default(),
         },
         shutdown.clone(),
     ));
@@ -221,4 +223,139 @@ async fn health_pods_and_logs() {
     assert_eq!(status, 400);
     shutdown.cancel();
     manager.shutdown(Duration::from_secs(5)).await;
+}
+
+/// `/stats/summary` over a real listener: the housekeeping loop reads the process runtime's
+/// containers by process group, and a busy container shows more CPU than an idle one.
+#[tokio::test]
+async fn the_summary_shows_a_busy_container_above_an_idle_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime: Arc<dyn Runtime> = Arc::new(
+        ProcessRuntime::open(RuntimeConfig {
+            state_dir: dir.path().join("containers"),
+            cgroup_root: None,
+            log_max_size: 1 << 20,
+            log_max_files: 2,
+            health_program: "true".into(),
+        })
+        .unwrap(),
+    );
+    let (tx, _events) = mpsc::unbounded_channel();
+    let shutdown = CancellationToken::new();
+    let manager = Manager::new(
+        pod::Config {
+            root_dir: dir.path().into(),
+            host_ip: "127.0.0.1".parse().unwrap(),
+            backoff: Default::default(),
+            resync: Duration::from_secs(1),
+            cluster_dns: Default::default(),
+        },
+        runtime.clone(),
+        "127.100.10.0/24".parse().unwrap(),
+        Arc::new(Sources::default()),
+        tx,
+        shutdown.clone(),
+    )
+    .unwrap();
+    let stats = Arc::new(std::sync::Mutex::new(skiff_kubelet::stats::Tracker::new(
+        jiff::Timestamp::now(),
+    )));
+    tokio::spawn(skiff_kubelet::stats::housekeeping(
+        runtime.clone(),
+        stats.clone(),
+        Duration::from_millis(300),
+        shutdown.clone(),
+    ));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(server::serve(
+        listener,
+        State {
+            manager: manager.clone(),
+            runtime: runtime.clone(),
+            root_dir: dir.path().into(),
+            token: Some(TOKEN.into()),
+            follow_poll: Duration::from_millis(20),
+            node_name: "n".into(),
+            stats,
+        },
+        shutdown.clone(),
+    ));
+    assert_eq!(get(port, "/stats/summary", None).await.0, 401);
+
+    // The busy container's shell spins; its child (a subshell) spins too, in the same group.
+    manager.update(pod_of(
+        "busy",
+        "Always",
+        vec![sh("spin", "(while :; do :; done) & while :; do :; done")],
+    ));
+    manager.update(pod_of("idle", "Always", vec![sh("nap", "sleep 600")]));
+
+    let rate = |summary: &serde_json::Value, pod: &str| -> Option<u64> {
+        summary["pods"]
+            .as_array()?
+            .iter()
+            .find(|p| p["podRef"]["name"] == pod)?["containers"][0]["cpu"]["usageNanoCores"]
+            .as_u64()
+    };
+    let wait = async {
+        loop {
+            let (status, body) = get(port, "/stats/summary", Some(TOKEN)).await;
+            assert_eq!(status, 200, "{body}");
+            let summary: serde_json::Value = serde_json::from_str(&body).unwrap();
+            if let (Some(busy), Some(idle)) =
+                (rate(&summary, "pod-busy"), rate(&summary, "pod-idle"))
+            {
+                return (summary, busy, idle);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    let (summary, busy, idle) = tokio::time::timeout(LIMIT, wait).await.unwrap();
+    // Two spinning processes on a 2-core machine: well over a fifth of a core between them,
+    // however busy the machine is; a sleeping one: next to nothing.
+    assert!(busy > 200_000_000, "busy {busy} idle {idle}: {summary}");
+    assert!(idle < 50_000_000, "busy {busy} idle {idle}: {summary}");
+    // No more than every core of the machine, with room for timing error.
+    let cores = std::thread::available_parallelism().unwrap().get() as u64;
+    assert!(busy < cores * 1_200_000_000, "busy {busy}: {summary}");
+    let busy_pod = summary["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["podRef"]["name"] == "pod-busy")
+        .unwrap();
+    assert_eq!(busy_pod["podRef"]["uid"], "busy");
+    assert_eq!(busy_pod["containers"][0]["name"], "spin");
+    assert!(busy_pod["memory"]["workingSetBytes"].as_u64().unwrap() > 0);
+    assert_eq!(summary["node"]["nodeName"], "n");
+    assert!(
+        summary["node"]["cpu"]["usageCoreNanoSeconds"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    assert!(
+        summary["node"]["memory"]["workingSetBytes"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+
+    // A stopped pod leaves the summary.
+    manager.remove("busy");
+    let gone = async {
+        loop {
+            let (_, body) = get(port, "/stats/summary", Some(TOKEN)).await;
+            let summary: serde_json::Value = serde_json::from_str(&body).unwrap();
+            if !body.contains("pod-busy") {
+                return summary;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    let summary = tokio::time::timeout(LIMIT, gone).await.unwrap();
+    assert!(rate(&summary, "pod-idle").is_some(), "{summary}");
+    shutdown.cancel();
+    runtime.shutdown(&|_| Duration::from_millis(100)).await;
 }
