@@ -615,7 +615,9 @@ mod tests {
                 "authentication.k8s.io",
                 "certificates.k8s.io",
                 "admissionregistration.k8s.io",
-                "apiextensions.k8s.io"
+                "apiextensions.k8s.io",
+                // Served by an aggregated API server in Kubernetes (metrics-server), built in here.
+                "metrics.k8s.io"
             ]
         );
 

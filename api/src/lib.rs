@@ -32,6 +32,7 @@
 //!   `/version` and health.
 //! - [`eviction`]: `pods/eviction`, a delete that honours the pod's PodDisruptionBudget.
 //! - [`proxy`]: the `proxy` subresources of pods, services and nodes.
+//! - [`resource_metrics`]: `metrics.k8s.io` (`kubectl top`), read from the kubelets' summaries.
 //! - [`serviceaccount`]: service-account tokens (TokenRequest, their authentication, TokenReview,
 //!   OIDC discovery) and their signing key.
 
@@ -58,6 +59,7 @@ pub mod registry;
 pub mod render;
 pub mod replay;
 pub mod request;
+pub mod resource_metrics;
 pub mod routes;
 pub mod selectors;
 pub mod server;

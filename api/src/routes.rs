@@ -301,8 +301,12 @@ where
     {
         audit.request_object(object);
     }
-    if !target.kind.stored() {
-        return review(api, request, target).await;
+    match target.kind.source() {
+        skiff_kinds::Source::Store => {}
+        skiff_kinds::Source::Review => return review(api, request, target).await,
+        skiff_kinds::Source::Kubelets => {
+            return crate::resource_metrics::serve(api, &request, &target).await;
+        }
     }
     // Admission's warnings go with any answer, a refusal included (as Kubernetes sends them).
     let response = match crate::origin::scope(&origin, handlers::handle(api, request, target)).await

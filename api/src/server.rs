@@ -551,9 +551,10 @@ const STREAM_REQUEST_HEADERS: &[&str] = &[
 ];
 
 /// The HTTP client for kubelets (plain HTTP on the node's address), shared by all requests.
-fn kubelet_client() -> &'static reqwest::Client {
+pub(crate) fn kubelet_client() -> &'static reqwest::Client {
     static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
     CLIENT.get_or_init(|| {
+        crate::tls::install_crypto_provider();
         reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
             .build()

@@ -87,6 +87,19 @@ impl ScalePaths {
     }
 }
 
+/// Where a kind's objects come from, and so how the API server serves them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// The log: objects are created, read, changed, watched and deleted through it.
+    Store,
+    /// Nowhere: an object is a question that a create answers and nothing is written (the
+    /// access and token reviews).
+    Review,
+    /// The kubelets' Summary API, read when asked (the metrics API's NodeMetrics and
+    /// PodMetrics): only read, never written.
+    Kubelets,
+}
+
 /// A served kind.
 pub trait Kind: Send + Sync + 'static {
     /// Its names, scope, verbs, subresources and selectable fields.
@@ -200,10 +213,9 @@ pub trait Kind: Send + Sync + 'static {
             .map(|_| ScalePaths::workload())
     }
 
-    /// Whether objects of this kind are kept in the log. A kind that is not (the access reviews)
-    /// is a question: a create is answered by the API server and nothing is written.
-    fn stored(&self) -> bool {
-        true
+    /// Where objects of this kind come from: the log, for all but a few.
+    fn source(&self) -> Source {
+        Source::Store
     }
 
     /// The version objects of this kind are stored in. Objects read through another version of

@@ -31,6 +31,6 @@ pub mod typed;
 pub mod validation;
 
 pub use kind::{
-    Checked, Kind, ScalePaths, SelectorShape, Strategy, converts, to_served, to_stored,
+    Checked, Kind, ScalePaths, SelectorShape, Source, Strategy, converts, to_served, to_stored,
 };
 pub use registry::{Kinds, Snapshot};

@@ -195,6 +195,12 @@ pub fn cluster_roles() -> Vec<Value> {
                 rule(&["coordination.k8s.io"], &["leases"], &rw),
             ],
         ),
+        // metrics-server's role for `kubectl top`: the metrics API is built in here.
+        piece(
+            "system:aggregated-metrics-reader",
+            "view",
+            vec![rule(&["metrics.k8s.io"], &["pods", "nodes"], READ)],
+        ),
         piece(
             "system:aggregate-to-view",
             "view",
@@ -827,6 +833,8 @@ mod tests {
         }
         let policy = crate::authz::rbac::tests::policy_of(&objects);
         assert!(can(&policy, &["view"], "list", "", "pods"));
+        assert!(can(&policy, &["view"], "list", "metrics.k8s.io", "pods"));
+        assert!(can(&policy, &["admin"], "get", "metrics.k8s.io", "nodes"));
         assert!(!can(&policy, &["view"], "get", "", "secrets"));
         assert!(!can(&policy, &["view"], "create", "", "pods"));
         assert!(can(&policy, &["edit"], "create", "apps", "deployments"));

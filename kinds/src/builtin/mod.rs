@@ -33,6 +33,7 @@ pub mod priority_class;
 pub mod priority_level_configuration;
 pub mod replica_set;
 pub mod replication_controller;
+pub mod resource_metrics;
 pub mod resource_quota;
 pub mod reviews;
 pub mod role;
@@ -133,6 +134,8 @@ pub fn all() -> &'static [Arc<dyn Kind>] {
             Arc::new(validating_admission_policy::ValidatingAdmissionPolicy),
             Arc::new(validating_admission_policy_binding::ValidatingAdmissionPolicyBinding),
             Arc::new(custom_resource_definition::CustomResourceDefinition),
+            Arc::new(resource_metrics::NodeMetrics),
+            Arc::new(resource_metrics::PodMetrics),
         ]
     });
     &ALL

@@ -6,6 +6,7 @@
 //! it returns.
 
 use super::prelude::*;
+use crate::kind::Source;
 
 macro_rules! review {
     ($(#[$doc:meta])* $name:ident, $ty:ty, $group:literal, $plural:literal, $singular:literal, $namespaced:literal) => {
@@ -51,8 +52,8 @@ macro_rules! review {
             }
 
 
-            fn stored(&self) -> bool {
-                false
+            fn source(&self) -> Source {
+                Source::Review
             }
         }
     };
