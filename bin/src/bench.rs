@@ -37,6 +37,9 @@ pub enum BenchCommand {
     /// CPU of each request the page makes (first load, filters, a zoom, an old point), and in
     /// Chromium the time to first render and to a filter's result.
     Timeline(crate::bench_timeline::TimelineArgs),
+    /// The cluster DNS against dnsmasq and unbound serving the same names: answers/s, p50 and
+    /// p99 latency and CPU per answer, side by side in alternated rounds.
+    Dns(crate::bench_dns::DnsArgs),
 }
 
 /// A `skiff` child (`apiserver`, or `server` with every component) on a temporary data dir and
@@ -197,6 +200,7 @@ pub async fn run(command: BenchCommand) -> Result<()> {
         BenchCommand::Crd(args) => crate::bench_crd::run(args).await,
         BenchCommand::Rbac(args) => crate::bench_rbac::run(args).await,
         BenchCommand::Timeline(args) => crate::bench_timeline::run(args).await,
+        BenchCommand::Dns(args) => crate::bench_dns::run(args).await,
         BenchCommand::Workloads(args) => crate::bench_workloads::run(args).await,
         BenchCommand::Scheduler(mut opts) => {
             let (decisions, _) = skiff_scheduler::bench::decide_only(

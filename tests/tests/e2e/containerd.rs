@@ -72,6 +72,8 @@ impl Env {
                 "1s",
                 "--crash-loop-backoff-max",
                 "4s",
+                "--housekeeping-interval",
+                "2s",
             ],
             |data| prepare(&lab, data),
         );
@@ -222,6 +224,7 @@ fn containerd_pods_through_kubectl() {
     graceful_deletion(&env);
     lifecycle_hooks(&env);
     streams(&env);
+    top(&env);
     server_restart_keeps_pods(&mut env);
 
     // Deleting the namespace stops and removes every sandbox: no pod process is left in the
@@ -245,6 +248,46 @@ fn containerd_pods_through_kubectl() {
     env.lab.teardown();
     let left = env.lab.leftovers();
     assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+/// `kubectl top pod` over containerd: the kubelet reads each container's cgroup counters through
+/// CRI `ListContainerStats`; a spinning container shows more CPU than a sleeping one.
+fn top(env: &Env) {
+    env.apply(env.pod("spinner", "Always", 1, "while :; do :; done"));
+    env.apply(env.pod("sleeper", "Always", 1, "sleep 3600"));
+    let cpu = |out: &str, pod: &str| -> Option<u64> {
+        let cell = out
+            .lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .find(|r| r.first() == Some(&pod))?
+            .get(1)?
+            .to_string();
+        match cell.strip_suffix('m') {
+            Some(m) => m.parse().ok(),
+            None => cell.parse::<u64>().ok().map(|c| c * 1000),
+        }
+    };
+    let mut out = String::new();
+    env.wait("kubectl top pod lists both pods", || {
+        out = env.get(&["top", "pod"]);
+        cpu(&out, "spinner").is_some() && cpu(&out, "sleeper").is_some()
+    });
+    // Let the spinner's window be all spinning.
+    std::thread::sleep(Duration::from_secs(5));
+    let out = env.ok(&["top", "pod"]);
+    let (busy, idle) = (cpu(&out, "spinner"), cpu(&out, "sleeper"));
+    assert!(
+        busy.is_some_and(|b| b >= 100) && idle.is_some_and(|i| i < 50),
+        "{out}"
+    );
+    // With --containers the second column is the container's name.
+    let out = env.ok(&["top", "pod", "spinner", "--containers"]);
+    assert!(
+        out.lines()
+            .any(|l| l.split_whitespace().take(2).eq(["spinner", "c"])),
+        "{out}"
+    );
+    env.ok(&["delete", "pod", "spinner", "sleeper", "--wait=false"]);
 }
 
 /// Images without a registry: an OCI archive loaded with `skiff images import` and the docker

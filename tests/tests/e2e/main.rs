@@ -23,6 +23,7 @@ mod services;
 mod split;
 mod storage;
 mod streaming;
+mod top;
 mod ui;
 mod webhooks;
 mod workloads;
