@@ -185,7 +185,10 @@ fn validate(new: &Value) -> Checked {
     let np: Np = decode(new, "")?;
     let spec = np.spec.unwrap_or_default();
     let path = Path::new("spec");
-    let mut errs = validate_label_selector(&spec.pod_selector, &path.child("podSelector"));
+    let mut errs = validate_label_selector(
+        &spec.pod_selector.clone().unwrap_or_default(),
+        &path.child("podSelector"),
+    );
     for (direction, field, peers) in [
         ("ingress", "from", true),
         ("egress", "to", false),
@@ -264,7 +267,8 @@ impl Kind for NetworkPolicy {
         let np: Np = table::typed(object)?;
         let selector = np
             .spec
-            .map(|s| table::format_selector(&s.pod_selector))
+            .and_then(|s| s.pod_selector)
+            .map(|s| table::format_selector(&s))
             .filter(|s| !s.is_empty())
             .unwrap_or_else(|| "<none>".to_string());
         Some(vec![
