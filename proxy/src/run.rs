@@ -62,7 +62,11 @@ pub struct Options {
 
     /// Where the ingress controller serves HTTPS (certificates by SNI from the Ingresses' TLS
     /// Secrets, else a self-signed one).
-    #[arg(long, env = "SKIFF_INGRESS_HTTPS_ADDRESS", default_value = "0.0.0.0:443")]
+    #[arg(
+        long,
+        env = "SKIFF_INGRESS_HTTPS_ADDRESS",
+        default_value = "0.0.0.0:443"
+    )]
     pub ingress_https_address: SocketAddr,
 
     /// The address written into the served Ingresses' `status.loadBalancer` [default: the HTTP
@@ -96,11 +100,13 @@ impl Options {
             return None;
         }
         let http_ip = self.ingress_http_address.ip();
-        let status_address = self.ingress_status_address.unwrap_or(if http_ip.is_unspecified() {
-            IpAddr::from([127, 0, 0, 1])
-        } else {
-            http_ip
-        });
+        let status_address = self
+            .ingress_status_address
+            .unwrap_or(if http_ip.is_unspecified() {
+                IpAddr::from([127, 0, 0, 1])
+            } else {
+                http_ip
+            });
         Some(crate::ingress::Config {
             http_address: self.ingress_http_address,
             https_address: self.ingress_https_address,

@@ -20,8 +20,7 @@ impl Plugin for DefaultIngressClass {
     }
 
     async fn admit(&self, registry: &Registry, a: &mut Attributes<'_>) -> Result<()> {
-        if a.info != &ingress::INFO || a.operation != Operation::Create || a.subresource.is_some()
-        {
+        if a.info != &ingress::INFO || a.operation != Operation::Create || a.subresource.is_some() {
             return Ok(());
         }
         let Some(object) = a.object.as_deref_mut() else {

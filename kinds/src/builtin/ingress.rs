@@ -91,10 +91,16 @@ fn validate_backend(backend: &IngressBackend, path: &Path, errs: &mut Vec<FieldE
         )),
         (None, Some(resource)) => {
             if resource.kind.is_empty() {
-                errs.push(FieldError::required(path.child("resource").child("kind"), ""));
+                errs.push(FieldError::required(
+                    path.child("resource").child("kind"),
+                    "",
+                ));
             }
             if resource.name.is_empty() {
-                errs.push(FieldError::required(path.child("resource").child("name"), ""));
+                errs.push(FieldError::required(
+                    path.child("resource").child("name"),
+                    "",
+                ));
             }
         }
         (Some(service), None) => {
@@ -103,7 +109,11 @@ fn validate_backend(backend: &IngressBackend, path: &Path, errs: &mut Vec<FieldE
                 errs.push(FieldError::required(sp.child("name"), ""));
             } else {
                 for m in names::dns1035_label(&service.name) {
-                    errs.push(FieldError::invalid(sp.child("name"), service.name.as_str(), m));
+                    errs.push(FieldError::invalid(
+                        sp.child("name"),
+                        service.name.as_str(),
+                        m,
+                    ));
                 }
             }
             let pp = sp.child("port");
@@ -116,10 +126,9 @@ fn validate_backend(backend: &IngressBackend, path: &Path, errs: &mut Vec<FieldE
                     "",
                     "cannot set both port name & port number",
                 )),
-                (None, None) => errs.push(FieldError::required(
-                    pp,
-                    "port name or number is required",
-                )),
+                (None, None) => {
+                    errs.push(FieldError::required(pp, "port name or number is required"))
+                }
                 (Some(name), None) => {
                     for m in names::port_name(name) {
                         errs.push(FieldError::invalid(pp.child("name"), name, m));
@@ -141,7 +150,11 @@ fn validate_path(path: Option<&str>, path_type: &str, at: &Path, errs: &mut Vec<
     match path_type {
         "Exact" | "Prefix" => {
             if !value.starts_with('/') {
-                errs.push(FieldError::invalid(at.clone(), value, "must be an absolute path"));
+                errs.push(FieldError::invalid(
+                    at.clone(),
+                    value,
+                    "must be an absolute path",
+                ));
                 return;
             }
             for seq in INVALID_PATH_SEQUENCES {
@@ -165,7 +178,11 @@ fn validate_path(path: Option<&str>, path_type: &str, at: &Path, errs: &mut Vec<
         }
         _ => {
             if !value.is_empty() && !value.starts_with('/') {
-                errs.push(FieldError::invalid(at.clone(), value, "must be an absolute path"));
+                errs.push(FieldError::invalid(
+                    at.clone(),
+                    value,
+                    "must be an absolute path",
+                ));
             }
         }
     }
@@ -264,10 +281,8 @@ fn validate(new: &Value, old: Option<&Value>, meta: &ObjectMeta) -> Checked {
 fn validate_status(new: &Value) -> Checked {
     let ing: Ing = decode(new, "")?;
     let mut errs = Vec::new();
-    let lb: IngressLoadBalancerStatus = ing
-        .status
-        .and_then(|s| s.load_balancer)
-        .unwrap_or_default();
+    let lb: IngressLoadBalancerStatus =
+        ing.status.and_then(|s| s.load_balancer).unwrap_or_default();
     let path = Path::new("status").child("loadBalancer").child("ingress");
     for (i, entry) in lb.ingress.iter().flatten().enumerate() {
         let p = path.index(i);
@@ -355,8 +370,16 @@ impl Kind for Ingress {
                 "string",
                 "The name of the IngressClass resource that should be used for ingress.",
             ),
-            col("Hosts", "string", "Hosts that incoming requests are matched against before the ingress rule"),
-            col("Address", "string", "Address is a list containing ingress points for the load-balancer"),
+            col(
+                "Hosts",
+                "string",
+                "Hosts that incoming requests are matched against before the ingress rule",
+            ),
+            col(
+                "Address",
+                "string",
+                "Address is a list containing ingress points for the load-balancer",
+            ),
             col("Ports", "string", "Ports of TLS configurations that open"),
             AGE,
         ]
@@ -368,7 +391,10 @@ impl Kind for Ingress {
         let class = spec
             .and_then(|s| s.ingress_class_name.as_deref())
             .unwrap_or("<none>");
-        let ports = if spec.and_then(|s| s.tls.as_ref()).is_some_and(|t| !t.is_empty()) {
+        let ports = if spec
+            .and_then(|s| s.tls.as_ref())
+            .is_some_and(|t| !t.is_empty())
+        {
             "80, 443"
         } else {
             "80"
@@ -440,7 +466,9 @@ mod tests {
     fn path_types_are_required_and_exact_and_prefix_paths_absolute() {
         let backend = service("a", json!({"number": 80}));
         assert_eq!(
-            msgs(json!({"rules": [rule("a.example.com", json!({"path": "/", "backend": backend}))]})),
+            msgs(
+                json!({"rules": [rule("a.example.com", json!({"path": "/", "backend": backend}))]})
+            ),
             ["spec.rules[0].http.paths[0].pathType: Required value: pathType must be specified"]
         );
         assert_eq!(
@@ -456,7 +484,9 @@ mod tests {
         assert_eq!(
             msgs(json!({"rules": [rule("a.example.com",
                 json!({"path": "/", "pathType": "Regex", "backend": backend}))]})),
-            ["spec.rules[0].http.paths[0].pathType: Unsupported value: \"Regex\": supported values: \"Exact\", \"Prefix\", \"ImplementationSpecific\""]
+            [
+                "spec.rules[0].http.paths[0].pathType: Unsupported value: \"Regex\": supported values: \"Exact\", \"Prefix\", \"ImplementationSpecific\""
+            ]
         );
     }
 
@@ -466,7 +496,9 @@ mod tests {
                           "resource": {"kind": "Bucket", "name": "b"}});
         assert_eq!(
             msgs(json!({"defaultBackend": both})),
-            ["spec.defaultBackend: Invalid value: \"\": cannot set both resource and service backends"]
+            [
+                "spec.defaultBackend: Invalid value: \"\": cannot set both resource and service backends"
+            ]
         );
         assert_eq!(
             msgs(json!({"defaultBackend": {}})),
@@ -474,7 +506,9 @@ mod tests {
         );
         assert_eq!(
             msgs(json!({"defaultBackend": service("a", json!({"name": "http", "number": 80}))})),
-            ["spec.defaultBackend.service.port: Invalid value: \"\": cannot set both port name & port number"]
+            [
+                "spec.defaultBackend.service.port: Invalid value: \"\": cannot set both port name & port number"
+            ]
         );
         assert_eq!(
             msgs(json!({"defaultBackend": service("a", json!({}))})),
@@ -482,7 +516,9 @@ mod tests {
         );
         assert_eq!(
             msgs(json!({"defaultBackend": service("a", json!({"number": 70000}))})),
-            ["spec.defaultBackend.service.port.number: Invalid value: 70000: must be between 1 and 65535, inclusive"]
+            [
+                "spec.defaultBackend.service.port.number: Invalid value: 70000: must be between 1 and 65535, inclusive"
+            ]
         );
         assert_eq!(
             msgs(json!({})),
@@ -496,15 +532,23 @@ mod tests {
         let path = json!({"path": "/", "pathType": "Prefix", "backend": backend});
         assert_eq!(
             msgs(json!({"rules": [rule("10.0.0.1", path.clone())]})),
-            ["spec.rules[0].host: Invalid value: \"10.0.0.1\": must be a DNS name, not an IP address"]
+            [
+                "spec.rules[0].host: Invalid value: \"10.0.0.1\": must be a DNS name, not an IP address"
+            ]
         );
         let bad = msgs(json!({"rules": [rule("a.*.example.com", path.clone())]}));
         assert_eq!(bad.len(), 1, "{bad:?}");
-        assert!(bad[0].starts_with("spec.rules[0].host: Invalid value"), "{bad:?}");
+        assert!(
+            bad[0].starts_with("spec.rules[0].host: Invalid value"),
+            "{bad:?}"
+        );
         let bad = msgs(json!({"rules": [rule("a.example.com", path)],
                               "tls": [{"hosts": ["*"], "secretName": "s"}]}));
         assert_eq!(bad.len(), 1, "{bad:?}");
-        assert!(bad[0].starts_with("spec.tls[0].hosts[0]: Invalid value: \"*\": a wildcard"), "{bad:?}");
+        assert!(
+            bad[0].starts_with("spec.tls[0].hosts[0]: Invalid value: \"*\": a wildcard"),
+            "{bad:?}"
+        );
     }
 
     #[test]
@@ -514,7 +558,9 @@ mod tests {
         object["metadata"]["annotations"] = json!({CLASS_ANNOTATION: "nginx"});
         assert_eq!(
             create_msgs("networking.k8s.io", "Ingress", object),
-            ["annotations[kubernetes.io/ingress.class]: Invalid value: \"nginx\": can not be set when the class field is also set"]
+            [
+                "annotations[kubernetes.io/ingress.class]: Invalid value: \"nginx\": can not be set when the class field is also set"
+            ]
         );
     }
 
@@ -554,11 +600,19 @@ mod tests {
         let cells = Ingress.cells(&object, Timestamp::now()).unwrap();
         assert_eq!(
             cells[..5],
-            [json!("web"), json!("skiff"), json!("a.example.com,b.example.com"),
-             json!("127.0.0.1"), json!("80, 443")]
+            [
+                json!("web"),
+                json!("skiff"),
+                json!("a.example.com,b.example.com"),
+                json!("127.0.0.1"),
+                json!("80, 443")
+            ]
         );
         let bare = ing(json!({"defaultBackend": service("a", json!({"number": 80}))}));
         let cells = Ingress.cells(&bare, Timestamp::now()).unwrap();
-        assert_eq!(cells[1..5], [json!("<none>"), json!("*"), json!(""), json!("80")]);
+        assert_eq!(
+            cells[1..5],
+            [json!("<none>"), json!("*"), json!(""), json!("80")]
+        );
     }
 }

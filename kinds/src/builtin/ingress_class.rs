@@ -206,7 +206,9 @@ mod tests {
         assert_eq!(msgs(ic("")), ["spec.controller: Required value"]);
         assert_eq!(
             msgs(ic("ingress")),
-            ["spec.controller: Invalid value: \"ingress\": must be a domain-prefixed path (such as \"acme.io/foo\")"]
+            [
+                "spec.controller: Invalid value: \"ingress\": must be a domain-prefixed path (such as \"acme.io/foo\")"
+            ]
         );
         assert_eq!(
             update_msgs(
@@ -236,7 +238,10 @@ mod tests {
             }
             c
         };
-        assert_eq!(default_class(&[class("a", "2026-01-01T00:00:00Z", None)]), None);
+        assert_eq!(
+            default_class(&[class("a", "2026-01-01T00:00:00Z", None)]),
+            None
+        );
         assert_eq!(
             default_class(&[
                 class("a", "2026-01-01T00:00:00Z", Some("true")),
@@ -257,7 +262,10 @@ mod tests {
     fn table_row() {
         let mut object = ic("skiff.io/ingress");
         let cells = IngressClass.cells(&object, Timestamp::now()).unwrap();
-        assert_eq!(cells[..3], [json!("skiff"), json!("skiff.io/ingress"), json!("<none>")]);
+        assert_eq!(
+            cells[..3],
+            [json!("skiff"), json!("skiff.io/ingress"), json!("<none>")]
+        );
         object["spec"]["parameters"] =
             json!({"apiGroup": "k8s.example.com", "kind": "IngressParameters", "name": "p"});
         let cells = IngressClass.cells(&object, Timestamp::now()).unwrap();

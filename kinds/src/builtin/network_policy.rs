@@ -130,7 +130,10 @@ fn validate_peer(peer: &NetworkPolicyPeer, path: &Path, errs: &mut Vec<FieldErro
     let mut set = 0;
     if let Some(selector) = &peer.pod_selector {
         set += 1;
-        errs.extend(validate_label_selector(selector, &path.child("podSelector")));
+        errs.extend(validate_label_selector(
+            selector,
+            &path.child("podSelector"),
+        ));
     }
     if let Some(selector) = &peer.namespace_selector {
         set += 1;
@@ -189,32 +192,22 @@ fn validate(new: &Value) -> Checked {
         &spec.pod_selector.clone().unwrap_or_default(),
         &path.child("podSelector"),
     );
-    for (direction, field, peers) in [
-        ("ingress", "from", true),
-        ("egress", "to", false),
-    ] {
-        let rules: Vec<(Option<&Vec<NetworkPolicyPort>>, Option<&Vec<NetworkPolicyPeer>>)> =
-            if peers {
-                spec.ingress
-                    .iter()
-                    .flatten()
-                    .map(|r| (r.ports.as_ref(), r.from.as_ref()))
-                    .collect()
-            } else {
-                spec.egress
-                    .iter()
-                    .flatten()
-                    .map(|r| (r.ports.as_ref(), r.to.as_ref()))
-                    .collect()
-            };
-        for (i, (ports, peers)) in rules.into_iter().enumerate() {
-            let rp = path.child(direction).index(i);
-            for (j, port) in ports.into_iter().flatten().enumerate() {
-                validate_port(port, &rp.child("ports").index(j), &mut errs);
-            }
-            for (j, peer) in peers.into_iter().flatten().enumerate() {
-                validate_peer(peer, &rp.child(field).index(j), &mut errs);
-            }
+    let ingress = spec.ingress.iter().flatten().map(|r| (&r.ports, &r.from));
+    let egress = spec.egress.iter().flatten().map(|r| (&r.ports, &r.to));
+    let rules = ingress
+        .enumerate()
+        .map(|(i, r)| (path.child("ingress").index(i), "from", r))
+        .chain(
+            egress
+                .enumerate()
+                .map(|(i, r)| (path.child("egress").index(i), "to", r)),
+        );
+    for (rp, field, (ports, peers)) in rules {
+        for (j, port) in ports.iter().flatten().enumerate() {
+            validate_port(port, &rp.child("ports").index(j), &mut errs);
+        }
+        for (j, peer) in peers.iter().flatten().enumerate() {
+            validate_peer(peer, &rp.child(field).index(j), &mut errs);
         }
     }
     let types = spec.policy_types.unwrap_or_default();
@@ -330,8 +323,10 @@ mod tests {
             ["spec.ingress[0].from[0]: Required value: must specify a peer"]
         );
         assert_eq!(
-            msgs(json!({"podSelector": {}, "egress": [{"to": [{"ipBlock": {"cidr": "10.0.0.0/40"}}],
-                                                      "ports": [{"protocol": "ICMP"}]}]})),
+            msgs(
+                json!({"podSelector": {}, "egress": [{"to": [{"ipBlock": {"cidr": "10.0.0.0/40"}}],
+                                                      "ports": [{"protocol": "ICMP"}]}]})
+            ),
             [
                 "spec.egress[0].ports[0].protocol: Unsupported value: \"ICMP\": supported values: \"TCP\", \"UDP\", \"SCTP\"",
                 "spec.egress[0].to[0].ipBlock.cidr: Invalid value: \"10.0.0.0/40\": must be a valid CIDR value, (e.g. 10.9.8.0/24 or 2001:db8::/64)",
@@ -339,7 +334,9 @@ mod tests {
         );
         assert_eq!(
             msgs(json!({"podSelector": {}, "policyTypes": ["Sideways"]})),
-            ["spec.policyTypes[0]: Unsupported value: \"Sideways\": supported values: \"Ingress\", \"Egress\""]
+            [
+                "spec.policyTypes[0]: Unsupported value: \"Sideways\": supported values: \"Ingress\", \"Egress\""
+            ]
         );
     }
 

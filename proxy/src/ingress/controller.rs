@@ -20,10 +20,10 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::CONTROLLER;
 use super::routes::{self, INVALID_TLS_SECRET, IngressRef, Problem};
 use super::serve::{self, Shared};
 use super::tls::{self, Resolver};
-use super::CONTROLLER;
 use crate::run::Trigger;
 
 /// What the controller listens on and writes.
@@ -56,7 +56,11 @@ fn reference(ingress: &IngressRef) -> ObjectReference {
 }
 
 /// Binds `address` unless already bound; logs a failure (retried on the next sync).
-async fn bind(slot: &mut Option<SocketAddr>, address: SocketAddr, what: &str) -> Option<TcpListener> {
+async fn bind(
+    slot: &mut Option<SocketAddr>,
+    address: SocketAddr,
+    what: &str,
+) -> Option<TcpListener> {
     if slot.is_some() {
         return None;
     }
@@ -158,7 +162,9 @@ pub async fn run(
                     .iter()
                     .flat_map(|s| s.tls.iter().flatten())
                     .any(|t| {
-                        t.secret_name.as_deref().map(|n| format!("{}/{n}", me.namespace))
+                        t.secret_name
+                            .as_deref()
+                            .map(|n| format!("{}/{n}", me.namespace))
                             == Some(secret.clone())
                     });
                 if names_it && built.ingresses.contains(&me) {

@@ -283,15 +283,30 @@ pub fn build(
     };
     let services: HashMap<(String, String), &Service> = services
         .iter()
-        .map(|s| (key(s.metadata.namespace.as_ref(), s.metadata.name.as_ref()), &**s))
+        .map(|s| {
+            (
+                key(s.metadata.namespace.as_ref(), s.metadata.name.as_ref()),
+                &**s,
+            )
+        })
         .collect();
     let endpoints: HashMap<(String, String), &Endpoints> = endpoints
         .iter()
-        .map(|e| (key(e.metadata.namespace.as_ref(), e.metadata.name.as_ref()), &**e))
+        .map(|e| {
+            (
+                key(e.metadata.namespace.as_ref(), e.metadata.name.as_ref()),
+                &**e,
+            )
+        })
         .collect();
     let secrets: HashMap<(String, String), &Secret> = secrets
         .iter()
-        .map(|s| (key(s.metadata.namespace.as_ref(), s.metadata.name.as_ref()), &**s))
+        .map(|s| {
+            (
+                key(s.metadata.namespace.as_ref(), s.metadata.name.as_ref()),
+                &**s,
+            )
+        })
         .collect();
 
     let mut built = Built::default();
@@ -390,10 +405,7 @@ pub fn build(
             for host in hosts {
                 let host = host.to_ascii_lowercase();
                 let map = match host.strip_prefix("*.") {
-                    Some(suffix) => built
-                        .table
-                        .wildcard_certs
-                        .entry(suffix.to_string()),
+                    Some(suffix) => built.table.wildcard_certs.entry(suffix.to_string()),
                     None => built.table.certs.entry(host),
                 };
                 map.or_insert_with(|| cert.clone());
@@ -430,7 +442,9 @@ fn resolve_backend(
     built: &mut Built,
 ) -> Backend {
     let Some(wanted) = &backend.service else {
-        return Backend::Unavailable("resource backends are not supported by skiff's ingress".into());
+        return Backend::Unavailable(
+            "resource backends are not supported by skiff's ingress".into(),
+        );
     };
     let key = (namespace.to_string(), wanted.name.clone());
     let Some(service) = services.get(&key) else {
@@ -508,8 +522,10 @@ mod tests {
     }
 
     fn ingress(name: &str, created: &str, spec: Value) -> Arc<Ingress> {
-        arc(json!({"metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}"),
-                                "creationTimestamp": created}, "spec": spec}))
+        arc(
+            json!({"metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}"),
+                                "creationTimestamp": created}, "spec": spec}),
+        )
     }
 
     fn path(p: &str, kind: &str, svc: &str) -> Value {
@@ -561,9 +577,17 @@ mod tests {
         assert_eq!(at("/foo/"), Some(svc("a")));
         assert_eq!(at("/foo/x/y"), Some(svc("a")));
         assert_eq!(at("/foobar"), Some(svc("d")), "not an element prefix");
-        assert_eq!(at("/bar"), Some(svc("b")), "a trailing slash in the rule is ignored");
+        assert_eq!(
+            at("/bar"),
+            Some(svc("b")),
+            "a trailing slash in the rule is ignored"
+        );
         assert_eq!(at("/exact"), Some(svc("c")));
-        assert_eq!(at("/exact/"), Some(svc("d")), "Exact does not match a longer path");
+        assert_eq!(
+            at("/exact/"),
+            Some(svc("d")),
+            "Exact does not match a longer path"
+        );
         assert_eq!(at(""), Some(svc("d")));
     }
 
@@ -592,17 +616,21 @@ mod tests {
             "web",
             "2026-01-01T00:00:00Z",
             json!({
-                "defaultBackend": {"service": {"name": "f", "port": {"name": "http"}}},
-                "rules": [
-                    rule("a.example.com", vec![path("/", "Prefix", "a")]),
-                    rule("*.example.com", vec![path("/", "Prefix", "b")]),
-                    rule("", vec![path("/shared", "Prefix", "c")]),
-                ]}),
+            "defaultBackend": {"service": {"name": "f", "port": {"name": "http"}}},
+            "rules": [
+                rule("a.example.com", vec![path("/", "Prefix", "a")]),
+                rule("*.example.com", vec![path("/", "Prefix", "b")]),
+                rule("", vec![path("/shared", "Prefix", "c")]),
+            ]}),
         )]);
         let t = &built.table;
         assert_eq!(t.route("A.Example.com:8080", "/").cloned(), Some(svc("a")));
         assert_eq!(t.route("x.example.com", "/").cloned(), Some(svc("b")));
-        assert_eq!(t.route("x.y.example.com", "/").cloned(), Some(svc("f")), "one label only");
+        assert_eq!(
+            t.route("x.y.example.com", "/").cloned(),
+            Some(svc("f")),
+            "one label only"
+        );
         assert_eq!(t.route("example.com", "/").cloned(), Some(svc("f")));
         assert_eq!(t.route("other.org", "/shared/x").cloned(), Some(svc("c")));
         assert_eq!(t.route("other.org", "/").cloned(), Some(svc("f")));
@@ -630,11 +658,15 @@ mod tests {
         assert_eq!(t.route("a.example.com", "/").cloned(), Some(svc("a")));
         assert_eq!(
             t.route("a.example.com", "/gone").cloned(),
-            Some(Backend::Unavailable("service default/missing not found".into()))
+            Some(Backend::Unavailable(
+                "service default/missing not found".into()
+            ))
         );
         assert_eq!(
             t.route("a.example.com", "/port").cloned(),
-            Some(Backend::Unavailable("service default/b has no TCP port 81".into()))
+            Some(Backend::Unavailable(
+                "service default/b has no TCP port 81".into()
+            ))
         );
         let reasons: Vec<_> = built.problems.iter().map(|p| p.reason).collect();
         assert_eq!(reasons, [UNAVAILABLE_BACKEND, UNAVAILABLE_BACKEND]);
@@ -663,11 +695,29 @@ mod tests {
             ingress("theirs", "2026-01-01T00:00:00Z", spec(Some("nginx"))),
             ingress("classless", "2026-01-01T00:00:00Z", spec(None)),
         ];
-        let built = build("skiff.io/ingress", &ingresses, &classes, &services(), &[], &[]);
+        let built = build(
+            "skiff.io/ingress",
+            &ingresses,
+            &classes,
+            &services(),
+            &[],
+            &[],
+        );
         let names: Vec<_> = built.ingresses.iter().map(|i| i.name.as_str()).collect();
-        assert_eq!(names, ["mine"], "the classless one belongs to the default (nginx)");
+        assert_eq!(
+            names,
+            ["mine"],
+            "the classless one belongs to the default (nginx)"
+        );
         let classes = [class("skiff", "skiff.io/ingress", true)];
-        let built = build("skiff.io/ingress", &ingresses, &classes, &services(), &[], &[]);
+        let built = build(
+            "skiff.io/ingress",
+            &ingresses,
+            &classes,
+            &services(),
+            &[],
+            &[],
+        );
         let names: Vec<_> = built.ingresses.iter().map(|i| i.name.as_str()).collect();
         assert_eq!(names, ["classless", "mine"]);
     }
@@ -686,7 +736,10 @@ mod tests {
                 json!({"rules": [rule("a.example.com", vec![path("/", "Prefix", "a")])]}),
             ),
         ]);
-        assert_eq!(built.table.route("a.example.com", "/").cloned(), Some(svc("a")));
+        assert_eq!(
+            built.table.route("a.example.com", "/").cloned(),
+            Some(svc("a"))
+        );
     }
 
     #[test]
@@ -711,7 +764,10 @@ mod tests {
         );
         let t = &built.table;
         assert_eq!(t.cert(Some("a.example.com")).unwrap().cert_pem, b"cert");
-        assert_eq!(t.cert(Some("x.w.example.com")).unwrap().secret, "default/a-tls");
+        assert_eq!(
+            t.cert(Some("x.w.example.com")).unwrap().secret,
+            "default/a-tls"
+        );
         assert!(t.cert(Some("b.example.com")).is_none());
         assert!(t.cert(None).is_none());
         assert_eq!(

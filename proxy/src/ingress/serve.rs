@@ -93,7 +93,8 @@ fn upgrade_of(headers: &HeaderMap) -> Option<HeaderValue> {
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
         .any(|t| t.trim().eq_ignore_ascii_case("upgrade"));
-    asks.then(|| headers.get(header::UPGRADE).cloned()).flatten()
+    asks.then(|| headers.get(header::UPGRADE).cloned())
+        .flatten()
 }
 
 /// Removes the hop-by-hop headers, including those `Connection` names.
@@ -183,23 +184,22 @@ pub async fn handle(
     }
     let forwarded = Request::from_parts(parts, body);
 
-    let stream = match tokio::time::timeout(shared.connect_timeout, TcpStream::connect(endpoint))
-        .await
-    {
-        Ok(Ok(stream)) => stream,
-        Ok(Err(e)) => {
-            return Ok(text(
-                StatusCode::BAD_GATEWAY,
-                format!("cannot connect to {key} at {endpoint}: {e}"),
-            ));
-        }
-        Err(_) => {
-            return Ok(text(
-                StatusCode::GATEWAY_TIMEOUT,
-                format!("connecting to {key} at {endpoint} timed out"),
-            ));
-        }
-    };
+    let stream =
+        match tokio::time::timeout(shared.connect_timeout, TcpStream::connect(endpoint)).await {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(e)) => {
+                return Ok(text(
+                    StatusCode::BAD_GATEWAY,
+                    format!("cannot connect to {key} at {endpoint}: {e}"),
+                ));
+            }
+            Err(_) => {
+                return Ok(text(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    format!("connecting to {key} at {endpoint} timed out"),
+                ));
+            }
+        };
     let _ = stream.set_nodelay(true);
     let (mut sender, connection) =
         match hyper::client::conn::http1::handshake(TokioIo::new(stream)).await {
@@ -250,9 +250,8 @@ async fn serve_connection<S>(
 ) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let service = hyper::service::service_fn(move |request| {
-        handle(shared.clone(), request, peer, scheme)
-    });
+    let service =
+        hyper::service::service_fn(move |request| handle(shared.clone(), request, peer, scheme));
     let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     let connection = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
     tokio::pin!(connection);
@@ -341,7 +340,10 @@ mod tests {
     #[test]
     fn hop_by_hop_headers_and_those_connection_names_are_dropped() {
         let mut headers = HeaderMap::new();
-        headers.insert(header::CONNECTION, HeaderValue::from_static("keep-alive, x-secret"));
+        headers.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, x-secret"),
+        );
         headers.insert("x-secret", HeaderValue::from_static("1"));
         headers.insert("keep-alive", HeaderValue::from_static("timeout=5"));
         headers.insert(header::ACCEPT, HeaderValue::from_static("*/*"));
@@ -355,7 +357,13 @@ mod tests {
         let mut headers = HeaderMap::new();
         headers.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
         assert_eq!(upgrade_of(&headers), None);
-        headers.insert(header::CONNECTION, HeaderValue::from_static("keep-alive, Upgrade"));
-        assert_eq!(upgrade_of(&headers), Some(HeaderValue::from_static("websocket")));
+        headers.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, Upgrade"),
+        );
+        assert_eq!(
+            upgrade_of(&headers),
+            Some(HeaderValue::from_static("websocket"))
+        );
     }
 }

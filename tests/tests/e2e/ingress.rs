@@ -305,7 +305,10 @@ fn wait_for(target: SocketAddr, host: &str, path: &str, status: u16, prefix: &st
         done
     });
     let last = last.expect("at least one try");
-    assert!(ok, "{host}{path} never answered {status} {prefix}...: last {last:?}");
+    assert!(
+        ok,
+        "{host}{path} never answered {status} {prefix}...: last {last:?}"
+    );
     last.unwrap().1
 }
 
@@ -322,8 +325,7 @@ impl Https {
         skiff_tests::install_crypto();
         let ca = reqwest::Certificate::from_pem(ca_pem.as_bytes()).expect("CA PEM");
         let client = reqwest::Client::builder()
-            .add_root_certificate(ca)
-            .tls_built_in_root_certs(false)
+            .tls_certs_only([ca])
             .resolve(host, https)
             .build()
             .expect("HTTPS client");
@@ -401,15 +403,18 @@ fn ingresses_route_hosts_and_paths_terminate_tls_follow_changes_and_report_fault
     // alpha: no class named (the default is filled in), a route to a Service that does not
     // exist. beta: over TLS with SNI, by port name, and a second TLS entry whose Secret is
     // missing.
-    s.apply(json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+    s.apply(
+        json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
         "metadata": {"name": "alpha"},
         "spec": {"rules": [{"host": "alpha.example.com", "http": {"paths": [
             {"path": "/", "pathType": "Prefix",
              "backend": {"service": {"name": "alpha", "port": {"number": 80}}}},
             {"path": "/missing", "pathType": "Prefix",
              "backend": {"service": {"name": "nowhere", "port": {"number": 80}}}}
-        ]}}]}}));
-    s.apply(json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+        ]}}]}}),
+    );
+    s.apply(
+        json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
         "metadata": {"name": "beta"},
         "spec": {
             "ingressClassName": "skiff",
@@ -418,9 +423,16 @@ fn ingresses_route_hosts_and_paths_terminate_tls_follow_changes_and_report_fault
             "rules": [{"host": "beta.example.com", "http": {"paths": [
                 {"path": "/", "pathType": "Prefix",
                  "backend": {"service": {"name": "beta", "port": {"name": "http"}}}}
-            ]}}]}}));
+            ]}}]}}),
+    );
     assert_eq!(
-        s.ok(&["get", "ingress", "alpha", "-o", "jsonpath={.spec.ingressClassName}"]),
+        s.ok(&[
+            "get",
+            "ingress",
+            "alpha",
+            "-o",
+            "jsonpath={.spec.ingressClassName}"
+        ]),
         "skiff",
         "DefaultIngressClass filled in the class"
     );
@@ -428,7 +440,8 @@ fn ingresses_route_hosts_and_paths_terminate_tls_follow_changes_and_report_fault
     // Two hosts to two Services over plain HTTP, with the forwarding headers.
     let alpha = wait_for(s.http, "alpha.example.com", "/", 200, "alpha-");
     assert!(
-        alpha.contains(" / host=alpha.example.com xff=127.0.0.1 proto=http fhost=alpha.example.com"),
+        alpha
+            .contains(" / host=alpha.example.com xff=127.0.0.1 proto=http fhost=alpha.example.com"),
         "{alpha}"
     );
     let beta = wait_for(s.http, "beta.example.com", "/x/y", 200, "beta-");
@@ -463,32 +476,59 @@ fn ingresses_route_hosts_and_paths_terminate_tls_follow_changes_and_report_fault
     let tls_alpha = Https::new(&ca_pem, "alpha.example.com", s.https);
     let refused = tls_alpha.get("/");
     assert!(
-        refused.as_ref().is_err_and(|e| e.to_lowercase().contains("certificate")),
+        refused
+            .as_ref()
+            .is_err_and(|e| e.to_lowercase().contains("certificate")),
         "alpha.example.com has no certificate of the test's CA: {refused:?}"
     );
 
     // The missing TLS Secret is an Event on the Ingress.
     let reported = eventually(PATIENCE, || {
-        s.event_reasons("Ingress", "beta").contains("MissingTLSSecret")
+        s.event_reasons("Ingress", "beta")
+            .contains("MissingTLSSecret")
     });
-    assert!(reported, "no MissingTLSSecret event: {}", s.ok(&["get", "events"]));
     assert!(
-        eventually(PATIENCE, || s.event_reasons("Ingress", "alpha").contains("UnavailableBackend")),
+        reported,
+        "no MissingTLSSecret event: {}",
+        s.ok(&["get", "events"])
+    );
+    assert!(
+        eventually(PATIENCE, || s
+            .event_reasons("Ingress", "alpha")
+            .contains("UnavailableBackend")),
         "no UnavailableBackend event"
     );
 
     // The node's address in the status, and kubectl's columns.
     assert!(
         eventually(PATIENCE, || {
-            s.ok(&["get", "ingress", "alpha", "-o", "jsonpath={.status.loadBalancer.ingress[*].ip}"])
-                == "127.0.0.1"
+            ["alpha", "beta"].iter().all(|name| {
+                s.ok(&[
+                    "get",
+                    "ingress",
+                    name,
+                    "-o",
+                    "jsonpath={.status.loadBalancer.ingress[*].ip}",
+                ]) == "127.0.0.1"
+            })
         }),
-        "no address in alpha's status"
+        "no address in the Ingresses' status"
     );
     let table = s.ok(&["get", "ingress", "beta"]);
-    let lines: Vec<Vec<&str>> = table.lines().map(|l| l.split_whitespace().collect()).collect();
-    assert_eq!(lines[0], ["NAME", "CLASS", "HOSTS", "ADDRESS", "PORTS", "AGE"], "{table}");
-    assert_eq!(lines[1][..5], ["beta", "skiff", "beta.example.com", "127.0.0.1", "80,"], "{table}");
+    let lines: Vec<Vec<&str>> = table
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        lines[0],
+        ["NAME", "CLASS", "HOSTS", "ADDRESS", "PORTS", "AGE"],
+        "{table}"
+    );
+    assert_eq!(
+        lines[1][..5],
+        ["beta", "skiff", "beta.example.com", "127.0.0.1", "80,"],
+        "{table}"
+    );
     assert_eq!(lines[1][5], "443", "{table}");
 
     // A keep-alive connection on alpha.example.com stays up while beta's Ingress changes.
@@ -496,7 +536,8 @@ fn ingresses_route_hosts_and_paths_terminate_tls_follow_changes_and_report_fault
     let before = kept.local_addr();
     let (status, body) = kept.get("alpha.example.com", "/").unwrap();
     assert_eq!((status, body.starts_with("alpha-")), (200, true), "{body}");
-    s.apply(json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+    s.apply(
+        json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
         "metadata": {"name": "beta"},
         "spec": {
             "ingressClassName": "skiff",
@@ -507,7 +548,8 @@ fn ingresses_route_hosts_and_paths_terminate_tls_follow_changes_and_report_fault
                  "backend": {"service": {"name": "beta", "port": {"name": "http"}}}},
                 {"path": "/to-alpha", "pathType": "Exact",
                  "backend": {"service": {"name": "alpha", "port": {"number": 80}}}}
-            ]}}]}}));
+            ]}}]}}),
+    );
     wait_for(s.http, "beta.example.com", "/to-alpha", 200, "alpha-");
     // Exact: a longer path still goes to beta.
     let (_, body) = get(s.http, "beta.example.com", "/to-alpha/more").unwrap();
@@ -521,16 +563,25 @@ fn ingresses_route_hosts_and_paths_terminate_tls_follow_changes_and_report_fault
     }
 
     // NetworkPolicy is served and stored, and said not to be enforced.
-    s.apply(json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-        "metadata": {"name": "deny-all"}, "spec": {"podSelector": {}}}));
+    s.apply(
+        json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "metadata": {"name": "deny-all"}, "spec": {"podSelector": {}}}),
+    );
     assert_eq!(
-        s.ok(&["get", "networkpolicy", "deny-all", "-o", "jsonpath={.spec.policyTypes[*]}"]),
+        s.ok(&[
+            "get",
+            "networkpolicy",
+            "deny-all",
+            "-o",
+            "jsonpath={.spec.policyTypes[*]}"
+        ]),
         "Ingress",
         "defaulted policy types"
     );
     assert!(
         eventually(PATIENCE, || {
-            s.event_reasons("NetworkPolicy", "deny-all").contains("NetworkPolicyNotEnforced")
+            s.event_reasons("NetworkPolicy", "deny-all")
+                .contains("NetworkPolicyNotEnforced")
         }),
         "no NetworkPolicyNotEnforced event"
     );
@@ -548,17 +599,20 @@ fn disabled_ingress_serves_the_kinds_but_no_class_and_no_listener() {
     let invalid = s.kubectl().run_with_input(
         &["-n", s.namespace, "apply", "-f", "-"],
         &json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
-            "metadata": {"name": "bad"},
-            "spec": {"rules": [{"host": "a.example.com", "http": {"paths": [
-                {"path": "relative", "pathType": "Prefix",
-                 "backend": {"service": {"name": "web", "port": {"number": 80, "name": "http"}}}}
-            ]}}]}})
+        "metadata": {"name": "bad"},
+        "spec": {"rules": [{"host": "a.example.com", "http": {"paths": [
+            {"path": "relative", "pathType": "Prefix",
+             "backend": {"service": {"name": "web", "port": {"number": 80, "name": "http"}}}}
+        ]}}]}})
         .to_string(),
     );
     let said = format!("{}{}", invalid.stdout, invalid.stderr);
     assert!(!invalid.ok, "{said}");
     assert!(said.contains("must be an absolute path"), "{said}");
-    assert!(said.contains("cannot set both port name & port number"), "{said}");
+    assert!(
+        said.contains("cannot set both port name & port number"),
+        "{said}"
+    );
     s.kubectl().ok_with_input(
         &["-n", s.namespace, "apply", "-f", "-"],
         &json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
@@ -567,7 +621,13 @@ fn disabled_ingress_serves_the_kinds_but_no_class_and_no_listener() {
         .to_string(),
     );
     assert_eq!(
-        s.ok(&["get", "ingress", "web", "-o", "jsonpath={.spec.ingressClassName}"]),
+        s.ok(&[
+            "get",
+            "ingress",
+            "web",
+            "-o",
+            "jsonpath={.spec.ingressClassName}"
+        ]),
         "",
         "no default class to fill in"
     );
