@@ -10,6 +10,7 @@
 mod bench;
 mod bench_crd;
 mod bench_deployment;
+mod bench_ingress;
 mod bench_node;
 mod bench_rbac;
 mod bench_timeline;
