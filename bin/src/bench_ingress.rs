@@ -5,9 +5,9 @@
 //!
 //! The backends and the load generator are tokio tasks of this process (a fixed 2-byte answer
 //! per request, so the proxies' own cost dominates); the ingress is a `skiff server` child whose
-//! Services have hand-written Endpoints naming the backends. nginx proxies as ingress-nginx
-//! configures it (HTTP/1.1 to the upstream with a keep-alive pool, X-Forwarded-* headers);
-//! skiff's ingress opens a connection to the endpoint per request (no pool).
+//! Services have hand-written Endpoints naming the backends. Both proxies keep pools of
+//! keep-alive HTTP/1.1 connections to the backends and set the X-Forwarded-* headers, nginx as
+//! ingress-nginx configures it (`keepalive 320`, `worker_processes auto`).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

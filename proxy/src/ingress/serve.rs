@@ -3,8 +3,8 @@
 //!
 //! The table is read per request (an `Arc` cloned under a short lock), so a change applies to the
 //! next request of every connection, and established client connections stay up across changes.
-//! Each forwarded request opens a connection of its own to the endpoint (HTTP/1.1); upgrades
-//! (WebSocket) are relayed both ways once the endpoint answers 101.
+//! Requests go to the endpoints over HTTP/1.1 through a pool of keep-alive connections per
+//! endpoint; upgrades (WebSocket) are relayed both ways once the endpoint answers 101.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -16,8 +16,10 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, Response, StatusCode, Uri, Version};
 use http_body_util::{BodyExt, Full, combinators::BoxBody};
 use hyper::body::Incoming;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -28,22 +30,35 @@ use crate::balancer::LoadBalancer;
 /// A response body: the endpoint's, streamed, or one of ours.
 pub type Body = BoxBody<Bytes, hyper::Error>;
 
+/// Idle keep-alive connections kept per endpoint.
+const IDLE_PER_ENDPOINT: usize = 64;
+/// How long an idle connection to an endpoint is kept.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// What every connection reads: the route table and the balancer.
 pub struct Shared {
     table: RwLock<Arc<RouteTable>>,
     /// Round-robin and affinity over the ready endpoints of the routed Service ports.
     pub balancer: LoadBalancer,
-    /// How long a connect to an endpoint may take.
-    pub connect_timeout: Duration,
+    /// Keep-alive connections to the endpoints.
+    client: Client<HttpConnector, Incoming>,
 }
 
 impl Shared {
-    /// An empty table (everything 404) and no endpoints.
+    /// An empty table (everything 404) and no endpoints; a connect to an endpoint may take up
+    /// to `connect_timeout`.
     pub fn new(connect_timeout: Duration) -> Shared {
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(connect_timeout));
+        connector.set_nodelay(true);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(IDLE_TIMEOUT)
+            .pool_max_idle_per_host(IDLE_PER_ENDPOINT)
+            .build(connector);
         Shared {
             table: RwLock::default(),
             balancer: LoadBalancer::new(),
-            connect_timeout,
+            client,
         }
     }
 
@@ -147,10 +162,11 @@ pub async fn handle(
     let upgrade = upgrade_of(request.headers());
     let client_upgrade = upgrade.is_some().then(|| hyper::upgrade::on(&mut request));
     let (mut parts, body) = request.into_parts();
-    parts.uri = parts
-        .uri
-        .path_and_query()
-        .map_or_else(|| Uri::from_static("/"), |pq| Uri::from(pq.clone()));
+    let path = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
+    parts.uri = match Uri::try_from(format!("http://{endpoint}{path}")) {
+        Ok(uri) => uri,
+        Err(e) => return Ok(text(StatusCode::BAD_REQUEST, e.to_string())),
+    };
     parts.version = Version::HTTP_11;
     strip_hop_by_hop(&mut parts.headers);
     if let Ok(value) = HeaderValue::from_str(&host) {
@@ -184,35 +200,14 @@ pub async fn handle(
     }
     let forwarded = Request::from_parts(parts, body);
 
-    let stream =
-        match tokio::time::timeout(shared.connect_timeout, TcpStream::connect(endpoint)).await {
-            Ok(Ok(stream)) => stream,
-            Ok(Err(e)) => {
-                return Ok(text(
-                    StatusCode::BAD_GATEWAY,
-                    format!("cannot connect to {key} at {endpoint}: {e}"),
-                ));
-            }
-            Err(_) => {
-                return Ok(text(
-                    StatusCode::GATEWAY_TIMEOUT,
-                    format!("connecting to {key} at {endpoint} timed out"),
-                ));
-            }
-        };
-    let _ = stream.set_nodelay(true);
-    let (mut sender, connection) =
-        match hyper::client::conn::http1::handshake(TokioIo::new(stream)).await {
-            Ok(handshake) => handshake,
-            Err(e) => return Ok(text(StatusCode::BAD_GATEWAY, e.to_string())),
-        };
-    tokio::spawn(async move {
-        if let Err(e) = connection.with_upgrades().await {
-            tracing::debug!(error = %e, "ingress: endpoint connection ended");
-        }
-    });
-    let mut response = match sender.send_request(forwarded).await {
+    let mut response = match shared.client.request(forwarded).await {
         Ok(response) => response,
+        Err(e) if e.is_connect() => {
+            return Ok(text(
+                StatusCode::BAD_GATEWAY,
+                format!("cannot connect to {key} at {endpoint}: {e}"),
+            ));
+        }
         Err(e) => {
             return Ok(text(
                 StatusCode::BAD_GATEWAY,
