@@ -26,7 +26,7 @@ pub const INFO: ResourceInfo = ResourceInfo {
     namespaced: true,
     verbs: READ_WRITE,
     subresources: &[status("networking.k8s.io", "v1", "Ingress")],
-    categories: &["all"],
+    categories: &[],
     selectable_fields: &[],
 };
 
