@@ -226,6 +226,15 @@ impl Nginx {
 
 impl Drop for Nginx {
     fn drop(&mut self) {
+        // SIGTERM, so that the master stops its workers (a SIGKILLed master leaves them
+        // running); SIGKILL only if it does not go within 5 s.
+        let _ = Command::new("kill")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline && matches!(self.child.try_wait(), Ok(None)) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = &self.dir;
