@@ -11,7 +11,8 @@
 //! configured), `ServiceAccount` (pods run as `default` unless they name an account, and get its
 //! token projected at `/var/run/secrets/kubernetes.io/serviceaccount` unless automount is off),
 //! [`priority::Priority`] (a pod's priority from its PriorityClass), then the storage plugins of [`storage`] (`DefaultStorageClass`,
-//! `StorageObjectInUseProtection`, `PersistentVolumeClaimResize`), and last
+//! `StorageObjectInUseProtection`, `PersistentVolumeClaimResize`), [`ingress::DefaultIngressClass`]
+//! (an Ingress without a class gets the default IngressClass), and last
 //! [`webhook::MutatingAdmissionWebhook`].
 //!
 //! After schema validation, the validating phase ([`Plugin::validate`], which may refuse but not
@@ -22,6 +23,7 @@
 pub mod allocations;
 pub mod certificates;
 pub mod configs;
+pub mod ingress;
 pub mod limits;
 pub mod node;
 pub mod policy;

@@ -605,6 +605,7 @@ mod tests {
                 "batch",
                 "coordination.k8s.io",
                 "discovery.k8s.io",
+                "networking.k8s.io",
                 "rbac.authorization.k8s.io",
                 "storage.k8s.io",
                 "policy",

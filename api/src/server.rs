@@ -185,6 +185,7 @@ impl ApiServer {
             Box::new(admission::storage::DefaultStorageClass),
             Box::new(admission::storage::StorageObjectInUseProtection),
             Box::new(admission::storage::PersistentVolumeClaimResize),
+            Box::new(admission::ingress::DefaultIngressClass),
             Box::new(admission::webhook::MutatingAdmissionWebhook(
                 webhooks.clone(),
             )),

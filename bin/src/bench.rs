@@ -33,6 +33,10 @@ pub enum BenchCommand {
     /// 200 ClusterRoles and 1,000 RoleBindings, against the admin (`system:masters`), side by
     /// side.
     Rbac(crate::bench_rbac::RbacArgs),
+    /// The built-in ingress controller against nginx routing the same two hosts to the same
+    /// backends, side by side: requests/s, p50 and p99 over keep-alive connections, and the
+    /// latency each adds over the backend alone.
+    Ingress(crate::bench_ingress::IngressArgs),
     /// The timeline page on a long history (1M revisions by default): the latency and server
     /// CPU of each request the page makes (first load, filters, a zoom, an old point), and in
     /// Chromium the time to first render and to a filter's result.
@@ -199,6 +203,7 @@ pub async fn run(command: BenchCommand) -> Result<()> {
         BenchCommand::Deployment(args) => crate::bench_deployment::run(args).await,
         BenchCommand::Crd(args) => crate::bench_crd::run(args).await,
         BenchCommand::Rbac(args) => crate::bench_rbac::run(args).await,
+        BenchCommand::Ingress(args) => crate::bench_ingress::run(args).await,
         BenchCommand::Timeline(args) => crate::bench_timeline::run(args).await,
         BenchCommand::Dns(args) => crate::bench_dns::run(args).await,
         BenchCommand::Workloads(args) => crate::bench_workloads::run(args).await,

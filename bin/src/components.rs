@@ -28,6 +28,9 @@ pub enum Component {
     /// The cluster DNS server and its `kube-dns` Service in `kube-system` (`--disable dns` to
     /// bring your own; then give the kubelet `--cluster-dns`).
     Dns,
+    /// The built-in ingress controller (in the proxy) and its default IngressClass `skiff`
+    /// (`--disable ingress` to install another).
+    Ingress,
 }
 
 impl Component {
@@ -39,12 +42,13 @@ impl Component {
         Component::Proxy,
         Component::LocalStorage,
         Component::Dns,
+        Component::Ingress,
     ];
 
     /// Whether the component is a task of its own (the local-path provisioner is one of the
-    /// controllers).
+    /// controllers, the ingress controller part of the proxy).
     pub fn is_task(self) -> bool {
-        self != Component::LocalStorage
+        !matches!(self, Component::LocalStorage | Component::Ingress)
     }
 }
 
@@ -86,6 +90,8 @@ pub struct Host {
     /// Whether the cluster DNS runs (`--disable dns` says no): then the kubelet's pods get the
     /// `kube-dns` ClusterIP as their nameserver unless `--cluster-dns` says otherwise.
     pub dns: bool,
+    /// Whether the proxy runs the ingress controller (`--disable ingress` says no).
+    pub ingress: bool,
     /// Whether the scheduler and the controllers elect a leader when `--leader-elect` is not
     /// given (on an external etcd).
     pub leader_elect_default: bool,
@@ -156,8 +162,8 @@ pub fn spawn(
                     Err(e) => Err(e.into()),
                 }
             }
-            Component::LocalStorage => {
-                unreachable!("the local-path provisioner runs in the controllers")
+            Component::LocalStorage | Component::Ingress => {
+                unreachable!("the local-path provisioner runs in the controllers, the ingress controller in the proxy")
             }
             Component::Scheduler => match options
                 .leader_election
@@ -192,9 +198,18 @@ pub fn spawn(
                     .await
                     .context("the kubelet failed")
             }
-            Component::Proxy => skiff_proxy::run(client, options.proxy, shutdown)
-                .await
-                .context("the proxy failed"),
+            Component::Proxy => {
+                let mut proxy = options.proxy;
+                proxy.no_ingress |= !host.ingress;
+                if proxy.ingress_status_address.is_none()
+                    && proxy.ingress_http_address.ip().is_unspecified()
+                {
+                    proxy.ingress_status_address = Some(options.kubelet.node_ip);
+                }
+                skiff_proxy::run(client, proxy, shutdown)
+                    .await
+                    .context("the proxy failed")
+            }
             Component::Dns => {
                 let domain = options.kubelet.cluster_domain.clone();
                 skiff_dns::run(client, options.dns, domain, shutdown)
@@ -219,7 +234,8 @@ mod tests {
                 Component::Controllers,
                 Component::Scheduler,
                 Component::LocalStorage,
-                Component::Dns
+                Component::Dns,
+                Component::Ingress
             ])
         );
         assert_eq!(

@@ -35,7 +35,7 @@ pub fn subject(component: Component, node: &str) -> Option<(Subject, &'static st
             Subject::new(&format!("system:node:{node}"), &["system:nodes"]),
             "kubelet",
         ),
-        Component::LocalStorage => return None,
+        Component::LocalStorage | Component::Ingress => return None,
     })
 }
 

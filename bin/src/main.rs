@@ -11,6 +11,7 @@ mod bench;
 mod bench_crd;
 mod bench_deployment;
 mod bench_dns;
+mod bench_ingress;
 mod bench_node;
 mod bench_rbac;
 mod bench_timeline;
@@ -544,7 +545,12 @@ fn main() -> std::process::ExitCode {
                     Identity::kubelet(&kubelet.resolved_node_name()),
                     Identity::proxy(),
                 ];
-                let proxy = args.proxy;
+                let mut proxy = args.proxy;
+                if proxy.ingress_status_address.is_none()
+                    && proxy.ingress_http_address.ip().is_unspecified()
+                {
+                    proxy.ingress_status_address = Some(kubelet.node_ip);
+                }
                 run_component(
                     &args.client,
                     Some((&dir, &identities)),

@@ -549,6 +549,13 @@ pub async fn run(args: ApiArgs, plan: Plan) -> Result<()> {
         skiff_api::kubernetes_service::reconcile(&api, advertise, bound.port())
             .await
             .context("cannot write the kubernetes Service")?;
+        if plan.components.contains(&components::Component::Ingress)
+            && plan.components.contains(&components::Component::Proxy)
+        {
+            ensure_ingress_class(&api)
+                .await
+                .context("cannot write the default IngressClass")?;
+        }
     }
     let kubeconfig_path = data_dir.join(KUBECONFIG_FILE);
     kubeconfig::write(
@@ -618,6 +625,8 @@ pub async fn run(args: ApiArgs, plan: Plan) -> Result<()> {
                 .components
                 .contains(&components::Component::LocalStorage),
             dns: plan.components.contains(&components::Component::Dns),
+            ingress: plan.components.contains(&components::Component::Ingress)
+                && plan.components.contains(&components::Component::Proxy),
             // Several servers can share an etcd, and then their singletons must elect a leader;
             // the embedded log is opened by one server only.
             leader_elect_default: etcd_backed,
@@ -704,6 +713,22 @@ pub async fn run(args: ApiArgs, plan: Plan) -> Result<()> {
     store.close().await.context("flushing the log")?;
     tracing::info!("stopped cleanly");
     Ok(())
+}
+
+/// Creates the built-in ingress controller's IngressClass `skiff` (marked default) unless it
+/// exists: one a user changed or deleted and made again is left as it is.
+async fn ensure_ingress_class(api: &skiff_api::server::ApiServer) -> Result<()> {
+    let kind = &skiff_kinds::builtin::ingress_class::IngressClass;
+    let mut object = skiff_proxy::ingress::default_class();
+    api.prepare_create(kind, &mut object);
+    match api
+        .registry
+        .create(skiff_kinds::Kind::info(kind), object, None)
+        .await
+    {
+        Ok(_) | Err(skiff_api::error::Error::AlreadyExists { .. }) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// The file holding the join token agents use, in the data dir.

@@ -14,10 +14,14 @@
 //!   connections (retrying refused connects on the next endpoint) and UDP flows (idle timeout),
 //!   with metrics.
 //! - `relay`: the bytes of one TCP connection, zero-copy with splice(2) on Linux.
+//! - [`ingress`]: the built-in ingress controller (IngressClass `skiff`, controller
+//!   `skiff.io/ingress`): a route table from Ingresses, an HTTP/HTTPS reverse proxy with SNI over
+//!   the same balancer, the Ingresses' status and Events.
 //! - [`run`](mod@run): [`Options`] (the flags of `skiff proxy`) and [`run()`], which feeds the
-//!   proxier from informers on Services and Endpoints.
+//!   proxier from informers on Services and Endpoints, and runs the ingress controller.
 
 pub mod balancer;
+pub mod ingress;
 pub mod plan;
 pub mod proxier;
 mod relay;

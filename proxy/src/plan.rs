@@ -100,14 +100,7 @@ where
         }
         let cluster_ips = cluster_ips(service);
         let node_ports = matches!(type_, "NodePort" | "LoadBalancer");
-        let affinity = (spec.session_affinity.as_deref() == Some("ClientIP")).then(|| {
-            spec.session_affinity_config
-                .as_ref()
-                .and_then(|c| c.client_ip.as_ref())
-                .and_then(|c| c.timeout_seconds)
-                .filter(|s| *s > 0)
-                .map_or(DEFAULT_AFFINITY_TIMEOUT, |s| Duration::from_secs(s as u64))
-        });
+        let affinity = affinity_of(service);
         let subsets = by_name.get(&(namespace, name));
         for port in spec.ports.iter().flatten() {
             let Some(protocol) = Protocol::parse(port.protocol.as_deref()) else {
@@ -147,6 +140,19 @@ where
     plan
 }
 
+/// The ClientIP affinity timeout of a Service with `sessionAffinity: ClientIP`.
+pub(crate) fn affinity_of(service: &Service) -> Option<Duration> {
+    let spec = service.spec.as_ref()?;
+    (spec.session_affinity.as_deref() == Some("ClientIP")).then(|| {
+        spec.session_affinity_config
+            .as_ref()
+            .and_then(|c| c.client_ip.as_ref())
+            .and_then(|c| c.timeout_seconds)
+            .filter(|s| *s > 0)
+            .map_or(DEFAULT_AFFINITY_TIMEOUT, |s| Duration::from_secs(s as u64))
+    })
+}
+
 /// The Service's ClusterIPs that are addresses (not `None` or empty).
 fn cluster_ips(service: &Service) -> Vec<IpAddr> {
     let Some(spec) = service.spec.as_ref() else {
@@ -166,7 +172,7 @@ fn cluster_ips(service: &Service) -> Vec<IpAddr> {
 
 /// The ready addresses of an Endpoints object for one Service port: the subsets' `addresses` (not
 /// `notReadyAddresses`) with the endpoint port of the same name and protocol.
-fn ready_endpoints(
+pub(crate) fn ready_endpoints(
     endpoints: &Endpoints,
     port: &ServicePort,
     protocol: Protocol,

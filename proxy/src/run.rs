@@ -1,15 +1,19 @@
 //! `skiff proxy`: the command-line [`Options`] and [`run`], which feeds the [`Proxier`] from
-//! informers on Services and Endpoints.
+//! informers on Services and Endpoints, runs the built-in ingress controller
+//! ([`crate::ingress`]) beside it unless `--no-ingress`, and says on every NetworkPolicy that
+//! it is not enforced.
 //!
 //! Every change (and every `--sync-period`) leads to a sync from the informers' full caches, the
 //! first one right after they have listed everything: the proxier starts with no listeners, so a
 //! restarted proxy serves exactly what exists now and nothing that was deleted while it was down.
 
-use std::net::IpAddr;
+use std::collections::BTreeSet;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Endpoints, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use skiff_client::{EventHandler, SharedInformerFactory};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -47,6 +51,29 @@ pub struct Options {
     /// How often to sync even without changes, retrying listeners that could not be opened.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub sync_period: Duration,
+
+    /// Do not run the built-in ingress controller (`skiff server --disable ingress` says this).
+    #[arg(long)]
+    pub no_ingress: bool,
+
+    /// Where the ingress controller serves plain HTTP.
+    #[arg(long, env = "SKIFF_INGRESS_HTTP_ADDRESS", default_value = "0.0.0.0:80")]
+    pub ingress_http_address: SocketAddr,
+
+    /// Where the ingress controller serves HTTPS (certificates by SNI from the Ingresses' TLS
+    /// Secrets, else a self-signed one).
+    #[arg(
+        long,
+        env = "SKIFF_INGRESS_HTTPS_ADDRESS",
+        default_value = "0.0.0.0:443"
+    )]
+    pub ingress_https_address: SocketAddr,
+
+    /// The address written into the served Ingresses' `status.loadBalancer` [default: the HTTP
+    /// address's IP, or under `skiff server` and `skiff agent` when that is 0.0.0.0 the node's
+    /// `--node-ip`; else 127.0.0.1].
+    #[arg(long)]
+    pub ingress_status_address: Option<IpAddr>,
 }
 
 impl Default for Options {
@@ -58,11 +85,37 @@ impl Default for Options {
             connect_attempts: 4,
             connect_timeout: Duration::from_secs(1),
             sync_period: Duration::from_secs(30),
+            no_ingress: false,
+            ingress_http_address: SocketAddr::from(([0, 0, 0, 0], 80)),
+            ingress_https_address: SocketAddr::from(([0, 0, 0, 0], 443)),
+            ingress_status_address: None,
         }
     }
 }
 
 impl Options {
+    /// The ingress controller's configuration, or `None` with `--no-ingress`.
+    pub fn ingress(&self) -> Option<crate::ingress::Config> {
+        if self.no_ingress {
+            return None;
+        }
+        let http_ip = self.ingress_http_address.ip();
+        let status_address = self
+            .ingress_status_address
+            .unwrap_or(if http_ip.is_unspecified() {
+                IpAddr::from([127, 0, 0, 1])
+            } else {
+                http_ip
+            });
+        Some(crate::ingress::Config {
+            http_address: self.ingress_http_address,
+            https_address: self.ingress_https_address,
+            status_address,
+            connect_timeout: self.connect_timeout,
+            sync_period: self.sync_period,
+        })
+    }
+
     /// The proxier configuration these options ask for.
     pub fn config(&self) -> Config {
         Config {
@@ -96,7 +149,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 }
 
 /// Wakes the sync loop on any change; never blocks.
-struct Trigger(Arc<Notify>);
+pub(crate) struct Trigger(pub(crate) Arc<Notify>);
 
 impl<K> EventHandler<K> for Trigger {
     fn on_add(&self, _: &Arc<K>) {
@@ -116,6 +169,16 @@ pub async fn run(
     options: Options,
     shutdown: CancellationToken,
 ) -> Result<()> {
+    let mut helpers = tokio::task::JoinSet::new();
+    if let Some(config) = options.ingress() {
+        let (client, stop) = (client.clone(), shutdown.clone());
+        helpers.spawn(async move {
+            if let Err(e) = crate::ingress::run(client, config, stop).await {
+                tracing::error!(error = %e, "the ingress controller stopped");
+            }
+        });
+    }
+    helpers.spawn(report_network_policies(client.clone(), shutdown.clone()));
     let factory = SharedInformerFactory::new(client);
     let services = factory.informer::<Service>();
     let endpoints = factory.informer::<Endpoints>();
@@ -147,7 +210,45 @@ pub async fn run(
         }
     }
     proxier.shutdown().await;
+    while helpers.join_next().await.is_some() {}
     Ok(())
+}
+
+/// The reason of the Event on each NetworkPolicy.
+pub const NETWORK_POLICY_NOT_ENFORCED: &str = "NetworkPolicyNotEnforced";
+
+/// Says on each NetworkPolicy, once per proxy, with a Warning Event, that nothing enforces it:
+/// skiff stores NetworkPolicies but filters no pod traffic. In a task of its own so that a
+/// proxy not allowed to read them still proxies.
+async fn report_network_policies(client: skiff_client::Client, shutdown: CancellationToken) {
+    let factory = SharedInformerFactory::new(client.clone());
+    let policies = factory.informer::<NetworkPolicy>();
+    let changed = Arc::new(Notify::new());
+    policies.add_handler(Trigger(Arc::clone(&changed)));
+    factory.start(shutdown.clone());
+    let recorder = skiff_client::events::Recorder::new(client, "skiff-proxy");
+    let mut told: BTreeSet<String> = BTreeSet::new();
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = changed.notified() => {}
+        }
+        for policy in policies.cache().list() {
+            let uid = policy.metadata.uid.clone().unwrap_or_default();
+            if !told.insert(uid) {
+                continue;
+            }
+            recorder
+                .record(
+                    &skiff_client::events::reference(&*policy),
+                    skiff_client::events::EventType::Warning,
+                    NETWORK_POLICY_NOT_ENFORCED,
+                    "skiff stores NetworkPolicies but does not enforce them: traffic to and from \
+                     the selected pods is not restricted",
+                )
+                .await;
+        }
+    }
 }
 
 #[cfg(test)]

@@ -259,8 +259,11 @@ impl TestCluster {
                 std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
             )
             .env("SKIFF_CONTAINER_RUNTIME_ENDPOINT", container_runtime())
-            // Servers of tests running side by side must not share the cluster DNS's port.
+            // Servers of tests running side by side must not share the cluster DNS's port,
+            // nor the ingress controller's (which tests of the ingress give by flag).
             .env("SKIFF_DNS_PORT", "0")
+            .env("SKIFF_INGRESS_HTTP_ADDRESS", "127.0.0.1:0")
+            .env("SKIFF_INGRESS_HTTPS_ADDRESS", "127.0.0.1:0")
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log handle"))
             .stderr(log)
@@ -488,6 +491,9 @@ impl Component {
                 std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
             )
             .env("SKIFF_CONTAINER_RUNTIME_ENDPOINT", container_runtime())
+            // Proxies and agents of tests side by side: an ingress port of their own each.
+            .env("SKIFF_INGRESS_HTTP_ADDRESS", "127.0.0.1:0")
+            .env("SKIFF_INGRESS_HTTPS_ADDRESS", "127.0.0.1:0")
             .stdin(Stdio::null())
             .stdout(file.try_clone().expect("log handle"))
             .stderr(file)

@@ -512,6 +512,31 @@ pub fn cluster_roles() -> Vec<Value> {
                 rule(&["discovery.k8s.io"], &["endpointslices"], READ),
             ],
         ),
+        // The ingress controller built into skiff's proxy (it acts as `system:kube-proxy`):
+        // Ingresses and their classes, the Services, endpoints and TLS Secrets they point at,
+        // the Ingresses' status and Events about them; and NetworkPolicies, which it reports
+        // as not enforced.
+        cluster_role(
+            "skiff:ingress-controller",
+            vec![
+                rule(&[""], &["services", "endpoints", "secrets", "nodes"], READ),
+                rule(
+                    &["networking.k8s.io"],
+                    &["ingresses", "ingressclasses", "networkpolicies"],
+                    READ,
+                ),
+                rule(
+                    &["networking.k8s.io"],
+                    &["ingresses/status"],
+                    &["update", "patch"],
+                ),
+                rule(
+                    &["", "events.k8s.io"],
+                    &["events"],
+                    &["create", "patch", "update"],
+                ),
+            ],
+        ),
         cluster_role(
             "system:node-proxier",
             vec![
@@ -623,6 +648,11 @@ pub fn cluster_role_bindings() -> Vec<Value> {
         binding(
             "system:node-proxier",
             "system:node-proxier",
+            &[("User", "system:kube-proxy")],
+        ),
+        binding(
+            "skiff:ingress-controller",
+            "skiff:ingress-controller",
             &[("User", "system:kube-proxy")],
         ),
         binding(

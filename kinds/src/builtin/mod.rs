@@ -19,11 +19,14 @@ pub mod endpoint_slice;
 pub mod endpoints;
 pub mod event;
 pub mod flow_schema;
+pub mod ingress;
+pub mod ingress_class;
 pub mod job;
 pub mod lease;
 pub mod limit_range;
 pub mod mutating_webhook_configuration;
 pub mod namespace;
+pub mod network_policy;
 pub mod node;
 pub mod persistent_volume;
 pub mod persistent_volume_claim;
@@ -109,6 +112,9 @@ pub fn all() -> &'static [Arc<dyn Kind>] {
             Arc::new(cron_job::CronJob),
             Arc::new(lease::Lease),
             Arc::new(endpoint_slice::EndpointSlice),
+            Arc::new(ingress::Ingress),
+            Arc::new(ingress_class::IngressClass),
+            Arc::new(network_policy::NetworkPolicy),
             Arc::new(cluster_role::ClusterRole),
             Arc::new(cluster_role_binding::ClusterRoleBinding),
             Arc::new(role::Role),

@@ -532,6 +532,22 @@ mod tests {
                 json!({"metadata": {"name": "runc"}, "handler": "runc"}),
             ),
             (
+                "networking.k8s.io",
+                "Ingress",
+                json!({"metadata": {"name": "web"}, "spec": {"defaultBackend":
+                       {"service": {"name": "web", "port": {"number": 80}}}}}),
+            ),
+            (
+                "networking.k8s.io",
+                "IngressClass",
+                json!({"metadata": {"name": "skiff"}, "spec": {"controller": "skiff.io/ingress"}}),
+            ),
+            (
+                "networking.k8s.io",
+                "NetworkPolicy",
+                json!({"metadata": {"name": "deny"}, "spec": {"podSelector": {}}}),
+            ),
+            (
                 "storage.k8s.io",
                 "CSIDriver",
                 json!({"metadata": {"name": "hostpath.csi.k8s.io"}, "spec": {}}),

@@ -12,6 +12,7 @@ mod dns;
 mod encryption;
 mod etcd;
 mod identity;
+mod ingress;
 mod kubectl;
 mod leader;
 mod limits;
