@@ -263,7 +263,10 @@ async fn start_dnsmasq(work: &std::path::Path, records: &[(String, Ipv4Addr)]) -
         "port={port}\nlisten-address=127.0.0.1\nbind-interfaces\nno-resolv\nno-hosts\nno-poll\nkeep-in-foreground\nlocal=/{DOMAIN}/\nlocal-ttl=5\n"
     );
     for (name, ip) in records {
-        text.push_str(&format!("host-record={},{ip}\n", name.trim_end_matches('.')));
+        text.push_str(&format!(
+            "host-record={},{ip}\n",
+            name.trim_end_matches('.')
+        ));
     }
     std::fs::write(&config, text)?;
     let child = Command::new("dnsmasq")
@@ -274,12 +277,15 @@ async fn start_dnsmasq(work: &std::path::Path, records: &[(String, Ipv4Addr)]) -
         .stderr(Stdio::null())
         .spawn()
         .context("starting dnsmasq (Debian: apt-get install dnsmasq-base)")?;
-    ready(Peer {
-        name: "dnsmasq",
-        address: SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
-        pid: child.id(),
-        child: Some(child),
-    }, records)
+    ready(
+        Peer {
+            name: "dnsmasq",
+            address: SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
+            pid: child.id(),
+            child: Some(child),
+        },
+        records,
+    )
     .await
 }
 
@@ -304,12 +310,15 @@ async fn start_unbound(work: &std::path::Path, records: &[(String, Ipv4Addr)]) -
         .stderr(Stdio::null())
         .spawn()
         .context("starting unbound (Debian: apt-get install unbound)")?;
-    ready(Peer {
-        name: "unbound",
-        address: SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
-        pid: child.id(),
-        child: Some(child),
-    }, records)
+    ready(
+        Peer {
+            name: "unbound",
+            address: SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
+            pid: child.id(),
+            child: Some(child),
+        },
+        records,
+    )
     .await
 }
 

@@ -43,7 +43,11 @@ spec:
 fn millicores(cell: &str) -> u64 {
     match cell.strip_suffix('m') {
         Some(m) => m.parse().unwrap_or_else(|_| panic!("CPU cell {cell:?}")),
-        None => cell.parse::<u64>().unwrap_or_else(|_| panic!("CPU cell {cell:?}")) * 1000,
+        None => {
+            cell.parse::<u64>()
+                .unwrap_or_else(|_| panic!("CPU cell {cell:?}"))
+                * 1000
+        }
     }
 }
 
@@ -65,7 +69,10 @@ fn top_shows_a_busy_pod_above_an_idle_one_and_the_node() {
     let k = cluster.cluster.kubectl();
 
     let out = k.ok(&["api-resources", "--api-group=metrics.k8s.io"]);
-    assert!(out.contains("NodeMetrics") && out.contains("PodMetrics"), "{out}");
+    assert!(
+        out.contains("NodeMetrics") && out.contains("PodMetrics"),
+        "{out}"
+    );
 
     k.ok_with_input(
         &["apply", "-f", "-"],
@@ -109,11 +116,15 @@ fn top_shows_a_busy_pod_above_an_idle_one_and_the_node() {
     // A spinning shell takes a core when it can; even with the rest of the suite on the same two
     // cores it keeps a fair share. A sleeping one takes nothing.
     assert!(busy >= 100, "busy {busy}m, idle {idle}m: {out}");
-    assert!(idle < 50 && idle < busy, "busy {busy}m, idle {idle}m: {out}");
+    assert!(
+        idle < 50 && idle < busy,
+        "busy {busy}m, idle {idle}m: {out}"
+    );
 
     let out = k.ok(&["top", "pod", "busy", "--containers"]);
     assert!(
-        out.lines().any(|l| l.starts_with("busy") && l.contains("spin")),
+        out.lines()
+            .any(|l| l.starts_with("busy") && l.contains("spin")),
         "{out}"
     );
     let out = k.ok(&["top", "pod", "-l", "app=idle"]);
@@ -152,8 +163,7 @@ fn top_shows_a_busy_pod_above_an_idle_one_and_the_node() {
     );
     let out = k.ok(&["top", "node"]);
     assert!(
-        !out
-            .lines()
+        !out.lines()
             .any(|l| l.starts_with("ghost") && !l.contains("<unknown>")),
         "{out}"
     );
