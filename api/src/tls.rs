@@ -853,6 +853,113 @@ pub(crate) mod testing {
         http::Response::from_parts(parts, body)
     }
 
+    /// Serves `filter` over HTTP/1.1 on a new loopback port (a backend or a kubelet for a test
+    /// to reach over the network); returns its address.
+    pub(crate) async fn serve_loopback<F, R>(filter: F) -> std::net::SocketAddr
+    where
+        F: Filter<Extract = (R,), Error = Rejection> + Clone + Send + Sync + 'static,
+        R: Reply,
+    {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let service = hyper_util::service::TowerToHyperService::new(warp::service(filter));
+        tokio::spawn(async move {
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else {
+                    return;
+                };
+                let service = service.clone();
+                tokio::spawn(async move {
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(tcp), service)
+                        .await;
+                });
+            }
+        });
+        address
+    }
+
+    /// An API server on a fresh sled store, its routes called in process as the admin.
+    pub(crate) struct Cluster {
+        routes: warp::filters::BoxedFilter<(crate::request::Response,)>,
+        admin: String,
+        _store: std::sync::Arc<dyn skiff_store::Store>,
+        _dir: TempDir,
+    }
+
+    impl Cluster {
+        /// A server (data under a temp dir named after `tag`) that presents `kubelet_token` to
+        /// kubelets.
+        pub(crate) async fn new(tag: &str, kubelet_token: &str) -> Cluster {
+            let dir = TempDir::new(tag);
+            let store =
+                skiff_store::SledStore::open(skiff_store::Config::new(dir.0.join("db"))).unwrap();
+            let store: std::sync::Arc<dyn skiff_store::Store> = std::sync::Arc::new(store);
+            let config = crate::server::Config {
+                kubelet_token: Some(kubelet_token.into()),
+                ..crate::server::Config::default()
+            };
+            let api = crate::server::ApiServer::new(
+                store.clone(),
+                config,
+                tokio_util::sync::CancellationToken::new(),
+            )
+            .await
+            .unwrap();
+            let authenticator = std::sync::Arc::new(
+                crate::auth::Authenticator::load_or_create(&dir.0.join("tokens.csv")).unwrap(),
+            );
+            let admin = authenticator.admin_token().unwrap();
+            Cluster {
+                routes: crate::routes(api, authenticator),
+                admin,
+                _store: store,
+                _dir: dir,
+            }
+        }
+
+        /// One request as the admin, with `headers` besides the token.
+        pub(crate) async fn send(
+            &self,
+            method: &str,
+            uri: &str,
+            headers: &[(&str, &str)],
+            body: &str,
+        ) -> http::Response<bytes::Bytes> {
+            let mut request = http::Request::builder()
+                .method(method)
+                .uri(uri)
+                .header("authorization", format!("Bearer {}", self.admin));
+            for (name, value) in headers {
+                request = request.header(*name, *value);
+            }
+            call(self.routes.clone(), request.body(body.to_string()).unwrap()).await
+        }
+
+        /// Creates `object` at `uri`, which must succeed; returns what the server answered.
+        pub(crate) async fn create(
+            &self,
+            uri: &str,
+            object: serde_json::Value,
+        ) -> serde_json::Value {
+            let response = self
+                .send(
+                    "POST",
+                    uri,
+                    &[("content-type", "application/json")],
+                    &object.to_string(),
+                )
+                .await;
+            assert!(
+                response.status().is_success(),
+                "{uri}: {} {}",
+                response.status(),
+                String::from_utf8_lossy(response.body())
+            );
+            json(&response)
+        }
+    }
+
     /// A GET request for `uri` with the given headers.
     pub(crate) fn get(uri: &str, headers: &[(&str, &str)]) -> http::Request<String> {
         let mut builder = http::Request::get(uri);

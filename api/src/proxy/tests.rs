@@ -2,18 +2,13 @@
 //! loopback.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 
 use http::HeaderValue;
 use serde_json::{Value, json};
-use skiff_store::Store;
-use tokio_util::sync::CancellationToken;
 use warp::Filter;
 
 use super::*;
-use crate::auth::Authenticator;
-use crate::server::Config;
-use crate::tls::testing::{TempDir, call, json as body_json};
+use crate::tls::testing::{Cluster, json as body_json};
 
 fn pod(value: Value) -> Pod {
     serde_json::from_value(value).unwrap()
@@ -277,98 +272,19 @@ async fn backend() -> SocketAddr {
                     .unwrap()
             },
         );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    let service = hyper_util::service::TowerToHyperService::new(warp::service(echo));
-    tokio::spawn(async move {
-        loop {
-            let Ok((tcp, _)) = listener.accept().await else {
-                return;
-            };
-            let service = service.clone();
-            tokio::spawn(async move {
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(tcp), service)
-                    .await;
-            });
-        }
-    });
-    address
+    crate::tls::testing::serve_loopback(echo).await
 }
 
-struct Cluster {
-    routes: warp::filters::BoxedFilter<(Response,)>,
-    admin: String,
-    _store: Arc<dyn Store>,
-    _dir: TempDir,
-}
-
-impl Cluster {
-    async fn new() -> Cluster {
-        let dir = TempDir::new("proxy");
-        let store =
-            skiff_store::SledStore::open(skiff_store::Config::new(dir.0.join("db"))).unwrap();
-        let store: Arc<dyn Store> = Arc::new(store);
-        let config = Config {
-            kubelet_token: Some("kubelet-secret".into()),
-            ..Config::default()
-        };
-        let api = ApiServer::new(store.clone(), config, CancellationToken::new())
-            .await
-            .unwrap();
-        let authenticator =
-            Arc::new(Authenticator::load_or_create(&dir.0.join("tokens.csv")).unwrap());
-        let admin = authenticator.admin_token().unwrap();
-        let routes = crate::routes(api, authenticator);
-        Cluster {
-            routes,
-            admin,
-            _store: store,
-            _dir: dir,
-        }
-    }
-
-    async fn send(
-        &self,
-        method: &str,
-        uri: &str,
-        headers: &[(&str, &str)],
-        body: &str,
-    ) -> http::Response<Bytes> {
-        let mut request = http::Request::builder()
-            .method(method)
-            .uri(uri)
-            .header("authorization", format!("Bearer {}", self.admin));
-        for (name, value) in headers {
-            request = request.header(*name, *value);
-        }
-        call(self.routes.clone(), request.body(body.to_string()).unwrap()).await
-    }
-
-    async fn create(&self, uri: &str, object: Value) -> Value {
-        let response = self
-            .send(
-                "POST",
-                uri,
-                &[("content-type", "application/json")],
-                &object.to_string(),
-            )
-            .await;
-        assert!(
-            response.status().is_success(),
-            "{uri}: {} {}",
-            response.status(),
-            String::from_utf8_lossy(response.body())
-        );
-        body_json(&response)
-    }
+/// The API server of these tests: its kubelet credentials are `kubelet-secret`.
+async fn cluster() -> Cluster {
+    Cluster::new("proxy", "kubelet-secret").await
 }
 
 #[tokio::test]
 async fn requests_reach_pods_services_and_nodes_with_their_method_path_query_and_body() {
     let backend = backend().await;
     let port = backend.port();
-    let cluster = Cluster::new().await;
+    let cluster = cluster().await;
     let mut web = cluster
         .create(
             "/api/v1/namespaces/default/pods",

@@ -2,19 +2,13 @@
 //! live fake kubelet on loopback and a dead one.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 
-use bytes::Bytes;
 use serde_json::{Value, json};
 use skiff_meta::stats::{NodeStats, PodReference};
-use skiff_store::Store;
-use tokio_util::sync::CancellationToken;
 use warp::Filter;
 
 use super::*;
-use crate::auth::Authenticator;
-use crate::server::Config;
-use crate::tls::testing::{TempDir, call, json as body_json};
+use crate::tls::testing::json as body_json;
 
 fn at(second: i64) -> Timestamp {
     Timestamp::from_second(1_800_000_000 + second).unwrap()
@@ -163,66 +157,21 @@ async fn kubelet(summary: Summary) -> SocketAddr {
                 .body(serde_json::to_vec(&summary).unwrap())
                 .unwrap()
         });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    let service = hyper_util::service::TowerToHyperService::new(warp::service(route));
-    tokio::spawn(async move {
-        loop {
-            let Ok((tcp, _)) = listener.accept().await else {
-                return;
-            };
-            let service = service.clone();
-            tokio::spawn(async move {
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(tcp), service)
-                    .await;
-            });
-        }
-    });
-    address
+    crate::tls::testing::serve_loopback(route).await
 }
 
-struct Cluster {
-    routes: warp::filters::BoxedFilter<(Response,)>,
-    admin: String,
-    _store: Arc<dyn Store>,
-    _dir: TempDir,
-}
+/// The API server of these tests (kubelet credentials `kubelet-secret`), with the requests
+/// they make.
+struct Cluster(crate::tls::testing::Cluster);
 
 impl Cluster {
     async fn new() -> Cluster {
-        let dir = TempDir::new("metrics");
-        let store =
-            skiff_store::SledStore::open(skiff_store::Config::new(dir.0.join("db"))).unwrap();
-        let store: Arc<dyn Store> = Arc::new(store);
-        let config = Config {
-            kubelet_token: Some("kubelet-secret".into()),
-            ..Config::default()
-        };
-        let api = ApiServer::new(store.clone(), config, CancellationToken::new())
-            .await
-            .unwrap();
-        let authenticator =
-            Arc::new(Authenticator::load_or_create(&dir.0.join("tokens.csv")).unwrap());
-        let admin = authenticator.admin_token().unwrap();
-        Cluster {
-            routes: crate::routes(api, authenticator),
-            admin,
-            _store: store,
-            _dir: dir,
-        }
+        Cluster(crate::tls::testing::Cluster::new("metrics", "kubelet-secret").await)
     }
 
     async fn send(&self, method: &str, uri: &str, accept: &str, body: &str) -> (u16, Value) {
-        let request = http::Request::builder()
-            .method(method)
-            .uri(uri)
-            .header("authorization", format!("Bearer {}", self.admin))
-            .header("content-type", "application/json")
-            .header("accept", accept)
-            .body(body.to_string())
-            .unwrap();
-        let response: http::Response<Bytes> = call(self.routes.clone(), request).await;
+        let headers = [("content-type", "application/json"), ("accept", accept)];
+        let response = self.0.send(method, uri, &headers, body).await;
         (response.status().as_u16(), body_json(&response))
     }
 
@@ -231,10 +180,7 @@ impl Cluster {
     }
 
     async fn create(&self, uri: &str, object: Value) {
-        let (status, body) = self
-            .send("POST", uri, "application/json", &object.to_string())
-            .await;
-        assert!(status < 300, "{uri}: {status} {body}");
+        self.0.create(uri, object).await;
     }
 
     async fn node(&self, name: &str, port: u16, labels: Value) {
