@@ -417,6 +417,9 @@ impl Server {
                 &free_port().to_string(),
             ])
             .args(extra)
+            // The built-in ingress on loopback, as the harness's servers have it.
+            .env("SKIFF_INGRESS_HTTP_ADDRESS", "127.0.0.1:0")
+            .env("SKIFF_INGRESS_HTTPS_ADDRESS", "127.0.0.1:0")
             .stdin(Stdio::null())
             .stdout(file.try_clone().unwrap())
             .stderr(file)
