@@ -16,30 +16,9 @@ pub const PVC_PROTECTION: &str = "kubernetes.io/pvc-protection";
 /// The finalizer that keeps a volume while a claim is bound to it.
 pub const PV_PROTECTION: &str = "kubernetes.io/pv-protection";
 
-/// The default class among `classes`: of those marked default, the newest (by creation time,
-/// then the name that sorts first), as Kubernetes picks since 1.28 so that adding a new default
-/// takes over without a window of two.
+/// The default StorageClass among `classes` ([`skiff_kinds::builtin::newest_default`]).
 pub fn default_class(classes: &[Value]) -> Option<String> {
-    let key = |c: &Value| {
-        (
-            c["metadata"]["creationTimestamp"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string(),
-            c["metadata"]["name"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string(),
-        )
-    };
-    classes
-        .iter()
-        .filter(|c| storage_class::is_default(&c["metadata"]))
-        .max_by(|a, b| {
-            let ((ta, na), (tb, nb)) = (key(a), key(b));
-            ta.cmp(&tb).then(nb.cmp(&na))
-        })
-        .and_then(|c| c["metadata"]["name"].as_str().map(str::to_string))
+    skiff_kinds::builtin::newest_default(classes, storage_class::is_default)
 }
 
 /// Whether a claim says nothing about its class (an explicit `""` asks for no class).

@@ -41,26 +41,7 @@ pub fn is_default(metadata: &Value) -> bool {
 /// the newest (by creation time, then the name that sorts first), as Kubernetes picks since
 /// 1.28 so that a new default takes over without a window of two; none when none is marked.
 pub fn default_class(classes: &[Value]) -> Option<String> {
-    let key = |c: &Value| {
-        (
-            c["metadata"]["creationTimestamp"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string(),
-            c["metadata"]["name"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string(),
-        )
-    };
-    classes
-        .iter()
-        .filter(|c| is_default(&c["metadata"]))
-        .max_by(|a, b| {
-            let ((ta, na), (tb, nb)) = (key(a), key(b));
-            ta.cmp(&tb).then(nb.cmp(&na))
-        })
-        .and_then(|c| c["metadata"]["name"].as_str().map(str::to_string))
+    super::newest_default(classes, is_default)
 }
 
 /// A controller name: a domain-prefixed path (`example.com/ingress`).

@@ -85,6 +85,32 @@ mod prelude {
     }
 }
 
+/// The default among `classes` (StorageClasses, IngressClasses): of those whose metadata
+/// `marked` says is default, the newest (by creation time, then the name that sorts first), as
+/// Kubernetes picks since 1.28 so that a new default takes over without a window of two; `None`
+/// when none is marked.
+pub fn newest_default(
+    classes: &[serde_json::Value],
+    marked: fn(&serde_json::Value) -> bool,
+) -> Option<String> {
+    fn key(c: &serde_json::Value) -> (&str, &str) {
+        (
+            c["metadata"]["creationTimestamp"]
+                .as_str()
+                .unwrap_or_default(),
+            c["metadata"]["name"].as_str().unwrap_or_default(),
+        )
+    }
+    classes
+        .iter()
+        .filter(|c| marked(&c["metadata"]))
+        .max_by(|a, b| {
+            let ((ta, na), (tb, nb)) = (key(a), key(b));
+            ta.cmp(tb).then(nb.cmp(na))
+        })
+        .and_then(|c| c["metadata"]["name"].as_str().map(str::to_string))
+}
+
 /// Every built-in kind, core group first, in discovery order.
 pub fn all() -> &'static [Arc<dyn Kind>] {
     static ALL: LazyLock<Vec<Arc<dyn Kind>>> = LazyLock::new(|| {
