@@ -87,54 +87,92 @@ fn sh(name: &str, script: &str) -> Container {
     }
 }
 
+/// A kubelet's pod manager and HTTP server over the process runtime in a temp dir, pod IPs from
+/// `range`; the server reads `stats`.
+struct Kubelet {
+    dir: tempfile::TempDir,
+    runtime: Arc<dyn Runtime>,
+    manager: Manager,
+    events: mpsc::UnboundedReceiver<Event>,
+    stats: Arc<std::sync::Mutex<skiff_kubelet::stats::Tracker>>,
+    shutdown: CancellationToken,
+    port: u16,
+}
+
+impl Kubelet {
+    async fn start(range: &str) -> Kubelet {
+        let dir = tempfile::tempdir().unwrap();
+        let runtime: Arc<dyn Runtime> = Arc::new(
+            ProcessRuntime::open(RuntimeConfig {
+                state_dir: dir.path().join("containers"),
+                cgroup_root: None,
+                log_max_size: 1 << 20,
+                log_max_files: 2,
+                health_program: "true".into(),
+            })
+            .unwrap(),
+        );
+        let (tx, events) = mpsc::unbounded_channel();
+        let shutdown = CancellationToken::new();
+        let manager = Manager::new(
+            pod::Config {
+                root_dir: dir.path().into(),
+                host_ip: "127.0.0.1".parse().unwrap(),
+                backoff: backoff::Config {
+                    base: Duration::from_millis(100),
+                    ..Default::default()
+                },
+                resync: Duration::from_secs(1),
+                cluster_dns: Default::default(),
+            },
+            runtime.clone(),
+            range.parse().unwrap(),
+            Arc::new(Sources::default()),
+            tx,
+            shutdown.clone(),
+        )
+        .unwrap();
+        let stats = Arc::new(std::sync::Mutex::new(skiff_kubelet::stats::Tracker::new(
+            jiff::Timestamp::now(),
+        )));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(server::serve(
+            listener,
+            State {
+                manager: manager.clone(),
+                runtime: runtime.clone(),
+                root_dir: dir.path().into(),
+                token: Some(TOKEN.into()),
+                follow_poll: Duration::from_millis(20),
+                node_name: "n".into(),
+                stats: stats.clone(),
+            },
+            shutdown.clone(),
+        ));
+        Kubelet {
+            dir,
+            runtime,
+            manager,
+            events,
+            stats,
+            shutdown,
+            port,
+        }
+    }
+}
+
 #[tokio::test]
 async fn health_pods_and_logs() {
-    let dir = tempfile::tempdir().unwrap();
-    let runtime: Arc<dyn Runtime> = Arc::new(
-        ProcessRuntime::open(RuntimeConfig {
-            state_dir: dir.path().join("containers"),
-            cgroup_root: None,
-            log_max_size: 1 << 20,
-            log_max_files: 2,
-            health_program: "true".into(),
-        })
-        .unwrap(),
-    );
-    let (tx, mut events) = mpsc::unbounded_channel();
-    let shutdown = CancellationToken::new();
-    let manager = Manager::new(
-        pod::Config {
-            root_dir: dir.path().into(),
-            host_ip: "127.0.0.1".parse().unwrap(),
-            backoff: backoff::Config {
-                base: Duration::from_millis(100),
-                ..Default::default()
-            },
-            resync: Duration::from_secs(1),
-            cluster_dns: Default::default(),
-        },
-        runtime.clone(),
-        "127.100.9.0/24".parse().unwrap(),
-        Arc::new(Sources::default()),
-        tx,
-        shutdown.clone(),
-    )
-    .unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(server::serve(
-        listener,
-        State {
-            manager: manager.clone(),
-            runtime: runtime.clone(),
-            root_dir: dir.path().into(),
-            token: Some(TOKEN.into()),
-            follow_poll: Duration::from_millis(20),
-            node_name: "n".into(),
-            stats: Default::default(),
-        },
-        shutdown.clone(),
-    ));
+    let Kubelet {
+        dir,
+        runtime: _runtime,
+        manager,
+        mut events,
+        stats: _stats,
+        shutdown,
+        port,
+    } = Kubelet::start("127.100.9.0/24").await;
 
     assert_eq!(get(port, "/healthz", None).await, (200, "ok".into()));
     assert_eq!(get(port, "/pods", None).await.0, 401);
@@ -229,56 +267,19 @@ async fn health_pods_and_logs() {
 /// containers by process group, and a busy container shows more CPU than an idle one.
 #[tokio::test]
 async fn the_summary_shows_a_busy_container_above_an_idle_one() {
-    let dir = tempfile::tempdir().unwrap();
-    let runtime: Arc<dyn Runtime> = Arc::new(
-        ProcessRuntime::open(RuntimeConfig {
-            state_dir: dir.path().join("containers"),
-            cgroup_root: None,
-            log_max_size: 1 << 20,
-            log_max_files: 2,
-            health_program: "true".into(),
-        })
-        .unwrap(),
-    );
-    let (tx, _events) = mpsc::unbounded_channel();
-    let shutdown = CancellationToken::new();
-    let manager = Manager::new(
-        pod::Config {
-            root_dir: dir.path().into(),
-            host_ip: "127.0.0.1".parse().unwrap(),
-            backoff: Default::default(),
-            resync: Duration::from_secs(1),
-            cluster_dns: Default::default(),
-        },
-        runtime.clone(),
-        "127.100.10.0/24".parse().unwrap(),
-        Arc::new(Sources::default()),
-        tx,
-        shutdown.clone(),
-    )
-    .unwrap();
-    let stats = Arc::new(std::sync::Mutex::new(skiff_kubelet::stats::Tracker::new(
-        jiff::Timestamp::now(),
-    )));
+    let Kubelet {
+        dir: _dir,
+        runtime,
+        manager,
+        events: _events,
+        stats,
+        shutdown,
+        port,
+    } = Kubelet::start("127.100.10.0/24").await;
     tokio::spawn(skiff_kubelet::stats::housekeeping(
         runtime.clone(),
-        stats.clone(),
+        stats,
         Duration::from_millis(300),
-        shutdown.clone(),
-    ));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(server::serve(
-        listener,
-        State {
-            manager: manager.clone(),
-            runtime: runtime.clone(),
-            root_dir: dir.path().into(),
-            token: Some(TOKEN.into()),
-            follow_poll: Duration::from_millis(20),
-            node_name: "n".into(),
-            stats,
-        },
         shutdown.clone(),
     ));
     assert_eq!(get(port, "/stats/summary", None).await.0, 401);
