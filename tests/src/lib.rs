@@ -721,6 +721,24 @@ pub fn eventually(timeout: Duration, mut check: impl FnMut() -> bool) -> bool {
     }
 }
 
+/// The pids of live processes (other than this one) with `marker` as one of their arguments:
+/// the pod processes of a test that put its own marker on their command lines.
+pub fn processes_with_argument(marker: &str) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let marker = marker.as_bytes();
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| *pid != std::process::id())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c.split(|b| *b == 0).any(|arg| arg == marker))
+        })
+        .collect()
+}
+
 /// The pod processes a kubelet whose root dir is `kubelet_root` started and that still run: the
 /// process-group leaders its container records name, checked by their start time so that a pid
 /// reused by another process is never taken for one of them.

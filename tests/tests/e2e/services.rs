@@ -192,19 +192,7 @@ impl Scenario {
 
     /// The pids of this run's pod processes still alive.
     fn pod_processes(&self) -> Vec<u32> {
-        let Ok(entries) = std::fs::read_dir("/proc") else {
-            return Vec::new();
-        };
-        let marker = self.marker.as_bytes();
-        entries
-            .flatten()
-            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-            .filter(|pid| *pid != std::process::id())
-            .filter(|pid| {
-                std::fs::read(format!("/proc/{pid}/cmdline"))
-                    .is_ok_and(|c| c.split(|b| *b == 0).any(|arg| arg == marker))
-            })
-            .collect()
+        skiff_tests::processes_with_argument(&self.marker)
     }
 
     /// Deletes the namespace (the kubelet stops the pods) and checks that no pod process is left.
