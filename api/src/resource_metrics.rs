@@ -74,11 +74,7 @@ async fn node_metrics(
 ) -> Result<Vec<Value>> {
     let info = &skiff_kinds::builtin::node::INFO;
     let nodes = sources(api, request, info, None, name, &NODE_INFO).await?;
-    let summaries = summaries(
-        api,
-        nodes.iter().filter_map(|n| n["metadata"]["name"].as_str()),
-    )
-    .await;
+    let summaries = summaries(api, &nodes).await;
     Ok(nodes
         .iter()
         .filter_map(|node| {
@@ -100,13 +96,36 @@ async fn pod_metrics(
 ) -> Result<Vec<Value>> {
     let info = &skiff_kinds::builtin::pod::INFO;
     let pods = sources(api, request, info, namespace, name, &POD_INFO).await?;
-    let summaries = summaries(
-        api,
-        pods.iter()
-            .filter_map(|p| p.pointer("/spec/nodeName").and_then(Value::as_str))
-            .filter(|n| !n.is_empty()),
-    )
-    .await;
+    // The nodes of those pods, read in one list rather than one get each.
+    let wanted: std::collections::HashSet<&str> = pods
+        .iter()
+        .filter_map(|p| p.pointer("/spec/nodeName").and_then(Value::as_str))
+        .filter(|n| !n.is_empty())
+        .collect();
+    let nodes = if wanted.is_empty() {
+        Vec::new()
+    } else {
+        let all = api
+            .registry
+            .list(
+                &skiff_kinds::builtin::node::INFO,
+                None,
+                None,
+                None,
+                None,
+                None,
+            )
+            .await?;
+        all.items
+            .into_iter()
+            .filter(|n| {
+                n["metadata"]["name"]
+                    .as_str()
+                    .is_some_and(|n| wanted.contains(n))
+            })
+            .collect()
+    };
+    let summaries = summaries(api, &nodes).await;
     // Each node's pods by UID.
     let measured: HashMap<(&str, &str), &PodStats> = summaries
         .iter()
@@ -165,16 +184,11 @@ fn missing(info: &ResourceInfo, namespace: Option<&str>, name: &str) -> Error {
     }
 }
 
-/// The summaries of the kubelets of `nodes` that answered, by node name.
-async fn summaries<'a>(
-    api: &ApiServer,
-    nodes: impl Iterator<Item = &'a str>,
-) -> HashMap<String, Summary> {
-    let mut names: Vec<&str> = nodes.collect();
-    names.sort_unstable();
-    names.dedup();
-    let asks = names.into_iter().map(|name| async move {
-        match summary(api, name).await {
+/// The summaries of the kubelets of `nodes` (Node objects) that answered, by node name.
+async fn summaries(api: &ApiServer, nodes: &[Value]) -> HashMap<String, Summary> {
+    let asks = nodes.iter().map(|node| async move {
+        let name = node["metadata"]["name"].as_str().unwrap_or_default();
+        match summary(api, node).await {
             Ok(summary) => Some((name.to_string(), summary)),
             Err(err) => {
                 tracing::debug!(node = name, %err, "no metrics from the node's kubelet");
@@ -185,13 +199,10 @@ async fn summaries<'a>(
     join_all(asks).await.into_iter().flatten().collect()
 }
 
-/// One kubelet's summary, with the API server's kubelet credentials.
-async fn summary(api: &ApiServer, node_name: &str) -> Result<Summary> {
-    let node = api
-        .registry
-        .get(&skiff_kinds::builtin::node::INFO, None, node_name, None)
-        .await?;
-    let node: Node = serde_json::from_value(node)
+/// The summary of `node`'s kubelet, with the API server's kubelet credentials.
+async fn summary(api: &ApiServer, node: &Value) -> Result<Summary> {
+    let node_name = node["metadata"]["name"].as_str().unwrap_or_default();
+    let node: Node = serde_json::from_value(node.clone())
         .map_err(|e| Error::Internal(format!("decoding node {node_name}: {e}")))?;
     let location = crate::proxy::node_location(&node, "", "")?;
     let url = format!(
