@@ -223,6 +223,30 @@ pub trait Kind: Send + Sync + 'static {
     fn storage_version(&self) -> &'static str {
         self.info().version
     }
+
+    /// An object read from the log, turned into the version this kind serves. The default
+    /// changes `apiVersion` alone (`conversion: None`), which is all that custom resources and
+    /// kinds served in their stored version need; a kind whose versions differ in shape (the
+    /// `autoscaling/v1` HorizontalPodAutoscaler) converts its fields here.
+    fn to_served(&self, object: &mut Value) {
+        if converts(self) && object.is_object() {
+            object["apiVersion"] = Value::String(self.info().api_version());
+        }
+    }
+
+    /// An object about to be written, turned into the version objects of this kind are stored
+    /// in: the inverse of [`Kind::to_served`].
+    fn to_stored(&self, object: &mut Value) {
+        if converts(self) && object.is_object() {
+            let info = self.info();
+            let api_version = if info.group.is_empty() {
+                self.storage_version().to_string()
+            } else {
+                format!("{}/{}", info.group, self.storage_version())
+            };
+            object["apiVersion"] = Value::String(api_version);
+        }
+    }
 }
 
 impl std::fmt::Debug for dyn Kind {
@@ -233,27 +257,17 @@ impl std::fmt::Debug for dyn Kind {
 }
 
 /// Whether objects of `kind` are stored in another version than the one it serves.
-pub fn converts(kind: &dyn Kind) -> bool {
+pub fn converts<K: Kind + ?Sized>(kind: &K) -> bool {
     kind.storage_version() != kind.info().version
 }
 
-/// An object read from the log, in the version `kind` serves (`conversion: None`: the
-/// `apiVersion` alone changes).
+/// An object read from the log, in the version `kind` serves ([`Kind::to_served`]).
 pub fn to_served(kind: &dyn Kind, object: &mut Value) {
-    if converts(kind) && object.is_object() {
-        object["apiVersion"] = Value::String(kind.info().api_version());
-    }
+    kind.to_served(object)
 }
 
-/// An object about to be written, in the version `kind`'s objects are stored in.
+/// An object about to be written, in the version `kind`'s objects are stored in
+/// ([`Kind::to_stored`]).
 pub fn to_stored(kind: &dyn Kind, object: &mut Value) {
-    if converts(kind) && object.is_object() {
-        let info = kind.info();
-        let api_version = if info.group.is_empty() {
-            kind.storage_version().to_string()
-        } else {
-            format!("{}/{}", info.group, kind.storage_version())
-        };
-        object["apiVersion"] = Value::String(api_version);
-    }
+    kind.to_stored(object)
 }

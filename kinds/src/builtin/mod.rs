@@ -19,6 +19,7 @@ pub mod endpoint_slice;
 pub mod endpoints;
 pub mod event;
 pub mod flow_schema;
+pub mod horizontal_pod_autoscaler;
 pub mod ingress;
 pub mod ingress_class;
 pub mod job;
@@ -136,6 +137,8 @@ pub fn all() -> &'static [Arc<dyn Kind>] {
             Arc::new(controller_revision::ControllerRevision),
             Arc::new(job::Job),
             Arc::new(cron_job::CronJob),
+            Arc::new(horizontal_pod_autoscaler::HorizontalPodAutoscaler),
+            Arc::new(horizontal_pod_autoscaler::HorizontalPodAutoscalerV1),
             Arc::new(lease::Lease),
             Arc::new(endpoint_slice::EndpointSlice),
             Arc::new(ingress::Ingress),
