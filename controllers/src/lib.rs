@@ -25,6 +25,8 @@
 //!   what finished and deleted objects used.
 //! - [`disruption`]: PodDisruptionBudget status (healthy, desired and expected pods, the
 //!   disruptions allowed), which `pods/eviction` spends.
+//! - [`podautoscaler`]: HorizontalPodAutoscalers: the target's replicas from the resource
+//!   metrics API, held to stabilization windows, scaling policies and bounds.
 //! - [`ttlafterfinished`]: finished Jobs deleted `ttlSecondsAfterFinished` after they finished.
 //! - [`deployment`]: one rollout step (RollingUpdate, Recreate, revisions, cleanup, conditions).
 //! - [`namespace`]: what a terminating namespace must lose before it is finalized.
@@ -54,6 +56,7 @@ pub mod namespace;
 pub mod nodeipam;
 pub mod nodelifecycle;
 pub mod persistentvolume;
+pub mod podautoscaler;
 pub mod pods;
 pub mod protection;
 pub mod replicaset;

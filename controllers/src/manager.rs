@@ -10,8 +10,8 @@ use crate::runtime::Started;
 use crate::{Options, Result};
 use crate::{
     certificates, cronjob, daemonset, deployment, disruption, endpoints, gc, job, localpath,
-    namespace, nodeipam, nodelifecycle, persistentvolume, protection, replicaset, resourcequota,
-    rootcacert, serviceaccount, serviceaccounttoken, statefulset, ttlafterfinished,
+    namespace, nodeipam, nodelifecycle, persistentvolume, podautoscaler, protection, replicaset,
+    resourcequota, rootcacert, serviceaccount, serviceaccounttoken, statefulset, ttlafterfinished,
 };
 
 /// What a controller's shell is registered with.
@@ -69,6 +69,10 @@ pub const CONTROLLERS: &[Entry] = &[
     Entry {
         name: "disruption",
         start: disruption::controller::start,
+    },
+    Entry {
+        name: "horizontal-pod-autoscaler",
+        start: podautoscaler::controller::start,
     },
     Entry {
         name: "resourcequota",

@@ -66,6 +66,23 @@ pub struct Options {
     /// less).
     #[arg(long, default_value = "8760h", value_parser = parse_duration)]
     pub cluster_signing_duration: Duration,
+    /// How often every HorizontalPodAutoscaler is synced.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    pub horizontal_pod_autoscaler_sync_period: Duration,
+    /// For autoscalers without `behavior`: how long recommendations are remembered on the way
+    /// down, the highest of them applied.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub horizontal_pod_autoscaler_downscale_stabilization: Duration,
+    /// How far from the target (as a fraction) usage may be before the autoscaler acts.
+    #[arg(long, default_value_t = 0.1)]
+    pub horizontal_pod_autoscaler_tolerance: f64,
+    /// After a pod starts, how long its CPU is only counted once it is ready and has been
+    /// measured over a whole window since.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub horizontal_pod_autoscaler_cpu_initialization_period: Duration,
+    /// How long after a pod starts a not-ready pod is taken as never having been ready.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub horizontal_pod_autoscaler_initial_readiness_delay: Duration,
 }
 
 impl Default for Options {
@@ -84,6 +101,11 @@ impl Default for Options {
             cluster_signing_cert_file: None,
             cluster_signing_key_file: None,
             cluster_signing_duration: Duration::from_secs(365 * 24 * 3600),
+            horizontal_pod_autoscaler_sync_period: Duration::from_secs(15),
+            horizontal_pod_autoscaler_downscale_stabilization: Duration::from_secs(300),
+            horizontal_pod_autoscaler_tolerance: 0.1,
+            horizontal_pod_autoscaler_cpu_initialization_period: Duration::from_secs(300),
+            horizontal_pod_autoscaler_initial_readiness_delay: Duration::from_secs(30),
         }
     }
 }

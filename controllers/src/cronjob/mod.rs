@@ -25,7 +25,6 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::batch::v1::{CronJob, CronJobStatus, Job, JobSpec};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use skiff_client::events::EventType;
 use skiff_meta::schedule::{Schedule, time_zone};
 
 use crate::pods;
@@ -40,34 +39,7 @@ pub const TOO_MANY_MISSED: u64 = 100;
 /// Extra delay after a scheduled time before looking again, so the clock has passed it.
 const AFTER_SCHEDULE: Duration = Duration::from_millis(100);
 
-/// An event to record about the CronJob.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Note {
-    /// Normal or Warning.
-    pub type_: EventType,
-    /// The machine-readable reason (`SuccessfulCreate`).
-    pub reason: &'static str,
-    /// What happened.
-    pub message: String,
-}
-
-impl Note {
-    fn normal(reason: &'static str, message: String) -> Note {
-        Note {
-            type_: EventType::Normal,
-            reason,
-            message,
-        }
-    }
-
-    fn warning(reason: &'static str, message: String) -> Note {
-        Note {
-            type_: EventType::Warning,
-            reason,
-            message,
-        }
-    }
-}
+pub use crate::runtime::Note;
 
 /// What one sync does.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -361,8 +333,7 @@ pub fn plan(cron_job: &CronJob, jobs: &[&Job], now: Timestamp) -> Plan {
         Some("Forbid") if !active.is_empty() => {
             notes.push(Note::normal(
                 "JobAlreadyActive",
-                "Not starting job because prior execution is running and concurrency policy is Forbid"
-                    .into(),
+                "Not starting job because prior execution is running and concurrency policy is Forbid",
             ));
             return finish(plan, status, active, notes, requeue);
         }

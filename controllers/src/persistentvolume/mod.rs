@@ -213,16 +213,7 @@ pub fn best_match<'a>(
     best
 }
 
-/// An Event the binder records on a claim or volume.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Note {
-    /// Routine or a problem.
-    pub type_: EventType,
-    /// The Kubernetes reason.
-    pub reason: &'static str,
-    /// The message.
-    pub message: String,
-}
+pub use crate::runtime::Note;
 
 fn note(type_: EventType, reason: &'static str, message: impl Into<String>) -> Note {
     Note {

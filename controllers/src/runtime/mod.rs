@@ -42,6 +42,37 @@ pub mod owners;
 
 pub use expectations::{EXPECTATIONS_TIMEOUT, Expectations};
 
+/// An Event a controller's decision asks its shell to record on the object it decided about.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Note {
+    /// Normal or Warning.
+    pub type_: skiff_client::events::EventType,
+    /// The machine-readable reason (`SuccessfulCreate`).
+    pub reason: &'static str,
+    /// What happened.
+    pub message: String,
+}
+
+impl Note {
+    /// A routine event.
+    pub fn normal(reason: &'static str, message: impl Into<String>) -> Note {
+        Note {
+            type_: skiff_client::events::EventType::Normal,
+            reason,
+            message: message.into(),
+        }
+    }
+
+    /// A problem.
+    pub fn warning(reason: &'static str, message: impl Into<String>) -> Note {
+        Note {
+            type_: skiff_client::events::EventType::Warning,
+            reason,
+            message: message.into(),
+        }
+    }
+}
+
 /// A key is retried with backoff this many times before it waits for its next event.
 pub const MAX_RETRIES: u32 = 15;
 
