@@ -308,14 +308,15 @@ pub fn v1_to_v2(hpa: v1::HorizontalPodAutoscaler) -> v2::HorizontalPodAutoscaler
     }
 }
 
-/// Converts `object` in place through `convert`, keeping `apiVersion` and `kind` as `api_version`
-/// says.
+/// Converts `object` in place through `convert` into `api_version`, unless it is in that
+/// version already.
 fn convert_value<A, B>(object: &mut Value, api_version: &str, convert: impl FnOnce(A) -> B)
 where
     A: DeserializeOwned + Default,
     B: Serialize,
 {
-    if !object.is_object() {
+    // Already in that version (a response rendering what was just written): nothing to do.
+    if !object.is_object() || object["apiVersion"] == api_version {
         return;
     }
     let converted = to_value(&convert(from_value::<A>(object)));

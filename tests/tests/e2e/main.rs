@@ -5,6 +5,7 @@
 
 mod api;
 mod audit;
+mod autoscaling;
 mod chaos;
 mod containerd;
 mod crd;

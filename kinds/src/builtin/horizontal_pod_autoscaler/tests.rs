@@ -149,6 +149,10 @@ fn v1_round_trips_what_only_v2_can_say() {
     let mut served = stored.clone();
     kind.to_served(&mut served);
     assert_eq!(served["apiVersion"], "autoscaling/v1");
+    // Converting what is already served (or stored) changes nothing.
+    let again = served.clone();
+    kind.to_served(&mut served);
+    assert_eq!(served, again);
     assert_eq!(served["metadata"]["resourceVersion"], "7");
     assert_eq!(served["spec"]["targetCPUUtilizationPercentage"], 60);
     assert_eq!(served["status"]["currentCPUUtilizationPercentage"], 75);
