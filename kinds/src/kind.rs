@@ -224,6 +224,12 @@ pub trait Kind: Send + Sync + 'static {
         self.info().version
     }
 
+    /// Whether objects of this kind are stored in another version or shape than the one it
+    /// serves, so that what is read must go through [`Kind::to_served`].
+    fn converts(&self) -> bool {
+        self.storage_version() != self.info().version
+    }
+
     /// An object read from the log, turned into the version this kind serves. The default
     /// changes `apiVersion` alone (`conversion: None`), which is all that custom resources and
     /// kinds served in their stored version need; a kind whose versions differ in shape (the
@@ -258,7 +264,7 @@ impl std::fmt::Debug for dyn Kind {
 
 /// Whether objects of `kind` are stored in another version than the one it serves.
 pub fn converts<K: Kind + ?Sized>(kind: &K) -> bool {
-    kind.storage_version() != kind.info().version
+    kind.converts()
 }
 
 /// An object read from the log, in the version `kind` serves ([`Kind::to_served`]).

@@ -62,12 +62,13 @@ impl ResourceInfo {
         format!("{}List", self.kind)
     }
 
-    /// The group's name in storage keys: `core` for the core group.
+    /// The group's name in storage keys: `core` for the core group, and for the one resource
+    /// Kubernetes serves in a second group over the first group's store, `events.k8s.io`
+    /// Events (one store of Events, read and written through both APIs).
     pub fn storage_group(&self) -> &'static str {
-        if self.group.is_empty() {
-            "core"
-        } else {
-            self.group
+        match (self.group, self.plural) {
+            ("", _) | ("events.k8s.io", "events") => "core",
+            (group, _) => group,
         }
     }
 

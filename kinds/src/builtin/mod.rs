@@ -18,6 +18,7 @@ pub mod deployment;
 pub mod endpoint_slice;
 pub mod endpoints;
 pub mod event;
+pub mod events_event;
 pub mod flow_schema;
 pub mod horizontal_pod_autoscaler;
 pub mod ingress;
@@ -141,6 +142,7 @@ pub fn all() -> &'static [Arc<dyn Kind>] {
             Arc::new(horizontal_pod_autoscaler::HorizontalPodAutoscalerV1),
             Arc::new(lease::Lease),
             Arc::new(endpoint_slice::EndpointSlice),
+            Arc::new(events_event::EventsEvent),
             Arc::new(ingress::Ingress),
             Arc::new(ingress_class::IngressClass),
             Arc::new(network_policy::NetworkPolicy),

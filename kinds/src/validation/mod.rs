@@ -602,6 +602,14 @@ mod tests {
                        "spec": {"policyName": "p", "validationActions": ["Deny"]}}),
             ),
             (
+                "events.k8s.io",
+                "Event",
+                json!({"metadata": {"name": "e"}, "eventTime": "2026-12-06T06:00:00.000000Z",
+                       "reportingController": "example.com/c", "reportingInstance": "c-1",
+                       "action": "Act", "reason": "Acted", "type": "Normal",
+                       "regarding": {"kind": "Pod", "name": "p", "namespace": "default"}}),
+            ),
+            (
                 "autoscaling",
                 "HorizontalPodAutoscaler",
                 json!({"metadata": {"name": "web"}, "spec": {

@@ -507,3 +507,101 @@ async fn many_watchers_of_one_resource_each_see_every_change_in_order() {
         assert!(events.iter().all(|e| e["type"] == "ADDED"));
     }
 }
+
+/// One store of Events, two APIs: an Event written through `events.k8s.io/v1` is a core Event
+/// with the fields renamed, and the other way round, in reads, lists and watches; creates
+/// through `events.k8s.io/v1` answer to its strict rules.
+#[tokio::test]
+async fn events_are_one_store_read_and_written_through_both_apis() {
+    let cluster = TestCluster::start(&[]);
+    let client = Client::new(&cluster);
+    const NEW: &str = "/apis/events.k8s.io/v1/namespaces/default/events";
+    const OLD: &str = "/api/v1/namespaces/default/events";
+    let (code, discovered) = client.get("/apis/events.k8s.io/v1").await;
+    assert_eq!(code, 200, "{discovered}");
+    assert_eq!(discovered["resources"][0]["name"], "events", "{discovered}");
+
+    let (code, created) = client
+        .post(
+            NEW,
+            json!({"apiVersion": "events.k8s.io/v1", "kind": "Event",
+                   "metadata": {"name": "web.scaled"},
+                   "eventTime": "2026-12-06T06:00:00.000000Z",
+                   "reportingController": "example.com/scaler", "reportingInstance": "scaler-1",
+                   "action": "Scale", "reason": "Scaled", "type": "Normal", "note": "to 3",
+                   "regarding": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web",
+                                 "namespace": "default"}}),
+        )
+        .await;
+    assert_eq!(code, 201, "{created}");
+    assert_eq!(created["apiVersion"], "events.k8s.io/v1");
+    assert_eq!(created["note"], "to 3");
+    let (code, core) = client.get(&format!("{OLD}/web.scaled")).await;
+    assert_eq!(code, 200, "{core}");
+    assert_eq!(core["apiVersion"], "v1");
+    assert_eq!(core["involvedObject"]["name"], "web");
+    assert_eq!(core["message"], "to 3");
+    assert_eq!(core["reportingComponent"], "example.com/scaler");
+    assert_eq!(
+        core["metadata"]["resourceVersion"],
+        created["metadata"]["resourceVersion"]
+    );
+
+    // A core Event, as kubelets and older clients write them, read through the new API.
+    let (code, _) = client
+        .post(
+            OLD,
+            json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "pod.pulled"},
+                   "involvedObject": {"kind": "Pod", "name": "pod", "namespace": "default"},
+                   "reason": "Pulled", "message": "pulled", "type": "Normal", "count": 2,
+                   "source": {"component": "kubelet", "host": "n1"}}),
+        )
+        .await;
+    assert_eq!(code, 201);
+    let (code, list) = client
+        .get(&format!("{NEW}?fieldSelector=reason%3DPulled"))
+        .await;
+    assert_eq!(code, 200, "{list}");
+    let items = list["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "{list}");
+    assert_eq!(items[0]["apiVersion"], "events.k8s.io/v1");
+    assert_eq!(items[0]["deprecatedSource"]["component"], "kubelet");
+    assert_eq!(items[0]["deprecatedCount"], 2);
+    assert_eq!(items[0]["regarding"]["name"], "pod");
+    let watched = client
+        .watch(
+            &format!("{NEW}?watch=true&resourceVersion=0"),
+            Duration::from_secs(10),
+            |events| events.len() >= 2,
+        )
+        .await;
+    assert_eq!(watched.len(), 2, "{watched:?}");
+    assert!(
+        watched
+            .iter()
+            .all(|e| e["object"]["apiVersion"] == "events.k8s.io/v1"
+                && e["object"].get("message").is_none()),
+        "{watched:?}"
+    );
+
+    // The strict rules of the new API: no deprecated fields, a known type.
+    let (code, status) = client
+        .post(
+            NEW,
+            json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "bad"},
+                   "eventTime": "2026-12-06T06:00:00.000000Z",
+                   "reportingController": "example.com/c", "reportingInstance": "c-1",
+                   "action": "Act", "reason": "Acted", "type": "Loud", "deprecatedCount": 4,
+                   "regarding": {"kind": "Pod", "name": "p", "namespace": "default"}}),
+        )
+        .await;
+    assert_eq!(code, 422, "{status}");
+    let message = status["message"].as_str().unwrap();
+    assert!(
+        message.contains("type: Invalid value: \"\": has invalid value: Loud")
+            && message.contains("deprecatedCount: Invalid value: \"\": needs to be unset"),
+        "{message}"
+    );
+    let (code, _) = client.get(&format!("{OLD}/bad")).await;
+    assert_eq!(code, 404, "nothing of a refused Event is written");
+}
