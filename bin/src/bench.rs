@@ -33,6 +33,10 @@ pub enum BenchCommand {
     /// 200 ClusterRoles and 1,000 RoleBindings, against the admin (`system:masters`), side by
     /// side.
     Rbac(crate::bench_rbac::RbacArgs),
+    /// What one validating admission webhook and one ValidatingAdmissionPolicy add to a
+    /// ConfigMap create, against creates that neither matches, side by side: creates/s, p50,
+    /// p99 and the API server's CPU per create.
+    Admission(crate::bench_admission::AdmissionArgs),
     /// The built-in ingress controller against nginx routing the same two hosts to the same
     /// backends, side by side: requests/s, p50 and p99 over keep-alive connections, and the
     /// latency each adds over the backend alone.
@@ -203,6 +207,7 @@ pub async fn run(command: BenchCommand) -> Result<()> {
         BenchCommand::Deployment(args) => crate::bench_deployment::run(args).await,
         BenchCommand::Crd(args) => crate::bench_crd::run(args).await,
         BenchCommand::Rbac(args) => crate::bench_rbac::run(args).await,
+        BenchCommand::Admission(args) => crate::bench_admission::run(args).await,
         BenchCommand::Ingress(args) => crate::bench_ingress::run(args).await,
         BenchCommand::Timeline(args) => crate::bench_timeline::run(args).await,
         BenchCommand::Dns(args) => crate::bench_dns::run(args).await,

@@ -8,6 +8,7 @@
 //! - [`bench`]: `skiff bench <component>`, against a spawned `skiff apiserver`.
 
 mod bench;
+mod bench_admission;
 mod bench_crd;
 mod bench_deployment;
 mod bench_dns;
