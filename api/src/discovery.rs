@@ -617,6 +617,7 @@ mod tests {
                 "certificates.k8s.io",
                 "admissionregistration.k8s.io",
                 "apiextensions.k8s.io",
+                "apiregistration.k8s.io",
                 // Served by an aggregated API server in Kubernetes (metrics-server), built in here.
                 "metrics.k8s.io"
             ]
