@@ -296,6 +296,20 @@ pub fn api_resource_list(kinds: &Snapshot, group: &str, version: &str) -> Option
 /// `/api/{version}`, `/apis/{group}`, `/apis/{group}/{version}`. A group or version that is
 /// not served gets a 404 `Status`. Paths below these (`/api/v1/pods`) are not matched.
 pub fn routes(kinds: Arc<Kinds>) -> BoxedFilter<(Response,)> {
+    routes_with(kinds, None)
+}
+
+/// [`routes`], with the group-versions of the remote APIServices `aggregator` knows added to
+/// `/apis` and `/apis/{group}` ([`crate::aggregation`]; their `/apis/{group}/{version}` is
+/// proxied before these routes see it).
+pub fn routes_with(
+    kinds: Arc<Kinds>,
+    aggregator: Option<Arc<crate::aggregation::Aggregator>>,
+) -> BoxedFilter<(Response,)> {
+    let remote = move || {
+        let aggregator = aggregator.clone();
+        warp::any().map(move || aggregator.as_ref().map(|a| a.remote()).unwrap_or_default())
+    };
     let accept = warp::header::optional::<String>("accept");
     let host = warp::host::optional();
     let snapshot = move || {
@@ -314,12 +328,28 @@ pub fn routes(kinds: Arc<Kinds>) -> BoxedFilter<(Response,)> {
                 }
             },
         );
-    let apis = warp::path!("apis").and(snapshot()).and(accept).map(
-        |kinds: Arc<Snapshot>, accept: Option<String>| match negotiate(accept.as_deref()) {
-            Some(version) => aggregated_reply(aggregated(&kinds, false, version), version),
-            None => json_reply(&api_group_list_json(&kinds)),
-        },
-    );
+    let apis = warp::path!("apis")
+        .and(snapshot())
+        .and(accept)
+        .and(remote())
+        .map(
+            |kinds: Arc<Snapshot>,
+             accept: Option<String>,
+             remote: Vec<crate::aggregation::Remote>| {
+                match negotiate(accept.as_deref()) {
+                    Some(version) => {
+                        let mut body = aggregated(&kinds, false, version);
+                        crate::aggregation::merge_aggregated(&mut body, &remote);
+                        aggregated_reply(body, version)
+                    }
+                    None => {
+                        let mut body = api_group_list_json(&kinds);
+                        crate::aggregation::merge_legacy(&mut body, &remote);
+                        json_reply(&body)
+                    }
+                }
+            },
+        );
     let core_version =
         warp::path!("api" / String)
             .and(snapshot())
@@ -329,15 +359,19 @@ pub fn routes(kinds: Arc<Kinds>) -> BoxedFilter<(Response,)> {
                     None => not_found(),
                 }
             });
-    let group =
-        warp::path!("apis" / String)
-            .and(snapshot())
-            .map(
-                |group: String, kinds: Arc<Snapshot>| match api_group(&kinds, &group) {
+    let group = warp::path!("apis" / String)
+        .and(snapshot())
+        .and(remote())
+        .map(
+            |group: String, kinds: Arc<Snapshot>, remote: Vec<crate::aggregation::Remote>| {
+                let local = api_group(&kinds, &group)
+                    .map(|g| serde_json::to_value(g).expect("APIGroup serializes"));
+                match crate::aggregation::merge_group(&group, local, &remote) {
                     Some(group) => json_reply(&group),
                     None => not_found(),
-                },
-            );
+                }
+            },
+        );
     let group_version = warp::path!("apis" / String / String).and(snapshot()).map(
         |group: String, version: String, kinds: Arc<Snapshot>| match api_resource_list(
             &kinds, &group, &version,
@@ -617,6 +651,7 @@ mod tests {
                 "certificates.k8s.io",
                 "admissionregistration.k8s.io",
                 "apiextensions.k8s.io",
+                "apiregistration.k8s.io",
                 // Served by an aggregated API server in Kubernetes (metrics-server), built in here.
                 "metrics.k8s.io"
             ]

@@ -33,10 +33,13 @@
 //! - [`eviction`]: `pods/eviction`, a delete that honours the pod's PodDisruptionBudget.
 //! - [`proxy`]: the `proxy` subresources of pods, services and nodes.
 //! - [`resource_metrics`]: `metrics.k8s.io` (`kubectl top`), read from the kubelets' summaries.
+//! - [`aggregation`]: the aggregation layer (APIService): local APIServices, proxying to
+//!   aggregated API servers with the front proxy's identity, their availability and discovery.
 //! - [`serviceaccount`]: service-account tokens (TokenRequest, their authentication, TokenReview,
 //!   OIDC discovery) and their signing key.
 
 pub mod admission;
+pub mod aggregation;
 pub mod audit;
 pub mod auth;
 pub mod authz;

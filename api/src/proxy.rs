@@ -265,7 +265,7 @@ pub fn forwarded_headers(headers: &HeaderMap, request: bool, upgrade: bool) -> H
 }
 
 /// Whether the client asks to switch protocols.
-fn wants_upgrade(headers: &HeaderMap) -> bool {
+pub(crate) fn wants_upgrade(headers: &HeaderMap) -> bool {
     headers.contains_key(header::UPGRADE)
         && headers
             .get_all(header::CONNECTION)
@@ -447,26 +447,44 @@ pub(crate) async fn upgrade(
     headers: HeaderMap,
     client: hyper::upgrade::OnUpgrade,
 ) -> Result<Upgraded> {
+    let tcp = dial(authority).await?;
+    upgrade_over(server, tcp, authority, method, path, headers, client).await
+}
+
+/// A TCP connection to `authority` (`host:port`), given up after ten seconds.
+pub(crate) async fn dial(authority: &str) -> Result<tokio::net::TcpStream> {
     let dial = async {
         let tcp = tokio::net::TcpStream::connect(authority).await?;
         let _ = tcp.set_nodelay(true);
         Ok::<_, std::io::Error>(tcp)
     };
-    let tcp = match tokio::time::timeout(Duration::from_secs(10), dial).await {
-        Ok(Ok(tcp)) => tcp,
-        Ok(Err(e)) => {
-            return Err(Error::Unavailable(format!(
-                "error dialing backend: dial tcp {authority}: {e}"
-            )));
-        }
-        Err(_) => {
-            return Err(Error::Unavailable(format!(
-                "error dialing backend: dial tcp {authority}: timed out"
-            )));
-        }
-    };
+    match tokio::time::timeout(Duration::from_secs(10), dial).await {
+        Ok(Ok(tcp)) => Ok(tcp),
+        Ok(Err(e)) => Err(Error::Unavailable(format!(
+            "error dialing backend: dial tcp {authority}: {e}"
+        ))),
+        Err(_) => Err(Error::Unavailable(format!(
+            "error dialing backend: dial tcp {authority}: timed out"
+        ))),
+    }
+}
+
+/// [`upgrade`] over a connection already made (`io`: TCP, or TLS to an aggregated API
+/// server); `authority` is the backend's `Host`.
+pub(crate) async fn upgrade_over<I>(
+    server: &ApiServer,
+    io: I,
+    authority: &str,
+    method: &Method,
+    path: &str,
+    headers: HeaderMap,
+    client: hyper::upgrade::OnUpgrade,
+) -> Result<Upgraded>
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let (mut sender, connection) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp))
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(io))
             .await
             .map_err(|e| Error::Unavailable(format!("error dialing backend: {e}")))?;
     tokio::spawn(async move {

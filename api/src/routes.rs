@@ -93,7 +93,8 @@ fn readiness(api: &ApiServer) -> Result<(), version::NotReady> {
 
 /// Discovery, OpenAPI and the resources, each request authorized for the user it acts as.
 fn api_routes(api: Arc<ApiServer>, user: BoxedFilter<(User,)>) -> BoxedFilter<(Response,)> {
-    let discovery = crate::discovery::routes(api.kinds.clone());
+    let aggregated = aggregated_routes(api.clone(), user.clone());
+    let discovery = crate::discovery::routes_with(api.kinds.clone(), Some(api.aggregator.clone()));
     let openapi = crate::openapi::routes(api.openapi.clone());
     let metrics = crate::metrics::route(api.clone());
     let debug = crate::replay::http::requests();
@@ -187,33 +188,160 @@ fn api_routes(api: Arc<ApiServer>, user: BoxedFilter<(User,)>) -> BoxedFilter<(R
         Served(Response),
         Debug(crate::replay::http::DebugRequest),
     }
-    path_allowed
-        .and(
-            discovery
-                .or(openapi)
-                .unify()
-                .or(metrics)
-                .unify()
-                .or(oidc)
-                .unify()
-                .map(NonResource::Served)
-                .or(debug.map(NonResource::Debug))
-                .unify(),
-        )
-        .then(move |user: User, route: NonResource| {
-            let (api, replay) = (debug_api.clone(), replay.clone());
-            async move {
-                match route {
-                    NonResource::Served(response) => response,
-                    NonResource::Debug(request) => {
-                        crate::replay::http::serve(&replay, &api.authorizer, &user, request).await
+    aggregated
+        .or(path_allowed
+            .and(
+                discovery
+                    .or(openapi)
+                    .unify()
+                    .or(metrics)
+                    .unify()
+                    .or(oidc)
+                    .unify()
+                    .map(NonResource::Served)
+                    .or(debug.map(NonResource::Debug))
+                    .unify(),
+            )
+            .then(move |user: User, route: NonResource| {
+                let (api, replay) = (debug_api.clone(), replay.clone());
+                async move {
+                    match route {
+                        NonResource::Served(response) => response,
+                        NonResource::Debug(request) => {
+                            crate::replay::http::serve(&replay, &api.authorizer, &user, request)
+                                .await
+                        }
                     }
                 }
-            }
-        })
+            }))
+        .unify()
         .or(resources)
         .unify()
         .boxed()
+}
+
+/// Requests under a group-version that an APIService with a service serves
+/// ([`crate::aggregation`]): authenticated, impersonated, admitted and authorized here, then
+/// proxied. The path is checked before authentication, so that other paths are authenticated
+/// once, by their own route.
+fn aggregated_routes(api: Arc<ApiServer>, user: BoxedFilter<(User,)>) -> BoxedFilter<(Response,)> {
+    let limit = api.config.limits.max_body_bytes;
+    let lookup = api.clone();
+    let served = warp::path::full().and_then(move |path: warp::path::FullPath| {
+        let registered = lookup.aggregator.serving(path.as_str());
+        async move { registered.ok_or_else(warp::reject::not_found) }
+    });
+    served
+        .and(user)
+        .and(warp::method())
+        .and(warp::path::full())
+        .and(warp::query::raw().or(warp::any().map(String::new)).unify())
+        .and(warp::header::headers_cloned())
+        .and(warp::ext::optional::<hyper::upgrade::OnUpgrade>())
+        .and(warp::ext::optional::<audit::Handle>())
+        .and(warp::body::stream())
+        .then(
+            move |registered: crate::aggregation::Registered,
+                  user: User,
+                  method: Method,
+                  path: warp::path::FullPath,
+                  query: String,
+                  headers: HeaderMap,
+                  upgrade: Option<hyper::upgrade::OnUpgrade>,
+                  audit: Option<audit::Handle>,
+                  body| {
+                let api = api.clone();
+                async move {
+                    let path = path.as_str().to_string();
+                    let served = aggregated(
+                        &api,
+                        &registered,
+                        user,
+                        method,
+                        path,
+                        query,
+                        headers,
+                        upgrade,
+                        audit,
+                        Box::pin(body),
+                        limit,
+                    );
+                    served.await.unwrap_or_else(|e| error_response(&e))
+                }
+            },
+        )
+        .boxed()
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn aggregated<S, B>(
+    api: &Arc<ApiServer>,
+    registered: &crate::aggregation::Registered,
+    user: User,
+    method: Method,
+    path: String,
+    query: String,
+    headers: HeaderMap,
+    upgrade: Option<hyper::upgrade::OnUpgrade>,
+    audit: Option<audit::Handle>,
+    body: S,
+    limit: usize,
+) -> Result<Response, Error>
+where
+    S: Stream<Item = Result<B, warp::Error>> + Unpin + Send,
+    B: Buf,
+{
+    use crate::aggregation::Attributes;
+    let parsed = Query::parse(&query);
+    let attributes = crate::aggregation::attributes(&method, &path, &parsed);
+    let verb = match &attributes {
+        Attributes::NonResource { verb } | Attributes::Resource { verb, .. } => verb.clone(),
+    };
+    if let Some(audit) = &audit {
+        audit.attributes(&user, &verb, None, &path).await;
+    }
+    let user = impersonate(api, user, &headers, audit.as_ref())?;
+    let class = match &attributes {
+        Attributes::Resource { subresource, .. } => {
+            crate::limits::classify(&verb, Some(subresource.as_str()).filter(|s| !s.is_empty()))
+        }
+        Attributes::NonResource { .. } => crate::limits::Class::ReadOnly,
+    };
+    let seat = api.limits.admit(class, &user)?;
+    let request = match &attributes {
+        Attributes::NonResource { verb } => authz::Request::NonResource { verb, path: &path },
+        Attributes::Resource {
+            verb,
+            namespace,
+            resource,
+            subresource,
+            name,
+        } => authz::Request::Resource {
+            verb,
+            group: &registered.group,
+            resource,
+            subresource,
+            namespace,
+            name,
+        },
+    };
+    authorize(api, &user, &request, audit.as_ref())?;
+    let body = read_body(body, limit).await?;
+    let upgrade = upgrade.filter(|_| crate::proxy::wants_upgrade(&headers));
+    let forward = crate::aggregation::Forward {
+        headers: crate::aggregation::backend_headers(&headers, &user, upgrade.is_some()),
+        method,
+        path,
+        query,
+        body,
+        upgrade,
+    };
+    let response = crate::aggregation::proxy(api, registered, forward).await?;
+    Ok(if seat.is_watch() && response.status().is_success() {
+        seat.hold_until_sent(response)
+    } else {
+        response
+    })
 }
 
 /// A request refused before any route served it (a path the user may not read, or an

@@ -55,6 +55,9 @@ pub struct Config {
     /// The audit log, when a policy is given ([`crate::audit`]); the connection loop records
     /// each request with it.
     pub audit: Option<Arc<crate::audit::Auditor>>,
+    /// The front proxy's CA and client certificate, presented to aggregated API servers and
+    /// published in `kube-system/extension-apiserver-authentication` ([`crate::aggregation`]).
+    pub front_proxy: Option<crate::aggregation::FrontProxy>,
 }
 
 /// How often the reservation repair pass runs on a shared store.
@@ -79,6 +82,7 @@ impl Default for Config {
             service_accounts: Default::default(),
             shared_store: false,
             audit: None,
+            front_proxy: None,
         }
     }
 }
@@ -124,6 +128,8 @@ pub struct ApiServer {
     pub static_tokens: std::sync::OnceLock<Arc<crate::auth::Authenticator>>,
     /// The log summarised for the timeline page, while the page is used.
     pub timeline_index: Arc<crate::replay::index::Index>,
+    /// The aggregation layer's view of the APIServices and their backends.
+    pub aggregator: Arc<crate::aggregation::Aggregator>,
     /// The lease current Events are attached to, and when it was granted.
     event_lease: Mutex<Option<(LeaseId, Instant)>>,
 }
@@ -218,6 +224,9 @@ impl ApiServer {
             admission,
             authorizer,
             limits: crate::limits::Limits::new(config.limits.clone()),
+            aggregator: Arc::new(crate::aggregation::Aggregator::new(
+                config.front_proxy.clone(),
+            )),
             config,
             shutdown,
             watchers: TaskTracker::new(),
@@ -240,6 +249,7 @@ impl ApiServer {
         }
         crate::authz::Authorizer::start(&server).await?;
         crate::crd::start(&server).await?;
+        crate::aggregation::start(&server).await?;
         Ok(server)
     }
 
@@ -650,8 +660,8 @@ mod start_tests {
 
     /// Regression: `skiff server --paused` on a data dir replayed to a point before
     /// `kube-public` existed created it, moving the log past the replayed point. A server that
-    /// may write creates the system namespaces, the built-in PriorityClasses and the default RBAC
-    /// policy, once.
+    /// may write creates the system namespaces, the built-in PriorityClasses, the default RBAC
+    /// policy, the aggregation layer's ConfigMap and local APIServices, once.
     #[tokio::test]
     async fn a_server_that_must_not_write_leaves_missing_system_namespaces_missing() {
         let quiet = Config {
@@ -664,7 +674,17 @@ mod start_tests {
             + crate::authz::bootstrap::cluster_roles().len()
             + crate::authz::bootstrap::cluster_role_bindings().len()
             + crate::authz::bootstrap::roles().len()
-            + crate::authz::bootstrap::role_bindings().len();
+            + crate::authz::bootstrap::role_bindings().len()
+            // `extension-apiserver-authentication`, and a local APIService per built-in
+            // group-version (the core group's `v1` included).
+            + 1
+            + 1
+            + skiff_kinds::Kinds::builtin()
+                .snapshot()
+                .groups()
+                .iter()
+                .map(|(_, versions)| versions.len())
+                .sum::<usize>();
         assert_eq!(
             revision_after_start(Config::default()).await,
             Revision(defaults as u64)

@@ -10,6 +10,9 @@
 //! ca.crt  ca.key          created once; every kubeconfig trusts ca.crt
 //! server.crt server.key   reissued by the CA when the requested names are no longer covered
 //!                         or the certificate is about to expire
+//! front-proxy-ca.crt front-proxy-ca.key          a CA of its own for the front proxy
+//! front-proxy-client.crt front-proxy-client.key  what skiff presents to aggregated API servers
+//!                                                ([`crate::aggregation`]), reissued near expiry
 //! ```
 
 use std::fs;
@@ -48,6 +51,15 @@ pub const CA_KEY_FILE: &str = "ca.key";
 pub const SERVER_CERT_FILE: &str = "server.crt";
 /// File name of the serving certificate's private key in the PKI directory.
 pub const SERVER_KEY_FILE: &str = "server.key";
+
+/// File name of the front-proxy CA certificate in the PKI directory.
+pub const FRONT_PROXY_CA_CERT_FILE: &str = "front-proxy-ca.crt";
+/// File name of the front-proxy CA private key in the PKI directory.
+pub const FRONT_PROXY_CA_KEY_FILE: &str = "front-proxy-ca.key";
+/// File name of the front proxy's client certificate in the PKI directory.
+pub const FRONT_PROXY_CLIENT_CERT_FILE: &str = "front-proxy-client.crt";
+/// File name of the front proxy's client key in the PKI directory.
+pub const FRONT_PROXY_CLIENT_KEY_FILE: &str = "front-proxy-client.key";
 
 /// The CA is valid ten years.
 const CA_VALIDITY: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
@@ -264,6 +276,60 @@ impl Pki {
             server_key_pem,
             sans: sans.to_vec(),
             server_reissued,
+        })
+    }
+
+    /// The front proxy's credentials: its CA (created once, beside the cluster CA, as kubeadm
+    /// and k3s keep theirs) and a client certificate for [`FRONT_PROXY_CLIENT`] from it,
+    /// reissued when missing or about to expire.
+    ///
+    /// [`FRONT_PROXY_CLIENT`]: crate::aggregation::FRONT_PROXY_CLIENT
+    pub fn front_proxy(&self) -> Result<crate::aggregation::FrontProxy> {
+        let cert_path = self.dir.join(FRONT_PROXY_CA_CERT_FILE);
+        let key_path = self.dir.join(FRONT_PROXY_CA_KEY_FILE);
+        let pki_error = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| Error::Pki { path, source }
+        };
+        let authority = match (cert_path.exists(), key_path.exists()) {
+            (true, true) => skiff_pki::Authority::from_pem(&read(&cert_path)?, &read(&key_path)?)
+                .map_err(pki_error(&cert_path))?,
+            (false, false) => {
+                let authority = skiff_pki::Authority::generate("skiff-front-proxy-ca", CA_VALIDITY)
+                    .map_err(pki_error(&cert_path))?;
+                write_file(&key_path, authority.key_pem().as_bytes(), 0o600)?;
+                write_file(&cert_path, authority.cert_pem().as_bytes(), 0o644)?;
+                authority
+            }
+            _ => {
+                return Err(Error::IncompleteCa {
+                    dir: self.dir.clone(),
+                });
+            }
+        };
+        let client_cert = self.dir.join(FRONT_PROXY_CLIENT_CERT_FILE);
+        let client_key = self.dir.join(FRONT_PROXY_CLIENT_KEY_FILE);
+        let stored = match (read(&client_cert), read(&client_key)) {
+            (Ok(cert_pem), Ok(key_pem)) => Some(skiff_pki::Credentials { cert_pem, key_pem }),
+            _ => None,
+        }
+        .filter(|c| skiff_pki::reusable(&authority, c, RENEW_BEFORE));
+        let credentials = match stored {
+            Some(credentials) => credentials,
+            None => {
+                let subject = skiff_pki::Subject::new(crate::aggregation::FRONT_PROXY_CLIENT, &[]);
+                let issued = authority
+                    .issue_client(&subject, SERVER_VALIDITY)
+                    .map_err(pki_error(&client_cert))?;
+                write_file(&client_key, issued.key_pem.as_bytes(), 0o600)?;
+                write_file(&client_cert, issued.cert_pem.as_bytes(), 0o644)?;
+                issued
+            }
+        };
+        Ok(crate::aggregation::FrontProxy {
+            ca_pem: authority.cert_pem().to_string(),
+            client_cert_pem: credentials.cert_pem,
+            client_key_pem: credentials.key_pem,
         })
     }
 

@@ -472,6 +472,9 @@ pub async fn run(args: ApiArgs, plan: Plan) -> Result<()> {
     let admin_token = authenticator
         .admin_token()
         .context("the token file has no admin token")?;
+    let front_proxy = pki
+        .front_proxy()
+        .context("cannot set up the front proxy's certificates")?;
     let join_token = ensure_join_token(&data_dir, &authenticator, pki.ca_pem())?;
     let service_account_key = skiff_api::serviceaccount::SigningKey::load_or_create(
         &data_dir
@@ -529,6 +532,7 @@ pub async fn run(args: ApiArgs, plan: Plan) -> Result<()> {
             key: Some(Arc::new(service_account_key)),
         },
         audit: audit.clone(),
+        front_proxy: Some(front_proxy),
         ..Default::default()
     };
     let api = skiff_api::server::ApiServer::new(store.clone(), config, shutdown.clone())

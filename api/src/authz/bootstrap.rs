@@ -569,19 +569,34 @@ pub fn roles() -> Vec<Value> {
         rule["resourceNames"] = json!(["kube-dns"]);
         rule
     };
-    vec![in_namespace(
+    // Aggregated API servers (metrics-server) bind this to read how to authenticate requests
+    // ([`crate::aggregation::AUTHENTICATION_CONFIG_MAP`]), as kube-apiserver's bootstrap policy.
+    let mut authentication_reader = rule(&[""], &["configmaps"], &["get", "list", "watch"]);
+    authentication_reader["resourceNames"] = json!([crate::aggregation::AUTHENTICATION_CONFIG_MAP]);
+    let reader = in_namespace(
         cluster_role(
-            "skiff:kube-dns",
-            vec![
-                rule(&[""], &["services", "endpoints"], &["create"]),
-                rule(&["discovery.k8s.io"], &["endpointslices"], &["create"]),
-                named(&["services", "endpoints"], ""),
-                named(&["endpointslices"], "discovery.k8s.io"),
-            ],
+            "extension-apiserver-authentication-reader",
+            vec![authentication_reader],
         ),
         "kube-system",
         "Role",
-    )]
+    );
+    vec![
+        reader,
+        in_namespace(
+            cluster_role(
+                "skiff:kube-dns",
+                vec![
+                    rule(&[""], &["services", "endpoints"], &["create"]),
+                    rule(&["discovery.k8s.io"], &["endpointslices"], &["create"]),
+                    named(&["services", "endpoints"], ""),
+                    named(&["endpointslices"], "discovery.k8s.io"),
+                ],
+            ),
+            "kube-system",
+            "Role",
+        ),
+    ]
 }
 
 /// The default RoleBindings, each in its namespace.

@@ -4,6 +4,7 @@
 //! implementation) plus its line in [`all`]; the tests below check that every registered kind
 //! has every piece.
 
+pub mod api_service;
 pub mod certificate_signing_request;
 pub mod cluster_role;
 pub mod cluster_role_binding;
@@ -171,6 +172,7 @@ pub fn all() -> &'static [Arc<dyn Kind>] {
             Arc::new(validating_admission_policy::ValidatingAdmissionPolicy),
             Arc::new(validating_admission_policy_binding::ValidatingAdmissionPolicyBinding),
             Arc::new(custom_resource_definition::CustomResourceDefinition),
+            Arc::new(api_service::ApiService),
             Arc::new(resource_metrics::NodeMetrics),
             Arc::new(resource_metrics::PodMetrics),
         ]

@@ -221,6 +221,12 @@ mod tests {
             if info.group == crate::custom::GROUP || !info.verbs.contains(&"patch") {
                 continue;
             }
+            // kube-aggregator's APIService is not among the generator's sources (k8s.io/api);
+            // its module writes its small table.
+            if info.group == "apiregistration.k8s.io" {
+                assert!(kind.merge_schema().is_some(), "{}", info.kind);
+                continue;
+            }
             let api_version = if info.group.is_empty() {
                 info.version.to_string()
             } else {

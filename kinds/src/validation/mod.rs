@@ -618,6 +618,14 @@ mod tests {
                        "maxReplicas": 3}}),
             ),
             (
+                "apiregistration.k8s.io",
+                "APIService",
+                json!({"metadata": {"name": "v1beta1.metrics.k8s.io"}, "spec": {
+                       "group": "metrics.k8s.io", "version": "v1beta1",
+                       "groupPriorityMinimum": 100, "versionPriority": 100,
+                       "service": {"namespace": "kube-system", "name": "metrics-server"}}}),
+            ),
+            (
                 "certificates.k8s.io",
                 "CertificateSigningRequest",
                 json!({"metadata": {"name": "c"}, "spec": {

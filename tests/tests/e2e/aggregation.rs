@@ -1,0 +1,340 @@
+//! The aggregation layer end to end with kubectl: an HTTPS server started by the test (its
+//! certificate for `gizmo-api.default.svc` from a test CA given as the `caBundle`; it accepts
+//! only clients with a certificate of the front-proxy CA that skiff publishes in
+//! `kube-system/extension-apiserver-authentication`) serves `e2e.skiff.test/v1` behind a
+//! selector-less Service whose Endpoints point at it on 127.0.0.1. Its resources answer through
+//! skiff as the user, appear in `kubectl api-resources`, its APIService shows Available; when
+//! the server stops, the APIService turns unavailable and only that group fails.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use base64::Engine;
+use serde_json::{Value, json};
+use skiff_tests::{TestCluster, eventually};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const GROUP_VERSION: &str = "e2e.skiff.test/v1";
+const HOST: &str = "gizmo-api.default.svc";
+
+/// A serving certificate for [`HOST`] from a fresh CA: (CA PEM, certificate, key).
+fn certificate() -> (
+    String,
+    rustls::pki_types::CertificateDer<'static>,
+    rustls::pki_types::PrivateKeyDer<'static>,
+) {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "aggregation test CA");
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let params = rcgen::CertificateParams::new(vec![HOST.to_string()]).unwrap();
+    let cert = params.signed_by(&key, &issuer).unwrap();
+    (
+        ca.pem(),
+        cert.der().clone(),
+        rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+    )
+}
+
+/// One request the server received: its path and headers (lower-case names).
+#[derive(Debug, Clone)]
+struct Seen {
+    path: String,
+    headers: Vec<(String, String)>,
+}
+
+impl Seen {
+    fn all(&self, name: &str) -> Vec<&str> {
+        self.headers
+            .iter()
+            .filter(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+            .collect()
+    }
+}
+
+/// Reads one request head.
+async fn read_head<S: tokio::io::AsyncRead + Unpin>(stream: &mut S) -> Option<Seen> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if buf.windows(4).any(|w| w == b"\r\n\r\n") {
+            break;
+        }
+        let n = stream.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    let head = String::from_utf8_lossy(&buf).to_string();
+    let mut lines = head.lines();
+    let path = lines.next()?.split_whitespace().nth(1)?.to_string();
+    let headers = lines
+        .filter_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            Some((k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        })
+        .collect();
+    Some(Seen { path, headers })
+}
+
+/// What the server answers on `path`.
+fn answer(seen: &Seen) -> Value {
+    match seen.path.split('?').next().unwrap_or_default() {
+        "/apis/e2e.skiff.test/v1" => json!({
+            "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": GROUP_VERSION,
+            "resources": [{"name": "gizmos", "singularName": "gizmo", "namespaced": true,
+                           "kind": "Gizmo", "verbs": ["get", "list"], "shortNames": ["gz"]}]}),
+        _ => json!({
+            "kind": "GizmoList", "apiVersion": GROUP_VERSION, "metadata": {},
+            "items": [{"kind": "Gizmo", "apiVersion": GROUP_VERSION,
+                       "metadata": {"name": "g1", "namespace": "default"},
+                       "servedTo": seen.all("x-remote-user").join(",")}]}),
+    }
+}
+
+/// The test's aggregated server, on its own runtime so that dropping the runtime stops it.
+struct Backend {
+    port: u16,
+    ca_pem: String,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl Backend {
+    /// Serves on 127.0.0.1, requiring a client certificate of `front_proxy_ca`.
+    fn start(front_proxy_ca: &str) -> Backend {
+        let (ca_pem, cert, key) = certificate();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut roots = rustls::RootCertStore::empty();
+        let mut reader = front_proxy_ca.as_bytes();
+        for ca in rustls_pemfile_certs(&mut reader) {
+            roots.add(ca).unwrap();
+        }
+        let clients = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            Arc::new(roots),
+            provider.clone(),
+        )
+        .build()
+        .unwrap();
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_client_cert_verifier(clients)
+            .with_single_cert(vec![cert], key)
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let record = seen.clone();
+        runtime.spawn(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else {
+                    continue;
+                };
+                let (acceptor, record) = (acceptor.clone(), record.clone());
+                tokio::spawn(async move {
+                    let Ok(mut tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    // The client certificate chains to the front-proxy CA (the verifier
+                    // checked); it must also be the front proxy's own.
+                    let names_front_proxy = tls.get_ref().1.peer_certificates().is_some_and(|c| {
+                        c.first().is_some_and(|c| {
+                            c.as_ref()
+                                .windows(b"front-proxy-client".len())
+                                .any(|w| w == b"front-proxy-client")
+                        })
+                    });
+                    let Some(mut seen) = read_head(&mut tls).await else {
+                        return;
+                    };
+                    if !names_front_proxy {
+                        seen.headers.push(("x-test-refused".into(), "not the front proxy".into()));
+                    }
+                    record.lock().unwrap().push(seen.clone());
+                    let body = answer(&seen).to_string();
+                    let response = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = tls.write_all(response.as_bytes()).await;
+                    let _ = tls.shutdown().await;
+                });
+            }
+        });
+        Backend {
+            port,
+            ca_pem,
+            seen,
+            runtime: Some(runtime),
+        }
+    }
+
+    fn stop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+/// The certificates of a PEM bundle (rustls' own PEM reader).
+fn rustls_pemfile_certs(reader: &mut &[u8]) -> Vec<rustls::pki_types::CertificateDer<'static>> {
+    use rustls::pki_types::pem::PemObject;
+    rustls::pki_types::CertificateDer::pem_slice_iter(reader)
+        .map(|c| c.unwrap())
+        .collect()
+}
+
+#[test]
+fn an_apiservice_answers_through_skiff_appears_in_discovery_and_fails_alone() {
+    let cluster = TestCluster::start(&[]);
+    let k = cluster.kubectl();
+
+    // What aggregated servers read to trust the front proxy.
+    let auth: Value = serde_json::from_str(&k.ok(&[
+        "get",
+        "configmap",
+        "-n",
+        "kube-system",
+        "extension-apiserver-authentication",
+        "-o",
+        "json",
+    ]))
+    .unwrap();
+    let data = &auth["data"];
+    assert_eq!(
+        data["requestheader-username-headers"],
+        "[\"X-Remote-User\"]"
+    );
+    assert_eq!(
+        data["requestheader-allowed-names"],
+        "[\"front-proxy-client\"]"
+    );
+    assert!(
+        data["client-ca-file"]
+            .as_str()
+            .unwrap()
+            .contains("BEGIN CERTIFICATE")
+    );
+    let front_proxy_ca = data["requestheader-client-ca-file"].as_str().unwrap();
+    assert_ne!(front_proxy_ca, data["client-ca-file"].as_str().unwrap());
+
+    // The built-in group-versions are local APIServices.
+    let local = k.ok(&["get", "apiservices", "v1", "v1.apps", "--no-headers"]);
+    assert!(
+        local
+            .lines()
+            .all(|l| l.contains("Local") && l.contains("True")),
+        "{local}"
+    );
+
+    let mut backend = Backend::start(front_proxy_ca);
+    let manifest = json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "Service",
+         "metadata": {"name": "gizmo-api", "namespace": "default"},
+         "spec": {"ports": [{"name": "https", "port": 443}]}},
+        {"apiVersion": "v1", "kind": "Endpoints",
+         "metadata": {"name": "gizmo-api", "namespace": "default"},
+         "subsets": [{"addresses": [{"ip": "127.0.0.1"}],
+                      "ports": [{"name": "https", "port": backend.port}]}]},
+        {"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+         "metadata": {"name": "v1.e2e.skiff.test"},
+         "spec": {"group": "e2e.skiff.test", "version": "v1", "groupPriorityMinimum": 1000,
+                  "versionPriority": 15,
+                  "service": {"namespace": "default", "name": "gizmo-api"},
+                  "caBundle": base64::engine::general_purpose::STANDARD.encode(&backend.ca_pem)}}]});
+    k.ok_with_input(&["apply", "-f", "-"], &manifest.to_string());
+
+    // Available, as kubectl shows it.
+    let mut shown = String::new();
+    let available = eventually(Duration::from_secs(30), || {
+        shown = k.ok(&["get", "apiservice", "v1.e2e.skiff.test", "--no-headers"]);
+        shown.contains("True")
+    });
+    assert!(available, "{shown}");
+    assert!(shown.contains("default/gizmo-api"), "{shown}");
+
+    // A request through skiff: the backend hears the user from the front proxy, no token.
+    let whoami = k.ok(&[
+        "auth",
+        "whoami",
+        "-o",
+        "jsonpath={.status.userInfo.username}",
+    ]);
+    let listed: Value = serde_json::from_str(&k.ok(&[
+        "get",
+        "--raw",
+        "/apis/e2e.skiff.test/v1/namespaces/default/gizmos",
+    ]))
+    .unwrap();
+    assert_eq!(listed["items"][0]["servedTo"], whoami.trim(), "{listed}");
+    let seen = backend.seen.lock().unwrap().clone();
+    let request = seen
+        .iter()
+        .rev()
+        .find(|s| s.path.ends_with("/gizmos"))
+        .expect("the backend saw the list");
+    assert!(request.all("authorization").is_empty(), "{request:?}");
+    assert!(request.all("x-test-refused").is_empty(), "{request:?}");
+    assert!(
+        request
+            .all("x-remote-group")
+            .contains(&"system:authenticated"),
+        "{request:?}"
+    );
+
+    // Discovery: kubectl api-resources lists the backend's resource.
+    let mut resources = String::new();
+    let listed = eventually(Duration::from_secs(30), || {
+        let run = k.run(&[
+            "api-resources",
+            "--api-group=e2e.skiff.test",
+            "--no-headers",
+        ]);
+        resources = format!("{}{}", run.stdout, run.stderr);
+        run.stdout.contains("gizmos")
+    });
+    assert!(listed, "{resources}");
+    assert!(resources.contains("Gizmo"), "{resources}");
+
+    // The backend stops: its APIService turns unavailable, only its group fails.
+    backend.stop();
+    let mut status = String::new();
+    let down = eventually(Duration::from_secs(40), || {
+        status = k.ok(&["get", "apiservice", "v1.e2e.skiff.test", "--no-headers"]);
+        status.contains("False (FailedDiscoveryCheck)")
+    });
+    assert!(down, "{status}");
+    let failed = k.run(&[
+        "get",
+        "--raw",
+        "/apis/e2e.skiff.test/v1/namespaces/default/gizmos",
+    ]);
+    assert!(!failed.ok);
+    assert!(
+        failed
+            .stderr
+            .contains("the server is currently unable to handle the request"),
+        "{}",
+        failed.stderr
+    );
+    let pods = k.run(&["get", "pods"]);
+    assert!(pods.ok, "{}", pods.stderr);
+    let groups = k.ok(&["get", "--raw", "/apis"]);
+    assert!(groups.contains("e2e.skiff.test"), "{groups}");
+}
