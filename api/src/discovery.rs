@@ -637,8 +637,10 @@ mod tests {
             [
                 "apps",
                 "batch",
+                "autoscaling",
                 "coordination.k8s.io",
                 "discovery.k8s.io",
+                "events.k8s.io",
                 "networking.k8s.io",
                 "rbac.authorization.k8s.io",
                 "storage.k8s.io",
