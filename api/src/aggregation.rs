@@ -36,6 +36,7 @@ use k8s_openapi::api::core::v1::{Endpoints, Service};
 use serde_json::{Value, json};
 use skiff_kinds::builtin::api_service::{self, INFO};
 
+use crate::admission::webhook::client::describe;
 use crate::auth::User;
 use crate::error::{Error, Result};
 use crate::registry::Update;
@@ -1030,21 +1031,6 @@ async fn upgrade(
             Ok(reply)
         }
     }
-}
-
-/// A reqwest error with its causes (its own message hides them).
-fn describe(e: &reqwest::Error) -> String {
-    if e.is_timeout() {
-        return "context deadline exceeded".into();
-    }
-    let mut text = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 /// Checks one remote APIService: its endpoint, then a GET of its discovery document. Returns

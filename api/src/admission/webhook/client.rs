@@ -167,8 +167,9 @@ pub async fn call(hook: &Hook, registry: &Registry, review: &Value) -> Result<Ve
     Ok(body.to_vec())
 }
 
-/// A reqwest error with its causes (reqwest's own message hides them).
-fn describe(e: &reqwest::Error) -> String {
+/// A reqwest error with its causes (reqwest's own message hides them), as the webhook and
+/// aggregated-API clients report it.
+pub(crate) fn describe(e: &reqwest::Error) -> String {
     if e.is_timeout() {
         return "context deadline exceeded".into();
     }
