@@ -166,17 +166,13 @@ impl ResourceCalc<'_> {
         Ok(out)
     }
 
-    fn within_tolerance(&self, ratio: f64) -> bool {
-        (ratio - 1.0).abs() <= self.tunables.tolerance
-    }
-
-    /// Replicas for a utilization target in percent of the requests.
-    pub(super) fn utilization(
+    /// The pods sorted, and the samples that count: none of ignored or unready pods. An error
+    /// when there are no pods, or no sample is left.
+    fn counted(
         &self,
         pods: &[&Pod],
         mut samples: BTreeMap<String, Sample>,
-        target: i32,
-    ) -> Result<(i32, Value), String> {
+    ) -> Result<(Groups, BTreeMap<String, Sample>), String> {
         if pods.is_empty() {
             return Err("no pods returned by selector while calculating replica count".into());
         }
@@ -188,6 +184,21 @@ impl ResourceCalc<'_> {
                 self.resource
             ));
         }
+        Ok((groups, samples))
+    }
+
+    fn within_tolerance(&self, ratio: f64) -> bool {
+        (ratio - 1.0).abs() <= self.tunables.tolerance
+    }
+
+    /// Replicas for a utilization target in percent of the requests.
+    pub(super) fn utilization(
+        &self,
+        pods: &[&Pod],
+        samples: BTreeMap<String, Sample>,
+        target: i32,
+    ) -> Result<(i32, Value), String> {
+        let (groups, samples) = self.counted(pods, samples)?;
         let requests = self.requests(pods)?;
         let ratio_of = |samples: &BTreeMap<String, i64>| -> Result<(f64, i32, i64), String> {
             let (mut used, mut requested, mut n) = (0i64, 0i64, 0i64);
@@ -249,20 +260,10 @@ impl ResourceCalc<'_> {
     pub(super) fn average(
         &self,
         pods: &[&Pod],
-        mut samples: BTreeMap<String, Sample>,
+        samples: BTreeMap<String, Sample>,
         target: i64,
     ) -> Result<(i32, Value), String> {
-        if pods.is_empty() {
-            return Err("no pods returned by selector while calculating replica count".into());
-        }
-        let groups = self.group(pods, &samples);
-        samples.retain(|pod, _| !groups.ignored.contains(pod) && !groups.unready.contains(pod));
-        if samples.is_empty() {
-            return Err(format!(
-                "unable to get metrics for resource {}: no metrics returned from resource metrics API",
-                self.resource
-            ));
-        }
+        let (groups, samples) = self.counted(pods, samples)?;
         let ratio_of = |values: &BTreeMap<String, i64>| {
             let average = values.values().sum::<i64>() / values.len() as i64;
             (average as f64 / target as f64, average)
