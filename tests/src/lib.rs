@@ -818,3 +818,33 @@ pub fn processes_under(kubelet_root: &Path) -> Vec<i32> {
     }
     pids
 }
+
+/// A serving certificate for `host` (a DNS name or an IP address) signed by a fresh CA named
+/// `ca_name`, for the HTTPS servers tests start: (the CA's PEM, the certificate, its key).
+pub fn serving_certificate(
+    ca_name: &str,
+    host: &str,
+) -> (
+    String,
+    rustls::pki_types::CertificateDer<'static>,
+    rustls::pki_types::PrivateKeyDer<'static>,
+) {
+    let ca_key = rcgen::KeyPair::generate().expect("a CA key");
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("CA parameters");
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, ca_name);
+    let ca = ca_params.self_signed(&ca_key).expect("a self-signed CA");
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let key = rcgen::KeyPair::generate().expect("a key");
+    let params = rcgen::CertificateParams::new(vec![host.to_string()]).expect("parameters");
+    let cert = params
+        .signed_by(&key, &issuer)
+        .expect("a signed certificate");
+    (
+        ca.pem(),
+        cert.der().clone(),
+        rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+    )
+}

@@ -17,30 +17,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 const GROUP_VERSION: &str = "e2e.skiff.test/v1";
 const HOST: &str = "gizmo-api.default.svc";
 
-/// A serving certificate for [`HOST`] from a fresh CA: (CA PEM, certificate, key).
-fn certificate() -> (
-    String,
-    rustls::pki_types::CertificateDer<'static>,
-    rustls::pki_types::PrivateKeyDer<'static>,
-) {
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, "aggregation test CA");
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = rcgen::Issuer::new(ca_params, ca_key);
-    let key = rcgen::KeyPair::generate().unwrap();
-    let params = rcgen::CertificateParams::new(vec![HOST.to_string()]).unwrap();
-    let cert = params.signed_by(&key, &issuer).unwrap();
-    (
-        ca.pem(),
-        cert.der().clone(),
-        rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
-    )
-}
-
 /// One request the server received: its path and headers (lower-case names).
 #[derive(Debug, Clone)]
 struct Seen {
@@ -110,7 +86,7 @@ struct Backend {
 impl Backend {
     /// Serves on 127.0.0.1, requiring a client certificate of `front_proxy_ca`.
     fn start(front_proxy_ca: &str) -> Backend {
-        let (ca_pem, cert, key) = certificate();
+        let (ca_pem, cert, key) = skiff_tests::serving_certificate("aggregation test CA", HOST);
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut roots = rustls::RootCertStore::empty();
         let mut reader = front_proxy_ca.as_bytes();

@@ -20,30 +20,6 @@ struct Hooks {
     seen: Arc<Mutex<Vec<Value>>>,
 }
 
-/// A certificate for 127.0.0.1 signed by a fresh CA: (CA PEM, chain, key).
-fn certificate() -> (
-    String,
-    rustls::pki_types::CertificateDer<'static>,
-    rustls::pki_types::PrivateKeyDer<'static>,
-) {
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, "webhook test CA");
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = rcgen::Issuer::new(ca_params, ca_key);
-    let key = rcgen::KeyPair::generate().unwrap();
-    let params = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap();
-    let cert = params.signed_by(&key, &issuer).unwrap();
-    (
-        ca.pem(),
-        cert.der().clone(),
-        rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
-    )
-}
-
 /// What the server answers on `path` to `review`, after how long.
 fn answer(path: &str, review: &Value) -> (Duration, Value) {
     let request = &review["request"];
@@ -114,7 +90,7 @@ async fn read_request<S: tokio::io::AsyncRead + Unpin>(
 
 /// Starts the webhook server on 127.0.0.1 in a thread of its own.
 fn start_hooks() -> Hooks {
-    let (ca_pem, cert, key) = certificate();
+    let (ca_pem, cert, key) = skiff_tests::serving_certificate("webhook test CA", "127.0.0.1");
     let config = rustls::ServerConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),
     ))
