@@ -232,23 +232,29 @@ pub(crate) fn validate_cluster_role_binding(
     Ok(errs)
 }
 
-/// `SetDefaults_Subject`: User and Group subjects are in this group, ServiceAccounts in core.
+/// `SetDefaults_Subject`: User and Group subjects are in this group; ServiceAccounts are in
+/// core, whose empty name the stored object leaves out (as kube-apiserver's `omitempty` does:
+/// writing `apiGroup: ""` would make every client-side re-apply of a binding a change, and a
+/// later server-side apply conflict on `subjects`).
 pub(crate) fn default_subjects(object: &mut Value) {
     let Some(subjects) = object.get_mut("subjects").and_then(Value::as_array_mut) else {
         return;
     };
     for subject in subjects {
-        let has_group = subject
-            .get("apiGroup")
-            .and_then(Value::as_str)
-            .is_some_and(|g| !g.is_empty());
-        if has_group {
+        let Some(fields) = subject.as_object_mut() else {
             continue;
+        };
+        match fields.get("apiGroup") {
+            None | Some(Value::Null) => {}
+            Some(Value::String(group)) if group.is_empty() => {}
+            Some(_) => continue,
         }
-        match subject.get("kind").and_then(Value::as_str) {
-            Some("User" | "Group") => subject["apiGroup"] = Value::String(GROUP.into()),
-            Some("ServiceAccount") => subject["apiGroup"] = Value::String(String::new()),
-            _ => {}
+        fields.remove("apiGroup");
+        if matches!(
+            fields.get("kind").and_then(Value::as_str),
+            Some("User" | "Group")
+        ) {
+            fields.insert("apiGroup".into(), Value::String(GROUP.into()));
         }
     }
 }
@@ -375,5 +381,27 @@ mod tests {
             ]
         );
         assert!(update_msgs(G, "RoleBinding", binding("view"), binding("view")).is_empty());
+    }
+
+    #[test]
+    fn subjects_default_their_group_and_leave_an_empty_one_out() {
+        let mut binding = json!({"subjects": [
+            {"kind": "User", "name": "u"},
+            {"kind": "Group", "name": "g", "apiGroup": ""},
+            {"kind": "ServiceAccount", "name": "sa", "namespace": "ns"},
+            {"kind": "ServiceAccount", "name": "sb", "namespace": "ns", "apiGroup": ""},
+            {"kind": "ServiceAccount", "name": "sc", "namespace": "ns", "apiGroup": null},
+            {"kind": "User", "name": "x", "apiGroup": "example.com"}]});
+        super::default_subjects(&mut binding);
+        assert_eq!(
+            binding["subjects"],
+            json!([
+                {"kind": "User", "name": "u", "apiGroup": G},
+                {"kind": "Group", "name": "g", "apiGroup": G},
+                {"kind": "ServiceAccount", "name": "sa", "namespace": "ns"},
+                {"kind": "ServiceAccount", "name": "sb", "namespace": "ns"},
+                {"kind": "ServiceAccount", "name": "sc", "namespace": "ns"},
+                {"kind": "User", "name": "x", "apiGroup": "example.com"}])
+        );
     }
 }
