@@ -526,11 +526,22 @@ pub fn local_api_services(
                              "labels": {AUTOMANAGED_LABEL: managed}},
                 "spec": {"group": group, "version": version,
                          "groupPriorityMinimum": group_priority(group),
-                         "versionPriority": 15 + (count - 1 - i as i32)},
+                         "versionPriority": version_priority(group, count - 1 - i as i32)},
             }));
         }
     }
     out
+}
+
+/// The `versionPriority` of a local group-version, `rank` from 0 (the least preferred): 15 and
+/// up as kube-apiserver numbers its own, but 100 for metrics.k8s.io, as metrics-server's own
+/// manifest registers it, so that applying that manifest (server-side too) takes the object
+/// over without a conflict on the field.
+fn version_priority(group: &str, rank: i32) -> i32 {
+    match group {
+        "metrics.k8s.io" => 100 + rank,
+        _ => 15 + rank,
+    }
 }
 
 /// Whether a stored local APIService must be written to match `desired`.
