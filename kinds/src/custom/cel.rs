@@ -143,6 +143,9 @@ impl Rule {
 /// environment as the rules above.
 pub struct Expression {
     program: Program,
+    /// The variables the expression names (macro variables too), known at compile time, so
+    /// that a value it never reads is never converted or bound.
+    reads: Vec<String>,
 }
 
 impl std::fmt::Debug for Expression {
@@ -157,34 +160,72 @@ impl Expression {
         let program = env()
             .compile(source)
             .map_err(|e| e.to_string().replace('\n', " "))?;
-        Ok(Expression { program })
+        let mut reads: Vec<String> = program
+            .references()
+            .variables()
+            .into_iter()
+            .map(str::to_string)
+            .collect();
+        reads.sort();
+        Ok(Expression { program, reads })
     }
 
-    /// Evaluates the expression with `variables` bound; an error when it fails or is not a bool.
+    /// Whether the expression reads the variable `name`.
+    pub fn reads(&self, name: &str) -> bool {
+        self.reads
+            .binary_search_by(|r| r.as_str().cmp(name))
+            .is_ok()
+    }
+
+    /// Evaluates the expression with `variables` bound (those it reads); an error when it
+    /// fails or is not a bool.
     pub fn evaluate(&self, variables: &[(&str, &Value)]) -> Result<bool, String> {
-        let mut context = Context::with_env(env().clone());
+        let mut scope = Scope::new();
         for (name, value) in variables {
-            let value = cel::to_value(*value).map_err(|e| e.to_string())?;
-            context.add_variable_from_value(*name, value);
+            if self.reads(name) {
+                scope.bind(name, to_cel(value)?);
+            }
         }
-        match self.program.execute(&context) {
+        match self.evaluate_in(&scope) {
             Ok(cel::Value::Bool(b)) => Ok(b),
             Ok(other) => Err(format!("expression returned {other:?}, not a bool")),
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(e),
         }
+    }
+
+    /// Evaluates the expression against the variables of `scope`: the value it comes to, or
+    /// why it failed.
+    pub fn evaluate_in(&self, scope: &Scope) -> Result<cel::Value, String> {
+        self.program
+            .execute(&scope.context)
+            .map_err(|e| e.to_string())
     }
 }
 
-impl Expression {
-    /// Evaluates the expression with CEL values already bound (converted once and shared by
-    /// many expressions, as admission policies bind the object and their variables); the value
-    /// it comes to, or why it failed.
-    pub fn evaluate_with(&self, variables: &[(&str, cel::Value)]) -> Result<cel::Value, String> {
-        let mut context = Context::with_env(env().clone());
-        for (name, value) in variables {
-            context.add_variable_from_value(*name, value.clone());
+/// Variables bound once for many expressions: an admission policy binds the request's object
+/// (converted to the interpreter's own representation once, which is the costly step) and
+/// evaluates each of its expressions against it.
+pub struct Scope {
+    context: Context<'static, 'static>,
+}
+
+impl Default for Scope {
+    fn default() -> Scope {
+        Scope::new()
+    }
+}
+
+impl Scope {
+    /// No variables yet.
+    pub fn new() -> Scope {
+        Scope {
+            context: Context::with_env(env().clone()),
         }
-        self.program.execute(&context).map_err(|e| e.to_string())
+    }
+
+    /// Binds (or rebinds) `name` to `value`.
+    pub fn bind(&mut self, name: &str, value: cel::Value) {
+        self.context.add_variable_from_value(name, value);
     }
 }
 
@@ -262,5 +303,43 @@ mod tests {
     fn a_rule_that_does_not_parse_is_refused() {
         assert!(Rule::compile(&json!({"rule": "self.a >"})).is_err());
         assert!(Rule::compile(&json!({"message": "no rule"})).is_err());
+    }
+
+    #[test]
+    fn expressions_read_only_the_variables_they_name() {
+        let e =
+            Expression::compile("object.spec.replicas <= params.max && request.dryRun == false")
+                .unwrap();
+        assert!(e.reads("object") && e.reads("params") && e.reads("request"));
+        assert!(!e.reads("oldObject") && !e.reads("namespaceObject") && !e.reads("spec"));
+        // A variable it does not read is never converted: one that could not be is no error.
+        let only_object = Expression::compile("object.a == 1").unwrap();
+        assert_eq!(
+            only_object.evaluate(&[
+                ("object", &json!({"a": 1})),
+                ("oldObject", &json!({"a": 2}))
+            ]),
+            Ok(true)
+        );
+        // A scope binds once for many expressions, and a rebinding replaces the value.
+        let mut scope = Scope::new();
+        scope.bind("object", to_cel(&json!({"a": 1, "b": "x"})).unwrap());
+        let b = Expression::compile("object.b + string(object.a)").unwrap();
+        assert_eq!(
+            b.evaluate_in(&scope),
+            Ok(cel::Value::String(std::sync::Arc::new("x1".into())))
+        );
+        scope.bind("object", to_cel(&json!({"a": 2, "b": "y"})).unwrap());
+        assert_eq!(
+            b.evaluate_in(&scope),
+            Ok(cel::Value::String(std::sync::Arc::new("y2".into())))
+        );
+        // An unbound variable is an error when it is read.
+        assert!(
+            Expression::compile("oldObject.a == 1")
+                .unwrap()
+                .evaluate_in(&scope)
+                .is_err()
+        );
     }
 }

@@ -129,6 +129,20 @@ pub struct Policy {
     pub broken: Option<String>,
 }
 
+impl Policy {
+    /// Whether any of its expressions reads the variable `name` (`object`, `request`,
+    /// `params`, `variables`, ...): what it does not read is never converted for it.
+    pub fn reads(&self, name: &str) -> bool {
+        let compiled = |c: &Compiled| c.as_ref().is_ok_and(|e| e.reads(name));
+        self.conditions.iter().any(|(_, c)| compiled(c))
+            || self.variables.iter().any(|(_, c)| compiled(c))
+            || self.validations.iter().any(|v| {
+                compiled(&v.expression)
+                    || v.message_expression.as_ref().is_some_and(|m| m.reads(name))
+            })
+    }
+}
+
 /// One ValidatingAdmissionPolicyBinding.
 #[derive(Debug)]
 pub struct Binding {

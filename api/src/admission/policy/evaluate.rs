@@ -7,10 +7,13 @@ use cel::Value as Cel;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::StatusCause;
 use skiff_meta::status::{ApiError, GroupResource, Reason};
 
+use skiff_kinds::custom::cel::Scope;
+
 use super::compiled::{Binding, Compiled, Policy, Validation};
 use crate::admission::Attributes;
 
-/// The variables every expression of a request sees, converted to CEL once.
+/// The variables the expressions of a request may see, converted to CEL once per request;
+/// those no policy reads are left null.
 #[derive(Debug, Clone)]
 pub struct Inputs {
     /// `object`: the new object (null on delete).
@@ -21,6 +24,18 @@ pub struct Inputs {
     pub request: Cel,
     /// `namespaceObject`: the request's Namespace (null for cluster-scoped requests).
     pub namespace_object: Cel,
+}
+
+impl Inputs {
+    /// Each input with the name it is bound as.
+    fn named(&self) -> [(&'static str, &Cel); 4] {
+        [
+            ("object", &self.object),
+            ("oldObject", &self.old_object),
+            ("request", &self.request),
+            ("namespaceObject", &self.namespace_object),
+        ]
+    }
 }
 
 /// A validation that did not hold (or could not be evaluated under `failurePolicy: Fail`).
@@ -62,9 +77,9 @@ fn bool_of(value: Result<Cel, String>) -> Result<bool, String> {
     }
 }
 
-fn run(expression: &Compiled, bound: &[(&str, Cel)]) -> Result<Cel, String> {
+fn run(expression: &Compiled, scope: &Scope) -> Result<Cel, String> {
     match expression {
-        Ok(e) => e.evaluate_with(bound),
+        Ok(e) => e.evaluate_in(scope),
         Err(e) => Err(e.clone()),
     }
 }
@@ -82,11 +97,11 @@ fn reads_variable(source: &str, name: &str) -> bool {
 
 /// The message of a failed validation: the `messageExpression`'s string when it is one line of
 /// at most [`MAX_MESSAGE_BYTES`], else `message`, else `failed expression: <expression>`.
-fn message_of(validation: &Validation, bound: &[(&str, Cel)]) -> String {
+fn message_of(validation: &Validation, scope: &Scope) -> String {
     let evaluated = validation
         .message_expression
         .as_ref()
-        .and_then(|m| match m.evaluate_with(bound) {
+        .and_then(|m| match m.evaluate_in(scope) {
             Ok(Cel::String(s)) => Some(s.trim().to_string()),
             _ => None,
         })
@@ -103,16 +118,17 @@ fn message_of(validation: &Validation, bound: &[(&str, Cel)]) -> String {
 /// that failed fails with that variable's error. An expression that did not compile fails like
 /// one that fails at run time.
 pub fn evaluate(policy: &Policy, inputs: &Inputs, params: &Cel) -> Vec<Violation> {
-    let mut bound: Vec<(&str, Cel)> = vec![
-        ("object", inputs.object.clone()),
-        ("oldObject", inputs.old_object.clone()),
-        ("request", inputs.request.clone()),
-        ("params", params.clone()),
-        ("namespaceObject", inputs.namespace_object.clone()),
-    ];
+    // Each input the policy reads is bound once, for all its expressions: binding converts the
+    // value whole into the interpreter's representation.
+    let mut scope = Scope::new();
+    for (name, value) in inputs.named().into_iter().chain([("params", params)]) {
+        if policy.reads(name) {
+            scope.bind(name, value.clone());
+        }
+    }
     let mut condition_error = None;
     for (name, condition) in &policy.conditions {
-        match bool_of(run(condition, &bound)) {
+        match bool_of(run(condition, &scope)) {
             Ok(true) => {}
             Ok(false) => return Vec::new(),
             Err(e) => {
@@ -127,13 +143,17 @@ pub fn evaluate(policy: &Policy, inputs: &Inputs, params: &Cel) -> Vec<Violation
     }
     let mut variables: HashMap<String, Cel> = HashMap::new();
     let mut failed: Vec<(&str, String)> = Vec::new();
-    bound.push(("variables", Cel::from(variables.clone())));
+    let reads_variables = policy.reads("variables");
+    if reads_variables {
+        scope.bind("variables", Cel::from(variables.clone()));
+    }
     for (name, expression) in &policy.variables {
-        match run(expression, &bound) {
+        match run(expression, &scope) {
             Ok(value) => {
                 variables.insert(name.clone(), value);
-                bound.pop();
-                bound.push(("variables", Cel::from(variables.clone())));
+                if reads_variables {
+                    scope.bind("variables", Cel::from(variables.clone()));
+                }
             }
             Err(e) => failed.push((name, e)),
         }
@@ -145,12 +165,12 @@ pub fn evaluate(policy: &Policy, inputs: &Inputs, params: &Cel) -> Vec<Violation
             .find(|(name, _)| reads_variable(&validation.source, name))
         {
             Some((name, e)) => Err(format!("variable {name:?} failed: {e}")),
-            None => bool_of(run(&validation.expression, &bound)),
+            None => bool_of(run(&validation.expression, &scope)),
         };
         match outcome {
             Ok(true) => {}
             Ok(false) => violations.push(Violation {
-                message: message_of(validation, &bound),
+                message: message_of(validation, &scope),
                 reason: validation.reason.0,
                 code: validation.reason.1,
             }),

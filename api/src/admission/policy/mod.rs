@@ -202,20 +202,30 @@ fn labels_of(object: Option<&Value>) -> Option<BTreeMap<String, String>> {
     )
 }
 
-/// The CEL inputs of a request.
-fn inputs(a: &Attributes<'_>, namespace: Option<&Value>) -> Result<Inputs> {
-    let cel = |v: Option<&Value>| match v {
-        Some(v) => to_cel(v).map_err(|e| Error::Internal(format!("admission policy input: {e}"))),
-        None => Ok(cel::Value::Null),
+/// The CEL inputs of a request: those that `reads` says some policy reads, the others null
+/// (the `request` input is a whole AdmissionRequest, the object in it again, and is built only
+/// when read).
+fn inputs(
+    a: &Attributes<'_>,
+    namespace: Option<&Value>,
+    reads: impl Fn(&str) -> bool,
+) -> Result<Inputs> {
+    let cel = |name: &str, v: Option<&Value>| match v {
+        Some(v) if reads(name) => {
+            to_cel(v).map_err(|e| Error::Internal(format!("admission policy input: {e}")))
+        }
+        _ => Ok(cel::Value::Null),
     };
     let object = a.object.as_deref();
-    let uid = uuid::Uuid::new_v4().to_string();
-    let review = super::webhook::review::request(&uid, a, object);
+    let review = reads("request").then(|| {
+        let uid = uuid::Uuid::new_v4().to_string();
+        super::webhook::review::request(&uid, a, object)
+    });
     Ok(Inputs {
-        object: cel(object)?,
-        old_object: cel(a.old)?,
-        request: cel(Some(&review["request"]))?,
-        namespace_object: cel(namespace)?,
+        object: cel("object", object)?,
+        old_object: cel("oldObject", a.old)?,
+        request: cel("request", review.as_ref().map(|r| &r["request"]))?,
+        namespace_object: cel("namespaceObject", namespace)?,
     })
 }
 
@@ -269,7 +279,8 @@ impl ValidatingAdmissionPolicy {
                 }
             };
             if request_inputs.is_none() {
-                request_inputs = Some(inputs(a, ns)?);
+                let reads = |name: &str| snapshot.pairs().any(|(_, p)| p.reads(name));
+                request_inputs = Some(inputs(a, ns, reads)?);
             }
             let Some(inputs) = request_inputs.as_ref() else {
                 continue;
