@@ -8,6 +8,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::config::Hook;
+use crate::error::Error;
 use crate::registry::Registry;
 
 /// Where to send a webhook's reviews.
@@ -81,16 +82,29 @@ async fn target(hook: &Hook, registry: &Registry) -> Result<Target, String> {
     };
     let port = service.port.unwrap_or(443);
     let (ns, name) = (service.namespace.as_str(), service.name.as_str());
-    let svc = registry
-        .get(&skiff_kinds::builtin::service::INFO, Some(ns), name, None)
-        .await
-        .map_err(|e| format!("service \"{name}/{ns}\" not found: {e}"))?;
-    let endpoints = registry
-        .get(&skiff_kinds::builtin::endpoints::INFO, Some(ns), name, None)
-        .await
-        .map_err(|e| format!("endpoints \"{name}/{ns}\" not found: {e}"))?;
-    let address = resolve(&svc, &endpoints, port)?;
     let path = service.path.as_deref().unwrap_or("/");
+    // A Service that cannot be resolved fails the call as kube-apiserver reports it: the POST
+    // it could not send, and why.
+    let unsent = |why: String| {
+        format!(
+            "failed to call webhook: Post \"https://{}:{port}{path}\": {why}",
+            service_host(name, ns)
+        )
+    };
+    let read = |info| async move {
+        match registry.get(info, Some(ns), name, None).await {
+            Ok(object) => Ok(Some(object)),
+            Err(Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(unsent(e.to_string())),
+        }
+    };
+    let Some(svc) = read(&skiff_kinds::builtin::service::INFO).await? else {
+        return Err(unsent(format!("service {name:?} not found")));
+    };
+    let endpoints = read(&skiff_kinds::builtin::endpoints::INFO)
+        .await?
+        .unwrap_or(Value::Null);
+    let address = resolve(&svc, &endpoints, port).map_err(unsent)?;
     Ok(Target {
         url: format!(
             "https://{}:{}{path}",
@@ -104,15 +118,12 @@ async fn target(hook: &Hook, registry: &Registry) -> Result<Target, String> {
 /// A ready address of `endpoints` with the port behind the Service port numbered `port`.
 pub fn resolve(service: &Value, endpoints: &Value, port: i32) -> Result<SocketAddr, String> {
     let name = service["metadata"]["name"].as_str().unwrap_or_default();
-    let namespace = service["metadata"]["namespace"]
-        .as_str()
-        .unwrap_or_default();
     let service_port = service["spec"]["ports"]
         .as_array()
         .into_iter()
         .flatten()
         .find(|p| p["port"].as_i64() == Some(i64::from(port)))
-        .ok_or_else(|| format!("service {namespace}/{name} has no port {port}"))?;
+        .ok_or_else(|| format!("no service port {port} found for service {name:?}"))?;
     let port_name = service_port["name"].as_str().unwrap_or_default();
     for subset in endpoints["subsets"].as_array().into_iter().flatten() {
         let Some(target_port) = subset["ports"]
@@ -134,9 +145,7 @@ pub fn resolve(service: &Value, endpoints: &Value, port: i32) -> Result<SocketAd
             return Ok(SocketAddr::new(ip, target_port));
         }
     }
-    Err(format!(
-        "service {namespace}/{name} has no ready endpoint for port {port}"
-    ))
+    Err(format!("no endpoints available for service {name:?}"))
 }
 
 /// Posts `review` to the webhook and returns the answer's body; `Err` says why the call
@@ -202,13 +211,13 @@ mod tests {
         );
         assert_eq!(
             resolve(&svc, &eps, 444).unwrap_err(),
-            "service sys/hooks has no port 444"
+            "no service port 444 found for service \"hooks\""
         );
         let unready = json!({"subsets": [{"notReadyAddresses": [{"ip": "127.100.0.8"}],
             "ports": [{"name": "https", "port": 8443}]}]});
         assert_eq!(
             resolve(&svc, &unready, 443).unwrap_err(),
-            "service sys/hooks has no ready endpoint for port 443"
+            "no endpoints available for service \"hooks\""
         );
     }
 }
