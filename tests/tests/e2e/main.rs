@@ -15,6 +15,7 @@ mod encryption;
 mod etcd;
 mod identity;
 mod ingress;
+mod installs;
 mod kubectl;
 mod leader;
 mod limits;
