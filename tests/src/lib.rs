@@ -819,11 +819,11 @@ pub fn processes_under(kubelet_root: &Path) -> Vec<i32> {
     pids
 }
 
-/// A serving certificate for `host` (a DNS name or an IP address) signed by a fresh CA named
+/// A serving certificate for `hosts` (DNS names or IP addresses) signed by a fresh CA named
 /// `ca_name`, for the HTTPS servers tests start: (the CA's PEM, the certificate, its key).
 pub fn serving_certificate(
     ca_name: &str,
-    host: &str,
+    hosts: &[&str],
 ) -> (
     String,
     rustls::pki_types::CertificateDer<'static>,
@@ -838,7 +838,8 @@ pub fn serving_certificate(
     let ca = ca_params.self_signed(&ca_key).expect("a self-signed CA");
     let issuer = rcgen::Issuer::new(ca_params, ca_key);
     let key = rcgen::KeyPair::generate().expect("a key");
-    let params = rcgen::CertificateParams::new(vec![host.to_string()]).expect("parameters");
+    let names: Vec<String> = hosts.iter().map(|h| h.to_string()).collect();
+    let params = rcgen::CertificateParams::new(names).expect("parameters");
     let cert = params
         .signed_by(&key, &issuer)
         .expect("a signed certificate");

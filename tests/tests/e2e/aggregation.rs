@@ -86,7 +86,7 @@ struct Backend {
 impl Backend {
     /// Serves on 127.0.0.1, requiring a client certificate of `front_proxy_ca`.
     fn start(front_proxy_ca: &str) -> Backend {
-        let (ca_pem, cert, key) = skiff_tests::serving_certificate("aggregation test CA", HOST);
+        let (ca_pem, cert, key) = skiff_tests::serving_certificate("aggregation test CA", &[HOST]);
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut roots = rustls::RootCertStore::empty();
         let mut reader = front_proxy_ca.as_bytes();

@@ -3,7 +3,9 @@
 //! validating webhook denies ConfigMaps with a label and kubectl shows its message, a mutating
 //! one adds a label, a webhook that hangs past `timeoutSeconds: 1` fails the request under
 //! `failurePolicy: Fail` (naming the webhook) and is skipped under `Ignore`, and the
-//! configurations themselves are never sent to a webhook.
+//! configurations themselves are never sent to a webhook. The same server registered by a
+//! Service reference is reached through the Service's endpoints, and a Service with none fails
+//! the call as kube-apiserver words it.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -90,7 +92,9 @@ async fn read_request<S: tokio::io::AsyncRead + Unpin>(
 
 /// Starts the webhook server on 127.0.0.1 in a thread of its own.
 fn start_hooks() -> Hooks {
-    let (ca_pem, cert, key) = skiff_tests::serving_certificate("webhook test CA", "127.0.0.1");
+    // Reached by URL (127.0.0.1) or through the Service `default/hooks`.
+    let (ca_pem, cert, key) =
+        skiff_tests::serving_certificate("webhook test CA", &["127.0.0.1", "hooks.default.svc"]);
     let config = rustls::ServerConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),
     ))
@@ -363,5 +367,68 @@ fn webhooks_deny_mutate_time_out_and_never_see_their_configurations() {
     assert_eq!(
         listed.trim(),
         "validatingwebhookconfiguration.admissionregistration.k8s.io/everything"
+    );
+}
+
+#[test]
+fn a_webhook_is_reached_through_its_service() {
+    let cluster = TestCluster::start(&[]);
+    let k = cluster.kubectl();
+    let hooks = start_hooks();
+    // A Service without a selector, its Endpoints the test's server.
+    let service = json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "Service",
+         "metadata": {"name": "hooks", "namespace": "default"},
+         "spec": {"ports": [{"name": "https", "port": 443, "targetPort": hooks.port}]}},
+        {"apiVersion": "v1", "kind": "Endpoints",
+         "metadata": {"name": "hooks", "namespace": "default"},
+         "subsets": [{"addresses": [{"ip": "127.0.0.1"}],
+                      "ports": [{"name": "https", "port": hooks.port}]}]}]});
+    k.ok_with_input(&["apply", "-f", "-"], &service.to_string());
+    let configuration = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "deny-by-service"},
+        "webhooks": [{
+            "name": "deny-svc.skiff.test",
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+            "clientConfig": {
+                "service": {"namespace": "default", "name": "hooks", "path": "/deny", "port": 443},
+                "caBundle": base64::engine::general_purpose::STANDARD.encode(&hooks.ca_pem),
+            },
+            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                       "resources": ["configmaps"]}]}]});
+    k.ok_with_input(&["create", "-f", "-"], &configuration.to_string());
+    let denied = until(&k, "forbidden", json!({"forbidden": "true"}), |run| !run.ok);
+    assert!(
+        denied.stderr.contains(
+            "admission webhook \"deny-svc.skiff.test\" denied the request: configmaps labelled forbidden=true are not allowed"
+        ),
+        "{}",
+        denied.stderr
+    );
+    // The server saw the review, with the path of the reference.
+    assert!(
+        hooks
+            .seen
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|r| r["request"]["object"]["metadata"]["labels"]["forbidden"] == "true")
+    );
+    k.ok_with_input(
+        &["create", "-f", "-"],
+        &config_map("allowed", json!({"forbidden": "false"})),
+    );
+
+    // With no endpoint left, the call fails (failurePolicy Fail) in kube-apiserver's words.
+    k.ok(&["delete", "endpoints", "hooks"]);
+    let failed = until(&k, "unreachable", json!({}), |run| !run.ok);
+    assert!(
+        failed.stderr.contains(
+            "failed calling webhook \"deny-svc.skiff.test\": failed to call webhook: Post \"https://hooks.default.svc:443/deny\": no endpoints available for service \"hooks\""
+        ),
+        "{}",
+        failed.stderr
     );
 }
