@@ -120,32 +120,17 @@ fn install_manifests_of_well_known_projects_apply_and_register() {
     let metrics_server = manifest("metrics-server", dir);
     let prometheus_operator = manifest("prometheus-operator", dir);
     let argo_cd = manifest("argo-cd", dir);
-    apply(
-        &k,
-        &metrics_server,
-        &["--server-side"],
-        " serverside-applied",
-    );
-    apply(
-        &k,
-        &prometheus_operator,
-        &["--server-side"],
-        " serverside-applied",
-    );
+    let server_side = |file: &Path, args: &[&str]| {
+        let mut args = args.to_vec();
+        args.push("--server-side");
+        apply(&k, file, &args, " serverside-applied")
+    };
+    server_side(&metrics_server, &[]);
+    server_side(&prometheus_operator, &[]);
     k.ok(&["create", "namespace", "argocd"]);
-    apply(
-        &k,
-        &argo_cd,
-        &["--server-side", "-n", "argocd"],
-        " serverside-applied",
-    );
+    server_side(&argo_cd, &["-n", "argocd"]);
     // Applying again is no conflict either.
-    apply(
-        &k,
-        &prometheus_operator,
-        &["--server-side"],
-        " serverside-applied",
-    );
+    server_side(&prometheus_operator, &[]);
 
     for (file, args) in [
         (&ingress_nginx, &[][..]),
