@@ -15,11 +15,12 @@ use serde_json::{Value, json};
 use skiff_tests::{Kubectl, TestCluster, eventually};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// The test's webhook server: every review it received.
+/// The test's webhook server: every review it received, and the query of each request.
 struct Hooks {
     port: u16,
     ca_pem: String,
     seen: Arc<Mutex<Vec<Value>>>,
+    queries: Arc<Mutex<Vec<String>>>,
 }
 
 /// What the server answers on `path` to `review`, after how long.
@@ -53,7 +54,7 @@ fn answer(path: &str, review: &Value) -> (Duration, Value) {
     )
 }
 
-/// Reads one HTTP/1.1 request: (path, body).
+/// Reads one HTTP/1.1 request: (its target, the path with the query; the body).
 async fn read_request<S: tokio::io::AsyncRead + Unpin>(
     stream: &mut S,
 ) -> Option<(String, Vec<u8>)> {
@@ -108,7 +109,8 @@ fn start_hooks() -> Hooks {
     listener.set_nonblocking(true).unwrap();
     let port = listener.local_addr().unwrap().port();
     let seen = Arc::new(Mutex::new(Vec::new()));
-    let record = seen.clone();
+    let queries = Arc::new(Mutex::new(Vec::new()));
+    let (record, record_query) = (seen.clone(), queries.clone());
     std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -121,17 +123,20 @@ fn start_hooks() -> Hooks {
                 let Ok((tcp, _)) = listener.accept().await else {
                     continue;
                 };
-                let (acceptor, record) = (acceptor.clone(), record.clone());
+                let (acceptor, record, record_query) =
+                    (acceptor.clone(), record.clone(), record_query.clone());
                 tokio::spawn(async move {
                     let Ok(mut tls) = acceptor.accept(tcp).await else {
                         return;
                     };
-                    let Some((path, body)) = read_request(&mut tls).await else {
+                    let Some((target, body)) = read_request(&mut tls).await else {
                         return;
                     };
+                    let (path, query) = target.split_once('?').unwrap_or((&target, ""));
+                    record_query.lock().unwrap().push(query.to_string());
                     let review: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
                     record.lock().unwrap().push(review.clone());
-                    let (delay, reply) = answer(&path, &review);
+                    let (delay, reply) = answer(path, &review);
                     tokio::time::sleep(delay).await;
                     let reply = reply.to_string();
                     let response = format!(
@@ -144,7 +149,12 @@ fn start_hooks() -> Hooks {
             }
         });
     });
-    Hooks { port, ca_pem, seen }
+    Hooks {
+        port,
+        ca_pem,
+        seen,
+        queries,
+    }
 }
 
 impl Hooks {
@@ -317,6 +327,16 @@ fn webhooks_deny_mutate_time_out_and_never_see_their_configurations() {
     k.ok_with_input(&["apply", "-f", "-"], &slow("Ignore"));
     until(&k, "ignored", json!({"speed": "slow"}), |run| run.ok);
 
+    // Each call told the webhook its deadline, as kube-apiserver does: 10 s by default, 1 s
+    // for the slow one.
+    let queries = hooks.queries.lock().unwrap().clone();
+    assert!(queries.iter().any(|q| q == "timeout=10s"), "{queries:?}");
+    assert!(queries.iter().any(|q| q == "timeout=1s"), "{queries:?}");
+    assert!(
+        queries.iter().all(|q| q.starts_with("timeout=")),
+        "{queries:?}"
+    );
+
     // The configurations were written and changed above, but no review of one reached the
     // server; ConfigMaps did.
     let seen = hooks.seen.lock().unwrap().clone();
@@ -426,7 +446,7 @@ fn a_webhook_is_reached_through_its_service() {
     let failed = until(&k, "unreachable", json!({}), |run| !run.ok);
     assert!(
         failed.stderr.contains(
-            "failed calling webhook \"deny-svc.skiff.test\": failed to call webhook: Post \"https://hooks.default.svc:443/deny\": no endpoints available for service \"hooks\""
+            "failed calling webhook \"deny-svc.skiff.test\": failed to call webhook: Post \"https://hooks.default.svc:443/deny?timeout=10s\": no endpoints available for service \"hooks\""
         ),
         "{}",
         failed.stderr

@@ -71,9 +71,12 @@ fn service_host(name: &str, namespace: &str) -> String {
 
 /// Resolves the webhook's URL or Service reference.
 async fn target(hook: &Hook, registry: &Registry) -> Result<Target, String> {
+    // kube-apiserver tells the webhook its deadline in the query (`?timeout=10s`), which
+    // webhook servers (controller-runtime's among them) take as the request's deadline.
+    let query = format!("?timeout={}s", hook.timeout.as_secs());
     if let Some(url) = &hook.client_config.url {
         return Ok(Target {
-            url: url.clone(),
+            url: format!("{url}{query}"),
             address: None,
         });
     }
@@ -87,7 +90,7 @@ async fn target(hook: &Hook, registry: &Registry) -> Result<Target, String> {
     // it could not send, and why.
     let unsent = |why: String| {
         format!(
-            "failed to call webhook: Post \"https://{}:{port}{path}\": {why}",
+            "failed to call webhook: Post \"https://{}:{port}{path}{query}\": {why}",
             service_host(name, ns)
         )
     };
@@ -107,7 +110,7 @@ async fn target(hook: &Hook, registry: &Registry) -> Result<Target, String> {
     let address = resolve(&svc, &endpoints, port).map_err(unsent)?;
     Ok(Target {
         url: format!(
-            "https://{}:{}{path}",
+            "https://{}:{}{path}{query}",
             service_host(name, ns),
             address.port()
         ),
