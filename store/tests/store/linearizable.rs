@@ -609,6 +609,27 @@ fn events_of(order: &[&Call]) -> Vec<Seen> {
     events
 }
 
+/// Panics with `what` and where `got` and `wanted` part (a few entries either side, not the
+/// thousands of both) unless they are the same.
+fn same_sequence(got: &[Seen], wanted: &[Seen], what: &str) {
+    if got == wanted {
+        return;
+    }
+    let at = got
+        .iter()
+        .zip(wanted)
+        .position(|(g, w)| g != w)
+        .unwrap_or(got.len().min(wanted.len()));
+    let window = |v: &[Seen]| v[at.saturating_sub(3).min(v.len())..(at + 4).min(v.len())].to_vec();
+    panic!(
+        "{what}: they part at entry {at} ({} got, {} wanted)\ngot:    {:#?}\nwanted: {:#?}",
+        got.len(),
+        wanted.len(),
+        window(got),
+        window(wanted)
+    );
+}
+
 fn without_previous(events: &[Seen]) -> Vec<Seen> {
     events
         .iter()
@@ -723,10 +744,12 @@ fn log_is_linearizable_across_crashes() {
             events
         })
         .collect();
-    assert_eq!(
-        logged,
-        without_previous(&expected),
-        "the log differs from the linearization"
+    same_sequence(
+        &logged,
+        &without_previous(&expected),
+        &format!(
+            "the log differs from the linearization ({lost} operations lost with killed rounds)"
+        ),
     );
     let revisions = store.status().revision.0;
     assert_eq!(expected.last().map(|e| e.revision), Some(revisions));
@@ -755,9 +778,10 @@ fn log_is_linearizable_across_crashes() {
             if n < KILLED_ROUNDS as usize {
                 wanted.truncate(seen.len());
             }
-            assert_eq!(
-                seen, wanted,
-                "round {n}: watcher {w} (from {start}) saw a different sequence"
+            same_sequence(
+                &seen,
+                &wanted,
+                &format!("round {n}: watcher {w} (from {start}) saw a different sequence"),
             );
             watch_events += seen.len();
         }
