@@ -191,6 +191,20 @@ impl ResourceCalc<'_> {
         (ratio - 1.0).abs() <= self.tunables.tolerance
     }
 
+    /// The proposal from the measured pods alone, when no pod is missing and the unready ones
+    /// need not count (`unready_up` false): the current count within the tolerance, else the
+    /// ready pods scaled by `ratio`. `None` when the missing or unready pods must be filled in.
+    fn direct(&self, groups: &Groups, ratio: f64, unready_up: bool) -> Option<i32> {
+        if unready_up || !groups.missing.is_empty() {
+            return None;
+        }
+        Some(if self.within_tolerance(ratio) {
+            self.current
+        } else {
+            (ratio * groups.ready as f64).ceil() as i32
+        })
+    }
+
     /// Replicas for a utilization target in percent of the requests.
     pub(super) fn utilization(
         &self,
@@ -227,11 +241,8 @@ impl ResourceCalc<'_> {
             average_milli: raw,
         };
         let unready_up = !groups.unready.is_empty() && ratio > 1.0;
-        if !unready_up && groups.missing.is_empty() {
-            if self.within_tolerance(ratio) {
-                return Ok((self.current, value));
-            }
-            return Ok(((ratio * groups.ready as f64).ceil() as i32, value));
+        if let Some(replicas) = self.direct(&groups, ratio, unready_up) {
+            return Ok((replicas, value));
         }
         if ratio < 1.0 {
             // On the way down, a pod not measured counts as using all it asked for.
@@ -276,11 +287,8 @@ impl ResourceCalc<'_> {
             average_milli: average,
         };
         let unready_up = !groups.unready.is_empty() && ratio > 1.0;
-        if !unready_up && groups.missing.is_empty() {
-            if self.within_tolerance(ratio) {
-                return Ok((self.current, value));
-            }
-            return Ok(((ratio * groups.ready as f64).ceil() as i32, value));
+        if let Some(replicas) = self.direct(&groups, ratio, unready_up) {
+            return Ok((replicas, value));
         }
         let fill = if ratio < 1.0 { target } else { 0 };
         if ratio != 1.0 {
