@@ -5,9 +5,8 @@ use std::collections::HashMap;
 
 use cel::Value as Cel;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::StatusCause;
-use skiff_meta::status::{ApiError, GroupResource, Reason};
-
 use skiff_kinds::custom::cel::Scope;
+use skiff_meta::status::{ApiError, GroupResource, Reason};
 
 use super::compiled::{Binding, Compiled, Policy, Validation};
 use crate::admission::Attributes;
