@@ -1,9 +1,11 @@
 //! The horizontal-pod-autoscaler's shell: every autoscaler is synced when it changes and again
 //! every sync period (15 s, `--horizontal-pod-autoscaler-sync-period`). A sync reads the
 //! target's `scale` subresource (any kind that has one, custom resources included, found by
-//! discovery of its group-version), the pods its selector picks from the shared cache, and their
-//! usage from the resource metrics API (`metrics.k8s.io`, whichever server serves it); it then
-//! decides, writes the new scale, records the events and writes the status when it changed.
+//! discovery of its group-version), the pods its selector picks from the shared cache, their
+//! usage from the resource metrics API (`metrics.k8s.io`, whichever server serves it) when a
+//! resource metric needs it, and each `Pods`, `Object` or `External` metric from the custom or
+//! external metrics API; it then decides, writes the new scale, records the events and writes the
+//! status when it changed.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -19,8 +21,9 @@ use skiff_client::events::{self, Recorder};
 use skiff_client::{Api, Informer};
 use skiff_meta::labels;
 
+use super::custom::{Query, Reading};
 use super::{
-    History, PodUsage, TargetScale, Tunables, Usage, decide, rescaled, scale_unreadable,
+    History, Measured, PodUsage, TargetScale, Tunables, Usage, decide, rescaled, scale_unreadable,
     status_changed,
 };
 use crate::manager::Context;
@@ -116,6 +119,84 @@ impl Autoscalers {
         }
         Ok(usage)
     }
+
+    /// What the metrics APIs say for `hpa`'s metrics, of the pods `selector` picks in
+    /// `namespace`: each API asked only when a metric needs it.
+    async fn measure(
+        &self,
+        hpa: &HorizontalPodAutoscaler,
+        namespace: &str,
+        selector: &str,
+    ) -> Measured {
+        let metrics = hpa
+            .spec
+            .as_ref()
+            .and_then(|s| s.metrics.clone())
+            .unwrap_or_default();
+        let resources = if metrics
+            .iter()
+            .any(|m| matches!(m.type_.as_str(), "Resource" | "ContainerResource"))
+        {
+            self.usage(namespace, selector).await
+        } else {
+            Ok(BTreeMap::new())
+        };
+        let mut custom = BTreeMap::new();
+        for (i, metric) in metrics.iter().enumerate() {
+            if let Some(query) = Query::of(metric, selector) {
+                custom.insert(i, self.read(namespace, &query).await);
+            }
+        }
+        Measured { resources, custom }
+    }
+
+    /// Asks the custom metrics API (its `v1beta2`, else its `v1beta1`) or the external metrics
+    /// API for `query` in `namespace`.
+    async fn read(&self, namespace: &str, query: &Query) -> Reading {
+        let fail = |e: String| match query {
+            Query::Pods { .. } => Reading::Pods(Err(e)),
+            _ => Reading::Value(Err(e)),
+        };
+        let resource = match query {
+            Query::Object {
+                api_version, kind, ..
+            } if kind != "Namespace" => match self.resource_of(api_version, kind).await {
+                Ok(r) if r.group.is_empty() => r.plural,
+                Ok(r) => format!("{}.{}", r.plural, r.group),
+                Err(e) => return fail(e),
+            },
+            _ => String::new(),
+        };
+        let path = query.path(namespace, &resource);
+        let apis: &[&str] = match query {
+            Query::External { .. } => &["external.metrics.k8s.io/v1beta1"],
+            _ => &[
+                "custom.metrics.k8s.io/v1beta2",
+                "custom.metrics.k8s.io/v1beta1",
+            ],
+        };
+        let mut last = String::new();
+        for api in apis {
+            let request = http::Request::get(format!("/apis/{api}{path}"))
+                .body(Vec::new())
+                .expect("a GET of a path");
+            match self.client.request::<Value>(request).await {
+                Ok(list) => return query.read(&list),
+                // An adapter that serves only the older version.
+                Err(e) if not_found(&e) && last.is_empty() => last = api_message(&e),
+                Err(e) => return fail(api_message(&e)),
+            }
+        }
+        fail(last)
+    }
+}
+
+/// An API error's message, the rest as they print.
+fn api_message(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(status) => status.message.clone(),
+        other => other.to_string(),
+    }
 }
 
 /// The usage in a `PodMetricsList`, by pod name; pods whose entry does not read are left out.
@@ -194,8 +275,9 @@ impl Reconcile for Autoscalers {
                     .as_deref()
                     .map(|s| self.pods_of(ns, s))
                     .unwrap_or_default();
-                let usage = self
-                    .usage(ns, selector.as_deref().unwrap_or_default())
+                let status_replicas = scale.status.as_ref().map_or(0, |s| s.replicas);
+                let measured = self
+                    .measure(&hpa, ns, selector.as_deref().unwrap_or_default())
                     .await;
                 let refs: Vec<&Pod> = pods.iter().map(Arc::as_ref).collect();
                 let mut decision = {
@@ -204,10 +286,11 @@ impl Reconcile for Autoscalers {
                         &hpa,
                         &TargetScale {
                             replicas: current,
+                            status_replicas,
                             selector,
                         },
                         &refs,
-                        &usage,
+                        &measured,
                         histories.entry(key.to_string()).or_default(),
                         &self.tunables,
                         now,

@@ -12,8 +12,9 @@
 //!   pods, rounded up. When pods are missing or unready, the ratio is worked out again assuming
 //!   the worst for the move (missing pods at 100% of their request on the way down, at 0 on the
 //!   way up; unready pods at 0 on the way up), and a move that this reverses or shrinks into the
-//!   tolerance is not made. `Pods`, `Object` and `External` metrics need a custom or external
-//!   metrics API, which skiff does not serve: they fail as Kubernetes fails without one.
+//!   tolerance is not made. `Pods`, `Object` and `External` metrics are read from the custom
+//!   and external metrics APIs that an adapter serves through the aggregation layer
+//!   ([`custom`]); without one they fail as they fail in Kubernetes.
 //! - **Across metrics**: the largest proposal; if every metric failed, or some failed and the
 //!   rest would scale down, nothing is scaled.
 //! - **Normalization**: without `behavior`, the highest recommendation of the last downscale
@@ -31,6 +32,7 @@
 //! controller's memory as in Kubernetes; every function takes `now`, so tests drive the clock.
 
 pub mod controller;
+pub mod custom;
 mod rate;
 mod replicas;
 
@@ -48,7 +50,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use skiff_meta::quantity;
 
 use crate::runtime::Note;
+use custom::{Custom, Reading};
 use rate::normalize;
+pub use replicas::Sample;
 use replicas::{ResourceCalc, milli, samples};
 
 /// The controller's tunables, kube-controller-manager's `--horizontal-pod-autoscaler-*` flags.
@@ -90,6 +94,26 @@ pub struct PodUsage {
 /// What the metrics API answered for the target's pods, by pod name; `Err` with its message
 /// when it could not be read.
 pub type Usage = Result<BTreeMap<String, PodUsage>, String>;
+
+/// What the metrics APIs answered for one sync.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Measured {
+    /// The resource metrics API's answer for the target's pods, for `Resource` and
+    /// `ContainerResource` metrics.
+    pub resources: Usage,
+    /// The custom and external metrics APIs' answers, by the index in `spec.metrics` of the
+    /// `Pods`, `Object` or `External` metric each is for.
+    pub custom: BTreeMap<usize, Reading>,
+}
+
+impl From<Usage> for Measured {
+    fn from(resources: Usage) -> Self {
+        Measured {
+            resources,
+            custom: BTreeMap::new(),
+        }
+    }
+}
 
 /// What an autoscaler remembers between syncs.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -276,17 +300,19 @@ pub fn rescaled(
 pub struct TargetScale {
     /// `spec.replicas`.
     pub replicas: i32,
+    /// `status.replicas`, what per-replica values of `Object` and `External` metrics divide by.
+    pub status_replicas: i32,
     /// `status.selector`, the pods that count.
     pub selector: Option<String>,
 }
 
 /// One sync: the replicas `hpa`'s target should have, given its scale, its pods (those of the
-/// namespace that its selector picks) and their usage.
+/// namespace that its selector picks) and what the metrics APIs say of them.
 pub fn decide(
     hpa: &HorizontalPodAutoscaler,
     scale: &TargetScale,
     pods: &[&Pod],
-    usage: &Usage,
+    measured: &Measured,
     history: &mut History,
     tunables: &Tunables,
     now: Timestamp,
@@ -326,7 +352,7 @@ pub fn decide(
         desired = min;
     } else {
         let metrics = spec.metrics.clone().unwrap_or_default();
-        let outcome = across_metrics(&metrics, scale, pods, usage, current, tunables, now);
+        let outcome = across_metrics(&metrics, scale, pods, measured, current, tunables, now);
         status.current_metrics = Some(outcome.statuses);
         match outcome.result {
             Err(failure) => {
@@ -435,7 +461,7 @@ fn across_metrics(
     metrics: &[MetricSpec],
     scale: &TargetScale,
     pods: &[&Pod],
-    usage: &Usage,
+    measured: &Measured,
     current: i32,
     tunables: &Tunables,
     now: Timestamp,
@@ -446,7 +472,28 @@ fn across_metrics(
     let mut invalid = 0;
     let mut first: Option<(&'static str, String)> = None;
     for (i, metric) in metrics.iter().enumerate() {
-        match one_metric(metric, scale, pods, usage, current, tunables, now) {
+        let custom = Custom {
+            scale,
+            pods,
+            current,
+            tunables,
+            now,
+        };
+        let outcome = match metric.type_.as_str() {
+            "Pods" => custom.pods(metric, measured.custom.get(&i)),
+            "Object" => custom.object(metric, measured.custom.get(&i)),
+            "External" => custom.external(metric, measured.custom.get(&i)),
+            _ => resource_metric(
+                metric,
+                scale,
+                pods,
+                &measured.resources,
+                current,
+                tunables,
+                now,
+            ),
+        };
+        match outcome {
             Ok((replicas, name, metric_status)) => {
                 statuses[i] = metric_status;
                 if best.as_ref().is_none_or(|(b, _)| replicas > *b) {
@@ -486,10 +533,12 @@ fn across_metrics(
     }
 }
 
+/// A metric's proposal, its name in messages and its current value; or why it has none (the
+/// `ScalingActive` reason and the message).
 type MetricOutcome = Result<(i32, String, MetricStatus), (&'static str, String)>;
 
-/// One metric's proposal, its name in messages, and its current value.
-fn one_metric(
+/// A resource metric's proposal, its name in messages, and its current value.
+fn resource_metric(
     metric: &MetricSpec,
     scale: &TargetScale,
     pods: &[&Pod],
@@ -512,27 +561,6 @@ fn one_metric(
                 ..
             },
         ) => (r.name.as_str(), Some(r.container.as_str()), &r.target),
-        ("Pods", _) => {
-            return Err((
-                "FailedGetPodsMetric",
-                "unable to get metric: no custom metrics API (custom.metrics.k8s.io) is served"
-                    .into(),
-            ));
-        }
-        ("Object", _) => {
-            return Err((
-                "FailedGetObjectMetric",
-                "unable to get metric: no custom metrics API (custom.metrics.k8s.io) is served"
-                    .into(),
-            ));
-        }
-        ("External", _) => {
-            return Err((
-                "FailedGetExternalMetric",
-                "unable to get external metric: no external metrics API (external.metrics.k8s.io) is served"
-                    .into(),
-            ));
-        }
         (other, _) => {
             return Err((
                 "InvalidMetricSourceType",

@@ -17,12 +17,16 @@ pub(super) fn milli(q: &Quantity) -> Option<i64> {
     quantity::parse_k8s(q).ok().map(|q| q.milli_value())
 }
 
-/// One measured pod's use of the resource (of one container, or summed over its containers).
+/// One measured pod's use of the resource (of one container, or summed over its containers),
+/// or its value of a `Pods` metric.
 #[derive(Clone, Debug, PartialEq)]
-pub(super) struct Sample {
-    timestamp: Timestamp,
-    window: Duration,
-    milli: i64,
+pub struct Sample {
+    /// The end of the measured window.
+    pub timestamp: Timestamp,
+    /// Its length.
+    pub window: Duration,
+    /// The value, in thousandths of the unit.
+    pub milli: i64,
 }
 
 pub(super) fn samples(
@@ -178,6 +182,9 @@ impl ResourceCalc<'_> {
         }
         let groups = self.group(pods, &samples);
         samples.retain(|pod, _| !groups.ignored.contains(pod) && !groups.unready.contains(pod));
+        if samples.is_empty() && self.resource.is_empty() {
+            return Err("did not receive metrics for any ready pods".into());
+        }
         if samples.is_empty() {
             return Err(format!(
                 "unable to get metrics for resource {}: no metrics returned from resource metrics API",

@@ -1,6 +1,7 @@
 use k8s_openapi::api::core::v1::{Container, ResourceRequirements};
 use serde_json::json;
 
+use super::custom::{Query, Reading};
 use super::*;
 use crate::pods::testing::{at, pod, running};
 
@@ -68,6 +69,7 @@ fn usage(pods: &[(&str, i64, i64)], now: Timestamp) -> Usage {
 fn scale(replicas: i32) -> TargetScale {
     TargetScale {
         replicas,
+        status_replicas: replicas,
         selector: Some("app=web".into()),
     }
 }
@@ -99,7 +101,7 @@ fn run(
         hpa,
         &scale(current),
         &refs,
-        usage,
+        &Measured::from(usage.clone()),
         history,
         &Tunables::default(),
         t,
@@ -604,4 +606,403 @@ fn a_metrics_list_reads_as_usage_by_pod() {
     assert_eq!(a.containers["c"]["cpu"], 250);
     assert_eq!(a.containers["c"]["memory"], 64 * 1024 * 1024 * 1000);
     assert_eq!(a.containers["s"]["cpu"], 1000);
+}
+
+/// A sync of `hpa` with custom or external readings (and no resource metrics).
+fn run_custom(
+    hpa: &HorizontalPodAutoscaler,
+    scale: TargetScale,
+    pods: &[Pod],
+    readings: Vec<(usize, Reading)>,
+    t: Timestamp,
+) -> Decision {
+    let refs: Vec<&Pod> = pods.iter().collect();
+    let measured = Measured {
+        resources: Ok(BTreeMap::new()),
+        custom: readings.into_iter().collect(),
+    };
+    decide(
+        hpa,
+        &scale,
+        &refs,
+        &measured,
+        &mut History::default(),
+        &Tunables::default(),
+        t,
+    )
+}
+
+/// Each pod's value of a `Pods` metric, measured at `t`.
+fn pod_values(values: &[(&str, i64)], t: Timestamp) -> Reading {
+    Reading::Pods(Ok(values
+        .iter()
+        .map(|(name, milli)| {
+            (
+                name.to_string(),
+                Sample {
+                    timestamp: t,
+                    window: Duration::from_secs(60),
+                    milli: *milli,
+                },
+            )
+        })
+        .collect()))
+}
+
+fn current_of(d: &Decision, i: usize) -> serde_json::Value {
+    serde_json::to_value(&d.status.current_metrics.as_ref().unwrap()[i]).unwrap()
+}
+
+#[test]
+fn a_pods_metric_averages_the_pods_values_against_its_target() {
+    let hpa = hpa(json!({"metrics": [{"type": "Pods", "pods": {
+        "metric": {"name": "qps"}, "target": {"type": "AverageValue", "averageValue": "10"}}}]}));
+    let t = now(0);
+    let pods = [web_pod("a", 100, 64), web_pod("b", 100, 64)];
+    // 10 and 30 average 20: twice the target, on two pods.
+    let d = run_custom(
+        &hpa,
+        scale(2),
+        &pods,
+        vec![(0, pod_values(&[("a", 10_000), ("b", 30_000)], t))],
+        t,
+    );
+    assert_eq!(d.desired, 4);
+    assert_eq!(d.reason.as_deref(), Some("pods metric qps above target"));
+    assert_eq!(
+        current_of(&d, 0),
+        json!({"type": "Pods", "pods": {"metric": {"name": "qps"},
+               "current": {"averageValue": "20"}}})
+    );
+    // A pod without a value counts as at the target on the way down: 2 and 2 and (10) average
+    // 4.67, not 2, so three pods go to two rather than one.
+    let pods = [
+        web_pod("a", 100, 64),
+        web_pod("b", 100, 64),
+        web_pod("c", 100, 64),
+    ];
+    let d = run_custom(
+        &hpa,
+        scale(3),
+        &pods,
+        vec![(0, pod_values(&[("a", 2_000), ("b", 2_000)], t))],
+        t,
+    );
+    assert_eq!(d.desired, 2);
+    assert_eq!(d.reason.as_deref(), Some("All metrics below target"));
+    // Only pending pods: nothing counts.
+    let pending = [pod("p", &[("app", "web")], 0)];
+    let d = run_custom(
+        &hpa,
+        scale(1),
+        &pending,
+        vec![(0, pod_values(&[("p", 50_000)], t))],
+        t,
+    );
+    let active = condition(&d, "ScalingActive");
+    assert_eq!(active.reason.as_deref(), Some("FailedGetPodsMetric"));
+    assert!(
+        active
+            .message
+            .as_deref()
+            .unwrap()
+            .contains("did not receive metrics for any ready pods"),
+        "{active:?}"
+    );
+}
+
+#[test]
+fn an_object_metric_by_value_scales_the_ready_pods_by_its_ratio() {
+    let hpa = hpa(json!({"metrics": [{"type": "Object", "object": {
+        "describedObject": {"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "name": "main"},
+        "metric": {"name": "requests-per-second"},
+        "target": {"type": "Value", "value": "100"}}}]}));
+    let t = now(0);
+    // Two ready pods and one not ready: 250 against 100 asks for 2.5 times the two.
+    let mut unready = web_pod("c", 100, 64);
+    unready = running(unready, "n1", "127.0.0.9", None);
+    let pods = [web_pod("a", 100, 64), web_pod("b", 100, 64), unready];
+    let d = run_custom(
+        &hpa,
+        scale(3),
+        &pods,
+        vec![(0, Reading::Value(Ok(250_000)))],
+        t,
+    );
+    assert_eq!(d.desired, 5);
+    assert_eq!(
+        d.reason.as_deref(),
+        Some("Ingress metric requests-per-second above target")
+    );
+    assert_eq!(
+        current_of(&d, 0),
+        json!({"type": "Object", "object": {
+            "describedObject": {"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "name": "main"},
+            "metric": {"name": "requests-per-second"},
+            "current": {"value": "250"}}})
+    );
+    // Within the tolerance: nothing moves.
+    let d = run_custom(
+        &hpa,
+        scale(3),
+        &pods,
+        vec![(0, Reading::Value(Ok(105_000)))],
+        t,
+    );
+    assert_eq!((d.desired, d.reason), (3, None));
+}
+
+#[test]
+fn per_replica_targets_divide_by_the_replicas_the_scale_reports() {
+    let object = json!({"type": "Object", "object": {
+        "describedObject": {"apiVersion": "v1", "kind": "Service", "name": "web"},
+        "metric": {"name": "connections"},
+        "target": {"type": "AverageValue", "averageValue": "50"}}});
+    let external = json!({"type": "External", "external": {
+        "metric": {"name": "queue_depth", "selector": {"matchLabels": {"queue": "jobs"}}},
+        "target": {"type": "AverageValue", "averageValue": "10"}}});
+    let hpa = hpa(json!({"metrics": [object, external]}));
+    let t = now(0);
+    let pods = [web_pod("a", 100, 64), web_pod("b", 100, 64)];
+    let two = TargetScale {
+        replicas: 2,
+        status_replicas: 2,
+        selector: Some("app=web".into()),
+    };
+    // 200 connections at 50 each want 4, as do 35 jobs at 10 each: the first of the largest
+    // names the reason.
+    let d = run_custom(
+        &hpa,
+        two.clone(),
+        &pods,
+        vec![
+            (0, Reading::Value(Ok(200_000))),
+            (1, Reading::Value(Ok(35_000))),
+        ],
+        t,
+    );
+    assert_eq!(d.desired, 4);
+    assert_eq!(
+        d.reason.as_deref(),
+        Some("Service metric connections above target")
+    );
+    assert_eq!(
+        current_of(&d, 0)["object"]["current"],
+        json!({"averageValue": "100"})
+    );
+    assert_eq!(
+        current_of(&d, 1),
+        json!({"type": "External", "external": {
+            "metric": {"name": "queue_depth", "selector": {"matchLabels": {"queue": "jobs"}}},
+            "current": {"averageValue": "17500m"}}})
+    );
+    // 21 jobs on two replicas is 10.5 each: within the tolerance of 10.
+    let hpa_external = self::hpa(json!({"metrics": [external]}));
+    let d = run_custom(
+        &hpa_external,
+        two.clone(),
+        &pods,
+        vec![(0, Reading::Value(Ok(21_000)))],
+        t,
+    );
+    assert_eq!((d.desired, d.reason), (2, None));
+    // 5 jobs: down to one.
+    let d = run_custom(
+        &hpa_external,
+        two,
+        &pods,
+        vec![(0, Reading::Value(Ok(5_000)))],
+        t,
+    );
+    assert_eq!(d.desired, 1);
+    assert_eq!(d.reason.as_deref(), Some("All metrics below target"));
+}
+
+#[test]
+fn an_unreadable_or_targetless_custom_metric_stops_scaling_with_its_reason() {
+    let external = |target: serde_json::Value| {
+        hpa(json!({"metrics": [{"type": "External", "external": {
+            "metric": {"name": "queue_depth"}, "target": target}}]}))
+    };
+    let t = now(0);
+    let pods = [web_pod("a", 100, 64)];
+    let d = run_custom(
+        &external(json!({"type": "Value", "value": "10"})),
+        scale(1),
+        &pods,
+        vec![(
+            0,
+            Reading::Value(Err(
+                "the server could not find the requested resource".into()
+            )),
+        )],
+        t,
+    );
+    assert_eq!(d.reason, None);
+    let active = condition(&d, "ScalingActive");
+    assert_eq!(
+        (active.status.as_str(), active.reason.as_deref()),
+        ("False", Some("FailedGetExternalMetric"))
+    );
+    assert_eq!(
+        active.message.as_deref(),
+        Some(
+            "the HPA was unable to compute the replica count: failed to get queue_depth external \
+             metric: unable to get external metric queue_depth (): the server could not find the \
+             requested resource"
+        )
+    );
+    assert!(
+        d.notes
+            .iter()
+            .any(|n| n.reason == "FailedComputeMetricsReplicas"
+                && n.message.contains("invalid metrics (1 invalid out of 1)")),
+        "{:?}",
+        d.notes
+    );
+    let d = run_custom(
+        &external(json!({"type": "Utilization", "averageUtilization": 5})),
+        scale(1),
+        &pods,
+        vec![(0, Reading::Value(Ok(1)))],
+        t,
+    );
+    assert!(
+        condition(&d, "ScalingActive")
+            .message
+            .as_deref()
+            .unwrap()
+            .contains("neither a value target nor an average value target was set")
+    );
+    // A Value target from zero replicas: the ratio alone (no pods to count).
+    let d = run_custom(
+        &external(json!({"type": "Value", "value": "10"})),
+        TargetScale {
+            replicas: 1,
+            status_replicas: 0,
+            selector: Some("app=web".into()),
+        },
+        &[],
+        vec![(0, Reading::Value(Ok(35_000)))],
+        t,
+    );
+    assert!(
+        condition(&d, "ScalingActive")
+            .message
+            .as_deref()
+            .unwrap()
+            .contains("no pods returned by selector"),
+        "{:?}",
+        d.status
+    );
+}
+
+#[test]
+fn queries_ask_the_custom_and_external_metrics_apis() {
+    let spec = |v: serde_json::Value| -> MetricSpec { serde_json::from_value(v).unwrap() };
+    let pods = Query::of(
+        &spec(json!({"type": "Pods", "pods": {
+            "metric": {"name": "qps", "selector": {"matchLabels": {"verb": "GET"}}},
+            "target": {"type": "AverageValue", "averageValue": "1"}}})),
+        "app=web,tier in (a,b)",
+    )
+    .unwrap();
+    assert_eq!(
+        pods.path("ns", ""),
+        "/namespaces/ns/pods/*/qps?labelSelector=app%3Dweb%2Ctier+in+%28a%2Cb%29&metricLabelSelector=verb%3DGET"
+    );
+    let object = |kind: &str, api_version: Option<&str>| {
+        Query::of(
+            &spec(json!({"type": "Object", "object": {
+                "describedObject": {"apiVersion": api_version, "kind": kind, "name": "main"},
+                "metric": {"name": "rps"}, "target": {"type": "Value", "value": "1"}}})),
+            "app=web",
+        )
+        .unwrap()
+    };
+    let ingress = object("Ingress", Some("networking.k8s.io/v1"));
+    assert_eq!(
+        ingress.path("ns", "ingresses.networking.k8s.io"),
+        "/namespaces/ns/ingresses.networking.k8s.io/main/rps"
+    );
+    assert!(
+        matches!(&object("Service", None), Query::Object { api_version, .. } if api_version == "v1")
+    );
+    assert_eq!(
+        object("Namespace", Some("v1")).path("ns", ""),
+        "/namespaces/main/metrics/rps"
+    );
+    let external = Query::of(
+        &spec(json!({"type": "External", "external": {
+            "metric": {"name": "queue_depth", "selector": {"matchLabels": {"queue": "jobs"}}},
+            "target": {"type": "Value", "value": "1"}}})),
+        "app=web",
+    )
+    .unwrap();
+    assert_eq!(
+        external.path("ns", ""),
+        "/namespaces/ns/queue_depth?labelSelector=queue%3Djobs"
+    );
+    let resource = spec(json!({"type": "Resource", "resource": {"name": "cpu",
+        "target": {"type": "Utilization", "averageUtilization": 50}}}));
+    assert_eq!(Query::of(&resource, "app=web"), None);
+}
+
+#[test]
+fn answers_of_the_metrics_apis_read_as_values() {
+    let pods = Query::Pods {
+        metric: "qps".into(),
+        selector: "app=web".into(),
+        metric_selector: String::new(),
+    };
+    let list = json!({"kind": "MetricValueList", "items": [
+        {"describedObject": {"kind": "Pod", "namespace": "ns", "name": "a"},
+         "metric": {"name": "qps"}, "timestamp": "2026-12-06T12:00:00Z",
+         "windowSeconds": 30, "value": "1500m"},
+        {"describedObject": {"kind": "Pod", "namespace": "ns", "name": "b"},
+         "metricName": "qps", "timestamp": "2026-12-06T12:00:00Z", "value": "2"}]});
+    let Reading::Pods(Ok(values)) = pods.read(&list) else {
+        panic!("{:?}", pods.read(&list))
+    };
+    assert_eq!(values["a"].milli, 1500);
+    assert_eq!(values["a"].window, Duration::from_secs(30));
+    assert_eq!(values["b"].milli, 2000);
+    assert_eq!(values["b"].window, Duration::from_secs(60));
+    assert_eq!(
+        pods.read(&json!({"items": []})),
+        Reading::Pods(Err("no metrics returned from custom metrics API".into()))
+    );
+    let object = Query::Object {
+        metric: "rps".into(),
+        api_version: "v1".into(),
+        kind: "Service".into(),
+        name: "web".into(),
+        metric_selector: String::new(),
+    };
+    assert_eq!(
+        object.read(&json!({"items": [{"value": "2k"}]})),
+        Reading::Value(Ok(2_000_000))
+    );
+    let Reading::Value(Err(two)) = object.read(&json!({"items": [{"value": "1"}, {"value": "2"}]}))
+    else {
+        panic!()
+    };
+    assert!(
+        two.contains("returned 2 results when we asked for exactly one"),
+        "{two}"
+    );
+    let external = Query::External {
+        metric: "queue_depth".into(),
+        metric_selector: String::new(),
+    };
+    assert_eq!(
+        external.read(&json!({"kind": "ExternalMetricValueList", "items": [
+            {"metricName": "queue_depth", "value": "10"},
+            {"metricName": "queue_depth", "value": "20500m"}]})),
+        Reading::Value(Ok(30_500))
+    );
+    assert_eq!(
+        external.read(&json!({"items": []})),
+        Reading::Value(Err("no metrics returned from external metrics API".into()))
+    );
 }
