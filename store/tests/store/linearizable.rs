@@ -638,10 +638,15 @@ fn same_sequence(got: &[Seen], wanted: &[Seen], what: &str) {
 /// than the log's, and comparing the log with that order would fail a correct log. The log itself
 /// says what each lost write did: every call writes a value no other call writes, so a lost put
 /// or swap is found by its value, and a revision that only deletes and that no answer claims was
-/// made by a lost delete whose range held exactly the keys it removed (of several such, the one
-/// called first: the weakest claim). Those answers then bind the check to the log's order, and the
-/// history must still be linearizable with them.
-fn pin_lost_writes(log: &[LogEntry], history: &mut [Operation<Call, Answer>]) -> usize {
+/// made by a lost delete of the round that wrote it (`round_of` a revision) whose range held
+/// exactly the keys it removed (of several such, the one called first: the weakest claim). Those
+/// answers then bind the check to the log's order, and the history must still be linearizable
+/// with them.
+fn pin_lost_writes(
+    log: &[LogEntry],
+    history: &mut [Operation<Call, Answer>],
+    round_of: impl Fn(u64) -> usize,
+) -> usize {
     let mut pinned = 0;
     let claimed: std::collections::HashSet<u64> = history
         .iter()
@@ -699,7 +704,10 @@ fn pin_lost_writes(log: &[LogEntry], history: &mut [Operation<Call, Answer>]) ->
                 history
                     .iter()
                     .enumerate()
-                    .filter(|(_, op)| matches!(op.outcome, Outcome::Lost { .. }))
+                    .filter(|(_, op)| {
+                        matches!(op.outcome, Outcome::Lost { .. })
+                            && op.client / CLIENTS == round_of(revision)
+                    })
                     .filter(|(_, op)| match &op.input {
                         Call::Delete { start, end } => state
                             .range(start.clone()..end.clone())
@@ -808,7 +816,15 @@ fn log_is_linearizable_across_crashes() {
     let log = rt
         .block_on(store.log(Revision(1), None, usize::MAX))
         .unwrap();
-    let pinned = pin_lost_writes(&log, &mut history);
+    // Each round's first revision: its live watcher starts there.
+    let firsts: Vec<u64> = records.iter().map(|r| r.watchers[&2].0).collect();
+    let round_of = |revision| {
+        firsts
+            .iter()
+            .rposition(|first| *first <= revision)
+            .unwrap_or(0)
+    };
+    let pinned = pin_lost_writes(&log, &mut history, round_of);
     let started = Instant::now();
     let order = match check(&Log, &history, Some(Duration::from_secs(300))) {
         Verdict::Linearizable { order } => order,
