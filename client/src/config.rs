@@ -74,7 +74,7 @@ pub async fn connect(config: &ClientConfig) -> Result<Client> {
         }
     };
     let server = kube_config.cluster_url.to_string();
-    let client = Client::try_from(kube_config)?;
+    let client = build(kube_config)?;
     client
         .apiserver_version()
         .await
@@ -89,7 +89,7 @@ pub async fn connect(config: &ClientConfig) -> Result<Client> {
 /// request is made (components started inside `skiff server` use this).
 pub fn connect_to(server: &str, ca_pem: &[u8], token: &str) -> Result<Client> {
     install_crypto();
-    Ok(Client::try_from(server_config(server, ca_pem, token)?)?)
+    build(server_config(server, ca_pem, token)?)
 }
 
 /// A client for `server`, trusting the PEM bundle `ca_pem` and authenticating with the client
@@ -106,7 +106,7 @@ pub fn connect_with_certificate(
     let encode = |pem: &str| base64::engine::general_purpose::STANDARD.encode(pem);
     config.auth_info.client_certificate_data = Some(encode(&credentials.cert_pem));
     config.auth_info.client_key_data = Some(encode(&credentials.key_pem).into());
-    Ok(Client::try_from(config)?)
+    build(config)
 }
 
 /// A client from a kubeconfig file, without a round trip.
@@ -150,7 +150,22 @@ fn base_config(server: &str, ca_pem: &[u8]) -> Result<kube::Config> {
     Ok(config)
 }
 
+/// A client on `config` that sends a request again only when the server says when
+/// ([`crate::retry`]).
+pub(crate) fn build(config: kube::Config) -> Result<Client> {
+    let builder = kube::client::ClientBuilder::try_from(config)?;
+    // A retried request goes through the stack again: the buffer makes the stack cloneable.
+    Ok(builder
+        .with_layer(&tower::buffer::BufferLayer::new(1024))
+        .with_layer(&tower::retry::RetryLayer::new(
+            crate::retry::ServerDirected::default(),
+        ))
+        .build())
+}
+
 fn tune(config: &mut kube::Config) {
+    // kube-rs's own retries are replaced by client-go's rule (`build`).
+    config.default_retry = false;
     config.connect_timeout = Some(Duration::from_secs(10));
     // Watches are long-lived; the informer bounds each with a server-side timeout.
     config.read_timeout = Some(Duration::from_secs(330));

@@ -28,6 +28,7 @@ pub mod events;
 pub mod informer;
 pub mod join;
 pub mod leaderelection;
+pub mod retry;
 pub mod workqueue;
 
 pub use cache::{Cache, index, key_of};
