@@ -6,59 +6,16 @@
 //! skiff as the user, appear in `kubectl api-resources`, its APIService shows Available; when
 //! the server stops, the APIService turns unavailable and only that group fails.
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use base64::Engine;
 use serde_json::{Value, json};
 use skiff_tests::{TestCluster, eventually};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::aggregated::{Backend, Seen};
 
 const GROUP_VERSION: &str = "e2e.skiff.test/v1";
 const HOST: &str = "gizmo-api.default.svc";
-
-/// One request the server received: its path and headers (lower-case names).
-#[derive(Debug, Clone)]
-struct Seen {
-    path: String,
-    headers: Vec<(String, String)>,
-}
-
-impl Seen {
-    fn all(&self, name: &str) -> Vec<&str> {
-        self.headers
-            .iter()
-            .filter(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
-            .collect()
-    }
-}
-
-/// Reads one request head.
-async fn read_head<S: tokio::io::AsyncRead + Unpin>(stream: &mut S) -> Option<Seen> {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        if buf.windows(4).any(|w| w == b"\r\n\r\n") {
-            break;
-        }
-        let n = stream.read(&mut chunk).await.ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
-    let head = String::from_utf8_lossy(&buf).to_string();
-    let mut lines = head.lines();
-    let path = lines.next()?.split_whitespace().nth(1)?.to_string();
-    let headers = lines
-        .filter_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            Some((k.trim().to_ascii_lowercase(), v.trim().to_string()))
-        })
-        .collect();
-    Some(Seen { path, headers })
-}
 
 /// What the server answers on `path`.
 fn answer(seen: &Seen) -> Value {
@@ -73,107 +30,6 @@ fn answer(seen: &Seen) -> Value {
                        "metadata": {"name": "g1", "namespace": "default"},
                        "servedTo": seen.all("x-remote-user").join(",")}]}),
     }
-}
-
-/// The test's aggregated server, on its own runtime so that dropping the runtime stops it.
-struct Backend {
-    port: u16,
-    ca_pem: String,
-    seen: Arc<Mutex<Vec<Seen>>>,
-    runtime: Option<tokio::runtime::Runtime>,
-}
-
-impl Backend {
-    /// Serves on 127.0.0.1, requiring a client certificate of `front_proxy_ca`.
-    fn start(front_proxy_ca: &str) -> Backend {
-        let (ca_pem, cert, key) = skiff_tests::serving_certificate("aggregation test CA", &[HOST]);
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut roots = rustls::RootCertStore::empty();
-        let mut reader = front_proxy_ca.as_bytes();
-        for ca in rustls_pemfile_certs(&mut reader) {
-            roots.add(ca).unwrap();
-        }
-        let clients = rustls::server::WebPkiClientVerifier::builder_with_provider(
-            Arc::new(roots),
-            provider.clone(),
-        )
-        .build()
-        .unwrap();
-        let config = rustls::ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_client_cert_verifier(clients)
-            .with_single_cert(vec![cert], key)
-            .unwrap();
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let record = seen.clone();
-        runtime.spawn(async move {
-            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-            loop {
-                let Ok((tcp, _)) = listener.accept().await else {
-                    continue;
-                };
-                let (acceptor, record) = (acceptor.clone(), record.clone());
-                tokio::spawn(async move {
-                    let Ok(mut tls) = acceptor.accept(tcp).await else {
-                        return;
-                    };
-                    // The client certificate chains to the front-proxy CA (the verifier
-                    // checked); it must also be the front proxy's own.
-                    let names_front_proxy = tls.get_ref().1.peer_certificates().is_some_and(|c| {
-                        c.first().is_some_and(|c| {
-                            c.as_ref()
-                                .windows(b"front-proxy-client".len())
-                                .any(|w| w == b"front-proxy-client")
-                        })
-                    });
-                    let Some(mut seen) = read_head(&mut tls).await else {
-                        return;
-                    };
-                    if !names_front_proxy {
-                        seen.headers.push(("x-test-refused".into(), "not the front proxy".into()));
-                    }
-                    record.lock().unwrap().push(seen.clone());
-                    let body = answer(&seen).to_string();
-                    let response = format!(
-                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                        body.len()
-                    );
-                    let _ = tls.write_all(response.as_bytes()).await;
-                    let _ = tls.shutdown().await;
-                });
-            }
-        });
-        Backend {
-            port,
-            ca_pem,
-            seen,
-            runtime: Some(runtime),
-        }
-    }
-
-    fn stop(&mut self) {
-        if let Some(runtime) = self.runtime.take() {
-            runtime.shutdown_background();
-        }
-    }
-}
-
-/// The certificates of a PEM bundle (rustls' own PEM reader).
-fn rustls_pemfile_certs(reader: &mut &[u8]) -> Vec<rustls::pki_types::CertificateDer<'static>> {
-    use rustls::pki_types::pem::PemObject;
-    rustls::pki_types::CertificateDer::pem_slice_iter(reader)
-        .map(|c| c.unwrap())
-        .collect()
 }
 
 #[test]
@@ -219,7 +75,7 @@ fn an_apiservice_answers_through_skiff_appears_in_discovery_and_fails_alone() {
         "{local}"
     );
 
-    let mut backend = Backend::start(front_proxy_ca);
+    let mut backend = Backend::start(front_proxy_ca, HOST, answer);
     let manifest = json!({"apiVersion": "v1", "kind": "List", "items": [
         {"apiVersion": "v1", "kind": "Service",
          "metadata": {"name": "gizmo-api", "namespace": "default"},

@@ -3,6 +3,7 @@
 //! One test binary per crate, its areas as modules: every integration binary links the whole
 //! dependency tree again, and on a 2-core CI machine those links cost more than the tests run.
 
+mod aggregated;
 mod aggregation;
 mod api;
 mod audit;
