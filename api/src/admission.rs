@@ -17,8 +17,8 @@
 //!
 //! After schema validation, the validating phase ([`Plugin::validate`], which may refuse but not
 //! change the write) runs [`webhook::ValidatingAdmissionWebhook`], then
-//! [`policy::ValidatingAdmissionPolicy`] (CEL policies; its Warn bindings add to the request's
-//! [`Warnings`]), then [`quota::ResourceQuota`].
+//! [`policy::ValidatingAdmissionPolicy`] (CEL policies; webhooks and policies leave warnings
+//! and audit annotations in the request's [`Feedback`]), then [`quota::ResourceQuota`].
 
 pub mod allocations;
 pub mod certificates;
@@ -32,7 +32,7 @@ pub mod quota;
 pub mod storage;
 pub mod webhook;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 use std::sync::{Arc, Mutex};
 
@@ -73,29 +73,43 @@ pub struct Attributes<'a> {
     pub user: &'a crate::auth::User,
     /// Whether the write is a dry run (`dryRun=All`): nothing is stored.
     pub dry_run: bool,
-    /// Where plugins leave warnings for the client (`Warning` headers of the response); `None`
+    /// Where plugins leave warnings for the client and annotations for the audit log; `None`
     /// where nobody reads them (tests, internal writes).
-    pub warnings: Option<&'a Warnings>,
+    pub feedback: Option<&'a Feedback>,
 }
 
-/// Warnings admission plugins give the client, sent as `Warning` headers of the response
-/// whatever its status. Shared by the request's handler and its plugins; one short critical
-/// section per warning.
+/// What admission plugins leave besides their verdict: warnings for the client (`Warning` headers
+/// of the response, whatever its status) and annotations for the request's audit event. Shared by
+/// the request's handler and its plugins; one short critical section each.
 #[derive(Debug, Default)]
-pub struct Warnings(Mutex<Vec<String>>);
+pub struct Feedback {
+    warnings: Mutex<Vec<String>>,
+    annotations: Mutex<BTreeMap<String, String>>,
+}
 
-impl Warnings {
+impl Feedback {
     /// Adds a warning, once (a write retried after a conflict runs admission again).
-    pub fn add(&self, warning: String) {
-        let mut list = self.0.lock().unwrap_or_else(|e| e.into_inner());
+    pub fn warn(&self, warning: String) {
+        let mut list = self.warnings.lock().unwrap_or_else(|e| e.into_inner());
         if !list.contains(&warning) {
             list.push(warning);
         }
     }
 
+    /// Adds an audit annotation; the first value of a key stays (as Kubernetes keeps it).
+    pub fn annotate(&self, key: String, value: String) {
+        let mut annotations = self.annotations.lock().unwrap_or_else(|e| e.into_inner());
+        annotations.entry(key).or_insert(value);
+    }
+
     /// The warnings so far.
-    pub fn take(&self) -> Vec<String> {
-        std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
+    pub fn take_warnings(&self) -> Vec<String> {
+        std::mem::take(&mut *self.warnings.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// The audit annotations so far.
+    pub fn take_annotations(&self) -> BTreeMap<String, String> {
+        std::mem::take(&mut *self.annotations.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }
 
@@ -1265,7 +1279,7 @@ mod tests {
             old: None,
             user: &user,
             dry_run: false,
-            warnings: None,
+            feedback: None,
         };
         let refused = chain.validate(&registry, &attributes).await;
         assert!(matches!(refused, Err(Error::Forbidden(_))), "{refused:?}");

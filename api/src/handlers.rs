@@ -713,7 +713,7 @@ async fn admit_and_create(
                 old: None,
                 user: &request.user,
                 dry_run: dry,
-                warnings: Some(&*request.warnings),
+                feedback: Some(&*request.feedback),
             },
         )
         .await?;
@@ -733,7 +733,7 @@ async fn admit_and_create(
                     old: None,
                     user: &request.user,
                     dry_run: dry,
-                    warnings: Some(&*request.warnings),
+                    feedback: Some(&*request.feedback),
                 },
             )
             .await?;
@@ -823,7 +823,7 @@ async fn admit_update(
                 old: Some(current),
                 user: &request.user,
                 dry_run: dry_run(&request.query).unwrap_or(false),
-                warnings: Some(&*request.warnings),
+                feedback: Some(&*request.feedback),
             },
         )
         .await?;
@@ -843,7 +843,7 @@ async fn admit_update(
                         old: Some(current),
                         user: &request.user,
                         dry_run: dry_run(&request.query).unwrap_or(false),
-                        warnings: Some(&*request.warnings),
+                        feedback: Some(&*request.feedback),
                     },
                 )
                 .await
@@ -1229,7 +1229,7 @@ pub(crate) async fn delete_one(
             old: Some(&current),
             user: &request.user,
             dry_run: dry,
-            warnings: Some(&*request.warnings),
+            feedback: Some(&*request.feedback),
         };
         server
             .admission

@@ -33,9 +33,9 @@ pub struct Request {
     /// Closes the connection the request came on (set by the connection loop): a watch whose
     /// client stopped reading is ended this way.
     pub connection: Option<crate::limits::Connection>,
-    /// Warnings admission gives the client; the route adds them to the response, whether it
-    /// succeeds or not.
-    pub warnings: std::sync::Arc<crate::admission::Warnings>,
+    /// Admission's warnings for the client, which the route adds to the response whether it
+    /// succeeds or not, and its annotations for the audit event.
+    pub feedback: std::sync::Arc<crate::admission::Feedback>,
 }
 
 /// Query parameters.

@@ -410,7 +410,7 @@ where
     let body = read_body(body, limit).await?;
     // Only the streaming and proxy subresources may take over the connection.
     let upgrade = upgrade.filter(|_| authz::is_stream(&target) || target.proxy_path.is_some());
-    let warnings = std::sync::Arc::new(crate::admission::Warnings::default());
+    let feedback = std::sync::Arc::new(crate::admission::Feedback::default());
     let request = Request {
         method,
         path,
@@ -420,10 +420,10 @@ where
         user,
         upgrade,
         connection,
-        warnings: warnings.clone(),
+        feedback: feedback.clone(),
     };
     if let Some(audit) = &audit
-        && audit.level() >= audit::policy::Level::Request
+        && audit.level() >= audit::policy::Level::Metadata
         && !request.body.is_empty()
         && let Ok(object) = request::parse_body(&request)
     {
@@ -436,7 +436,8 @@ where
             return crate::resource_metrics::serve(api, &request, &target).await;
         }
     }
-    // Admission's warnings go with any answer, a refusal included (as Kubernetes sends them).
+    // Admission's warnings go with any answer, a refusal included (as Kubernetes sends them),
+    // and its audit annotations with the request's event.
     let response = match crate::origin::scope(&origin, handlers::handle(api, request, target)).await
     {
         Ok(response) => response,
@@ -448,7 +449,10 @@ where
     } else {
         response
     };
-    Ok(handlers::with_warnings(response, &warnings.take()))
+    if let Some(audit) = &audit {
+        audit.annotate(feedback.take_annotations());
+    }
+    Ok(handlers::with_warnings(response, &feedback.take_warnings()))
 }
 
 /// The user `user` acts as ([`authz::impersonate`]); a refused impersonation is audited as the

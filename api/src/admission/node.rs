@@ -281,7 +281,7 @@ mod tests {
             old: case.old.as_ref(),
             user,
             dry_run: false,
-            warnings: None,
+            feedback: None,
         };
         let a = &mut a;
         check(a).map_err(|e| e.to_string())

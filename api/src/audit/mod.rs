@@ -319,9 +319,30 @@ impl Handle {
             .insert("authorization.k8s.io/reason".into(), reason.to_string());
     }
 
-    /// The request's body, kept at `Request` and above.
+    /// Annotations admission left for the request's event (webhooks' and policies').
+    pub fn annotate(&self, annotations: BTreeMap<String, String>) {
+        if !annotations.is_empty() {
+            self.state().annotations.extend(annotations);
+        }
+    }
+
+    /// The request's body, kept at `Request` and above. At any level that writes events it names
+    /// the object reference where the URL did not (a create's), as kube-apiserver does.
     pub fn request_object(&self, object: Value) {
         let mut state = self.state();
+        if let Some(object_ref) = state.object_ref.as_mut() {
+            let metadata = &object["metadata"];
+            for (field, value) in [
+                (&mut object_ref.name, &metadata["name"]),
+                (&mut object_ref.namespace, &metadata["namespace"]),
+            ] {
+                if field.is_empty()
+                    && let Some(value) = value.as_str()
+                {
+                    *field = value.to_string();
+                }
+            }
+        }
         if state
             .decision
             .as_ref()

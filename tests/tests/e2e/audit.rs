@@ -217,3 +217,115 @@ async fn the_audit_log_records_who_did_what_as_the_policy_says() {
         .collect();
     assert_eq!(stages, ["ResponseStarted", "ResponseComplete"]);
 }
+
+const LABELLED: &str = r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: labelled}
+spec:
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [configmaps]}
+  validations:
+  - expression: "has(object.metadata.labels) && 'team' in object.metadata.labels"
+    message: a team label is required
+  auditAnnotations:
+  - key: keys
+    valueExpression: "has(object.data) ? string(size(object.data)) : null"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: labelled-audit}
+spec:
+  policyName: labelled
+  validationActions: [Warn, Audit]
+"#;
+
+#[test]
+fn admission_policies_annotate_the_audit_event_of_the_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(&policy, POLICY).unwrap();
+    let log = dir.path().join("audit.log");
+    let mut cluster = TestCluster::start(&[
+        "--audit-policy-file",
+        policy.to_str().unwrap(),
+        "--audit-log-path",
+        log.to_str().unwrap(),
+    ]);
+    let k = cluster.kubectl();
+    k.ok_with_input(&["apply", "-f", "-"], LABELLED);
+    // The policy takes effect once its watch has it: create until the warning comes back.
+    let (mut name, mut attempt) = (String::new(), 0);
+    let warned = skiff_tests::eventually(std::time::Duration::from_secs(30), || {
+        attempt += 1;
+        name = format!("unlabelled-{attempt}");
+        let created = k.run(&[
+            "create",
+            "configmap",
+            &name,
+            "--from-literal=a=1",
+            "--from-literal=b=2",
+        ]);
+        assert!(created.ok, "{}", created.stderr);
+        created.stderr.contains(
+            "Warning: Validation failed for ValidatingAdmissionPolicy 'labelled' with binding \
+             'labelled-audit': a team label is required",
+        )
+    });
+    assert!(warned, "the policy never warned");
+    k.ok_with_input(
+        &["create", "-f", "-"],
+        r#"{"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "labelled", "labels": {"team": "blue"}}, "data": {"a": "1"}}"#,
+    );
+    k.ok(&["label", "configmap", "labelled", "tier=web"]);
+
+    cluster.stop();
+    let events = events(&log);
+    let configmap = |verb: &str, name: &str| {
+        let (verb, name) = (verb.to_string(), name.to_string());
+        move |e: &Value| {
+            e["verb"] == verb.as_str()
+                && e["objectRef"]["resource"] == "configmaps"
+                && e["objectRef"]["name"] == name.as_str()
+        }
+    };
+    // The create's event names the object, as kube-apiserver's does.
+    let created = find(&events, "the warned create", configmap("create", &name));
+    let annotations = &created["annotations"];
+    assert_eq!(annotations["labelled/keys"], "2", "{created}");
+    let failures: Value = serde_json::from_str(
+        annotations["validation.policy.admission.k8s.io/validation_failure"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no validation_failure in {created}")),
+    )
+    .unwrap();
+    assert_eq!(
+        failures,
+        serde_json::json!([{"message": "a team label is required", "policy": "labelled",
+                            "binding": "labelled-audit", "expressionIndex": 0,
+                            "validationActions": ["Warn", "Audit"]}])
+    );
+    // The authorizer's annotations are still there.
+    assert_eq!(annotations["authorization.k8s.io/decision"], "allow");
+    // A request the policy did not fail has its audit annotation only; one it does not match
+    // (an update) has neither.
+    let quiet = find(
+        &events,
+        "the labelled create",
+        configmap("create", "labelled"),
+    );
+    assert_eq!(quiet["annotations"]["labelled/keys"], "1", "{quiet}");
+    assert!(
+        quiet["annotations"]
+            .get("validation.policy.admission.k8s.io/validation_failure")
+            .is_none(),
+        "{quiet}"
+    );
+    let update = find(&events, "the label patch", configmap("patch", "labelled"));
+    assert!(
+        update["annotations"].get("labelled/keys").is_none(),
+        "{update}"
+    );
+}

@@ -123,6 +123,8 @@ pub struct Policy {
     pub variables: Vec<(String, Compiled)>,
     /// `validations`.
     pub validations: Vec<Validation>,
+    /// `auditAnnotations`: each key with its `valueExpression`.
+    pub audit_annotations: Vec<(String, Compiled)>,
     /// Why its `matchConstraints` could not be compiled (a selector validation should have
     /// refused): a configuration error, refusing every request it may match under
     /// `failurePolicy: Fail`.
@@ -140,6 +142,7 @@ impl Policy {
                 compiled(&v.expression)
                     || v.message_expression.as_ref().is_some_and(|m| m.reads(name))
             })
+            || self.audit_annotations.iter().any(|(_, c)| compiled(c))
     }
 }
 
@@ -160,6 +163,8 @@ pub struct Binding {
     pub warn: bool,
     /// ... Audit.
     pub audit: bool,
+    /// `validationActions` as given (for the audit log).
+    pub actions: Vec<String>,
     /// Why its selectors could not be compiled.
     pub broken: Option<String>,
 }
@@ -218,6 +223,12 @@ pub fn compile_policy(object: &Value) -> Option<Policy> {
             reason,
         });
     }
+    let audit_annotations = spec
+        .audit_annotations
+        .iter()
+        .flatten()
+        .map(|a| (a.key.clone(), compile_expression(&a.value_expression)))
+        .collect();
     let param_kind = spec.param_kind.map(|k| ParamKind {
         api_version: k.api_version.unwrap_or_default(),
         kind: k.kind.unwrap_or_default(),
@@ -230,6 +241,7 @@ pub fn compile_policy(object: &Value) -> Option<Policy> {
         conditions,
         variables,
         validations,
+        audit_annotations,
         broken,
     })
 }
@@ -253,6 +265,7 @@ pub fn compile_binding(object: &Value) -> Option<Binding> {
         deny: has("Deny"),
         warn: has("Warn"),
         audit: has("Audit"),
+        actions,
         broken,
     })
 }

@@ -1,7 +1,7 @@
 //! Evaluating one policy for one request and one param object, and what a binding's actions
 //! make of the outcome. Pure: CEL values in, violations, errors and warnings out.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use cel::Value as Cel;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::StatusCause;
@@ -46,6 +46,8 @@ pub struct Violation {
     pub reason: &'static str,
     /// The HTTP code.
     pub code: u16,
+    /// The index of the validation that failed (`expressionIndex` in the audit log), when one did.
+    pub index: Option<usize>,
 }
 
 impl Violation {
@@ -55,8 +57,25 @@ impl Violation {
             message: message.into(),
             reason: "Invalid",
             code: 422,
+            index: None,
         }
     }
+
+    fn at(self, index: usize) -> Violation {
+        Violation {
+            index: Some(index),
+            ..self
+        }
+    }
+}
+
+/// What evaluating a policy for one request and param object gave.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Evaluated {
+    /// The validations that did not hold, and failures under `failurePolicy: Fail`.
+    pub violations: Vec<Violation>,
+    /// The `auditAnnotations` that gave a value, by key (those that gave null are left out).
+    pub annotations: Vec<(String, String)>,
 }
 
 /// A failure that follows the policy's failure policy: a violation under Fail, nothing under
@@ -111,12 +130,14 @@ fn message_of(validation: &Validation, scope: &Scope) -> String {
 }
 
 /// Evaluates `policy` with `params` (null without params): the violations, which the binding's
-/// `validationActions` then handle. Match conditions come first (a false one means the policy
-/// does not apply, and wins over an error; an error follows the failure policy); variables are
-/// evaluated in order, each seeing the earlier ones, and an expression that reads a variable
-/// that failed fails with that variable's error. An expression that did not compile fails like
-/// one that fails at run time.
-pub fn evaluate(policy: &Policy, inputs: &Inputs, params: &Cel) -> Vec<Violation> {
+/// `validationActions` then handle, and the audit annotations. Match conditions come first (a
+/// false one means the policy does not apply, and wins over an error; an error follows the
+/// failure policy); variables are evaluated in order, each seeing the earlier ones, and an
+/// expression that reads a variable that failed fails with that variable's error. An expression
+/// that did not compile fails like one that fails at run time. An audit annotation's
+/// `valueExpression` gives a string, or null for no annotation; anything else, or an error,
+/// follows the failure policy.
+pub fn evaluate(policy: &Policy, inputs: &Inputs, params: &Cel) -> Evaluated {
     // Each input the policy reads is bound once, for all its expressions: binding converts the
     // value whole into the interpreter's representation.
     let mut scope = Scope::new();
@@ -129,7 +150,7 @@ pub fn evaluate(policy: &Policy, inputs: &Inputs, params: &Cel) -> Vec<Violation
     for (name, condition) in &policy.conditions {
         match bool_of(run(condition, &scope)) {
             Ok(true) => {}
-            Ok(false) => return Vec::new(),
+            Ok(false) => return Evaluated::default(),
             Err(e) => {
                 condition_error.get_or_insert_with(|| {
                     format!("failed to evaluate match condition {name:?}: {e}")
@@ -138,7 +159,10 @@ pub fn evaluate(policy: &Policy, inputs: &Inputs, params: &Cel) -> Vec<Violation
         }
     }
     if let Some(e) = condition_error {
-        return failure(policy, e).into_iter().collect();
+        return Evaluated {
+            violations: failure(policy, e).into_iter().collect(),
+            annotations: Vec::new(),
+        };
     }
     let mut variables: HashMap<String, Cel> = HashMap::new();
     let mut failed: Vec<(&str, String)> = Vec::new();
@@ -158,7 +182,7 @@ pub fn evaluate(policy: &Policy, inputs: &Inputs, params: &Cel) -> Vec<Violation
         }
     }
     let mut violations = Vec::new();
-    for validation in &policy.validations {
+    for (index, validation) in policy.validations.iter().enumerate() {
         let outcome = match failed
             .iter()
             .find(|(name, _)| reads_variable(&validation.source, name))
@@ -166,44 +190,74 @@ pub fn evaluate(policy: &Policy, inputs: &Inputs, params: &Cel) -> Vec<Violation
             Some((name, e)) => Err(format!("variable {name:?} failed: {e}")),
             None => bool_of(run(&validation.expression, &scope)),
         };
-        match outcome {
-            Ok(true) => {}
-            Ok(false) => violations.push(Violation {
+        let violation = match outcome {
+            Ok(true) => None,
+            Ok(false) => Some(Violation {
                 message: message_of(validation, &scope),
                 reason: validation.reason.0,
                 code: validation.reason.1,
+                index: None,
             }),
-            Err(e) if validation.expression.is_err() => violations.extend(failure(policy, e)),
-            Err(e) => violations.extend(failure(
+            Err(e) if validation.expression.is_err() => failure(policy, e),
+            Err(e) => failure(
                 policy,
                 format!("expression '{}' resulted in error: {e}", validation.source),
+            ),
+        };
+        violations.extend(violation.map(|v| v.at(index)));
+    }
+    let mut annotations = Vec::new();
+    for (key, expression) in &policy.audit_annotations {
+        match run(expression, &scope) {
+            Ok(Cel::String(value)) => annotations.push((key.clone(), value.to_string())),
+            Ok(Cel::Null) => {}
+            Ok(other) => violations.extend(failure(
+                policy,
+                format!(
+                    "valueExpression of audit annotation {key:?} resulted in unsupported return \
+                     type {other:?}: it must be either string or null"
+                ),
+            )),
+            Err(e) => violations.extend(failure(
+                policy,
+                format!("valueExpression of audit annotation {key:?} resulted in error: {e}"),
             )),
         }
     }
-    violations
+    Evaluated {
+        violations,
+        annotations,
+    }
 }
 
-/// What the bindings' actions made of the violations of one request.
+/// The audit annotation that lists the violations of Audit bindings.
+pub const VALIDATION_FAILURE: &str = "validation.policy.admission.k8s.io/validation_failure";
+
+/// What the bindings' actions made of the evaluations of one request.
 #[derive(Debug, Default, PartialEq)]
 pub struct Outcome {
     /// The first refusal: a violation under a Deny binding, or a configuration error.
     pub denied: Option<ApiError>,
     /// Warnings for the client (Warn bindings).
     pub warnings: Vec<String>,
-    /// Lines for the audit log (Audit bindings).
-    pub audit: Vec<String>,
+    /// The violations under Audit bindings, as the [`VALIDATION_FAILURE`] annotation lists them.
+    pub audit: Vec<serde_json::Value>,
+    /// The values of each policy's audit annotations, by `<policy>/<key>` (several bindings or
+    /// param objects may give several).
+    pub annotations: BTreeMap<String, BTreeSet<String>>,
 }
 
 impl Outcome {
-    /// Records `violations` of `policy` under `binding`'s actions.
+    /// Records what evaluating `policy` under `binding` gave: its violations under the binding's
+    /// actions, and its audit annotations whatever the actions.
     pub fn record(
         &mut self,
         a: &Attributes<'_>,
         policy: &str,
         binding: &Binding,
-        violations: &[Violation],
+        evaluated: &Evaluated,
     ) {
-        for v in violations {
+        for v in &evaluated.violations {
             if binding.deny && self.denied.is_none() {
                 self.denied = Some(denial(a, policy, Some(binding.name.as_str()), v));
             }
@@ -212,9 +266,42 @@ impl Outcome {
                     .push(warning(policy, &binding.name, &v.message));
             }
             if binding.audit {
-                self.audit.push(warning(policy, &binding.name, &v.message));
+                self.audit.push(serde_json::json!({
+                    "message": v.message,
+                    "policy": policy,
+                    "binding": binding.name,
+                    "expressionIndex": v.index.unwrap_or(0),
+                    "validationActions": binding.actions,
+                }));
             }
         }
+        for (key, value) in &evaluated.annotations {
+            self.annotations
+                .entry(format!("{policy}/{key}"))
+                .or_default()
+                .insert(value.clone());
+        }
+    }
+
+    /// The audit annotations to publish: each policy annotation's distinct values joined with
+    /// `", "` (as Kubernetes joins the values of several bindings), and the Audit bindings'
+    /// violations as one JSON list.
+    pub fn audit_annotations(&self) -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = self
+            .annotations
+            .iter()
+            .map(|(key, values)| {
+                let values: Vec<&str> = values.iter().map(String::as_str).collect();
+                (key.clone(), values.join(", "))
+            })
+            .collect();
+        if !self.audit.is_empty() {
+            out.push((
+                VALIDATION_FAILURE.to_string(),
+                serde_json::Value::from(self.audit.clone()).to_string(),
+            ));
+        }
+        out
     }
 
     /// Records a configuration error of `policy` (`binding` `None`) or of `binding`: not a

@@ -18,14 +18,16 @@
 //! the binding's `matchResources` must both select the request; the binding's params are read
 //! (one evaluation per param object); each failed validation is a violation, handled by the
 //! binding's `validationActions`: Deny refuses the request (the first violation), Warn sends a
-//! `Warning` header, Audit logs it. An expression that fails (at run time, or because it does not
+//! `Warning` header, Audit lists it in the request's audit event (the
+//! `validation.policy.admission.k8s.io/validation_failure` annotation). Each `auditAnnotations`
+//! value of a policy whose binding matched is annotated as `<policy>/<key>` whatever the actions. An expression that fails (at run time, or because it does not
 //! compile) is a violation under `failurePolicy: Fail` and nothing under Ignore. Configuration
 //! errors (a `paramKind` nobody serves, no params under `parameterNotFoundAction: Deny`, a
 //! selector that does not parse) refuse under Fail whatever the actions, as in Kubernetes.
 //!
 //! Unlike Kubernetes: expressions are not type-checked (the `cel` crate compiles without
 //! declarations), so a type error shows only when the expression runs, and follows the failure
-//! policy then; `auditAnnotations` are accepted but not evaluated; `authorizer` is not bound.
+//! policy then; `authorizer` is not bound.
 
 pub mod compiled;
 pub mod evaluate;
@@ -40,7 +42,7 @@ use skiff_kinds::registry::Kinds;
 use tokio_util::sync::CancellationToken;
 
 use self::compiled::{Binding, Policy, Snapshot};
-use self::evaluate::{Inputs, Outcome, Violation, evaluate, failure};
+use self::evaluate::{Evaluated, Inputs, Outcome, evaluate, failure};
 use super::configs::{self, Configs};
 use super::{Attributes, Plugin};
 use crate::error::{Error, Result};
@@ -285,19 +287,24 @@ impl ValidatingAdmissionPolicy {
             let Some(inputs) = request_inputs.as_ref() else {
                 continue;
             };
-            let violations: Vec<Violation> = match params {
-                None => evaluate(policy, inputs, &cel::Value::Null),
+            let evaluations: Vec<Evaluated> = match params {
+                None => vec![evaluate(policy, inputs, &cel::Value::Null)],
                 Some(params) => params
                     .iter()
-                    .flat_map(|p| match to_cel(p) {
+                    .map(|p| match to_cel(p) {
                         Ok(p) => evaluate(policy, inputs, &p),
-                        Err(e) => failure(policy, format!("params: {e}"))
-                            .into_iter()
-                            .collect(),
+                        Err(e) => Evaluated {
+                            violations: failure(policy, format!("params: {e}"))
+                                .into_iter()
+                                .collect(),
+                            annotations: Vec::new(),
+                        },
                     })
                     .collect(),
             };
-            outcome.record(a, &policy.name, binding, &violations);
+            for evaluated in &evaluations {
+                outcome.record(a, &policy.name, binding, evaluated);
+            }
         }
         Ok(outcome)
     }
@@ -315,18 +322,12 @@ impl Plugin for ValidatingAdmissionPolicy {
 
     async fn validate(&self, registry: &Registry, a: &Attributes<'_>) -> Result<()> {
         let outcome = self.outcome(registry, a).await?;
-        for line in &outcome.audit {
-            tracing::info!(
-                resource = a.info.plural,
-                namespace = a.namespace.unwrap_or_default(),
-                name = a.name,
-                user = %a.user.name,
-                "audit: {line}"
-            );
-        }
-        if let Some(warnings) = a.warnings {
+        if let Some(feedback) = a.feedback {
+            for (key, value) in outcome.audit_annotations() {
+                feedback.annotate(key, value);
+            }
             for w in outcome.warnings {
-                warnings.add(w);
+                feedback.warn(w);
             }
         }
         match outcome.denied {

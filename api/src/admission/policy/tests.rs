@@ -7,10 +7,12 @@ use serde_json::{Value, json};
 use skiff_kinds::builtin::{config_map, deployment, namespace, validating_admission_policy};
 
 use super::compiled::{compile_binding, compile_policy};
-use super::evaluate::{Inputs, Outcome, Violation, denial, evaluate, warning};
+use super::evaluate::{
+    Evaluated, Inputs, Outcome, VALIDATION_FAILURE, Violation, denial, evaluate, warning,
+};
 use super::params::{Lookup, lookup, missing, select};
 use super::*;
-use crate::admission::{Operation, Warnings};
+use crate::admission::{Feedback, Operation};
 use crate::auth::User;
 
 fn policy(spec: Value) -> Policy {
@@ -56,7 +58,7 @@ fn attrs<'a>(
         old,
         user,
         dry_run: false,
-        warnings: None,
+        feedback: None,
     }
 }
 
@@ -73,6 +75,11 @@ fn inputs_of(object: &Value) -> Inputs {
                                          "labels": {"env": "prod"}}}))
         .unwrap(),
     }
+}
+
+/// The violations of evaluating `policy` (its audit annotations aside).
+fn violations_of(policy: &Policy, inputs: &Inputs, params: &cel::Value) -> Vec<Violation> {
+    evaluate(policy, inputs, params).violations
 }
 
 fn messages(violations: &[Violation]) -> Vec<String> {
@@ -180,7 +187,7 @@ fn validations_report_their_message_expression_or_default() {
          "messageExpression": "object.missing"},
         {"expression": "object.spec.replicas <= 0", "reason": "Forbidden"},
     ]}));
-    let v = evaluate(&p, &inputs_of(&deployment_object(7)), &cel::Value::Null);
+    let v = violations_of(&p, &inputs_of(&deployment_object(7)), &cel::Value::Null);
     assert_eq!(
         messages(&v),
         [
@@ -193,10 +200,10 @@ fn validations_report_their_message_expression_or_default() {
     );
     assert_eq!((v[0].reason, v[0].code), ("Invalid", 422));
     assert_eq!((v[4].reason, v[4].code), ("Forbidden", 403));
-    assert!(evaluate(&p, &inputs_of(&deployment_object(0)), &cel::Value::Null).is_empty());
+    assert!(violations_of(&p, &inputs_of(&deployment_object(0)), &cel::Value::Null).is_empty());
     for (reason, code) in [("Unauthorized", 401), ("RequestEntityTooLarge", 413)] {
         let p = policy(json!({"validations": [{"expression": "false", "reason": reason}]}));
-        let v = evaluate(&p, &inputs_of(&deployment_object(0)), &cel::Value::Null);
+        let v = violations_of(&p, &inputs_of(&deployment_object(0)), &cel::Value::Null);
         assert_eq!((v[0].reason, v[0].code), (reason, code));
     }
 }
@@ -221,9 +228,13 @@ fn lists_and_maps_work_with_the_cel_macros_and_params_and_variables() {
         ],
     }));
     let params = to_cel(&json!({"data": {"maxReplicas": "5"}})).unwrap();
-    assert!(evaluate(&p, &inputs_of(&deployment_object(5)), &params).is_empty());
+    assert!(violations_of(&p, &inputs_of(&deployment_object(5)), &params).is_empty());
     assert_eq!(
-        messages(&evaluate(&p, &inputs_of(&deployment_object(6)), &params)),
+        messages(&violations_of(
+            &p,
+            &inputs_of(&deployment_object(6)),
+            &params
+        )),
         ["at most 5 replicas"]
     );
 }
@@ -236,7 +247,7 @@ fn errors_follow_the_failure_policy() {
             {"expression": "object.spec.replicas"},
         ]}))
     };
-    let v = evaluate(
+    let v = violations_of(
         &erring("Fail"),
         &inputs_of(&deployment_object(1)),
         &cel::Value::Null,
@@ -250,7 +261,7 @@ fn errors_follow_the_failure_policy() {
     assert!(v[1].message.contains("expected a bool"), "{v:?}");
     assert_eq!(v[0].code, 422);
     assert!(
-        evaluate(
+        violations_of(
             &erring("Ignore"),
             &inputs_of(&deployment_object(1)),
             &cel::Value::Null
@@ -263,7 +274,7 @@ fn errors_follow_the_failure_policy() {
         "variables": [{"name": "bad", "expression": "object.nothing.here"}],
         "validations": [{"expression": "variables.bad == 1"}, {"expression": "true"}],
     }));
-    let v = evaluate(&p, &inputs_of(&deployment_object(1)), &cel::Value::Null);
+    let v = violations_of(&p, &inputs_of(&deployment_object(1)), &cel::Value::Null);
     assert_eq!(v.len(), 1);
     assert!(v[0].message.contains("variable \"bad\" failed"), "{v:?}");
 }
@@ -278,24 +289,24 @@ fn match_conditions_skip_the_policy_or_fail_it() {
     let input = inputs_of(&deployment_object(1));
     let null = cel::Value::Null;
     assert_eq!(
-        messages(&evaluate(&conditioned("Fail", "true"), &input, &null)),
+        messages(&violations_of(&conditioned("Fail", "true"), &input, &null)),
         ["no"]
     );
     assert!(
-        evaluate(
+        violations_of(
             &conditioned("Fail", "object.spec.replicas > 3"),
             &input,
             &null
         )
         .is_empty()
     );
-    let v = evaluate(&conditioned("Fail", "object.x.y"), &input, &null);
+    let v = violations_of(&conditioned("Fail", "object.x.y"), &input, &null);
     assert!(
         v[0].message
             .starts_with("failed to evaluate match condition \"c\""),
         "{v:?}"
     );
-    assert!(evaluate(&conditioned("Ignore", "object.x.y"), &input, &null).is_empty());
+    assert!(violations_of(&conditioned("Ignore", "object.x.y"), &input, &null).is_empty());
 }
 
 #[test]
@@ -385,6 +396,7 @@ fn actions_deny_warn_and_audit_with_kubernetes_messages() {
         message: "failed expression: object.spec.replicas <= 5".into(),
         reason: "Forbidden",
         code: 403,
+        index: Some(1),
     };
     let e = denial(&a, "replicas", Some("replicas-binding"), &v);
     assert_eq!(e.code(), 403);
@@ -415,7 +427,11 @@ fn actions_deny_warn_and_audit_with_kubernetes_messages() {
 
     let mut outcome = Outcome::default();
     let warn = binding(json!({"validationActions": ["Warn", "Audit"]}));
-    outcome.record(&a, "replicas", &warn, std::slice::from_ref(&v));
+    let evaluated = |violations: Vec<Violation>| Evaluated {
+        violations,
+        annotations: Vec::new(),
+    };
+    outcome.record(&a, "replicas", &warn, &evaluated(vec![v.clone()]));
     assert!(outcome.denied.is_none());
     assert_eq!(
         outcome.warnings,
@@ -423,7 +439,17 @@ fn actions_deny_warn_and_audit_with_kubernetes_messages() {
             "Validation failed for ValidatingAdmissionPolicy 'replicas' with binding 'replicas-binding': failed expression: object.spec.replicas <= 5"
         ]
     );
-    assert_eq!(outcome.audit, outcome.warnings);
+    // Audit: listed in the request's audit event as Kubernetes lists it.
+    assert_eq!(
+        outcome.audit_annotations(),
+        [(
+            VALIDATION_FAILURE.to_string(),
+            json!([{"message": "failed expression: object.spec.replicas <= 5",
+                    "policy": "replicas", "binding": "replicas-binding",
+                    "expressionIndex": 1, "validationActions": ["Warn", "Audit"]}])
+            .to_string()
+        )]
+    );
     assert_eq!(
         warning("p", "b", "m"),
         "Validation failed for ValidatingAdmissionPolicy 'p' with binding 'b': m"
@@ -433,7 +459,7 @@ fn actions_deny_warn_and_audit_with_kubernetes_messages() {
         &a,
         "replicas",
         &deny,
-        &[v.clone(), Violation::error("second")],
+        &evaluated(vec![v.clone(), Violation::error("second")]),
     );
     assert_eq!(
         outcome.denied.as_ref().map(|e| e.code()),
@@ -455,7 +481,7 @@ fn an_expression_that_does_not_compile_fails_alone_as_the_failure_policy_says() 
         .unwrap()
     };
     let input = inputs_of(&deployment_object(1));
-    let v = evaluate(&broken("Fail"), &input, &cel::Value::Null);
+    let v = violations_of(&broken("Fail"), &input, &cel::Value::Null);
     assert_eq!(v.len(), 3, "{v:?}");
     assert!(v[0].message.starts_with("compilation error: "), "{v:?}");
     assert_eq!((v[0].reason, v[0].code), ("Invalid", 422));
@@ -468,7 +494,7 @@ fn an_expression_that_does_not_compile_fails_alone_as_the_failure_policy_says() 
             .contains("variable \"v\" failed: compilation error: "),
         "{v:?}"
     );
-    let v = evaluate(&broken("Ignore"), &input, &cel::Value::Null);
+    let v = violations_of(&broken("Ignore"), &input, &cel::Value::Null);
     assert_eq!(messages(&v), ["failed expression: false"]);
 }
 
@@ -489,7 +515,7 @@ fn message_expressions_that_are_not_one_short_line_fall_back() {
     let mut d = deployment_object(1);
     d["metadata"]["annotations"] = json!({"long": "x".repeat(5 * 1024 + 1),
                                           "short": "y".repeat(5 * 1024)});
-    let v = evaluate(&p, &inputs_of(&d), &cel::Value::Null);
+    let v = violations_of(&p, &inputs_of(&d), &cel::Value::Null);
     let at_limit = "y".repeat(5 * 1024);
     assert_eq!(
         messages(&v),
@@ -597,9 +623,9 @@ async fn the_plugin_denies_warns_and_reads_params_from_the_store() {
     );
     let plugin = ValidatingAdmissionPolicy(policies.clone());
     let user = User::admin();
-    let warnings = Warnings::default();
+    let feedback = Feedback::default();
     let run = |replicas: i64| {
-        let (plugin, registry, user, warnings) = (&plugin, &registry, &user, &warnings);
+        let (plugin, registry, user, feedback) = (&plugin, &registry, &user, &feedback);
         async move {
             let mut d = deployment_object(replicas);
             let mut a = attrs(
@@ -609,7 +635,7 @@ async fn the_plugin_denies_warns_and_reads_params_from_the_store() {
                 None,
                 user,
             );
-            a.warnings = Some(warnings);
+            a.feedback = Some(feedback);
             plugin.validate(registry, &a).await
         }
     };
@@ -651,13 +677,13 @@ async fn the_plugin_denies_warns_and_reads_params_from_the_store() {
     );
     assert!(run(7).await.is_ok());
     assert_eq!(
-        warnings.take(),
+        feedback.take_warnings(),
         [
             "Validation failed for ValidatingAdmissionPolicy 'replicas' with binding 'replicas-binding': failed expression: object.spec.replicas <= int(params.data.maxReplicas)"
         ]
     );
     assert!(run(3).await.is_ok());
-    assert!(warnings.take().is_empty());
+    assert!(feedback.take_warnings().is_empty());
     // A param kind nobody serves fails the binding under Fail.
     policies.put(
         false,
@@ -685,4 +711,64 @@ async fn the_plugin_denies_warns_and_reads_params_from_the_store() {
         .configs
         .update(|s| s.set(true, "replicas-binding", None));
     assert!(run(100).await.is_ok());
+}
+
+#[test]
+fn audit_annotations_give_strings_skip_nulls_and_join_distinct_values() {
+    let p = policy(json!({
+        "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
+        "validations": [{"expression": "true"}],
+        "auditAnnotations": [
+            {"key": "replicas", "valueExpression": "'replicas: ' + string(object.spec.replicas)"},
+            {"key": "limit", "valueExpression": "params == null ? null : params.data.max"}]}));
+    let input = inputs_of(&deployment_object(3));
+    let evaluated = evaluate(&p, &input, &cel::Value::Null);
+    assert!(evaluated.violations.is_empty());
+    assert_eq!(
+        evaluated.annotations,
+        [("replicas".to_string(), "replicas: 3".to_string())]
+    );
+    // Two param objects: the distinct values of a key, sorted and joined.
+    let params = |max: &str| to_cel(&json!({"data": {"max": max}})).unwrap();
+    let mut outcome = Outcome::default();
+    let mut a_object = deployment_object(3);
+    let user = User::admin();
+    let a = attrs(
+        &deployment::INFO,
+        Operation::Create,
+        Some(&mut a_object),
+        None,
+        &user,
+    );
+    let audit_only = binding(json!({"validationActions": ["Audit"]}));
+    for max in ["9", "5", "9"] {
+        outcome.record(
+            &a,
+            "replicas",
+            &audit_only,
+            &evaluate(&p, &input, &params(max)),
+        );
+    }
+    assert_eq!(
+        outcome.audit_annotations(),
+        [
+            ("replicas/limit".to_string(), "5, 9".to_string()),
+            ("replicas/replicas".to_string(), "replicas: 3".to_string())
+        ]
+    );
+    // Anything but a string or null (or an error) follows the failure policy.
+    let numeric = |failure: &str| {
+        policy(
+            json!({"failurePolicy": failure, "validations": [{"expression": "true"}],
+            "auditAnnotations": [{"key": "n", "valueExpression": "object.spec.replicas"}]}),
+        )
+    };
+    let v = violations_of(&numeric("Fail"), &input, &cel::Value::Null);
+    assert_eq!(v.len(), 1);
+    assert!(
+        v[0].message.contains("must be either string or null"),
+        "{}",
+        v[0].message
+    );
+    assert!(violations_of(&numeric("Ignore"), &input, &cel::Value::Null).is_empty());
 }

@@ -186,7 +186,7 @@ async fn two_creates_racing_for_the_last_unit_never_both_win() {
                 old: None,
                 user,
                 dry_run: false,
-                warnings: None,
+                feedback: None,
             };
             ResourceQuota.validate(registry, &attributes).await
         }

@@ -229,7 +229,7 @@ mod tests {
             old,
             user,
             dry_run: false,
-            warnings: None,
+            feedback: None,
         }
     }
 

@@ -32,7 +32,6 @@ use tokio_util::sync::CancellationToken;
 
 use self::config::{FailurePolicy, Hook, Snapshot};
 use self::matching::Conditions;
-use self::review::Answer;
 use super::configs::{self, Configs};
 use super::{Attributes, Plugin};
 use crate::error::{Error, Result};
@@ -149,13 +148,20 @@ async fn dispatch(
         Err(e) => Err(e),
     };
     match answer {
-        Ok(Answer::Allowed { patch, warnings }) => {
-            for warning in warnings {
-                tracing::info!(webhook = %hook.name, %warning, "admission webhook warning");
+        Ok(answer) => {
+            if let Some(feedback) = a.feedback {
+                for warning in answer.warnings {
+                    feedback.warn(warning);
+                }
+                for (key, value) in answer.audit_annotations {
+                    feedback.annotate(format!("{}/{key}", hook.name), value);
+                }
             }
-            Ok(Called::Allowed(patch))
+            match answer.verdict {
+                Ok(patch) => Ok(Called::Allowed(patch)),
+                Err(e) => Err(e.into()),
+            }
         }
-        Ok(Answer::Denied(e)) => Err(e.into()),
         Err(why) if hook.failure_policy == FailurePolicy::Ignore => {
             tracing::warn!(webhook = %hook.name, error = %why, "failed calling webhook; ignored");
             Ok(Called::Skipped)
@@ -301,7 +307,7 @@ impl Attributes<'_> {
             old: self.old,
             user: self.user,
             dry_run: self.dry_run,
-            warnings: self.warnings,
+            feedback: self.feedback,
         }
     }
 }

@@ -1,6 +1,8 @@
 //! The `admission.k8s.io/v1` AdmissionReview a webhook is sent, and what its answer means.
 //! Pure: bytes in, decisions out.
 
+use std::collections::BTreeMap;
+
 use base64::Engine;
 use serde_json::{Value, json};
 use skiff_meta::status::{ApiError, Reason};
@@ -56,16 +58,14 @@ pub fn request(uid: &str, a: &Attributes<'_>, object: Option<&Value>) -> Value {
 
 /// What a webhook answered.
 #[derive(Debug)]
-pub enum Answer {
-    /// Allowed, with a JSONPatch to apply (mutating webhooks only) and warnings.
-    Allowed {
-        /// The patch.
-        patch: Option<json_patch::Patch>,
-        /// Warnings for the client.
-        warnings: Vec<String>,
-    },
-    /// Denied: the error the request fails with.
-    Denied(ApiError),
+pub struct Answer {
+    /// Allowed, with a JSONPatch to apply (mutating webhooks only); or the error the request
+    /// fails with.
+    pub verdict: Result<Option<json_patch::Patch>, ApiError>,
+    /// Warnings for the client, whatever the verdict.
+    pub warnings: Vec<String>,
+    /// `auditAnnotations`, whatever the verdict (the caller prefixes the webhook's name).
+    pub audit_annotations: BTreeMap<String, String>,
 }
 
 /// Reads a webhook's answer to the review with `uid`. `Err` is a call failure (garbage, a
@@ -95,8 +95,18 @@ pub fn read(name: &str, uid: &str, mutating: bool, body: &[u8]) -> Result<Answer
         .flatten()
         .filter_map(|w| w.as_str().map(str::to_string))
         .collect();
+    let audit_annotations = response["auditAnnotations"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+        .collect();
     if !response["allowed"].as_bool().unwrap_or(false) {
-        return Ok(Answer::Denied(denied(name, &response["status"])));
+        return Ok(Answer {
+            verdict: Err(denied(name, &response["status"])),
+            warnings,
+            audit_annotations,
+        });
     }
     let patch = match response["patch"].as_str().filter(|p| !p.is_empty()) {
         None => None,
@@ -121,7 +131,11 @@ pub fn read(name: &str, uid: &str, mutating: bool, body: &[u8]) -> Result<Answer
             Some(patch)
         }
     };
-    Ok(Answer::Allowed { patch, warnings })
+    Ok(Answer {
+        verdict: Ok(patch),
+        warnings,
+        audit_annotations,
+    })
 }
 
 /// The error of a denial (Kubernetes' `ToStatusErr`): the webhook's status with a code of at
@@ -181,7 +195,7 @@ mod tests {
             old: Some(&old),
             user: &user,
             dry_run: true,
-            warnings: None,
+            feedback: None,
         };
         let review = request("u-1", &a, Some(&new));
         assert_eq!(review["apiVersion"], "admission.k8s.io/v1");
@@ -225,7 +239,7 @@ mod tests {
             old: None,
             user: &user,
             dry_run: false,
-            warnings: None,
+            feedback: None,
         };
         let r = request("u-2", &create, Some(&new))["request"].clone();
         assert!(r["oldObject"].is_null());
@@ -234,36 +248,41 @@ mod tests {
     }
 
     #[test]
-    fn an_allowed_answer_may_patch_and_warn() {
+    fn an_allowed_answer_may_patch_warn_and_annotate() {
         let patch = json!([{"op": "add", "path": "/metadata/labels/x", "value": "y"}]);
         let body = answer(
             json!({"uid": "u", "allowed": true, "patchType": "JSONPatch",
-            "patch": encode(&patch), "warnings": ["careful"]}),
+            "patch": encode(&patch), "warnings": ["careful"],
+            "auditAnnotations": {"checked-by": "m", "not-a-string": 3}}),
         );
-        match read("m.example.com", "u", true, &body).unwrap() {
-            Answer::Allowed {
-                patch: Some(p),
-                warnings,
-            } => {
-                let mut object = json!({"metadata": {"labels": {}}});
-                json_patch::patch(&mut object, &p).unwrap();
-                assert_eq!(object["metadata"]["labels"]["x"], "y");
-                assert_eq!(warnings, ["careful"]);
-            }
-            other => panic!("{other:?}"),
-        }
+        let answer_read = read("m.example.com", "u", true, &body).unwrap();
+        let Ok(Some(p)) = answer_read.verdict else {
+            panic!("{answer_read:?}");
+        };
+        let mut object = json!({"metadata": {"labels": {}}});
+        json_patch::patch(&mut object, &p).unwrap();
+        assert_eq!(object["metadata"]["labels"]["x"], "y");
+        assert_eq!(answer_read.warnings, ["careful"]);
+        assert_eq!(
+            answer_read.audit_annotations,
+            BTreeMap::from([("checked-by".to_string(), "m".to_string())])
+        );
         let plain = answer(json!({"uid": "u", "allowed": true}));
-        assert!(matches!(
-            read("v.example.com", "u", false, &plain).unwrap(),
-            Answer::Allowed { patch: None, .. }
-        ));
+        let plain = read("v.example.com", "u", false, &plain).unwrap();
+        assert!(matches!(plain.verdict, Ok(None)), "{plain:?}");
+        assert!(plain.warnings.is_empty() && plain.audit_annotations.is_empty());
     }
 
     #[test]
     fn a_denial_names_the_webhook_and_keeps_a_code_of_at_least_400() {
-        let body = answer(json!({"uid": "u", "allowed": false,
+        let body = answer(json!({"uid": "u", "allowed": false, "warnings": ["red"],
+            "auditAnnotations": {"colour": "red"},
             "status": {"code": 403, "reason": "Forbidden", "message": "no red configmaps"}}));
-        let Answer::Denied(e) = read("deny.example.com", "u", false, &body).unwrap() else {
+        let denial = read("deny.example.com", "u", false, &body).unwrap();
+        // A denial's warnings and annotations count too.
+        assert_eq!(denial.warnings, ["red"]);
+        assert_eq!(denial.audit_annotations["colour"], "red");
+        let Err(e) = denial.verdict else {
             panic!("not denied");
         };
         assert_eq!(e.code(), 403);

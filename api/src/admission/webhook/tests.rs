@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use warp::Filter;
 
 use super::*;
-use crate::admission::Operation;
+use crate::admission::{Feedback, Operation};
 use crate::auth::User;
 
 /// What the test server answers to one review.
@@ -142,20 +142,31 @@ fn attributes<'a>(object: &'a mut Value, user: &'a User, dry_run: bool) -> Attri
         old: None,
         user,
         dry_run,
-        warnings: None,
+        feedback: None,
     }
 }
 
 /// Runs the validating plugin with `configurations` on a ConfigMap create.
 async fn validate(configurations: &[Value], registry: &Registry) -> Result<()> {
+    validate_with(configurations, registry, None).await
+}
+
+/// [`validate`], leaving warnings and audit annotations in `feedback`.
+async fn validate_with(
+    configurations: &[Value],
+    registry: &Registry,
+    feedback: Option<&Feedback>,
+) -> Result<()> {
     let hooks = Arc::new(Webhooks::default());
     for c in configurations {
         hooks.put(false, c);
     }
     let user = User::admin();
     let mut object = config_map();
+    let mut a = attributes(&mut object, &user, false);
+    a.feedback = feedback;
     ValidatingAdmissionWebhook(hooks)
-        .validate(registry, &attributes(&mut object, &user, false))
+        .validate(registry, &a)
         .await
 }
 
@@ -188,6 +199,9 @@ fn answering() -> Handler {
                 "status": {"code": 403, "reason": "Forbidden", "message": "red is not allowed"}}))
         }
         "/allow" => Reply::Review(json!({"allowed": true})),
+        "/remark" => Reply::Review(json!({"allowed": false, "warnings": ["looked closely"],
+            "auditAnnotations": {"verdict": "refused"},
+            "status": {"code": 403, "message": "no"}})),
         "/label" => Reply::Review(json!({"allowed": true, "patchType": "JSONPatch",
             "patch": b64(r#"[{"op": "add", "path": "/metadata/labels/stamped", "value": "yes"}]"#)})),
         "/bad-patch" => Reply::Review(json!({"allowed": true, "patchType": "JSONPatch",
@@ -222,6 +236,26 @@ async fn a_validating_webhook_denies_with_its_message_and_code() {
     // Allowed by another webhook: nothing refused.
     let allow = configuration("allow", "allow.example.com", &s, "/allow", json!({}));
     validate(&[allow], &registry).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_webhooks_warnings_reach_the_client_and_its_annotations_the_audit_log() {
+    let (_d, registry) = registry();
+    let s = server(answering()).await;
+    let remark = configuration("remark", "remark.example.com", &s, "/remark", json!({}));
+    let feedback = Feedback::default();
+    let e = api_error(validate_with(&[remark], &registry, Some(&feedback)).await);
+    assert_eq!(e.code(), 403);
+    // A refusal's warnings and annotations count too; the keys carry the webhook's name.
+    assert_eq!(feedback.take_warnings(), ["looked closely"]);
+    assert_eq!(
+        feedback.take_annotations(),
+        [(
+            "remark.example.com/verdict".to_string(),
+            "refused".to_string()
+        )]
+        .into()
+    );
 }
 
 #[tokio::test]
@@ -500,7 +534,7 @@ async fn webhook_configurations_are_never_sent_to_webhooks() {
         old: None,
         user: &user,
         dry_run: false,
-        warnings: None,
+        feedback: None,
     };
     ValidatingAdmissionWebhook(hooks.clone())
         .validate(&registry, &a)
