@@ -642,12 +642,12 @@ impl Worker {
         if let Some(ip) = sandbox.ips.first() {
             return Ok(*ip);
         }
+        // A pod on the node's network has the node's address, whatever the runtime.
+        if config.host_network {
+            return Ok(self.shared.config.host_ip);
+        }
         if rt.sandboxed() {
-            return if config.host_network {
-                Ok(self.shared.config.host_ip)
-            } else {
-                Err(format!("pod sandbox {} has no IP", sandbox.id))
-            };
+            return Err(format!("pod sandbox {} has no IP", sandbox.id));
         }
         let range = *self.shared.range.lock().expect("range poisoned");
         self.shared

@@ -32,10 +32,12 @@ struct Calls {
     starts: Vec<ContainerConfig>,
 }
 
-/// A sandboxed runtime in memory. A container whose command is `exit N` exits at once with N;
-/// any other runs until stopped. Images in `registry` can be pulled; `present` ones are local.
+/// A sandboxed runtime in memory (or, with `unsandboxed`, one without sandboxes, as the process
+/// runtime). A container whose command is `exit N` exits at once with N; any other runs until
+/// stopped. Images in `registry` can be pulled; `present` ones are local.
 #[derive(Default)]
 struct Fake {
+    unsandboxed: bool,
     containers: Mutex<HashMap<String, runtime::Container>>,
     present: Mutex<HashSet<String>>,
     registry: Mutex<HashSet<String>>,
@@ -142,14 +144,14 @@ impl Runtime for Fake {
     }
 
     fn sandboxed(&self) -> bool {
-        true
+        !self.unsandboxed
     }
 
     async fn run_sandbox(&self, config: &SandboxConfig) -> Result<Sandbox> {
         self.calls.lock().unwrap().sandboxes.push(config.clone());
         Ok(Sandbox {
             id: format!("sandbox-{}", config.pod_uid),
-            ips: if config.host_network {
+            ips: if config.host_network || self.unsandboxed {
                 Vec::new()
             } else {
                 vec![POD_IP.parse().unwrap()]
@@ -211,8 +213,12 @@ struct Node {
 }
 
 fn node() -> Node {
+    node_on(Fake::default())
+}
+
+fn node_on(fake: Fake) -> Node {
     let dir = tempfile::tempdir().unwrap();
-    let fake = Arc::new(Fake::default());
+    let fake = Arc::new(fake);
     let (tx, events) = mpsc::unbounded_channel();
     let manager = Manager::new(
         pod::Config {
@@ -417,6 +423,29 @@ async fn host_network_pods_have_the_nodes_ip() {
         .await;
     assert_eq!(s.pod_ip.as_deref(), Some("192.0.2.10"));
     assert!(n.fake.calls.lock().unwrap().sandboxes[0].host_network);
+}
+
+#[tokio::test]
+async fn without_sandboxes_host_network_pods_have_the_nodes_ip_and_others_one_of_the_range() {
+    let mut n = node_on(Fake {
+        unsandboxed: true,
+        ..Fake::default()
+    });
+    n.fake.present.lock().unwrap().insert("web:1".into());
+    let mut host = pod("h1", vec![app("web", "web:1", None, &["serve"])]);
+    host.spec.as_mut().unwrap().host_network = Some(true);
+    n.manager.update(host);
+    let s = n
+        .status_until("h1", "running", |s| is_running(s, "web"))
+        .await;
+    assert_eq!(s.pod_ip.as_deref(), Some("192.0.2.10"));
+    n.manager
+        .update(pod("h2", vec![app("web", "web:1", None, &["serve"])]));
+    let s = n
+        .status_until("h2", "running", |s| is_running(s, "web"))
+        .await;
+    let ip = s.pod_ip.unwrap_or_default();
+    assert!(ip.starts_with("127.100.8."), "{ip}");
 }
 
 #[tokio::test]
