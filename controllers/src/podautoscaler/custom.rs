@@ -295,6 +295,30 @@ impl Custom<'_> {
         (proposal, average)
     }
 
+    /// The replicas a total `usage` asks for against `target`, and the value the status shows:
+    /// the usage itself against a `Value` target, per replica against an `AverageValue`.
+    fn against(&self, target: Target, usage: i64) -> Result<(i32, MetricValueStatus), String> {
+        Ok(match target {
+            Target::Value(target) => (
+                self.by_ratio(usage as f64 / target as f64)?,
+                MetricValueStatus {
+                    value: Some(quantity_of(usage)),
+                    ..Default::default()
+                },
+            ),
+            Target::AverageValue(target) => {
+                let (replicas, average) = self.per_replica(usage, target);
+                (
+                    replicas,
+                    MetricValueStatus {
+                        average_value: Some(quantity_of(average)),
+                        ..Default::default()
+                    },
+                )
+            }
+        })
+    }
+
     /// A `Pods` metric.
     pub(super) fn pods(&self, metric: &MetricSpec, reading: Option<&Reading>) -> MetricOutcome {
         const FAILED: &str = "FailedGetPodsMetric";
@@ -363,32 +387,8 @@ impl Custom<'_> {
                 )));
             }
         };
-        let (replicas, current) = match target_of(&source.target, true) {
-            Some(Target::Value(target)) => (
-                self.by_ratio(usage as f64 / target as f64).map_err(fail)?,
-                MetricValueStatus {
-                    value: Some(quantity_of(usage)),
-                    ..Default::default()
-                },
-            ),
-            Some(Target::AverageValue(target)) => {
-                let (replicas, average) = self.per_replica(usage, target);
-                (
-                    replicas,
-                    MetricValueStatus {
-                        average_value: Some(quantity_of(average)),
-                        ..Default::default()
-                    },
-                )
-            }
-            None => {
-                return Err((
-                    FAILED,
-                    "invalid object metric source: neither a value target nor an average value target was set"
-                        .into(),
-                ));
-            }
-        };
+        let target = target_of(&source.target, true).ok_or_else(|| neither(FAILED, "object"))?;
+        let (replicas, current) = self.against(target, usage).map_err(fail)?;
         let status = MetricStatus {
             type_: "Object".into(),
             object: Some(v2::ObjectMetricStatus {
@@ -428,32 +428,8 @@ impl Custom<'_> {
                 )));
             }
         };
-        let (replicas, current) = match target_of(&source.target, false) {
-            Some(Target::AverageValue(target)) => {
-                let (replicas, average) = self.per_replica(usage, target);
-                (
-                    replicas,
-                    MetricValueStatus {
-                        average_value: Some(quantity_of(average)),
-                        ..Default::default()
-                    },
-                )
-            }
-            Some(Target::Value(target)) => (
-                self.by_ratio(usage as f64 / target as f64).map_err(fail)?,
-                MetricValueStatus {
-                    value: Some(quantity_of(usage)),
-                    ..Default::default()
-                },
-            ),
-            None => {
-                return Err((
-                    FAILED,
-                    "invalid external metric source: neither a value target nor an average value target was set"
-                        .into(),
-                ));
-            }
-        };
+        let target = target_of(&source.target, false).ok_or_else(|| neither(FAILED, "external"))?;
+        let (replicas, current) = self.against(target, usage).map_err(fail)?;
         let status = MetricStatus {
             type_: "External".into(),
             external: Some(v2::ExternalMetricStatus {
@@ -469,6 +445,17 @@ impl Custom<'_> {
         };
         Ok((replicas, format!("external metric {name}({shown})"), status))
     }
+}
+
+/// The failure (`reason`) of an `Object` or `External` metric (`source`) without a target it
+/// can use.
+fn neither(reason: &'static str, source: &str) -> (&'static str, String) {
+    (
+        reason,
+        format!(
+            "invalid {source} metric source: neither a value target nor an average value target was set"
+        ),
+    )
 }
 
 /// A target as the calculation takes it, in thousandths.
