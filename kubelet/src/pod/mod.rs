@@ -625,8 +625,8 @@ impl Worker {
         Some(self.wake)
     }
 
-    /// The pod's sandbox and IP: the sandbox's own, the node's for `hostNetwork` in a sandboxed
-    /// runtime, else one from the kubelet's allocator.
+    /// The pod's sandbox and IP: the sandbox's own, else the node's for `hostNetwork`, else one
+    /// from the kubelet's allocator (a runtime without sandboxes).
     async fn pod_network(&mut self) -> Result<IpAddr, String> {
         let rt = self.shared.runtime.clone();
         let config = sandbox::config(
