@@ -865,6 +865,55 @@ fn debug_adds_ephemeral_containers() {
 
 /// The Python client's `stream` (exec with stdin, separate stdout and stderr, the exit code) and
 /// `portforward` (WebSocket channels, not kubectl's SPDY) through the API server.
+/// `kubectl debug node/NAME`: a pod pinned to the node, in its network, PID and IPC namespaces,
+/// that runs the command once; its address is the node's, and its logs read back. (kubectl mounts
+/// the node's root at `/host`; the process runtime's processes see the node's root as their own.)
+#[test]
+fn debug_node_runs_a_pod_on_the_nodes_network() {
+    let cluster = Cluster::start();
+    let k = cluster.kubectl();
+    let node = k.ok(&["get", "nodes", "-o", "jsonpath={.items[0].metadata.name}"]);
+    k.ok(&[
+        "debug",
+        &format!("node/{node}"),
+        "--image=busybox",
+        "--profile=general",
+        "--",
+        "sh",
+        "-c",
+        "echo debugging on the node",
+    ]);
+    let pod = k.ok(&["get", "pods", "-o", "jsonpath={.items[0].metadata.name}"]);
+    assert!(pod.starts_with(&format!("node-debugger-{node}-")), "{pod}");
+    let phase = || {
+        k.run(&["get", "pod", &pod, "-o", "jsonpath={.status.phase}"])
+            .stdout
+    };
+    assert!(
+        eventually(Duration::from_secs(60), || phase() == "Succeeded"),
+        "the debugging pod never finished: {}",
+        k.run(&["get", "pod", &pod, "-o", "yaml"]).stdout
+    );
+    let shown = k.ok(&[
+        "get",
+        "pod",
+        &pod,
+        "-o",
+        "jsonpath={.spec.nodeName} {.spec.hostNetwork} {.spec.hostPID} {.spec.hostIPC} {.status.podIP} {.status.hostIP}",
+    ]);
+    let fields: Vec<&str> = shown.split(' ').collect();
+    assert_eq!(
+        fields[..4],
+        [node.as_str(), "true", "true", "true"],
+        "{shown}"
+    );
+    assert_eq!(
+        fields[4], fields[5],
+        "a pod on the node's network has its address: {shown}"
+    );
+    assert_eq!(k.ok(&["logs", &pod]), "debugging on the node\n");
+}
+
 #[test]
 fn python_client_execs_and_forwards_ports() {
     let cluster = Cluster::start();
