@@ -817,6 +817,19 @@ async fn status_loop(
     }
 }
 
+/// The merge patch that reports a pod's status. A merge patch keeps what it leaves out, so the
+/// pod-level `message` and `reason` the kubelet gave earlier (why volumes failed, an eviction)
+/// are cleared explicitly once they no longer hold, as the status manager's patch clears them.
+fn pod_status_patch(status: &k8s_openapi::api::core::v1::PodStatus) -> serde_json::Value {
+    let mut patch = json!({ "status": status });
+    for field in ["message", "reason"] {
+        if patch["status"].get(field).is_none() {
+            patch["status"][field] = serde_json::Value::Null;
+        }
+    }
+    patch
+}
+
 fn status_patch(status: &NodeStatus) -> serde_json::Value {
     serde_json::to_value(status).expect("node status serializes")
 }
@@ -1041,7 +1054,7 @@ impl Reporter {
                 ..
             } => {
                 let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
-                let patch = json!({ "status": status });
+                let patch = pod_status_patch(&status);
                 for attempt in 0..5u32 {
                     match pods
                         .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
@@ -1266,6 +1279,36 @@ impl StaticPods {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pod_status_report_clears_a_message_that_no_longer_holds() {
+        let failing = k8s_openapi::api::core::v1::PodStatus {
+            phase: Some("Pending".into()),
+            message: Some("volume v: configmap \"c\" not found".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            pod_status_patch(&failing)["status"]["message"],
+            "volume v: configmap \"c\" not found"
+        );
+        let running = k8s_openapi::api::core::v1::PodStatus {
+            phase: Some("Running".into()),
+            ..Default::default()
+        };
+        let patch = pod_status_patch(&running);
+        assert_eq!(
+            patch,
+            json!({"status": {"phase": "Running", "message": null, "reason": null}})
+        );
+        // Applied as a merge patch to the stored status, the message is gone.
+        let mut stored =
+            json!({"status": {"phase": "Pending", "message": "old", "hostIP": "10.0.0.1"}});
+        json_patch::merge(&mut stored, &patch);
+        assert_eq!(
+            stored,
+            json!({"status": {"phase": "Running", "hostIP": "10.0.0.1"}})
+        );
+    }
 
     #[test]
     fn durations_parse_like_go() {
