@@ -164,9 +164,10 @@ fn rustls_pemfile_certs(reader: &mut &[u8]) -> Vec<rustls::pki_types::Certificat
         .collect()
 }
 
-/// The front-proxy CA that aggregated servers trust, as skiff publishes it.
-pub fn front_proxy_ca(k: &skiff_tests::Kubectl) -> String {
-    let auth: Value = serde_json::from_str(&k.ok(&[
+/// What skiff publishes for aggregated servers to authenticate its front proxy and its clients
+/// (`kube-system/extension-apiserver-authentication`'s data).
+pub fn authentication(k: &skiff_tests::Kubectl) -> Value {
+    let configmap: Value = serde_json::from_str(&k.ok(&[
         "get",
         "configmap",
         "-n",
@@ -176,7 +177,12 @@ pub fn front_proxy_ca(k: &skiff_tests::Kubectl) -> String {
         "json",
     ]))
     .unwrap();
-    auth["data"]["requestheader-client-ca-file"]
+    configmap["data"].clone()
+}
+
+/// The front-proxy CA that aggregated servers trust, as skiff publishes it.
+pub fn front_proxy_ca(k: &skiff_tests::Kubectl) -> String {
+    authentication(k)["requestheader-client-ca-file"]
         .as_str()
         .unwrap()
         .to_string()

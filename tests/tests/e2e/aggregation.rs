@@ -12,7 +12,7 @@ use base64::Engine;
 use serde_json::{Value, json};
 use skiff_tests::{TestCluster, eventually};
 
-use crate::aggregated::{Backend, Seen};
+use crate::aggregated::{self, Backend, Seen};
 
 const GROUP_VERSION: &str = "e2e.skiff.test/v1";
 const HOST: &str = "gizmo-api.default.svc";
@@ -38,17 +38,7 @@ fn an_apiservice_answers_through_skiff_appears_in_discovery_and_fails_alone() {
     let k = cluster.kubectl();
 
     // What aggregated servers read to trust the front proxy.
-    let auth: Value = serde_json::from_str(&k.ok(&[
-        "get",
-        "configmap",
-        "-n",
-        "kube-system",
-        "extension-apiserver-authentication",
-        "-o",
-        "json",
-    ]))
-    .unwrap();
-    let data = &auth["data"];
+    let data = &aggregated::authentication(&k);
     assert_eq!(
         data["requestheader-username-headers"],
         "[\"X-Remote-User\"]"

@@ -23,6 +23,21 @@ rules:
   - level: Metadata
 "#;
 
+/// `skiff apiserver` auditing under [`POLICY`] into a log (in a directory of its own) under `dir`;
+/// the log's path.
+fn audited(dir: &std::path::Path) -> (TestCluster, std::path::PathBuf) {
+    let policy = dir.join("policy.yaml");
+    std::fs::write(&policy, POLICY).unwrap();
+    let log = dir.join("logs").join("audit.log");
+    let cluster = TestCluster::start(&[
+        "--audit-policy-file",
+        policy.to_str().unwrap(),
+        "--audit-log-path",
+        log.to_str().unwrap(),
+    ]);
+    (cluster, log)
+}
+
 fn events(path: &std::path::Path) -> Vec<Value> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
@@ -43,15 +58,7 @@ fn find<'a>(events: &'a [Value], what: &str, pick: impl Fn(&Value) -> bool) -> &
 #[tokio::test]
 async fn the_audit_log_records_who_did_what_as_the_policy_says() {
     let dir = tempfile::tempdir().unwrap();
-    let policy = dir.path().join("policy.yaml");
-    std::fs::write(&policy, POLICY).unwrap();
-    let log = dir.path().join("logs").join("audit.log");
-    let mut cluster = TestCluster::start(&[
-        "--audit-policy-file",
-        policy.to_str().unwrap(),
-        "--audit-log-path",
-        log.to_str().unwrap(),
-    ]);
+    let (mut cluster, log) = audited(dir.path());
     let k = cluster.kubectl();
 
     // A write by the admin, a Secret (Metadata only) and a restricted user's denied list.
@@ -244,15 +251,7 @@ spec:
 #[test]
 fn admission_policies_annotate_the_audit_event_of_the_request() {
     let dir = tempfile::tempdir().unwrap();
-    let policy = dir.path().join("policy.yaml");
-    std::fs::write(&policy, POLICY).unwrap();
-    let log = dir.path().join("audit.log");
-    let mut cluster = TestCluster::start(&[
-        "--audit-policy-file",
-        policy.to_str().unwrap(),
-        "--audit-log-path",
-        log.to_str().unwrap(),
-    ]);
+    let (mut cluster, log) = audited(dir.path());
     let k = cluster.kubectl();
     k.ok_with_input(&["apply", "-f", "-"], LABELLED);
     // The policy takes effect once its watch has it: create until the warning comes back.

@@ -81,6 +81,18 @@ spec:
       scale: {specReplicasPath: .spec.replicas, statusReplicasPath: .status.replicas, labelSelectorPath: .status.selector}
 "#;
 
+/// The messages of the `SuccessfulRescale` events of autoscaler `name`.
+fn rescales(k: &skiff_tests::Kubectl, name: &str) -> String {
+    k.ok(&[
+        "get",
+        "events",
+        "--field-selector",
+        &format!("reason=SuccessfulRescale,involvedObject.name={name}"),
+        "-o",
+        "jsonpath={.items[*].message}",
+    ])
+}
+
 /// `jsonpath` of `object`.
 fn get(k: &skiff_tests::Kubectl, object: &str, path: &str) -> String {
     k.run(&["get", object, "-o", &format!("jsonpath={path}")])
@@ -154,14 +166,7 @@ fn an_autoscaler_follows_cpu_up_and_back_down() {
     let describe = k.run(&["describe", "hpa", "web"]).stdout;
     assert!(up, "never scaled to 3: {describe}");
     assert_eq!(get(&k, "deployment/web", "{.spec.replicas}"), "3");
-    let events = k.ok(&[
-        "get",
-        "events",
-        "--field-selector",
-        "reason=SuccessfulRescale",
-        "-o",
-        "jsonpath={.items[*].message}",
-    ]);
+    let events = rescales(&k, "web");
     assert!(
         events.contains("reason: cpu resource utilization (percentage of request) above target"),
         "{events}"
@@ -235,14 +240,7 @@ fn an_autoscaler_follows_cpu_up_and_back_down() {
         "never scaled back down: {}",
         k.run(&["describe", "hpa", "web"]).stdout
     );
-    let events = k.ok(&[
-        "get",
-        "events",
-        "--field-selector",
-        "reason=SuccessfulRescale,involvedObject.name=web",
-        "-o",
-        "jsonpath={.items[*].message}",
-    ]);
+    let events = rescales(&k, "web");
     assert!(events.contains("All metrics below target"), "{events}");
 
     // A target that does not exist: the autoscaler says so and scales nothing.
@@ -478,14 +476,7 @@ fn an_autoscaler_follows_custom_and_external_metrics_from_an_adapter() {
         "never scaled up: {}",
         k.run(&["describe", "hpa", "web"]).stdout
     );
-    let events = k.ok(&[
-        "get",
-        "events",
-        "--field-selector",
-        "reason=SuccessfulRescale",
-        "-o",
-        "jsonpath={.items[*].message}",
-    ]);
+    let events = rescales(&k, "web");
     assert!(
         events
             .contains("New size: 3; reason: external metric queue_depth(queue=jobs) above target"),
