@@ -34,7 +34,8 @@ pub const INFO: ResourceInfo = ResourceInfo {
 
 fn validate(new: &Value) -> Checked {
     let policy: Vap = decode(new, "")?;
-    Ok(validate_policy_spec(&policy.spec.unwrap_or_default()))
+    let name = policy.metadata.name.as_deref().unwrap_or_default();
+    Ok(validate_policy_spec(name, &policy.spec.unwrap_or_default()))
 }
 
 impl Kind for ValidatingAdmissionPolicy {
@@ -225,7 +226,28 @@ mod tests {
         let mut audit_only = good();
         audit_only.as_object_mut().unwrap().remove("validations");
         audit_only["auditAnnotations"] = json!([{"key": "k", "valueExpression": "'v'"}]);
-        assert_eq!(create_msgs(G, K, policy(audit_only)), Vec::<String>::new());
+        assert_eq!(
+            create_msgs(G, K, policy(audit_only.clone())),
+            Vec::<String>::new()
+        );
+        // A key must make `<policy>/<key>` an annotation key; a value expression is at most 5 KiB.
+        let mut bad_key = audit_only.clone();
+        bad_key["auditAnnotations"] = json!([{"key": "not a key", "valueExpression": "'v'"}]);
+        let msgs = create_msgs(G, K, policy(bad_key));
+        assert!(
+            msgs.len() == 1
+                && msgs[0].starts_with(
+                    "spec.auditAnnotations[0].key: Invalid value: \"replicas/not a key\": name part must consist of"
+                ),
+            "{msgs:?}"
+        );
+        let mut long = audit_only;
+        long["auditAnnotations"] =
+            json!([{"key": "k", "valueExpression": format!("'{}'", "v".repeat(5 * 1024))}]);
+        assert_eq!(
+            create_msgs(G, K, policy(long)),
+            ["spec.auditAnnotations[0].valueExpression: Too long: may not be more than 5120 bytes"]
+        );
         let cells = ValidatingAdmissionPolicy
             .cells(&policy(good()), Timestamp::now())
             .unwrap();

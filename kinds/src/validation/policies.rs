@@ -29,6 +29,9 @@ pub const REASONS: &[(&str, u16)] = &[
 /// What a binding may do with a failed validation.
 pub const VALIDATION_ACTIONS: &[&str] = &["Audit", "Deny", "Warn"];
 
+/// The longest `valueExpression` of an audit annotation (kube-apiserver's 5 KiB).
+pub const MAX_EXPRESSION_BYTES: usize = 5 * 1024;
+
 /// What a binding does when its `paramRef` finds nothing.
 pub const PARAMETER_NOT_FOUND_ACTIONS: &[&str] = &["Allow", "Deny"];
 
@@ -78,7 +81,7 @@ fn default_match_resources(resources: &mut Value) {
 }
 
 /// A policy's spec (`validateValidatingAdmissionPolicySpec`).
-pub fn validate_policy_spec(spec: &ValidatingAdmissionPolicySpec) -> Vec<FieldError> {
+pub fn validate_policy_spec(name: &str, spec: &ValidatingAdmissionPolicySpec) -> Vec<FieldError> {
     let path = Path::new("spec");
     let mut errs = Vec::new();
     if let Some(policy) = spec.failure_policy.as_deref()
@@ -185,11 +188,30 @@ pub fn validate_policy_spec(spec: &ValidatingAdmissionPolicySpec) -> Vec<FieldEr
                 path.child("key"),
                 annotation.key.as_str(),
             ));
+        } else if name.is_empty() {
+            errs.push(FieldError::invalid(
+                path.child("key"),
+                annotation.key.as_str(),
+                "requires metadata.name be non-empty",
+            ));
+        } else {
+            // The annotation is written as `<policy>/<key>`, which must be an annotation key.
+            let written = format!("{name}/{}", annotation.key);
+            for m in names::qualified_name(&written) {
+                errs.push(FieldError::invalid(path.child("key"), written.as_str(), m));
+            }
         }
-        errs.extend(expression(
-            &annotation.value_expression,
-            &path.child("valueExpression"),
-        ));
+        if annotation.value_expression.trim().len() > MAX_EXPRESSION_BYTES {
+            errs.push(FieldError::too_long(
+                path.child("valueExpression"),
+                MAX_EXPRESSION_BYTES,
+            ));
+        } else {
+            errs.extend(expression(
+                &annotation.value_expression,
+                &path.child("valueExpression"),
+            ));
+        }
     }
     errs
 }
