@@ -19,14 +19,13 @@ use k8s_openapi::api::autoscaling::v2::{
     self, MetricIdentifier, MetricSpec, MetricStatus, MetricTarget, MetricValueStatus,
 };
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde_json::Value;
 use skiff_meta::labels::Selector;
 use skiff_meta::quantity;
 
 use super::replicas::{ResourceCalc, Sample, milli};
-use super::{MetricOutcome, TargetScale, Tunables};
-use crate::pods::{condition, phase};
+use super::{MetricOutcome, TargetScale, Tunables, quantity_of};
+use crate::pods::{is_ready, phase};
 
 /// The window an adapter's value covers when it does not say (the metrics server's default).
 const DEFAULT_WINDOW: Duration = Duration::from_secs(60);
@@ -237,11 +236,6 @@ pub enum Reading {
     Value(Result<i64, String>),
 }
 
-/// A value in thousandths as a quantity.
-fn quantity_of(milli: i64) -> Quantity {
-    Quantity(quantity::Quantity::from_milli(milli).to_string())
-}
-
 /// The inputs of one custom or external metric's calculation.
 pub(super) struct Custom<'a> {
     pub(super) scale: &'a TargetScale,
@@ -252,17 +246,13 @@ pub(super) struct Custom<'a> {
 }
 
 impl Custom<'_> {
-    fn within_tolerance(&self, ratio: f64) -> bool {
-        (ratio - 1.0).abs() <= self.tunables.tolerance
-    }
-
     /// The replicas a usage ratio asks for, counting the pods that are running and Ready (from
     /// zero replicas, the ratio alone).
     fn by_ratio(&self, ratio: f64) -> Result<i32, String> {
         if self.current == 0 {
             return Ok(ratio.ceil() as i32);
         }
-        if self.within_tolerance(ratio) {
+        if self.tunables.within_tolerance(ratio) {
             return Ok(self.current);
         }
         if self.pods.is_empty() {
@@ -274,9 +264,7 @@ impl Custom<'_> {
         let ready = self
             .pods
             .iter()
-            .filter(|p| {
-                phase(p) == "Running" && condition(p, "Ready").is_some_and(|c| c.status == "True")
-            })
+            .filter(|p| phase(p) == "Running" && is_ready(p))
             .count();
         Ok((ratio * ready as f64).ceil() as i32)
     }
@@ -286,7 +274,7 @@ impl Custom<'_> {
     fn per_replica(&self, usage: i64, target: i64) -> (i32, i64) {
         let replicas = self.scale.status_replicas;
         let ratio = usage as f64 / (target as f64 * f64::from(replicas));
-        let proposal = if self.within_tolerance(ratio) {
+        let proposal = if self.tunables.within_tolerance(ratio) {
             replicas
         } else {
             (usage as f64 / target as f64).ceil() as i32

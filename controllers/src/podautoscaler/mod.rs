@@ -69,6 +69,18 @@ pub struct Tunables {
     pub initial_readiness_delay: Duration,
 }
 
+impl Tunables {
+    /// Whether a usage ratio is close enough to 1 that nothing is to change.
+    pub fn within_tolerance(&self, ratio: f64) -> bool {
+        (ratio - 1.0).abs() <= self.tolerance
+    }
+}
+
+/// A value in thousandths of its unit as a quantity (`250m`, `2`).
+pub(crate) fn quantity_of(milli: i64) -> Quantity {
+    Quantity(quantity::Quantity::from_milli(milli).to_string())
+}
+
 impl Default for Tunables {
     fn default() -> Self {
         Tunables {
@@ -471,14 +483,14 @@ fn across_metrics(
     let mut best: Option<(i32, String)> = None;
     let mut invalid = 0;
     let mut first: Option<(&'static str, String)> = None;
+    let custom = Custom {
+        scale,
+        pods,
+        current,
+        tunables,
+        now,
+    };
     for (i, metric) in metrics.iter().enumerate() {
-        let custom = Custom {
-            scale,
-            pods,
-            current,
-            tunables,
-            now,
-        };
         let outcome = match metric.type_.as_str() {
             "Pods" => custom.pods(metric, measured.custom.get(&i)),
             "Object" => custom.object(metric, measured.custom.get(&i)),
@@ -640,9 +652,7 @@ fn resource_metric(
     })?;
     let current_value = MetricValueStatus {
         average_utilization: value.utilization,
-        average_value: Some(Quantity(
-            quantity::Quantity::from_milli(value.average_milli).to_string(),
-        )),
+        average_value: Some(quantity_of(value.average_milli)),
         value: None,
     };
     let status = match container {

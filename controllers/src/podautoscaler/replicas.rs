@@ -194,10 +194,6 @@ impl ResourceCalc<'_> {
         Ok((groups, samples))
     }
 
-    fn within_tolerance(&self, ratio: f64) -> bool {
-        (ratio - 1.0).abs() <= self.tunables.tolerance
-    }
-
     /// The proposal from the measured pods alone, when no pod is missing and the unready ones
     /// need not count (`unready_up` false): the current count within the tolerance, else the
     /// ready pods scaled by `ratio`. `None` when the missing or unready pods must be filled in.
@@ -205,7 +201,7 @@ impl ResourceCalc<'_> {
         if unready_up || !groups.missing.is_empty() {
             return None;
         }
-        Some(if self.within_tolerance(ratio) {
+        Some(if self.tunables.within_tolerance(ratio) {
             self.current
         } else {
             (ratio * groups.ready as f64).ceil() as i32
@@ -315,7 +311,7 @@ impl ResourceCalc<'_> {
     /// The proposal once missing and unready pods are assumed the worst for the move: none when
     /// that moves it into the tolerance or turns it around.
     fn rebalanced(&self, ratio: f64, new_ratio: f64, counted: usize) -> i32 {
-        if self.within_tolerance(new_ratio)
+        if self.tunables.within_tolerance(new_ratio)
             || (ratio < 1.0 && new_ratio > 1.0)
             || (ratio > 1.0 && new_ratio < 1.0)
         {
