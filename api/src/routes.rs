@@ -422,8 +422,11 @@ where
         connection,
         feedback: feedback.clone(),
     };
+    // The body is parsed for the audit log when its event keeps it, or (a create) when only the
+    // body names the object.
     if let Some(audit) = &audit
-        && audit.level() >= audit::policy::Level::Metadata
+        && (audit.level() >= audit::policy::Level::Request
+            || (audit.level() >= audit::policy::Level::Metadata && target.name.is_none()))
         && !request.body.is_empty()
         && let Ok(object) = request::parse_body(&request)
     {
