@@ -661,12 +661,21 @@ fn pin_lost_writes(
             _ => None,
         })
         .collect();
-    let lost_with = |history: &[Operation<Call, Answer>], value: &str| {
-        history.iter().position(|op| {
-            matches!(op.outcome, Outcome::Lost { .. })
-                && matches!(&op.input, Call::Put { value: v, .. } | Call::Swap { value: v, .. } if v == value)
+    // The lost operations that may have written: puts and swaps by the value they write, deletes
+    // in call order (of several that fit, the first called is the one pinned).
+    let lost = |i: &usize| matches!(history[*i].outcome, Outcome::Lost { .. });
+    let mut lost_writes: std::collections::HashMap<String, usize> = (0..history.len())
+        .filter(lost)
+        .filter_map(|i| match &history[i].input {
+            Call::Put { value, .. } | Call::Swap { value, .. } => Some((value.clone(), i)),
+            _ => None,
         })
-    };
+        .collect();
+    let mut lost_deletes: Vec<usize> = (0..history.len())
+        .filter(lost)
+        .filter(|&i| matches!(history[i].input, Call::Delete { .. }))
+        .collect();
+    lost_deletes.sort_by_key(|&i| history[i].call);
     let mut state: BTreeMap<String, Version> = BTreeMap::new();
     for entry in log {
         let revision = entry.revision.0;
@@ -681,7 +690,7 @@ fn pin_lost_writes(
             }
         }
         let answer = match written {
-            Some((key, value)) => lost_with(history, &value).map(|i| {
+            Some((key, value)) => lost_writes.remove(&value).map(|i| {
                 let answer = match &history[i].input {
                     Call::Put { .. } => Answer::Write {
                         revision,
@@ -701,28 +710,27 @@ fn pin_lost_writes(
             }),
             None if !claimed.contains(&revision) => {
                 removed.sort();
-                history
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, op)| {
-                        matches!(op.outcome, Outcome::Lost { .. })
-                            && op.client / CLIENTS == round_of(revision)
-                    })
-                    .filter(|(_, op)| match &op.input {
-                        Call::Delete { start, end } => state
-                            .range(start.clone()..end.clone())
-                            .map(|(k, _)| k)
-                            .eq(removed.iter()),
-                        _ => false,
-                    })
-                    .min_by_key(|(_, op)| op.call)
-                    .map(|(i, _)| {
-                        let previous = removed
-                            .iter()
-                            .map(|k| (k.clone(), state[k].clone()))
-                            .collect();
-                        (i, Answer::Write { revision, previous })
-                    })
+                let fits = |i: usize| {
+                    let op = &history[i];
+                    op.client / CLIENTS == round_of(revision)
+                        && match &op.input {
+                            Call::Delete { start, end } => state
+                                .range(start.clone()..end.clone())
+                                .map(|(k, _)| k)
+                                .eq(removed.iter()),
+                            _ => false,
+                        }
+                };
+                lost_deletes.iter().position(|&i| fits(i)).map(|at| {
+                    let previous = removed
+                        .iter()
+                        .map(|k| (k.clone(), state[k].clone()))
+                        .collect();
+                    (
+                        lost_deletes.remove(at),
+                        Answer::Write { revision, previous },
+                    )
+                })
             }
             None => None,
         };
