@@ -298,7 +298,7 @@ impl Outcome {
         if !self.audit.is_empty() {
             out.push((
                 VALIDATION_FAILURE.to_string(),
-                serde_json::Value::from(self.audit.clone()).to_string(),
+                serde_json::to_string(&self.audit).expect("JSON values serialize"),
             ));
         }
         out

@@ -20,8 +20,9 @@
 //! binding's `validationActions`: Deny refuses the request (the first violation), Warn sends a
 //! `Warning` header, Audit lists it in the request's audit event (the
 //! `validation.policy.admission.k8s.io/validation_failure` annotation). Each `auditAnnotations`
-//! value of a policy whose binding matched is annotated as `<policy>/<key>` whatever the actions. An expression that fails (at run time, or because it does not
-//! compile) is a violation under `failurePolicy: Fail` and nothing under Ignore. Configuration
+//! value of a policy whose binding matched is annotated as `<policy>/<key>` whatever the
+//! actions. An expression that fails (at run time, or because it does not compile) is a
+//! violation under `failurePolicy: Fail` and nothing under Ignore. Configuration
 //! errors (a `paramKind` nobody serves, no params under `parameterNotFoundAction: Deny`, a
 //! selector that does not parse) refuse under Fail whatever the actions, as in Kubernetes.
 //!
