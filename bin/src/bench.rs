@@ -48,6 +48,11 @@ pub enum BenchCommand {
     /// The cluster DNS against dnsmasq and unbound serving the same names: answers/s, p50 and
     /// p99 latency and CPU per answer, side by side in alternated rounds.
     Dns(crate::bench_dns::DnsArgs),
+    /// Streams through the API server and the kubelet against going to the pod directly:
+    /// `kubectl port-forward` throughput, round trips and new connections against the pod's
+    /// address, and `kubectl exec POD -- true` beside kubectl's own floor, a WebSocket exec from
+    /// this process and a direct spawn.
+    Streaming(crate::bench_streaming::StreamingArgs),
 }
 
 /// A `skiff` child (`apiserver`, or `server` with every component) on a temporary data dir and
@@ -212,6 +217,7 @@ pub async fn run(command: BenchCommand) -> Result<()> {
         BenchCommand::Timeline(args) => crate::bench_timeline::run(args).await,
         BenchCommand::Dns(args) => crate::bench_dns::run(args).await,
         BenchCommand::Workloads(args) => crate::bench_workloads::run(args).await,
+        BenchCommand::Streaming(args) => crate::bench_streaming::run(args).await,
         BenchCommand::Scheduler(mut opts) => {
             let (decisions, _) = skiff_scheduler::bench::decide_only(
                 opts.nodes,

@@ -15,6 +15,7 @@ mod bench_dns;
 mod bench_ingress;
 mod bench_node;
 mod bench_rbac;
+mod bench_streaming;
 mod bench_timeline;
 mod bench_workloads;
 mod components;

@@ -359,6 +359,23 @@ pub async fn run(client: Client, options: Options, shutdown: CancellationToken) 
     run_with_host(client, options, Arc::new(host::read), shutdown).await
 }
 
+/// The kubelet's listener. Its connections carry the small frames of exec, attach and
+/// port-forward streams, which must not wait on Nagle's algorithm for the peer's delayed ACK
+/// (40 ms on Linux) before going out: `TCP_NODELAY` is set on the listening socket, and Linux
+/// gives it to every connection accepted from it (kubelets, written in Go, have it on every
+/// connection; warp does not set it on the connections it accepts).
+fn listen(address: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if address.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.set_nodelay(true)?;
+    socket.bind(address)?;
+    socket.listen(1024)
+}
+
 /// [`run`], with the node's host readings taken from `host` instead of `/proc` and the root
 /// dir's filesystem: lets a test drive memory, disk and PID pressure.
 pub async fn run_with_host(
@@ -378,9 +395,7 @@ pub async fn run_with_host(
     })?;
     let runtime = open_runtime(&options, &root, &node_name).await?;
     let address = std::net::SocketAddr::new(options.address, options.port);
-    let listener = tokio::net::TcpListener::bind(address)
-        .await
-        .map_err(|source| Error::Bind { address, source })?;
+    let listener = listen(address).map_err(|source| Error::Bind { address, source })?;
     let port = listener
         .local_addr()
         .map_err(|source| Error::Bind { address, source })?
@@ -1279,6 +1294,15 @@ impl StaticPods {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn the_servers_connections_do_not_wait_on_nagle() {
+        let listener = listen("127.0.0.1:0".parse().unwrap()).unwrap();
+        let address = listener.local_addr().unwrap();
+        let _client = tokio::net::TcpStream::connect(address).await.unwrap();
+        let (accepted, _) = listener.accept().await.unwrap();
+        assert!(accepted.nodelay().unwrap());
+    }
 
     #[test]
     fn a_pod_status_report_clears_a_message_that_no_longer_holds() {
