@@ -96,10 +96,35 @@ impl Feedback {
         }
     }
 
-    /// Adds an audit annotation; the first value of a key stays (as Kubernetes keeps it).
-    pub fn annotate(&self, key: String, value: String) {
+    /// Adds an audit annotation. As kube-apiserver's, the key must be `<prefix>/<name>`, a
+    /// qualified name with its DNS subdomain prefix (the webhook's or policy's name), and a key
+    /// keeps its first value: an invalid key or another value for a key is refused, and the
+    /// caller logs it and goes on (the request does not fail over its audit annotations).
+    pub fn annotate(&self, key: String, value: String) -> std::result::Result<(), String> {
+        if key.split('/').count() != 2 {
+            return Err(format!(
+                "annotation key {key:?} has an invalid format: it must be a DNS subdomain prefix, \
+                 '/' and a name (e.g. 'example.com/key')"
+            ));
+        }
+        let problems = skiff_kinds::validation::names::qualified_name(&key);
+        if !problems.is_empty() {
+            return Err(format!(
+                "annotation key {key:?} is invalid: {}",
+                problems.join("; ")
+            ));
+        }
         let mut annotations = self.annotations.lock().unwrap_or_else(|e| e.into_inner());
-        annotations.entry(key).or_insert(value);
+        match annotations.get(&key) {
+            Some(old) if *old != value => Err(format!(
+                "annotation {key:?} is already {old:?}: it cannot be changed to {value:?}"
+            )),
+            Some(_) => Ok(()),
+            None => {
+                annotations.insert(key, value);
+                Ok(())
+            }
+        }
     }
 
     /// The warnings so far.
@@ -1069,6 +1094,38 @@ pub(crate) fn forbidden(a: &Attributes<'_>, why: impl std::fmt::Display) -> Erro
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn feedback_keeps_valid_audit_annotations_and_their_first_values() {
+        let feedback = Feedback::default();
+        feedback
+            .annotate("hook.example.com/verdict".into(), "ok".into())
+            .unwrap();
+        // The same value again is no change; another one is refused.
+        feedback
+            .annotate("hook.example.com/verdict".into(), "ok".into())
+            .unwrap();
+        let e = feedback
+            .annotate("hook.example.com/verdict".into(), "changed".into())
+            .unwrap_err();
+        assert!(e.contains("cannot be changed"), "{e}");
+        for bad in [
+            "verdict",
+            "hook.example.com/a/b",
+            "hook.example.com/",
+            "Hook_Example/verdict",
+            "hook.example.com/bad key",
+        ] {
+            assert!(
+                feedback.annotate(bad.into(), "x".into()).is_err(),
+                "{bad} was taken"
+            );
+        }
+        assert_eq!(
+            feedback.take_annotations(),
+            [("hook.example.com/verdict".to_string(), "ok".to_string())].into()
+        );
+    }
 
     #[test]
     fn service_ranges_come_from_a_cidr() {

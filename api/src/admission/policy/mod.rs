@@ -325,7 +325,9 @@ impl Plugin for ValidatingAdmissionPolicy {
         let outcome = self.outcome(registry, a).await?;
         if let Some(feedback) = a.feedback {
             for (key, value) in outcome.audit_annotations() {
-                feedback.annotate(key, value);
+                if let Err(why) = feedback.annotate(key, value) {
+                    tracing::warn!("audit annotation dropped: {why}");
+                }
             }
             for w in outcome.warnings {
                 feedback.warn(w);

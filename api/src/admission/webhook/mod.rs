@@ -154,7 +154,9 @@ async fn dispatch(
                     feedback.warn(warning);
                 }
                 for (key, value) in answer.audit_annotations {
-                    feedback.annotate(format!("{}/{key}", hook.name), value);
+                    if let Err(why) = feedback.annotate(format!("{}/{key}", hook.name), value) {
+                        tracing::warn!(webhook = %hook.name, "audit annotation dropped: {why}");
+                    }
                 }
             }
             match answer.verdict {

@@ -200,7 +200,7 @@ fn answering() -> Handler {
         }
         "/allow" => Reply::Review(json!({"allowed": true})),
         "/remark" => Reply::Review(json!({"allowed": false, "warnings": ["looked closely"],
-            "auditAnnotations": {"verdict": "refused"},
+            "auditAnnotations": {"verdict": "refused", "a/b": "two slashes", "Bad Key": "space"},
             "status": {"code": 403, "message": "no"}})),
         "/label" => Reply::Review(json!({"allowed": true, "patchType": "JSONPatch",
             "patch": b64(r#"[{"op": "add", "path": "/metadata/labels/stamped", "value": "yes"}]"#)})),
@@ -246,7 +246,8 @@ async fn a_webhooks_warnings_reach_the_client_and_its_annotations_the_audit_log(
     let feedback = Feedback::default();
     let e = api_error(validate_with(&[remark], &registry, Some(&feedback)).await);
     assert_eq!(e.code(), 403);
-    // A refusal's warnings and annotations count too; the keys carry the webhook's name.
+    // A refusal's warnings and annotations count too; the keys carry the webhook's name, and
+    // keys that do not make an annotation key with it are dropped.
     assert_eq!(feedback.take_warnings(), ["looked closely"]);
     assert_eq!(
         feedback.take_annotations(),
