@@ -32,12 +32,13 @@ use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 
 use http::{HeaderMap, HeaderName, HeaderValue, Method};
-use k8s_openapi::api::core::v1::{Endpoints, Service};
+use k8s_openapi::api::core::v1::Service;
 use serde_json::{Value, json};
 use skiff_kinds::builtin::api_service::{self, INFO};
 
 use crate::admission::webhook::client::describe;
 use crate::auth::User;
+use crate::backends::{Backend, Published, by_port};
 use crate::error::{Error, Result};
 use crate::registry::Update;
 use crate::request::{Query, Response};
@@ -371,13 +372,12 @@ pub fn backend_headers(client: &HeaderMap, user: &User, upgrade: bool) -> Header
     headers
 }
 
-/// Where a remote APIService's requests go now: a ready endpoint of its Service's port, or
-/// the condition that says why there is none (kube-aggregator's reasons).
-pub fn endpoint(
+/// What a remote APIService's Service port leads to, or the condition that says why nothing
+/// (kube-aggregator's reasons): the endpoints of a named port, or an `ExternalName`.
+pub fn backend(
     reference: &ServiceRef,
     service: Option<&Service>,
-    endpoints: Option<&Endpoints>,
-) -> std::result::Result<SocketAddr, Condition> {
+) -> std::result::Result<Backend, Condition> {
     let (ns, name, port) = (&reference.namespace, &reference.name, reference.port);
     let Some(service) = service else {
         return Err(Condition::unavailable(
@@ -385,37 +385,36 @@ pub fn endpoint(
             format!("service/{name} in \"{ns}\" is not present"),
         ));
     };
-    let ports = service
-        .spec
-        .as_ref()
-        .and_then(|s| s.ports.clone())
-        .unwrap_or_default();
-    let Some(service_port) = ports.iter().find(|p| p.port == port) else {
-        return Err(Condition::unavailable(
+    by_port(service, port).ok_or_else(|| {
+        Condition::unavailable(
             "ServicePortError",
             format!("service/{name} in \"{ns}\" is not listening on port {port}"),
-        ));
-    };
-    let Some(endpoints) = endpoints else {
+        )
+    })
+}
+
+/// A ready endpoint of the Service port named `port_name`, or the condition that says why there
+/// is none.
+pub fn endpoint(
+    reference: &ServiceRef,
+    port_name: &str,
+    published: &Published,
+) -> std::result::Result<SocketAddr, Condition> {
+    let (ns, name) = (&reference.namespace, &reference.name);
+    if !published.exists {
         return Err(Condition::unavailable(
             "EndpointsNotFound",
             format!("cannot find endpoints for service/{name} in \"{ns}\""),
         ));
-    };
-    let port_name = service_port.name.as_deref().unwrap_or_default();
-    let location =
-        crate::proxy::service_location(service, Some(endpoints), "https", &port.to_string(), |_| 0);
-    location
-        .ok()
-        .and_then(|l| l.authority.parse::<SocketAddr>().ok())
-        .ok_or_else(|| {
-            Condition::unavailable(
-                "MissingEndpoints",
-                format!(
-                    "endpoints for service/{name} in \"{ns}\" have no addresses with port name \"{port_name}\""
-                ),
-            )
-        })
+    }
+    published.ready.first().copied().ok_or_else(|| {
+        Condition::unavailable(
+            "MissingEndpoints",
+            format!(
+                "endpoints for service/{name} in \"{ns}\" have no addresses with port name \"{port_name}\""
+            ),
+        )
+    })
 }
 
 /// The condition after the discovery check of `url`: `Ok(status code)` of an answer, or why
@@ -688,8 +687,8 @@ pub fn merge_aggregated(document: &mut Value, remote: &[Remote]) {
     }
 }
 
-/// Key of a cached backend client: the APIService, its TLS settings and the endpoint.
-type ClientKey = (String, Vec<u8>, bool, SocketAddr);
+/// Key of a cached backend client: the APIService, its TLS settings and the addresses it dials.
+type ClientKey = (String, Vec<u8>, bool, Vec<SocketAddr>);
 
 /// What the aggregator knows: the APIServices as last seen in the log, the backends' resource
 /// lists the last checks fetched, and a client per backend endpoint.
@@ -748,15 +747,15 @@ impl Aggregator {
         }
     }
 
-    /// The client for `registered`'s backend at `address`: trusting its `caBundle` for the
-    /// Service's name (or nothing, with `insecureSkipTLSVerify`), presenting the front proxy's
-    /// certificate.
-    fn client(&self, registered: &Registered, address: SocketAddr) -> Result<reqwest::Client> {
+    /// The client for `registered`'s backend at `addresses` (tried in turn): trusting its
+    /// `caBundle` for the Service's name (or nothing, with `insecureSkipTLSVerify`), presenting
+    /// the front proxy's certificate.
+    fn client(&self, registered: &Registered, addresses: &[SocketAddr]) -> Result<reqwest::Client> {
         let key = (
             registered.name.clone(),
             registered.ca_bundle.clone(),
             registered.insecure,
-            address,
+            addresses.to_vec(),
         );
         let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(client) = clients.get(&key) {
@@ -779,7 +778,7 @@ impl Aggregator {
             .no_proxy()
             .connect_timeout(Duration::from_secs(10))
             .redirect(reqwest::redirect::Policy::none())
-            .resolve(&host, address)
+            .resolve_to_addrs(&host, addresses)
             .tls_backend_preconfigured(tls)
             .build()
             .map_err(|e| failed(e.to_string()))?;
@@ -904,32 +903,43 @@ fn tls_config(
     Ok(config)
 }
 
-/// The Service and Endpoints of `reference`, each `None` when absent.
-async fn service_and_endpoints(
+/// Where `registered`'s requests go now: a ready endpoint of its Service's port, or an
+/// `ExternalName`'s addresses (tried in turn); else the condition that says why nowhere.
+async fn locate(
     server: &ApiServer,
+    registered: &Registered,
     reference: &ServiceRef,
-) -> Result<(Option<Service>, Option<Endpoints>)> {
-    let ns = Some(reference.namespace.as_str());
-    let name = reference.name.as_str();
-    fn absent<T>(r: Result<T>) -> Result<Option<T>> {
-        match r {
-            Ok(v) => Ok(Some(v)),
-            Err(Error::NotFound { .. }) => Ok(None),
-            Err(e) => Err(e),
+) -> std::result::Result<Vec<SocketAddr>, Condition> {
+    let (ns, name) = (reference.namespace.as_str(), reference.name.as_str());
+    let service: Option<Service> = match server
+        .registry
+        .get_view(&skiff_kinds::builtin::service::INFO, Some(ns), name)
+        .await
+    {
+        Ok(service) => Some(service),
+        Err(Error::NotFound { .. }) => None,
+        Err(e) => return Err(Condition::unavailable("ServiceAccessError", e.to_string())),
+    };
+    match backend(reference, service.as_ref())? {
+        Backend::External(host) => crate::backends::lookup(&host, reference.port)
+            .await
+            .map_err(|e| {
+                let url = format!(
+                    "https://{}:{}/apis/{}/{}",
+                    reference.host(),
+                    reference.port,
+                    registered.group,
+                    registered.version
+                );
+                discovery_condition(&url, Err(e))
+            }),
+        Backend::Port(port_name) => {
+            let published = crate::backends::published(&server.registry, ns, name, &port_name)
+                .await
+                .map_err(|e| Condition::unavailable("ServiceAccessError", e.to_string()))?;
+            endpoint(reference, &port_name, &published).map(|address| vec![address])
         }
     }
-    let registry = &server.registry;
-    let service = absent(
-        registry
-            .get_view(&skiff_kinds::builtin::service::INFO, ns, name)
-            .await,
-    )?;
-    let endpoints = absent(
-        registry
-            .get_view(&skiff_kinds::builtin::endpoints::INFO, ns, name)
-            .await,
-    )?;
-    Ok((service, endpoints))
 }
 
 /// One request on its way to a backend.
@@ -961,8 +971,7 @@ pub async fn proxy(
     let Some(reference) = &registered.service else {
         return Err(Error::NoRoute);
     };
-    let (service, endpoints) = service_and_endpoints(server, reference).await?;
-    let address = endpoint(reference, service.as_ref(), endpoints.as_ref()).map_err(|c| {
+    let addresses = locate(server, registered, reference).await.map_err(|c| {
         Error::Unavailable(format!(
             "{UNAVAILABLE}: APIService {:?}: {}",
             registered.name, c.message
@@ -978,7 +987,7 @@ pub async fn proxy(
             server,
             registered,
             reference,
-            address,
+            &addresses,
             &request.method,
             &path,
             request.headers,
@@ -986,8 +995,8 @@ pub async fn proxy(
         )
         .await;
     }
-    let client = server.aggregator.client(registered, address)?;
-    let url = format!("https://{}:{}{path}", reference.host(), address.port());
+    let client = server.aggregator.client(registered, &addresses)?;
+    let url = format!("https://{}:{}{path}", reference.host(), addresses[0].port());
     let mut call = client
         .request(request.method.clone(), &url)
         .headers(request.headers);
@@ -1016,13 +1025,13 @@ async fn upgrade(
     server: &ApiServer,
     registered: &Registered,
     reference: &ServiceRef,
-    address: SocketAddr,
+    addresses: &[SocketAddr],
     method: &Method,
     path: &str,
     headers: HeaderMap,
     client: hyper::upgrade::OnUpgrade,
 ) -> Result<Response> {
-    let tcp = crate::proxy::dial(&address.to_string()).await?;
+    let tcp = crate::proxy::dial_to(addresses, &addresses[0].to_string()).await?;
     let config = server.aggregator.tls(registered)?;
     let name = rustls::pki_types::ServerName::try_from(reference.host())
         .map_err(|e| Error::Unavailable(format!("invalid service name: {e}")))?;
@@ -1035,7 +1044,7 @@ async fn upgrade(
                 registered.name
             ))
         })?;
-    let authority = format!("{}:{}", reference.host(), address.port());
+    let authority = format!("{}:{}", reference.host(), addresses[0].port());
     match crate::proxy::upgrade_over(server, tls, &authority, method, path, headers, client).await?
     {
         crate::proxy::Upgraded::Switched(reply) | crate::proxy::Upgraded::Refused(reply) => {
@@ -1050,22 +1059,13 @@ async fn check(server: &ApiServer, registered: &Registered) -> (Condition, Optio
     let Some(reference) = &registered.service else {
         return (Condition::local(), None);
     };
-    let (service, endpoints) = match service_and_endpoints(server, reference).await {
-        Ok(found) => found,
-        Err(e) => {
-            return (
-                Condition::unavailable("ServiceAccessError", e.to_string()),
-                None,
-            );
-        }
-    };
-    let address = match endpoint(reference, service.as_ref(), endpoints.as_ref()) {
-        Ok(address) => address,
+    let addresses = match locate(server, registered, reference).await {
+        Ok(addresses) => addresses,
         Err(condition) => return (condition, None),
     };
     let path = format!("/apis/{}/{}", registered.group, registered.version);
-    let url = format!("https://{}:{}{path}", reference.host(), address.port());
-    let client = match server.aggregator.client(registered, address) {
+    let url = format!("https://{}:{}{path}", reference.host(), addresses[0].port());
+    let client = match server.aggregator.client(registered, &addresses) {
         Ok(client) => client,
         Err(e) => return (discovery_condition(&url, Err(e.to_string())), None),
     };

@@ -43,6 +43,7 @@ pub mod aggregation;
 pub mod audit;
 pub mod auth;
 pub mod authz;
+pub mod backends;
 pub mod bench;
 pub mod crd;
 pub mod discovery;

@@ -5,18 +5,19 @@
 //! `kubectl proxy`, `kubectl get --raw .../proxy/...` and dashboards use to reach in-cluster
 //! HTTP servers through the API server.
 //!
-//! The pure part ([`split_name`], [`pod_location`], [`service_location`], [`node_location`],
-//! [`forwarded_headers`]) says where a request goes and what travels with it; [`serve`] is the I/O
-//! shell: it sends the request on with its method, query, headers and body, and streams the
-//! answer back as it comes, or joins the two connections when the request asks to switch
-//! protocols (a WebSocket through a service). What the API server authenticated the client with
+//! The pure part ([`split_name`], [`pod_location`], [`service_port_name`], [`service_location`],
+//! [`node_location`], [`forwarded_headers`]) says where a request goes and what travels with it;
+//! [`serve`] is the I/O shell: it sends the request on with its method, query, headers and body,
+//! and streams the answer back as it comes, or joins the two connections when the request asks to
+//! switch protocols (a WebSocket through a service). What the API server authenticated the client with
 //! (`Authorization`, impersonation headers) never reaches the backend.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, Method, header};
-use k8s_openapi::api::core::v1::{Endpoints, Node, Pod, Service};
+use k8s_openapi::api::core::v1::{Node, Pod, Service};
 
 use crate::error::{Error, Result};
 use crate::request::{Request, Response, Target};
@@ -114,24 +115,21 @@ pub fn pod_location(pod: &Pod, scheme: &'static str, port: &str) -> Result<Locat
     })
 }
 
-/// Where `services/NAME[:PORT]/proxy` goes: the service port named PORT (or numbered PORT; the
-/// only port when PORT is empty), then one of the ready addresses its Endpoints list for that
-/// port, chosen by `pick` (given how many there are).
-pub fn service_location(
-    service: &Service,
-    endpoints: Option<&Endpoints>,
-    scheme: &'static str,
-    port: &str,
-    pick: impl FnOnce(usize) -> usize,
-) -> Result<Location> {
+/// The name of the port `services/NAME[:PORT]/proxy` asks for: the service port named PORT
+/// (or numbered PORT; the only port when PORT is empty). An `ExternalName` Service has no
+/// endpoints to proxy to.
+pub fn service_port_name(service: &Service, port: &str) -> Result<String> {
     let name = service.metadata.name.as_deref().unwrap_or_default();
-    let spec = service.spec.clone().unwrap_or_default();
-    if spec.type_.as_deref() == Some("ExternalName") {
+    if crate::backends::external_name(service).is_some() {
         return Err(Error::BadRequest(format!(
             "service {name} is of type ExternalName and has no endpoints to proxy to"
         )));
     }
-    let ports = spec.ports.unwrap_or_default();
+    let ports = service
+        .spec
+        .as_ref()
+        .and_then(|s| s.ports.as_deref())
+        .unwrap_or_default();
     let service_port = if port.is_empty() && ports.len() == 1 {
         ports.first()
     } else {
@@ -144,34 +142,26 @@ pub fn service_location(
             "no service port {port:?} found for service {name:?}"
         ))
     })?;
-    let port_name = service_port.name.as_deref().unwrap_or_default();
-    let candidates: Vec<String> = endpoints
-        .and_then(|e| e.subsets.as_ref())
-        .into_iter()
-        .flatten()
-        .flat_map(|subset| {
-            let port = subset
-                .ports
-                .iter()
-                .flatten()
-                .find(|p| p.name.as_deref().unwrap_or_default() == port_name)
-                .map(|p| p.port);
-            subset
-                .addresses
-                .iter()
-                .flatten()
-                .filter_map(move |a| port.map(|port| authority(&a.ip, port)))
-        })
-        .collect();
-    if candidates.is_empty() {
+    Ok(service_port.name.clone().unwrap_or_default())
+}
+
+/// Where a request to Service `name` goes: one of the `ready` addresses of its port, chosen by
+/// `pick` (given how many there are).
+pub fn service_location(
+    name: &str,
+    ready: &[SocketAddr],
+    scheme: &'static str,
+    pick: impl FnOnce(usize) -> usize,
+) -> Result<Location> {
+    if ready.is_empty() {
         return Err(Error::Unavailable(format!(
             "no endpoints available for service {name:?}"
         )));
     }
-    let chosen = pick(candidates.len()).min(candidates.len() - 1);
+    let chosen = ready[pick(ready.len()).min(ready.len() - 1)];
     Ok(Location {
         scheme: scheme_or_http(scheme),
-        authority: candidates[chosen].clone(),
+        authority: chosen.to_string(),
         kubelet: false,
     })
 }
@@ -309,13 +299,11 @@ pub async fn serve(server: &ApiServer, mut request: Request, target: &Target) ->
         ("", "Service") => {
             let info = &skiff_kinds::builtin::service::INFO;
             let service: Service = registry.get_view(info, ns, name).await?;
-            let info = &skiff_kinds::builtin::endpoints::INFO;
-            let endpoints: Option<Endpoints> = match registry.get_view(info, ns, name).await {
-                Ok(endpoints) => Some(endpoints),
-                Err(Error::NotFound { .. }) => None,
-                Err(e) => return Err(e),
-            };
-            service_location(&service, endpoints.as_ref(), scheme, port, |n| {
+            let port_name = service_port_name(&service, port)?;
+            let published =
+                crate::backends::published(registry, ns.unwrap_or_default(), name, &port_name)
+                    .await?;
+            service_location(name, &published.ready, scheme, |n| {
                 use rand::Rng;
                 rand::rng().random_range(0..n)
             })?
@@ -453,8 +441,17 @@ pub(crate) async fn upgrade(
 
 /// A TCP connection to `authority` (`host:port`), given up after ten seconds.
 pub(crate) async fn dial(authority: &str) -> Result<tokio::net::TcpStream> {
+    dial_to(authority, authority).await
+}
+
+/// A TCP connection to `to` (addresses are tried in turn), named `authority` in errors, given up
+/// after ten seconds.
+pub(crate) async fn dial_to(
+    to: impl tokio::net::ToSocketAddrs,
+    authority: &str,
+) -> Result<tokio::net::TcpStream> {
     let dial = async {
-        let tcp = tokio::net::TcpStream::connect(authority).await?;
+        let tcp = tokio::net::TcpStream::connect(to).await?;
         let _ = tcp.set_nodelay(true);
         Ok::<_, std::io::Error>(tcp)
     };

@@ -6,13 +6,14 @@ use std::sync::Arc;
 
 use base64::Engine as _;
 use k8s_openapi::api::core::v1::{
-    EndpointAddress, EndpointPort, EndpointSubset, ServicePort, ServiceSpec,
+    EndpointAddress, EndpointPort, EndpointSubset, Endpoints, ServicePort, ServiceSpec,
 };
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use warp::Filter;
 
 use super::*;
+use crate::backends::{Backend as Leads, from_endpoints};
 use crate::tls::testing::{TempDir, call};
 
 fn registered(object: Value) -> Registered {
@@ -200,8 +201,23 @@ fn availability_says_what_is_missing_as_kube_aggregator_does() {
         name: "api".into(),
         port: 443,
     };
+    fn located(
+        reference: &ServiceRef,
+        s: Option<&Service>,
+        e: Option<&Endpoints>,
+    ) -> std::result::Result<SocketAddr, Condition> {
+        let port_name = match super::backend(reference, s)? {
+            Leads::Port(name) => name,
+            Leads::External(host) => return Err(Condition::unavailable("External", host)),
+        };
+        let published = Published {
+            exists: e.is_some(),
+            ready: e.map(|e| from_endpoints(e, &port_name)).unwrap_or_default(),
+        };
+        endpoint(reference, &port_name, &published)
+    }
     let reason = |s: Option<&Service>, e: Option<&Endpoints>| {
-        endpoint(&reference, s, e).map_err(|c| (c.status, c.reason, c.message))
+        located(&reference, s, e).map_err(|c| (c.status, c.reason, c.message))
     };
     assert_eq!(
         reason(None, None),
@@ -218,10 +234,13 @@ fn availability_says_what_is_missing_as_kube_aggregator_does() {
     );
     assert_eq!(reason(Some(&svc), None).unwrap_err().1, "EndpointsNotFound");
     assert_eq!(
-        reason(Some(&svc), Some(&endpoints(None, Some("https"), 8443)))
-            .unwrap_err()
-            .1,
-        "MissingEndpoints"
+        reason(Some(&svc), Some(&endpoints(None, Some("https"), 8443))),
+        Err((
+            "False",
+            "MissingEndpoints".into(),
+            "endpoints for service/api in \"sys\" have no addresses with port name \"https\""
+                .into()
+        ))
     );
     assert_eq!(
         reason(
@@ -238,6 +257,17 @@ fn availability_says_what_is_missing_as_kube_aggregator_does() {
             Some(&endpoints(Some("127.0.0.1"), Some("https"), 8443))
         ),
         Ok("127.0.0.1:8443".parse().unwrap())
+    );
+    // An ExternalName Service needs no port or endpoints: its name is dialled.
+    let mut external = service(&[]);
+    external.spec = Some(ServiceSpec {
+        type_: Some("ExternalName".into()),
+        external_name: Some("api.example.com".into()),
+        ..Default::default()
+    });
+    assert_eq!(
+        super::backend(&reference, Some(&external)),
+        Ok(Leads::External("api.example.com".into()))
     );
     let url = "https://api.sys.svc:8443/apis/g/v1";
     assert_eq!(discovery_condition(url, Ok(200)), Condition::passed());

@@ -4,10 +4,12 @@
 use std::net::SocketAddr;
 
 use http::HeaderValue;
+use k8s_openapi::api::core::v1::Endpoints;
 use serde_json::{Value, json};
 use warp::Filter;
 
 use super::*;
+use crate::backends::from_endpoints;
 use crate::tls::testing::{Cluster, json as body_json};
 
 fn pod(value: Value) -> Pod {
@@ -108,14 +110,18 @@ fn a_service_is_reached_on_a_ready_endpoint_of_the_port_asked() {
         "notReadyAddresses": [{"ip": "10.42.0.9"}],
         "ports": [{"name": "http", "port": 8080}, {"name": "metrics", "port": 9090}],
     }]));
-    let at = |port: &str, pick: usize| {
-        service_location(&two, Some(&eps), "", port, |n| {
-            assert_eq!(n, 2, "only the ready addresses are candidates");
-            pick
-        })
+    let location = |service: &Service, eps: Option<&Endpoints>, scheme, port: &str, pick: usize| {
+        let port_name = service_port_name(service, port)?;
+        let ready = eps
+            .map(|e| from_endpoints(e, &port_name))
+            .unwrap_or_default();
+        service_location("web", &ready, scheme, |n| pick.min(n - 1))
     };
+    let at = |port: &str, pick: usize| location(&two, Some(&eps), "", port, pick);
     assert_eq!(at("http", 0).unwrap().authority, "10.42.0.7:8080");
     assert_eq!(at("http", 1).unwrap().authority, "10.42.0.8:8080");
+    // Only the ready addresses are candidates.
+    assert_eq!(at("http", 2).unwrap().authority, "10.42.0.8:8080");
     // By the service port's number too.
     assert_eq!(at("9100", 1).unwrap().authority, "10.42.0.8:9090");
     // A service with several ports needs one named.
@@ -128,16 +134,16 @@ fn a_service_is_reached_on_a_ready_endpoint_of_the_port_asked() {
     // One unnamed port needs no name.
     let one = service(json!([{"port": 80, "targetPort": 8080}]));
     let eps = endpoints(json!([{"addresses": [{"ip": "10.42.0.7"}], "ports": [{"port": 8080}]}]));
-    let location = service_location(&one, Some(&eps), "https", "", |_| 0).unwrap();
-    assert_eq!(location.authority, "10.42.0.7:8080");
-    assert_eq!(location.scheme, "https");
+    let found = location(&one, Some(&eps), "https", "", 0).unwrap();
+    assert_eq!(found.authority, "10.42.0.7:8080");
+    assert_eq!(found.scheme, "https");
 
     // No endpoints, or only unready ones: 503, as Kubernetes answers.
     let unready =
         endpoints(json!([{"notReadyAddresses": [{"ip": "10.42.0.9"}], "ports": [{"port": 8080}]}]));
     for eps in [None, Some(&unready)] {
         assert!(matches!(
-            service_location(&one, eps, "", "", |_| 0),
+            location(&one, eps, "", "", 0),
             Err(Error::Unavailable(m)) if m == "no endpoints available for service \"web\""
         ));
     }
@@ -148,7 +154,7 @@ fn a_service_is_reached_on_a_ready_endpoint_of_the_port_asked() {
     }))
     .unwrap();
     assert!(matches!(
-        service_location(&external, None, "", "", |_| 0),
+        service_port_name(&external, ""),
         Err(Error::BadRequest(_))
     ));
 }

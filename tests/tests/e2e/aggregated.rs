@@ -188,6 +188,17 @@ pub fn front_proxy_ca(k: &skiff_tests::Kubectl) -> String {
         .to_string()
 }
 
+/// How a test's Service leads to its backend.
+#[derive(Clone, Copy, Debug)]
+pub enum Reach {
+    /// A selector-less Service with hand-made Endpoints on 127.0.0.1.
+    Endpoints,
+    /// A selector-less Service with a hand-made EndpointSlice only (no Endpoints).
+    Slice,
+    /// An `ExternalName` Service naming `localhost`.
+    ExternalName,
+}
+
 /// Puts `backend` behind Service `default/service` (a selector-less Service with hand-made
 /// Endpoints on 127.0.0.1) and registers it for each `(group, version)`.
 pub fn register(
@@ -196,23 +207,56 @@ pub fn register(
     service: &str,
     group_versions: &[(&str, &str)],
 ) {
+    register_as(k, backend, service, group_versions, Reach::Endpoints);
+}
+
+/// Puts `backend` behind Service `default/service`, reached as `reach` says, and registers it
+/// for each `(group, version)`.
+pub fn register_as(
+    k: &skiff_tests::Kubectl,
+    backend: &Backend,
+    service: &str,
+    group_versions: &[(&str, &str)],
+    reach: Reach,
+) {
     use base64::Engine;
-    let mut items = vec![
-        serde_json::json!({"apiVersion": "v1", "kind": "Service",
-         "metadata": {"name": service, "namespace": "default"},
-         "spec": {"ports": [{"name": "https", "port": 443}]}}),
-        serde_json::json!({"apiVersion": "v1", "kind": "Endpoints",
-         "metadata": {"name": service, "namespace": "default"},
-         "subsets": [{"addresses": [{"ip": "127.0.0.1"}],
-                      "ports": [{"name": "https", "port": backend.port}]}]}),
-    ];
+    let port = backend.port;
+    // An ExternalName Service is dialled on the APIService's port itself.
+    let service_port = match reach {
+        Reach::ExternalName => i32::from(port),
+        _ => 443,
+    };
+    let mut items = match reach {
+        Reach::Endpoints => vec![
+            serde_json::json!({"apiVersion": "v1", "kind": "Service",
+             "metadata": {"name": service, "namespace": "default"},
+             "spec": {"ports": [{"name": "https", "port": 443}]}}),
+            serde_json::json!({"apiVersion": "v1", "kind": "Endpoints",
+             "metadata": {"name": service, "namespace": "default"},
+             "subsets": [{"addresses": [{"ip": "127.0.0.1"}],
+                          "ports": [{"name": "https", "port": port}]}]}),
+        ],
+        Reach::Slice => vec![
+            serde_json::json!({"apiVersion": "v1", "kind": "Service",
+             "metadata": {"name": service, "namespace": "default"},
+             "spec": {"ports": [{"name": "https", "port": 443}]}}),
+            serde_json::json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+             "metadata": {"name": format!("{service}-1"), "namespace": "default",
+                          "labels": {"kubernetes.io/service-name": service}},
+             "addressType": "IPv4", "ports": [{"name": "https", "port": port}],
+             "endpoints": [{"addresses": ["127.0.0.1"], "conditions": {"ready": true}}]}),
+        ],
+        Reach::ExternalName => vec![serde_json::json!({"apiVersion": "v1", "kind": "Service",
+             "metadata": {"name": service, "namespace": "default"},
+             "spec": {"type": "ExternalName", "externalName": "localhost"}})],
+    };
     for (group, version) in group_versions {
         items.push(
             serde_json::json!({"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
          "metadata": {"name": format!("{version}.{group}")},
          "spec": {"group": group, "version": version, "groupPriorityMinimum": 100,
                   "versionPriority": 100,
-                  "service": {"namespace": "default", "name": service},
+                  "service": {"namespace": "default", "name": service, "port": service_port},
                   "caBundle": base64::engine::general_purpose::STANDARD.encode(&backend.ca_pem)}}),
         );
     }

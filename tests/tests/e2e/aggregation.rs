@@ -4,7 +4,8 @@
 //! `kube-system/extension-apiserver-authentication`) serves `e2e.skiff.test/v1` behind a
 //! selector-less Service whose Endpoints point at it on 127.0.0.1. Its resources answer through
 //! skiff as the user, appear in `kubectl api-resources`, its APIService shows Available; when
-//! the server stops, the APIService turns unavailable and only that group fails.
+//! the server stops, the APIService turns unavailable and only that group fails. Servers behind
+//! a Service with an EndpointSlice only, or an ExternalName Service, are reached too.
 
 use std::time::Duration;
 
@@ -159,4 +160,86 @@ fn an_apiservice_answers_through_skiff_appears_in_discovery_and_fails_alone() {
     assert!(pods.ok, "{}", pods.stderr);
     let groups = k.ok(&["get", "--raw", "/apis"]);
     assert!(groups.contains("e2e.skiff.test"), "{groups}");
+}
+
+/// What a server of `group`/v1 answers: its discovery document, or one gizmo.
+fn answer_in(group: &'static str) -> impl Fn(&Seen) -> Value + Send + Sync + 'static {
+    move |seen: &Seen| {
+        let group_version = format!("{group}/v1");
+        if seen.path.split('?').next() == Some(&format!("/apis/{group_version}")) {
+            json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version,
+                "resources": [{"name": "gizmos", "singularName": "gizmo", "namespaced": true,
+                               "kind": "Gizmo", "verbs": ["get", "list"]}]})
+        } else {
+            json!({"kind": "GizmoList", "apiVersion": group_version, "metadata": {},
+                "items": [{"kind": "Gizmo", "apiVersion": group_version,
+                           "metadata": {"name": group, "namespace": "default"}}]})
+        }
+    }
+}
+
+#[test]
+fn an_apiservice_reaches_its_server_through_an_endpoint_slice_or_an_external_name() {
+    let cluster = TestCluster::start(&[]);
+    let k = cluster.kubectl();
+    let front_proxy_ca = aggregated::front_proxy_ca(&k);
+    // Each server behind its own Service: one whose endpoints are an EndpointSlice only (no
+    // Endpoints object), one an ExternalName naming localhost.
+    let cases = [
+        ("sliced-api", "sliced.skiff.test", aggregated::Reach::Slice),
+        (
+            "outside-api",
+            "outside.skiff.test",
+            aggregated::Reach::ExternalName,
+        ),
+    ];
+    let _backends: Vec<Backend> = cases
+        .iter()
+        .map(|&(service, group, reach)| {
+            let backend = Backend::start(
+                &front_proxy_ca,
+                &format!("{service}.default.svc"),
+                answer_in(group),
+            );
+            aggregated::register_as(&k, &backend, service, &[(group, "v1")], reach);
+            backend
+        })
+        .collect();
+    for (service, group, _) in cases {
+        let mut shown = String::new();
+        let available = eventually(Duration::from_secs(30), || {
+            shown = k.ok(&["get", "apiservice", &format!("v1.{group}"), "--no-headers"]);
+            shown.contains("True")
+        });
+        assert!(available, "{service}: {shown}");
+        let listed: Value = serde_json::from_str(&k.ok(&[
+            "get",
+            "--raw",
+            &format!("/apis/{group}/v1/namespaces/default/gizmos"),
+        ]))
+        .unwrap();
+        assert_eq!(listed["items"][0]["metadata"]["name"], group, "{listed}");
+    }
+
+    // Without its slice, the Service has no endpoints at all, as kube-aggregator says it.
+    k.ok(&["delete", "endpointslice", "sliced-api-1"]);
+    let mut status = String::new();
+    let missing = eventually(Duration::from_secs(40), || {
+        status = k.ok(&["get", "apiservice", "v1.sliced.skiff.test", "--no-headers"]);
+        status.contains("False (EndpointsNotFound)")
+    });
+    assert!(missing, "{status}");
+    let failed = k.run(&[
+        "get",
+        "--raw",
+        "/apis/sliced.skiff.test/v1/namespaces/default/gizmos",
+    ]);
+    assert!(!failed.ok, "{}", failed.stdout);
+    assert!(
+        failed
+            .stderr
+            .contains("the server is currently unable to handle the request"),
+        "{}",
+        failed.stderr
+    );
 }

@@ -1,13 +1,16 @@
 //! Calling one webhook over HTTPS: the client trusting the configuration's `caBundle`, a
-//! Service reference resolved to a ready endpoint (with the certificate checked for
-//! `SERVICE.NAMESPACE.svc`), and the per-call `timeoutSeconds`.
+//! Service reference resolved to a ready endpoint or an `ExternalName`'s addresses
+//! ([`crate::backends`]; the certificate is checked for `SERVICE.NAMESPACE.svc` either way), and
+//! the per-call `timeoutSeconds`.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 
+use k8s_openapi::api::core::v1::Service;
 use serde_json::Value;
 
 use super::config::Hook;
+use crate::backends::{Backend, by_port};
 use crate::error::Error;
 use crate::registry::Registry;
 
@@ -15,8 +18,8 @@ use crate::registry::Registry;
 struct Target {
     /// The URL to post to.
     url: String,
-    /// The address a Service reference resolved to (the URL names the Service).
-    address: Option<SocketAddr>,
+    /// The addresses a Service reference resolved to, tried in turn (the URL names the Service).
+    addresses: Option<Vec<SocketAddr>>,
 }
 
 /// The rustls configuration trusting `ca_bundle` (PEM) alone.
@@ -42,10 +45,10 @@ fn tls(ca_bundle: &[u8]) -> Result<rustls::ClientConfig, String> {
     Ok(config)
 }
 
-/// The client of `hook` for `target`, built once per (configuration version, address).
+/// The client of `hook` for `target`, built once per (configuration version, addresses).
 fn client(hook: &Hook, target: &Target) -> Result<reqwest::Client, String> {
     let mut clients = hook.clients.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(client) = clients.get(&target.address) {
+    if let Some(client) = clients.get(&target.addresses) {
         return Ok(client.clone());
     }
     let ca = hook
@@ -57,11 +60,12 @@ fn client(hook: &Hook, target: &Target) -> Result<reqwest::Client, String> {
     let mut builder = reqwest::Client::builder()
         .tls_backend_preconfigured(tls(ca)?)
         .no_proxy();
-    if let (Some(address), Some(service)) = (target.address, &hook.client_config.service) {
-        builder = builder.resolve(&service_host(&service.name, &service.namespace), address);
+    if let (Some(addresses), Some(service)) = (&target.addresses, &hook.client_config.service) {
+        builder =
+            builder.resolve_to_addrs(&service_host(&service.name, &service.namespace), addresses);
     }
     let client = builder.build().map_err(|e| e.to_string())?;
-    clients.insert(target.address, client.clone());
+    clients.insert(target.addresses.clone(), client.clone());
     Ok(client)
 }
 
@@ -77,7 +81,7 @@ async fn target(hook: &Hook, registry: &Registry) -> Result<Target, String> {
     if let Some(url) = &hook.client_config.url {
         return Ok(Target {
             url: format!("{url}{query}"),
-            address: None,
+            addresses: None,
         });
     }
     let Some(service) = &hook.client_config.service else {
@@ -94,61 +98,42 @@ async fn target(hook: &Hook, registry: &Registry) -> Result<Target, String> {
             service_host(name, ns)
         )
     };
-    let read = |info| async move {
-        match registry.get(info, Some(ns), name, None).await {
-            Ok(object) => Ok(Some(object)),
-            Err(Error::NotFound { .. }) => Ok(None),
-            Err(e) => Err(unsent(e.to_string())),
-        }
+    let service: Service = match registry
+        .get_view(&skiff_kinds::builtin::service::INFO, Some(ns), name)
+        .await
+    {
+        Ok(service) => service,
+        Err(Error::NotFound { .. }) => return Err(unsent(format!("service {name:?} not found"))),
+        Err(e) => return Err(unsent(e.to_string())),
     };
-    let Some(svc) = read(&skiff_kinds::builtin::service::INFO).await? else {
-        return Err(unsent(format!("service {name:?} not found")));
-    };
-    let endpoints = read(&skiff_kinds::builtin::endpoints::INFO)
-        .await?
-        .unwrap_or(Value::Null);
-    let address = resolve(&svc, &endpoints, port).map_err(unsent)?;
+    let addresses =
+        match by_port(&service, port) {
+            Some(Backend::External(host)) => {
+                crate::backends::lookup(&host, port).await.map_err(unsent)?
+            }
+            Some(Backend::Port(port_name)) => {
+                let published = crate::backends::published(registry, ns, name, &port_name)
+                    .await
+                    .map_err(|e| unsent(e.to_string()))?;
+                let first = published.ready.first();
+                vec![*first.ok_or_else(|| {
+                    unsent(format!("no endpoints available for service {name:?}"))
+                })?]
+            }
+            None => {
+                return Err(unsent(format!(
+                    "no service port {port} found for service {name:?}"
+                )));
+            }
+        };
     Ok(Target {
         url: format!(
             "https://{}:{}{path}{query}",
             service_host(name, ns),
-            address.port()
+            addresses[0].port()
         ),
-        address: Some(address),
+        addresses: Some(addresses),
     })
-}
-
-/// A ready address of `endpoints` with the port behind the Service port numbered `port`.
-pub fn resolve(service: &Value, endpoints: &Value, port: i32) -> Result<SocketAddr, String> {
-    let name = service["metadata"]["name"].as_str().unwrap_or_default();
-    let service_port = service["spec"]["ports"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|p| p["port"].as_i64() == Some(i64::from(port)))
-        .ok_or_else(|| format!("no service port {port} found for service {name:?}"))?;
-    let port_name = service_port["name"].as_str().unwrap_or_default();
-    for subset in endpoints["subsets"].as_array().into_iter().flatten() {
-        let Some(target_port) = subset["ports"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|p| p["name"].as_str().unwrap_or_default() == port_name)
-            .and_then(|p| p["port"].as_u64())
-            .and_then(|p| u16::try_from(p).ok())
-        else {
-            continue;
-        };
-        let ip = subset["addresses"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find_map(|a| a["ip"].as_str()?.parse::<IpAddr>().ok());
-        if let Some(ip) = ip {
-            return Ok(SocketAddr::new(ip, target_port));
-        }
-    }
-    Err(format!("no endpoints available for service {name:?}"))
 }
 
 /// Posts `review` to the webhook and returns the answer's body; `Err` says why the call
@@ -193,34 +178,4 @@ pub(crate) fn describe(e: &reqwest::Error) -> String {
         source = s.source();
     }
     text
-}
-
-#[cfg(test)]
-mod tests {
-    use serde_json::json;
-
-    use super::*;
-
-    #[test]
-    fn a_service_resolves_to_a_ready_address_and_the_target_port() {
-        let svc = json!({"metadata": {"name": "hooks", "namespace": "sys"},
-            "spec": {"ports": [{"name": "metrics", "port": 9090}, {"name": "https", "port": 443, "targetPort": 8443}]}});
-        let eps = json!({"subsets": [{"addresses": [{"ip": "127.100.0.7"}],
-            "notReadyAddresses": [{"ip": "127.100.0.8"}],
-            "ports": [{"name": "metrics", "port": 9090}, {"name": "https", "port": 8443}]}]});
-        assert_eq!(
-            resolve(&svc, &eps, 443).unwrap(),
-            "127.100.0.7:8443".parse().unwrap()
-        );
-        assert_eq!(
-            resolve(&svc, &eps, 444).unwrap_err(),
-            "no service port 444 found for service \"hooks\""
-        );
-        let unready = json!({"subsets": [{"notReadyAddresses": [{"ip": "127.100.0.8"}],
-            "ports": [{"name": "https", "port": 8443}]}]});
-        assert_eq!(
-            resolve(&svc, &unready, 443).unwrap_err(),
-            "no endpoints available for service \"hooks\""
-        );
-    }
 }

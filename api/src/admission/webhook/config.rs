@@ -53,10 +53,10 @@ pub struct Hook {
     pub reinvoke: bool,
     /// `clientConfig`.
     pub client_config: WebhookClientConfig,
-    /// HTTPS clients of this webhook, by the address a Service reference resolved to (`None`
+    /// HTTPS clients of this webhook, by the addresses a Service reference resolved to (`None`
     /// for a URL). Built on first use; a changed configuration is a new `Hook` and so new
     /// clients. Short critical sections, never held across an await.
-    pub clients: Mutex<HashMap<Option<SocketAddr>, reqwest::Client>>,
+    pub clients: Mutex<HashMap<Option<Vec<SocketAddr>>, reqwest::Client>>,
     /// Why this webhook could not be compiled (a selector or condition the validation let
     /// through); calling it is then a call failure.
     pub broken: Option<String>,

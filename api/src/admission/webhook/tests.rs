@@ -1,5 +1,6 @@
 //! The webhook plugins against a real HTTPS server on 127.0.0.1, with a certificate for
-//! `127.0.0.1` and `hooks.sys.svc` from a test CA.
+//! `127.0.0.1` and the Services the tests put in front of it (`hooks`, `sliced` and `outside` in
+//! `sys`) from a test CA.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -45,7 +46,12 @@ async fn server(handler: Handler) -> Server {
     let dir = tempfile::tempdir().unwrap();
     let pki = crate::tls::Pki::load_or_create(
         dir.path(),
-        &["127.0.0.1".to_string(), "hooks.sys.svc".to_string()],
+        &[
+            "127.0.0.1".to_string(),
+            "hooks.sys.svc".to_string(),
+            "sliced.sys.svc".to_string(),
+            "outside.sys.svc".to_string(),
+        ],
     )
     .unwrap();
     let seen = Arc::new(Mutex::new(Vec::new()));
@@ -193,7 +199,7 @@ fn api_error(result: Result<impl std::fmt::Debug>) -> skiff_meta::status::ApiErr
 
 fn answering() -> Handler {
     Arc::new(|path: &str, review: &Value| match path {
-        "/deny" => {
+        "/deny" | "/sliced" | "/outside" => {
             let red = review["request"]["object"]["metadata"]["labels"]["color"] == "red";
             Reply::Review(json!({"allowed": !red,
                 "status": {"code": 403, "reason": "Forbidden", "message": "red is not allowed"}}))
@@ -410,6 +416,66 @@ async fn a_service_reference_reaches_a_ready_endpoint_with_the_service_name_veri
     let e = api_error(validate(&[by_service], &registry).await);
     assert_eq!(e.code(), 403, "{}", e.message());
     assert_eq!(s.seen.lock().unwrap()[0].0, "/deny");
+
+    // A Service whose endpoints are published as an EndpointSlice only.
+    let sliced = json!({"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "sliced", "namespace": "sys"},
+        "spec": {"ports": [{"name": "https", "port": 443}]}});
+    let slice = json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": "sliced-abc", "namespace": "sys",
+                     "labels": {"kubernetes.io/service-name": "sliced"}},
+        "addressType": "IPv4", "ports": [{"name": "https", "port": s.addr.port()}],
+        "endpoints": [{"addresses": ["127.0.0.1"], "conditions": {"ready": true}}]});
+    // An ExternalName Service: its name on the reference's port.
+    let external = json!({"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "outside", "namespace": "sys"},
+        "spec": {"type": "ExternalName", "externalName": "localhost"}});
+    for (info, object) in [
+        (&skiff_kinds::builtin::service::INFO, &sliced),
+        (&skiff_kinds::builtin::endpoint_slice::INFO, &slice),
+        (&skiff_kinds::builtin::service::INFO, &external),
+    ] {
+        registry.insert(info, object, None).await.unwrap();
+    }
+    for (name, port, path) in [
+        ("sliced", 443, "/sliced"),
+        ("outside", s.addr.port(), "/outside"),
+    ] {
+        let mut by_service = configuration("deny", "deny.example.com", &s, "/", json!({}));
+        by_service["webhooks"][0]["clientConfig"] = json!({"caBundle": b64(&s.ca),
+            "service": {"namespace": "sys", "name": name, "path": path, "port": port}});
+        let e = api_error(validate(&[by_service], &registry).await);
+        assert_eq!(e.code(), 403, "{name}: {}", e.message());
+        assert_eq!(s.seen.lock().unwrap().last().unwrap().0, path);
+    }
+    // Not ready: no endpoint to call.
+    let mut unready = slice.clone();
+    unready["endpoints"][0]["conditions"]["ready"] = json!(false);
+    registry
+        .update(
+            &skiff_kinds::builtin::endpoint_slice::INFO,
+            Some("sys"),
+            "sliced-abc",
+            None,
+            false,
+            |_| {
+                let unready = unready.clone();
+                async move { Ok(crate::registry::Update::Write(unready)) }
+            },
+        )
+        .await
+        .unwrap();
+    let mut by_service = configuration("deny", "deny.example.com", &s, "/", json!({}));
+    by_service["webhooks"][0]["clientConfig"] = json!({"caBundle": b64(&s.ca),
+        "service": {"namespace": "sys", "name": "sliced", "path": "/sliced", "port": 443}});
+    let e = api_error(validate(&[by_service], &registry).await);
+    assert!(
+        e.message()
+            .ends_with("no endpoints available for service \"sliced\""),
+        "{}",
+        e.message()
+    );
+
     // A service that does not exist is a call failure.
     let mut missing = configuration("m", "missing.example.com", &s, "/", json!({}));
     missing["webhooks"][0]["clientConfig"] =
