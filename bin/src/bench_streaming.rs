@@ -6,6 +6,8 @@
 //!   round trip of a 64-byte message on an open connection, and a new connection's first round
 //!   trip (each connection is a new stream pair through kubectl, the API server and the
 //!   kubelet); and the CPU the skiff process and kubectl spend per GiB forwarded.
+//! - **Copy**: `kubectl cp` of a 100 MiB file into the pod and back, checked byte for byte, beside
+//!   `tar c | tar x` of the same file on the host.
 //! - **Exec**: `kubectl exec POD -- true`, interleaved with `kubectl get pod POD` (kubectl's own
 //!   start and one API request: the floor of any kubectl command), an exec over WebSocket from
 //!   this process (API server, kubelet and the process start, without kubectl), and spawning
@@ -55,6 +57,9 @@ pub struct StreamingArgs {
     /// spawn), interleaved.
     #[arg(long, default_value_t = 30)]
     execs: usize,
+    /// MiB of the file `kubectl cp` copies into the pod and back (0: no copy).
+    #[arg(long, default_value_t = 100)]
+    cp_mib: u64,
     /// The kubectl binary.
     #[arg(long, default_value = "kubectl")]
     kubectl: PathBuf,
@@ -380,6 +385,70 @@ async fn kubectl_time(kubectl: &Path, kubeconfig: &Path, args: &[&str]) -> Resul
     Ok(start.elapsed())
 }
 
+/// `kubectl cp` of a `mib` MiB file into the pod and back, each copy checked byte for byte,
+/// beside `tar c | tar x` of the same file on this host (what `kubectl cp` runs at both ends,
+/// without the streams): the three times.
+async fn copy(kubectl: &Path, kubeconfig: &Path, dir: &Path, mib: u64) -> Result<[Duration; 3]> {
+    std::fs::create_dir_all(dir.join("local"))?;
+    std::fs::create_dir_all(dir.join("pod"))?;
+    // Bytes that are not all text: a multiplicative hash of each index.
+    let data: Vec<u8> = (0..(mib << 20) as u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    let local = dir.join("local/data.bin");
+    std::fs::write(&local, &data)?;
+    // The process runtime's containers see this host's file system.
+    let in_pod = dir.join("pod/data.bin");
+    let into = kubectl_time(
+        kubectl,
+        kubeconfig,
+        &[
+            "cp",
+            &local.to_string_lossy(),
+            &format!("{POD}:{}", in_pod.display()),
+        ],
+    )
+    .await?;
+    if std::fs::read(&in_pod)? != data {
+        bail!("copied into the pod, the bytes differ");
+    }
+    let back = dir.join("back.bin");
+    let out_of = kubectl_time(
+        kubectl,
+        kubeconfig,
+        &[
+            "cp",
+            &format!("{POD}:{}", in_pod.display()),
+            &back.to_string_lossy(),
+        ],
+    )
+    .await?;
+    if std::fs::read(&back)? != data {
+        bail!("copied out of the pod, the bytes differ");
+    }
+    let untarred = dir.join("untarred");
+    std::fs::create_dir_all(&untarred)?;
+    let start = Instant::now();
+    let status = tokio::process::Command::new("sh")
+        .arg("-c")
+        .arg("tar cf - -C \"$1\" data.bin | tar xf - -C \"$2\"")
+        .args([
+            "tar",
+            &dir.join("local").to_string_lossy(),
+            &untarred.to_string_lossy(),
+        ])
+        .status()
+        .await?;
+    let tarred = start.elapsed();
+    if !status.success() || std::fs::read(untarred.join("data.bin"))? != data {
+        bail!("the local tar copy failed: {status}");
+    }
+    for file in [&local, &in_pod, &back, &untarred.join("data.bin")] {
+        std::fs::remove_file(file)?;
+    }
+    Ok([into, out_of, tarred])
+}
+
 /// `kubectl port-forward` to the pod, stopped on drop.
 struct Forward {
     child: Child,
@@ -625,6 +694,29 @@ pub async fn run(args: StreamingArgs) -> Result<()> {
             millis(percentile(times, 90.0)),
             millis(times.last().copied().unwrap_or_default())
         );
+    }
+    if args.cp_mib > 0 {
+        let [into, out_of, tarred] = copy(
+            &args.kubectl,
+            &kubeconfig,
+            &server.data_dir().join("cp"),
+            args.cp_mib,
+        )
+        .await?;
+        let rate = |d: Duration| args.cp_mib as f64 / d.as_secs_f64();
+        println!(
+            "\nkubectl cp of {} MiB, each copy checked byte for byte:",
+            args.cp_mib
+        );
+        println!("| what | time | MiB/s |");
+        println!("|---|---|---|");
+        for (what, took) in [
+            ("kubectl cp into the pod", into),
+            ("kubectl cp out of the pod", out_of),
+            ("tar c piped into tar x on this host", tarred),
+        ] {
+            println!("| {what} | {} | {:.0} |", millis(took), rate(took));
+        }
     }
     let _ = pods
         .delete(POD, &skiff_client::api::DeleteParams::default())

@@ -491,13 +491,13 @@ fn port_forward_carries_many_http_requests() {
             std::fs::read_to_string(&out).unwrap_or_default()
         );
     }
-    // 200 requests, each a connection of its own (a stream pair of the session), four at a
+    // 1,000 requests, each a connection of its own (a stream pair of the session), four at a
     // time.
     let failures: Vec<String> = std::thread::scope(|s| {
         let workers: Vec<_> = (0..4)
             .map(|w| {
                 s.spawn(move || {
-                    (0..50)
+                    (0..250)
                         .filter_map(|i| match http_get(local, "/hello.txt") {
                             Ok(a)
                                 if a.starts_with("HTTP/1.0 200")
@@ -571,6 +571,95 @@ spec:
                 == "Succeeded"
         }),
         "the attached container did not finish"
+    );
+}
+
+/// `kubectl logs -f` of a Deployment (one of its pods, every container, prefixed) and of a
+/// label selector (every pod): kubectl follows each container's stream side by side, and each
+/// ends when its container ends, so kubectl ends too.
+#[test]
+fn logs_follow_a_deployments_containers_and_a_selectors_pods() {
+    let cluster = Cluster::start();
+    let k = cluster.kubectl();
+    // Each container says who it is, twice a second apart, then ends (and is restarted).
+    k.ok_with_input(
+        &["apply", "-f", "-"],
+        r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: talk}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: talk}}
+  template:
+    metadata: {labels: {app: talk}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers:
+      - name: first
+        image: busybox
+        command: ["sh", "-c", "echo first of $HOSTNAME; sleep 1; echo first again; sleep 3"]
+      - name: second
+        image: busybox
+        command: ["sh", "-c", "echo second of $HOSTNAME; sleep 1; echo second again; sleep 3"]
+"#,
+    );
+    let mut shown = String::new();
+    let running = eventually(Duration::from_secs(60), || {
+        shown = k
+            .run(&[
+                "get",
+                "pods",
+                "-l",
+                "app=talk",
+                "-o",
+                "jsonpath={.items[*].status.phase}",
+            ])
+            .stdout;
+        shown == "Running Running"
+    });
+    assert!(running, "{shown}");
+    let follow = |args: &[&str]| {
+        let started = std::time::Instant::now();
+        let (code, out, err) = kubectl_code(&k, args, b"");
+        (
+            code,
+            String::from_utf8_lossy(&out).into_owned(),
+            err,
+            started.elapsed(),
+        )
+    };
+
+    let (code, out, err, took) =
+        follow(&["logs", "-f", "deploy/talk", "--all-containers", "--prefix"]);
+    assert_eq!(code, 0, "{out} {err}");
+    // One pod, both containers, each line prefixed with its pod and container.
+    let pod = out
+        .lines()
+        .find_map(|l| l.strip_prefix("[pod/")?.split('/').next())
+        .unwrap_or_else(|| panic!("no prefixed line: {out}"))
+        .to_string();
+    for container in ["first", "second"] {
+        let prefix = format!("[pod/{pod}/{container}] ");
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with(&prefix) && l.contains(&format!("{container} of {pod}"))),
+            "{container}: {out}"
+        );
+    }
+    // It ended with the containers, not at a timeout.
+    assert!(took < Duration::from_secs(30), "{took:?}");
+
+    let (code, out, err, _) = follow(&["logs", "-f", "-l", "app=talk", "-c", "first", "--prefix"]);
+    assert_eq!(code, 0, "{out} {err}");
+    let pods: std::collections::BTreeSet<&str> = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("[pod/")?.split('/').next())
+        .collect();
+    assert_eq!(pods.len(), 2, "both pods' logs: {out}");
+    assert!(
+        out.lines().all(|l| l.contains("/first] first")),
+        "only the first containers: {out}"
     );
 }
 
