@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use http::{HeaderMap, HeaderName, HeaderValue, Method};
 use k8s_openapi::api::core::v1::Service;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 use skiff_kinds::builtin::api_service::{self, INFO};
 
 use crate::admission::webhook::client::describe;
@@ -687,6 +687,18 @@ pub fn merge_aggregated(document: &mut Value, remote: &[Remote]) {
     }
 }
 
+/// A remote group-version's OpenAPI v3 document, as its server last served it.
+#[derive(Debug, Clone)]
+struct RemoteOpenApi {
+    /// Its path in the index: `apis/<group>/<version>`.
+    path: String,
+    /// The URL the server's index gave for it (with the server's `hash`): while the index gives
+    /// the same one, the document is not fetched again.
+    url: String,
+    /// The document.
+    document: crate::openapi::Built,
+}
+
 /// Key of a cached backend client: the APIService, its TLS settings and the addresses it dials.
 type ClientKey = (String, Vec<u8>, bool, Vec<SocketAddr>);
 
@@ -700,6 +712,8 @@ pub struct Aggregator {
     registered: RwLock<BTreeMap<String, Registered>>,
     /// The backends' `APIResourceList`s by APIService name.
     documents: RwLock<HashMap<String, Value>>,
+    /// The backends' OpenAPI v3 documents of their group-versions, by APIService name.
+    openapi: RwLock<HashMap<String, RemoteOpenApi>>,
     clients: Mutex<HashMap<ClientKey, reqwest::Client>>,
     /// Wakes the loop when an APIService changed.
     changed: tokio::sync::Notify,
@@ -718,6 +732,18 @@ impl Aggregator {
     pub fn serving(&self, path: &str) -> Option<Registered> {
         let registered = self.registered.read().unwrap_or_else(|e| e.into_inner());
         serving(&registered, path).cloned()
+    }
+
+    /// The OpenAPI v3 documents of the available remote APIServices, by their index path.
+    pub fn openapi_documents(&self) -> BTreeMap<String, crate::openapi::Built> {
+        let documents = self.documents.read().unwrap_or_else(|e| e.into_inner());
+        self.openapi
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|(name, _)| documents.contains_key(*name))
+            .map(|(_, remote)| (remote.path.clone(), remote.document.clone()))
+            .collect()
     }
 
     /// Every remote APIService with its backend's last resource list.
@@ -741,6 +767,10 @@ impl Aggregator {
         } else {
             map.remove(&registered.name);
             self.documents
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&registered.name);
+            self.openapi
                 .write()
                 .unwrap_or_else(|e| e.into_inner())
                 .remove(&registered.name);
@@ -1081,7 +1111,7 @@ async fn check(server: &ApiServer, registered: &Registered) -> (Condition, Optio
     );
     let answer = client
         .get(&url)
-        .headers(headers)
+        .headers(headers.clone())
         .timeout(CHECK_TIMEOUT)
         .send()
         .await;
@@ -1091,7 +1121,86 @@ async fn check(server: &ApiServer, registered: &Registered) -> (Condition, Optio
             let code = answer.status().as_u16();
             let body = answer.bytes().await.ok();
             let document = body.and_then(|b| serde_json::from_slice::<Value>(&b).ok());
-            (discovery_condition(&url, Ok(code)), document)
+            let condition = discovery_condition(&url, Ok(code));
+            if condition.is_true() {
+                let base = format!("https://{}:{}", reference.host(), addresses[0].port());
+                refresh_openapi(server, registered, &client, &base, headers).await;
+            }
+            (condition, document)
+        }
+    }
+}
+
+/// Fetches `registered`'s OpenAPI v3 document of its group-version from its server (at `base`)
+/// when the server's index names a new one, as kube-aggregator does. A server without one (its
+/// index fails or does not list the group-version) has none; that does not make it
+/// unavailable.
+async fn refresh_openapi(
+    server: &ApiServer,
+    registered: &Registered,
+    client: &reqwest::Client,
+    base: &str,
+    headers: HeaderMap,
+) {
+    let path = crate::openapi::group_version_path(&registered.group, &registered.version);
+    let get = |url: String| {
+        client
+            .get(url)
+            .headers(headers.clone())
+            .timeout(CHECK_TIMEOUT)
+            .send()
+    };
+    let fetched = async {
+        let index: Value = get(format!("{base}/openapi/v3"))
+            .await
+            .ok()?
+            .error_for_status()
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        let url = index["paths"][&path]["serverRelativeURL"]
+            .as_str()?
+            .to_string();
+        let known = server
+            .aggregator
+            .openapi
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&registered.name)
+            .filter(|known| known.url == url && known.path == path)
+            .cloned();
+        if let Some(known) = known {
+            return Some(known);
+        }
+        let body = get(format!("{base}{url}"))
+            .await
+            .ok()?
+            .error_for_status()
+            .ok()?
+            .bytes()
+            .await
+            .ok()?;
+        // Only a JSON object is served on as a document.
+        serde_json::from_slice::<Map<String, Value>>(&body).ok()?;
+        Some(RemoteOpenApi {
+            path: path.clone(),
+            url,
+            document: crate::openapi::Built::from_bytes(body.to_vec()),
+        })
+    };
+    let fetched = fetched.await;
+    let mut openapi = server
+        .aggregator
+        .openapi
+        .write()
+        .unwrap_or_else(|e| e.into_inner());
+    match fetched {
+        Some(document) => {
+            openapi.insert(registered.name.clone(), document);
+        }
+        None => {
+            openapi.remove(&registered.name);
         }
     }
 }

@@ -940,7 +940,8 @@ impl Built {
         Built::from_bytes(serde_json::to_vec(value).expect("OpenAPI serializes"))
     }
 
-    fn from_bytes(body: Vec<u8>) -> Built {
+    /// The document `body` (JSON bytes) and its hash.
+    pub fn from_bytes(body: Vec<u8>) -> Built {
         let body = Bytes::from(body);
         let hash = hex::encode_upper(Sha256::digest(&body));
         Built { body, hash }
@@ -1040,10 +1041,21 @@ impl OpenApi {
     }
 }
 
+/// The v3 documents of aggregated APIServices, by [`group_version_path`]: what their servers
+/// serve, fetched by the aggregator.
+pub type Remote = Arc<dyn Fn() -> BTreeMap<String, Built> + Send + Sync>;
+
 /// The OpenAPI routes (GET, no authentication of their own): `/openapi/v3`,
 /// `/openapi/v3/api/{version}`, `/openapi/v3/apis/{group}/{version}` and `/openapi/v2`;
 /// unserved group-versions get a 404 `Status`.
 pub fn routes(openapi: Arc<OpenApi>) -> BoxedFilter<(Response,)> {
+    routes_with(openapi, Arc::new(BTreeMap::new))
+}
+
+/// [`routes`], with the v3 documents of aggregated group-versions (`remote`) in the index and
+/// served as kube-apiserver serves them: each from its own server, in place of a local one of
+/// the same group-version. `/openapi/v2` stays the local kinds' alone.
+pub fn routes_with(openapi: Arc<OpenApi>, remote: Remote) -> BoxedFilter<(Response,)> {
     let if_none_match = warp::header::optional::<String>("if-none-match");
     let built_documents = move || {
         let openapi = openapi.clone();
@@ -1052,30 +1064,56 @@ pub fn routes(openapi: Arc<OpenApi>) -> BoxedFilter<(Response,)> {
             async move { openapi.current().await }
         })
     };
+    let remote_documents = move || {
+        let remote = remote.clone();
+        warp::any().map(move || remote())
+    };
     let index = warp::path!("openapi" / "v3")
         .and(if_none_match)
         .and(built_documents())
-        .map(|inm: Option<String>, docs: Arc<Documents>| serve(&docs.index, inm.as_deref(), false));
+        .and(remote_documents())
+        .map(
+            |inm: Option<String>, docs: Arc<Documents>, remote: BTreeMap<String, Built>| {
+                if remote.is_empty() {
+                    serve(&docs.index, inm.as_deref(), false)
+                } else {
+                    serve(&merged_index(&docs, &remote), inm.as_deref(), false)
+                }
+            },
+        );
     let core = warp::path!("openapi" / "v3" / "api" / String)
         .and(if_none_match)
         .and(hash_query())
         .and(built_documents())
+        .and(remote_documents())
         .map(
-            |version: String, inm: Option<String>, hash: Option<String>, docs: Arc<Documents>| {
-                serve_gv(&docs, &group_version_path("", &version), inm, hash)
+            |version: String,
+             inm: Option<String>,
+             hash: Option<String>,
+             docs: Arc<Documents>,
+             remote: BTreeMap<String, Built>| {
+                serve_gv(&docs, &remote, &group_version_path("", &version), inm, hash)
             },
         );
     let named = warp::path!("openapi" / "v3" / "apis" / String / String)
         .and(if_none_match)
         .and(hash_query())
         .and(built_documents())
+        .and(remote_documents())
         .map(
             |group: String,
              version: String,
              inm: Option<String>,
              hash: Option<String>,
-             docs: Arc<Documents>| {
-                serve_gv(&docs, &group_version_path(&group, &version), inm, hash)
+             docs: Arc<Documents>,
+             remote: BTreeMap<String, Built>| {
+                serve_gv(
+                    &docs,
+                    &remote,
+                    &group_version_path(&group, &version),
+                    inm,
+                    hash,
+                )
             },
         );
     let v2 = warp::path!("openapi" / "v2")
@@ -1092,6 +1130,29 @@ pub fn routes(openapi: Arc<OpenApi>) -> BoxedFilter<(Response,)> {
         .boxed()
 }
 
+/// The `/openapi/v3` index of the local documents and the `remote` ones, a remote document in
+/// place of a local one of the same path.
+fn merged_index(docs: &Documents, remote: &BTreeMap<String, Built>) -> Built {
+    let mut hashes: BTreeMap<&str, &str> = docs
+        .group_versions
+        .iter()
+        .map(|(path, built)| (path.as_str(), built.hash.as_str()))
+        .collect();
+    for (path, built) in remote {
+        hashes.insert(path, &built.hash);
+    }
+    let paths: Map<String, Value> = hashes
+        .into_iter()
+        .map(|(path, hash)| {
+            (
+                path.to_string(),
+                json!({ "serverRelativeURL": format!("/openapi/v3/{path}?hash={hash}") }),
+            )
+        })
+        .collect();
+    Built::new(&json!({ "paths": paths }))
+}
+
 fn hash_query() -> impl Filter<Extract = (Option<String>,), Error = std::convert::Infallible> + Clone
 {
     warp::query::<BTreeMap<String, String>>()
@@ -1102,11 +1163,12 @@ fn hash_query() -> impl Filter<Extract = (Option<String>,), Error = std::convert
 
 fn serve_gv(
     docs: &Documents,
+    remote: &BTreeMap<String, Built>,
     path: &str,
     if_none_match: Option<String>,
     hash: Option<String>,
 ) -> Response {
-    match docs.group_versions.get(path) {
+    match remote.get(path).or_else(|| docs.group_versions.get(path)) {
         Some(built) => {
             // A URL naming the current hash never changes: clients may cache it for good.
             let immutable = hash.as_deref() == Some(built.hash.as_str());
@@ -1516,6 +1578,53 @@ mod tests {
             assert_eq!(missing.status(), 404, "{path}");
             assert_eq!(body_json(&missing)["reason"], "NotFound");
         }
+    }
+
+    #[tokio::test]
+    async fn aggregated_documents_join_the_index_and_are_served_from_their_servers() {
+        let gizmos = Built::new(&json!({"openapi": "3.0.0", "info": {"title": "gizmos"}}));
+        let metrics = Built::new(&json!({"openapi": "3.0.0", "info": {"title": "adapter"}}));
+        let remote: BTreeMap<String, Built> = [
+            ("apis/e2e.skiff.test/v1".to_string(), gizmos.clone()),
+            // A remote document of a path the server has itself stands in for its own.
+            ("apis/apps/v1".to_string(), metrics.clone()),
+        ]
+        .into();
+        let with_remote = || {
+            let remote = remote.clone();
+            routes_with(
+                Arc::new(OpenApi::new(Arc::new(Kinds::builtin()))),
+                Arc::new(move || remote.clone()),
+            )
+        };
+        let index = body_json(&call(with_remote(), get("/openapi/v3", &[])).await);
+        let url = |path: &str| index["paths"][path]["serverRelativeURL"].clone();
+        assert_eq!(
+            url("apis/e2e.skiff.test/v1"),
+            format!("/openapi/v3/apis/e2e.skiff.test/v1?hash={}", gizmos.hash)
+        );
+        assert_eq!(
+            url("apis/apps/v1"),
+            format!("/openapi/v3/apis/apps/v1?hash={}", metrics.hash)
+        );
+        assert!(url("api/v1").is_string(), "the local documents stay");
+        let served = call(
+            with_remote(),
+            get(url("apis/e2e.skiff.test/v1").as_str().unwrap(), &[]),
+        )
+        .await;
+        assert_eq!(served.status(), 200);
+        assert_eq!(served.headers()["cache-control"], "public, immutable");
+        assert_eq!(body_json(&served)["info"]["title"], "gizmos");
+        let apps = call(with_remote(), get("/openapi/v3/apis/apps/v1", &[])).await;
+        assert_eq!(body_json(&apps)["info"]["title"], "adapter");
+        // Without remote documents, the index is the local one as built.
+        let local = call(
+            routes(Arc::new(OpenApi::new(Arc::new(Kinds::builtin())))),
+            get("/openapi/v3", &[]),
+        )
+        .await;
+        assert_eq!(local.body(), &documents().index.body);
     }
 
     #[tokio::test]

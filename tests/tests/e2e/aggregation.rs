@@ -4,8 +4,9 @@
 //! `kube-system/extension-apiserver-authentication`) serves `e2e.skiff.test/v1` behind a
 //! selector-less Service whose Endpoints point at it on 127.0.0.1. Its resources answer through
 //! skiff as the user, appear in `kubectl api-resources`, its APIService shows Available; when
-//! the server stops, the APIService turns unavailable and only that group fails. Servers behind
-//! a Service with an EndpointSlice only, or an ExternalName Service, are reached too.
+//! the server stops, the APIService turns unavailable and only that group fails. Its OpenAPI
+//! document joins skiff's (`kubectl explain`). Servers behind a Service with an EndpointSlice
+//! only, or an ExternalName Service, are reached too.
 
 use std::time::Duration;
 
@@ -21,6 +22,24 @@ const HOST: &str = "gizmo-api.default.svc";
 /// What the server answers on `path`.
 fn answer(seen: &Seen) -> Value {
     match seen.path.split('?').next().unwrap_or_default() {
+        "/openapi/v3" => json!({"paths": {"apis/e2e.skiff.test/v1":
+            {"serverRelativeURL": "/openapi/v3/apis/e2e.skiff.test/v1?hash=F00D"}}}),
+        "/openapi/v3/apis/e2e.skiff.test/v1" => json!({
+            "openapi": "3.0.0", "info": {"title": "Gizmos", "version": "v1"},
+            // kubectl explain finds a resource's kind by its paths' operations.
+            "paths": {"/apis/e2e.skiff.test/v1/namespaces/{namespace}/gizmos/{name}": {"get": {
+                "x-kubernetes-group-version-kind":
+                    {"group": "e2e.skiff.test", "version": "v1", "kind": "Gizmo"},
+                "responses": {"200": {"description": "OK", "content": {"application/json":
+                    {"schema": {"$ref": "#/components/schemas/test.skiff.e2e.v1.Gizmo"}}}}}}}},
+            "components": {"schemas": {"test.skiff.e2e.v1.Gizmo": {
+                "type": "object",
+                "description": "A gizmo, as the test's aggregated server describes it.",
+                "properties": {
+                    "apiVersion": {"type": "string"}, "kind": {"type": "string"},
+                    "servedTo": {"type": "string", "description": "Who asked."}},
+                "x-kubernetes-group-version-kind":
+                    [{"group": "e2e.skiff.test", "version": "v1", "kind": "Gizmo"}]}}}}),
         "/apis/e2e.skiff.test/v1" => json!({
             "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": GROUP_VERSION,
             "resources": [{"name": "gizmos", "singularName": "gizmo", "namespaced": true,
@@ -134,6 +153,19 @@ fn an_apiservice_answers_through_skiff_appears_in_discovery_and_fails_alone() {
     });
     assert!(listed, "{resources}");
     assert!(resources.contains("Gizmo"), "{resources}");
+
+    // OpenAPI: the server's document of its group-version is in skiff's v3 index, and kubectl
+    // explain reads the kind's schema from it.
+    let index = k.ok(&["get", "--raw", "/openapi/v3"]);
+    assert!(index.contains("apis/e2e.skiff.test/v1"), "{index}");
+    assert!(index.contains("apis/apps/v1"), "{index}");
+    let explained = k.ok(&["explain", "gizmos"]);
+    assert!(
+        explained.contains("A gizmo, as the test's aggregated server describes it."),
+        "{explained}"
+    );
+    let field = k.ok(&["explain", "gizmos.servedTo"]);
+    assert!(field.contains("Who asked."), "{field}");
 
     // The backend stops: its APIService turns unavailable, only its group fails.
     backend.stop();
