@@ -7,7 +7,7 @@
 //! | request headers not complete within [`Settings::header_read_timeout`] | connection closed | Go's `ReadHeaderTimeout`, 32 s in kube-apiserver |
 //! | more than [`Settings::max_requests_inflight`] reads or [`Settings::max_mutating_requests_inflight`] writes in flight | 429 `TooManyRequests`, `Retry-After: 1` | `--max-requests-inflight` 400, `--max-mutating-requests-inflight` 200 |
 //! | more than [`Settings::max_watches_per_user`] open watches of one user | 429 `TooManyRequests`, `Retry-After: 1` | skiff's own |
-//! | a watch whose client does not read: [`Settings::watch_buffer_bytes`] queued for [`Settings::watch_stall_timeout`] | the watch and its connection are closed | the cacher's "forcing watcher close due to unresponsiveness" |
+//! | a watch whose client does not read: [`Settings::watch_buffer_bytes`] queued for [`Settings::watch_stall_timeout`] | the watch is closed, with its connection over HTTP/1, its stream alone over HTTP/2 | the cacher's "forcing watcher close due to unresponsiveness" |
 //!
 //! Long-running requests (watches, `exec`, `attach`, `portforward`, `log`, `proxy`) take no
 //! in-flight seat, as upstream's `BasicLongRunningRequestCheck` exempts them; members of
@@ -359,7 +359,8 @@ pub enum SendError {
 
 /// A watch's buffer: at most `settings.watch_buffer_bytes` (or one line, if larger) queued for
 /// the client; a sender that waits `settings.watch_stall_timeout` for room gives up.
-/// A stall also closes `connection`, the connection the watch came on.
+/// A stall also closes `connection`, the connection the watch came on (an HTTP/1 one: an HTTP/2
+/// watch has none, and only its stream is reset).
 pub fn watch_buffer(
     settings: &Settings,
     connection: Option<Connection>,

@@ -748,14 +748,19 @@ async fn drive<I, S, B>(
     B: hyper::body::Body<Data = bytes::Bytes> + Send + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    // Each request carries a handle that closes this connection: a watch whose client stopped
-    // reading ends it that way (hyper no longer polls a body it cannot write).
+    // Each HTTP/1 request carries a handle that closes this connection: a watch whose client
+    // stopped reading ends it that way (hyper no longer polls a body it cannot write). Over
+    // HTTP/2 the connection carries the client's other requests and watches too (client-go
+    // multiplexes them all on one), so such a watch ends alone: its body fails when it is next
+    // polled, which resets its stream, as kube-apiserver closes only the stalled watch.
     let close = crate::limits::Connection::default();
     let closed = close.0.clone();
     // With auditing on, each request is recorded ([`crate::audit`]); off, one branch.
     let service = hyper::service::service_fn(move |mut request: http::Request<_>| {
         use futures::{TryFutureExt as _, future::Either};
-        request.extensions_mut().insert(close.clone());
+        if request.version() < http::Version::HTTP_2 {
+            request.extensions_mut().insert(close.clone());
+        }
         if let Some(client) = &client {
             request.extensions_mut().insert(client.clone());
         }

@@ -897,3 +897,110 @@ async fn a_watch_whose_client_never_reads_is_closed_and_the_others_carry_on() {
     assert!(grown < 128 * 1024, "resident memory grew by {grown} KiB");
     s.stop().await;
 }
+
+/// Waits for the watch that feeds `seen` to show object `name`.
+async fn expect_seen(seen: &mut tokio::sync::mpsc::UnboundedReceiver<String>, name: &str) {
+    let found = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(seen) = seen.recv().await {
+            if seen == name {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(found, Ok(true), "the reading watch never showed {name}");
+}
+
+/// Over HTTP/2 a client's watches and requests share one connection (client-go's way): a watch it
+/// does not read is closed alone, by a reset of its stream, and the client's other watch on the
+/// same connection carries on past the stall timeout.
+#[tokio::test]
+async fn over_http2_a_watch_not_read_is_closed_alone() {
+    let _turn = MEMORY_BOUND.lock().await;
+    let s = Server::start(Settings {
+        watch_buffer_bytes: 64 * 1024,
+        watch_stall_timeout: Duration::from_secs(1),
+        ..Settings::default()
+    })
+    .await;
+    crate::tls::install_crypto_provider();
+    // A small stream window, so that the watch not read fills it soon.
+    let h2 = reqwest::Client::builder()
+        .no_proxy()
+        .http2_prior_knowledge()
+        .http2_initial_stream_window_size(16 * 1024)
+        .http2_initial_connection_window_size(64 * 1024 * 1024)
+        .build()
+        .unwrap();
+    let watch = format!("{}{CONFIGMAPS}?watch=1&resourceVersion=0", s.admin);
+    let mut stalled = h2.get(&watch).send().await.unwrap();
+    let mut reader = h2.get(&watch).send().await.unwrap();
+    assert_eq!(stalled.version(), reqwest::Version::HTTP_2);
+    assert_eq!(reader.status(), 200);
+    let (seen_tx, mut seen_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let reading = tokio::spawn(async move {
+        let mut buffer = Vec::new();
+        loop {
+            let chunk = match reader.chunk().await {
+                Ok(Some(chunk)) => chunk,
+                other => return format!("the reading watch ended: {other:?}"),
+            };
+            buffer.extend_from_slice(&chunk);
+            while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = buffer.drain(..=end).collect();
+                let event: Value = serde_json::from_slice(&line).unwrap();
+                let name = event["object"]["metadata"]["name"].as_str().unwrap_or("");
+                let _ = seen_tx.send(name.to_string());
+            }
+        }
+    });
+    let create = |name: String, value: String| {
+        let h2 = h2.clone();
+        let url = format!("{}{CONFIGMAPS}", s.admin);
+        async move {
+            let r = h2
+                .post(url)
+                .json(&json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": name}, "data": {"v": value}}))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 201);
+        }
+    };
+    let writes = 100;
+    let value = "x".repeat(64 * 1024);
+    for i in 0..writes {
+        create(format!("w{i}"), value.clone()).await;
+    }
+    expect_seen(&mut seen_rx, &format!("w{}", writes - 1)).await;
+    // Past the stall timeout: the watch not read has been closed; the other still reads.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    create("after".into(), "y".into()).await;
+    expect_seen(&mut seen_rx, "after").await;
+    if reading.is_finished() {
+        panic!("{}", reading.await.unwrap());
+    }
+    // The stalled watch, read now: what was queued, then its end (a reset stream), not all of it.
+    let mut total = 0usize;
+    let ended = tokio::time::timeout(Duration::from_secs(15), async {
+        loop {
+            match stalled.chunk().await {
+                Ok(Some(chunk)) => total += chunk.len(),
+                Ok(None) | Err(_) => return,
+            }
+        }
+    })
+    .await;
+    assert!(
+        ended.is_ok(),
+        "the stalled watch is still open after {total} bytes"
+    );
+    assert!(
+        total < writes * value.len(),
+        "the stalled watch got all {total} bytes: it was not closed"
+    );
+    reading.abort();
+    s.stop().await;
+}
