@@ -792,15 +792,19 @@ async fn watches_over_the_per_user_cap_are_429_with_retry_after() {
     s.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_watch_whose_client_never_reads_is_closed_and_the_others_carry_on() {
-    let _turn = MEMORY_BOUND.lock().await;
-    let s = Server::start(Settings {
+/// Limits under which a watch stalls soon: 64 KiB queued for one second.
+fn stalling() -> Settings {
+    Settings {
         watch_buffer_bytes: 64 * 1024,
         watch_stall_timeout: Duration::from_secs(1),
         ..Settings::default()
-    })
-    .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_whose_client_never_reads_is_closed_and_the_others_carry_on() {
+    let _turn = MEMORY_BOUND.lock().await;
+    let s = Server::start(stalling()).await;
     // A raw client with a small receive buffer asks for a watch and never reads.
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
     socket.set_recv_buffer_size(4096).unwrap();
@@ -918,12 +922,7 @@ async fn expect_seen(seen: &mut tokio::sync::mpsc::UnboundedReceiver<String>, na
 #[tokio::test]
 async fn over_http2_a_watch_not_read_is_closed_alone() {
     let _turn = MEMORY_BOUND.lock().await;
-    let s = Server::start(Settings {
-        watch_buffer_bytes: 64 * 1024,
-        watch_stall_timeout: Duration::from_secs(1),
-        ..Settings::default()
-    })
-    .await;
+    let s = Server::start(stalling()).await;
     crate::tls::install_crypto_provider();
     // A small stream window, so that the watch not read fills it soon.
     let h2 = reqwest::Client::builder()

@@ -169,18 +169,28 @@ fn an_apiservice_answers_through_skiff_appears_in_discovery_and_fails_alone() {
 
     // The backend stops: its APIService turns unavailable, only its group fails.
     backend.stop();
+    turns_unavailable(&k, "e2e.skiff.test", "FailedDiscoveryCheck");
+    let pods = k.run(&["get", "pods"]);
+    assert!(pods.ok, "{}", pods.stderr);
+    let groups = k.ok(&["get", "--raw", "/apis"]);
+    assert!(groups.contains("e2e.skiff.test"), "{groups}");
+}
+
+/// Waits until the APIService of `group`/v1 is unavailable for `reason`, then checks that its
+/// group's requests fail as kube-apiserver fails them (503).
+fn turns_unavailable(k: &skiff_tests::Kubectl, group: &str, reason: &str) {
     let mut status = String::new();
     let down = eventually(Duration::from_secs(40), || {
-        status = k.ok(&["get", "apiservice", "v1.e2e.skiff.test", "--no-headers"]);
-        status.contains("False (FailedDiscoveryCheck)")
+        status = k.ok(&["get", "apiservice", &format!("v1.{group}"), "--no-headers"]);
+        status.contains(&format!("False ({reason})"))
     });
     assert!(down, "{status}");
     let failed = k.run(&[
         "get",
         "--raw",
-        "/apis/e2e.skiff.test/v1/namespaces/default/gizmos",
+        &format!("/apis/{group}/v1/namespaces/default/gizmos"),
     ]);
-    assert!(!failed.ok);
+    assert!(!failed.ok, "{}", failed.stdout);
     assert!(
         failed
             .stderr
@@ -188,10 +198,6 @@ fn an_apiservice_answers_through_skiff_appears_in_discovery_and_fails_alone() {
         "{}",
         failed.stderr
     );
-    let pods = k.run(&["get", "pods"]);
-    assert!(pods.ok, "{}", pods.stderr);
-    let groups = k.ok(&["get", "--raw", "/apis"]);
-    assert!(groups.contains("e2e.skiff.test"), "{groups}");
 }
 
 /// What a server of `group`/v1 answers: its discovery document, or one gizmo.
@@ -255,23 +261,5 @@ fn an_apiservice_reaches_its_server_through_an_endpoint_slice_or_an_external_nam
 
     // Without its slice, the Service has no endpoints at all, as kube-aggregator says it.
     k.ok(&["delete", "endpointslice", "sliced-api-1"]);
-    let mut status = String::new();
-    let missing = eventually(Duration::from_secs(40), || {
-        status = k.ok(&["get", "apiservice", "v1.sliced.skiff.test", "--no-headers"]);
-        status.contains("False (EndpointsNotFound)")
-    });
-    assert!(missing, "{status}");
-    let failed = k.run(&[
-        "get",
-        "--raw",
-        "/apis/sliced.skiff.test/v1/namespaces/default/gizmos",
-    ]);
-    assert!(!failed.ok, "{}", failed.stdout);
-    assert!(
-        failed
-            .stderr
-            .contains("the server is currently unable to handle the request"),
-        "{}",
-        failed.stderr
-    );
+    turns_unavailable(&k, "sliced.skiff.test", "EndpointsNotFound");
 }
