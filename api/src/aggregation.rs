@@ -1168,7 +1168,7 @@ async fn refresh_openapi(
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .get(&registered.name)
-            .filter(|known| known.url == url && known.path == path)
+            .filter(|known| known.url == url)
             .cloned();
         if let Some(known) = known {
             return Some(known);

@@ -197,6 +197,11 @@ impl Drop for SpawnedServer {
     }
 }
 
+/// A duration in whole microseconds, for a report.
+pub(crate) fn micros(d: Duration) -> String {
+    format!("{:.0} µs", d.as_secs_f64() * 1e6)
+}
+
 async fn connect(kubeconfig: &Path) -> Result<skiff_client::Client> {
     Ok(skiff_client::connect(&skiff_client::ClientConfig {
         kubeconfig: Some(kubeconfig.to_path_buf()),

@@ -28,7 +28,7 @@ use skiff_client::Api;
 use skiff_client::api::{DynamicObject, PostParams};
 use tokio::net::TcpListener;
 
-use crate::bench::SpawnedServer;
+use crate::bench::{SpawnedServer, micros};
 use crate::bench_deployment::{cpu_seconds, load_average, percentile};
 
 /// Flags of `skiff bench admission`.
@@ -281,10 +281,6 @@ async fn round(
         p99: percentile(&latencies, 99.0),
         cpu_per_create: Duration::from_secs_f64(cpu.max(0.0) / objects as f64),
     })
-}
-
-fn micros(d: Duration) -> String {
-    format!("{:.0} µs", d.as_secs_f64() * 1e6)
 }
 
 /// Runs `skiff bench admission`.

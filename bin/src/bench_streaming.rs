@@ -35,7 +35,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
-use crate::bench::SpawnedServer;
+use crate::bench::{SpawnedServer, micros};
 use crate::bench_deployment::{cpu_seconds, load_average, percentile};
 
 /// Flags of `skiff bench streaming`.
@@ -263,10 +263,6 @@ fn median(values: &[f64]) -> f64 {
     let mut sorted = values.to_vec();
     sorted.sort_by(f64::total_cmp);
     sorted.get(sorted.len() / 2).copied().unwrap_or(0.0)
-}
-
-fn micros(d: Duration) -> String {
-    format!("{:.0} µs", d.as_secs_f64() * 1e6)
 }
 
 fn millis(d: Duration) -> String {

@@ -132,6 +132,18 @@ fn configuration(name: &str, hook: &str, server: &Server, path: &str, extra: Val
     json!({"metadata": {"name": name}, "webhooks": [webhook]})
 }
 
+/// [`configuration`] of a webhook reached through `service` (a `clientConfig.service`).
+fn through_service(name: &str, hook: &str, server: &Server, service: Value) -> Value {
+    let client_config = json!({"caBundle": b64(&server.ca), "service": service});
+    configuration(
+        name,
+        hook,
+        server,
+        "/",
+        json!({"clientConfig": client_config}),
+    )
+}
+
 fn config_map() -> Value {
     json!({"apiVersion": "v1", "kind": "ConfigMap",
            "metadata": {"name": "cm", "namespace": "default", "labels": {"color": "red"}}})
@@ -410,9 +422,12 @@ async fn a_service_reference_reaches_a_ready_endpoint_with_the_service_name_veri
         .insert(&skiff_kinds::builtin::endpoints::INFO, &endpoints, None)
         .await
         .unwrap();
-    let mut by_service = configuration("deny", "deny.example.com", &s, "/", json!({}));
-    by_service["webhooks"][0]["clientConfig"] = json!({"caBundle": b64(&s.ca),
-        "service": {"namespace": "sys", "name": "hooks", "path": "/deny", "port": 443}});
+    let by_service = through_service(
+        "deny",
+        "deny.example.com",
+        &s,
+        json!({"namespace": "sys", "name": "hooks", "path": "/deny", "port": 443}),
+    );
     let e = api_error(validate(&[by_service], &registry).await);
     assert_eq!(e.code(), 403, "{}", e.message());
     assert_eq!(s.seen.lock().unwrap()[0].0, "/deny");
@@ -441,9 +456,12 @@ async fn a_service_reference_reaches_a_ready_endpoint_with_the_service_name_veri
         ("sliced", 443, "/sliced"),
         ("outside", s.addr.port(), "/outside"),
     ] {
-        let mut by_service = configuration("deny", "deny.example.com", &s, "/", json!({}));
-        by_service["webhooks"][0]["clientConfig"] = json!({"caBundle": b64(&s.ca),
-            "service": {"namespace": "sys", "name": name, "path": path, "port": port}});
+        let by_service = through_service(
+            "deny",
+            "deny.example.com",
+            &s,
+            json!({"namespace": "sys", "name": name, "path": path, "port": port}),
+        );
         let e = api_error(validate(&[by_service], &registry).await);
         assert_eq!(e.code(), 403, "{name}: {}", e.message());
         assert_eq!(s.seen.lock().unwrap().last().unwrap().0, path);
@@ -465,9 +483,12 @@ async fn a_service_reference_reaches_a_ready_endpoint_with_the_service_name_veri
         )
         .await
         .unwrap();
-    let mut by_service = configuration("deny", "deny.example.com", &s, "/", json!({}));
-    by_service["webhooks"][0]["clientConfig"] = json!({"caBundle": b64(&s.ca),
-        "service": {"namespace": "sys", "name": "sliced", "path": "/sliced", "port": 443}});
+    let by_service = through_service(
+        "deny",
+        "deny.example.com",
+        &s,
+        json!({"namespace": "sys", "name": "sliced", "path": "/sliced", "port": 443}),
+    );
     let e = api_error(validate(&[by_service], &registry).await);
     assert!(
         e.message()
@@ -477,9 +498,12 @@ async fn a_service_reference_reaches_a_ready_endpoint_with_the_service_name_veri
     );
 
     // A service that does not exist is a call failure.
-    let mut missing = configuration("m", "missing.example.com", &s, "/", json!({}));
-    missing["webhooks"][0]["clientConfig"] =
-        json!({"caBundle": b64(&s.ca), "service": {"namespace": "sys", "name": "nope"}});
+    let missing = through_service(
+        "m",
+        "missing.example.com",
+        &s,
+        json!({"namespace": "sys", "name": "nope"}),
+    );
     let e = api_error(validate(&[missing], &registry).await);
     assert!(
         e.message()
