@@ -20,6 +20,7 @@ mod bench_timeline;
 mod bench_workloads;
 mod components;
 mod config_file;
+mod bootstrap;
 mod datastore;
 mod identities;
 
@@ -323,6 +324,8 @@ where
             stop.cancel();
         }
     });
+    // A --server list: every client of this process goes through one relay to them.
+    let config = &config.balanced().await?;
     loop {
         let connected = connect_as(config, identities).await?;
         let round = shutdown.child_token();

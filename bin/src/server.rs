@@ -124,6 +124,13 @@ pub struct ApiArgs {
     #[command(flatten, next_help_heading = "Datastore")]
     pub datastore: crate::datastore::DatastoreArgs,
 
+    /// On a shared datastore (`--datastore-endpoint`): the secret the cluster's API servers
+    /// share, which seals the cluster's CA, keys and token file in the datastore. The first
+    /// server makes one unless given; it is kept in `<data-dir>/server-token`, and further
+    /// servers start with it.
+    #[arg(long, env = "SKIFF_SERVER_TOKEN", hide_env_values = true, help_heading = "Datastore")]
+    pub server_token: Option<String>,
+
     #[command(flatten, next_help_heading = "Audit")]
     pub audit: AuditArgs,
 
@@ -463,25 +470,19 @@ pub async fn run(args: ApiArgs, plan: Plan) -> Result<()> {
     // `kubernetes` Service's ClusterIP, so the serving certificate names it, as kube-apiserver's.
     let mut sans = args.tls_san.clone();
     sans.push(args.service_cluster_ip_range.kubernetes_ip().to_string());
-    let pki = tls::Pki::load_or_create(&data_dir.join("pki"), &tls::default_sans(&sans))
-        .context("cannot set up the cluster's certificates")?;
-    let authenticator = Arc::new(
-        auth::Authenticator::load_or_create(&data_dir.join("tokens.csv"))
-            .context("cannot set up the token file")?,
-    );
+    let Secrets {
+        pki,
+        authenticator,
+        front_proxy,
+        join_token,
+        service_account_key,
+    } = match etcd_backed {
+        true => shared_secrets(store.as_ref(), &data_dir, &sans, args.server_token.as_deref()).await?,
+        false => Secrets::load(&data_dir, &sans)?,
+    };
     let admin_token = authenticator
         .admin_token()
         .context("the token file has no admin token")?;
-    let front_proxy = pki
-        .front_proxy()
-        .context("cannot set up the front proxy's certificates")?;
-    let join_token = ensure_join_token(&data_dir, &authenticator, pki.ca_pem())?;
-    let service_account_key = skiff_api::serviceaccount::SigningKey::load_or_create(
-        &data_dir
-            .join("pki")
-            .join(skiff_api::serviceaccount::keys::KEY_FILE),
-    )
-    .context("cannot set up the service-account signing key")?;
 
     let address = SocketAddr::new(args.bind_address, args.port);
     let listener = tokio::net::TcpListener::bind(address)
@@ -737,6 +738,74 @@ async fn ensure_ingress_class(api: &skiff_api::server::ApiServer) -> Result<()> 
 
 /// The file holding the join token agents use, in the data dir.
 pub const JOIN_TOKEN_FILE: &str = "join-token";
+
+/// What the API server holds in its data dir besides the log: the PKI, the token file and the
+/// service-account key. On a shared datastore the cluster's part of it is shared
+/// ([`crate::bootstrap`]).
+struct Secrets {
+    pki: tls::Pki,
+    authenticator: Arc<auth::Authenticator>,
+    front_proxy: skiff_api::aggregation::FrontProxy,
+    join_token: skiff_client::JoinToken,
+    service_account_key: skiff_api::serviceaccount::SigningKey,
+}
+
+impl Secrets {
+    /// Loads the secrets in `data_dir`, creating what is missing.
+    fn load(data_dir: &std::path::Path, sans: &[String]) -> Result<Secrets> {
+        let pki = tls::Pki::load_or_create(&data_dir.join("pki"), &tls::default_sans(sans))
+            .context("cannot set up the cluster's certificates")?;
+        let authenticator = Arc::new(
+            auth::Authenticator::load_or_create(&data_dir.join("tokens.csv"))
+                .context("cannot set up the token file")?,
+        );
+        let front_proxy = pki
+            .front_proxy()
+            .context("cannot set up the front proxy's certificates")?;
+        let join_token = ensure_join_token(data_dir, &authenticator, pki.ca_pem())?;
+        let service_account_key = skiff_api::serviceaccount::SigningKey::load_or_create(
+            &data_dir
+                .join("pki")
+                .join(skiff_api::serviceaccount::keys::KEY_FILE),
+        )
+        .context("cannot set up the service-account signing key")?;
+        Ok(Secrets {
+            pki,
+            authenticator,
+            front_proxy,
+            join_token,
+            service_account_key,
+        })
+    }
+}
+
+/// The secrets of a server on a shared datastore: the cluster's, from the datastore when
+/// another server sealed them there, else this server's own, sealed there for the next ones.
+async fn shared_secrets(
+    store: &dyn Store,
+    data_dir: &std::path::Path,
+    sans: &[String],
+    given_token: Option<&str>,
+) -> Result<Secrets> {
+    use crate::bootstrap;
+    let token = bootstrap::server_token(data_dir, given_token, false)?;
+    loop {
+        let fetched = bootstrap::fetch(store, data_dir, token.as_deref()).await?;
+        let token = match &token {
+            Some(token) => token.clone(),
+            None => bootstrap::server_token(data_dir, None, true)?
+                .context("no server token was made")?,
+        };
+        let before = bootstrap::present(data_dir)?;
+        let secrets = Secrets::load(data_dir, sans)?;
+        if bootstrap::publish(store, data_dir, &token, &fetched).await? {
+            return Ok(secrets);
+        }
+        // Another server sealed its secrets first: what this start made gives way to them.
+        tracing::info!("another API server sealed the cluster's secrets first; joining them");
+        bootstrap::discard_new(data_dir, &before)?;
+    }
+}
 
 /// The user whoever holds the join token authenticates as: a bootstrapper, who may only ask
 /// for certificates (an agent asks for its kubelet's and its proxy's; see

@@ -20,7 +20,9 @@ pub struct ClientConfig {
     /// take it).
     #[arg(long, env = "KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
-    /// URL of the API server (e.g. https://127.0.0.1:6443); used with --token.
+    /// URL of the API server (e.g. https://127.0.0.1:6443); used with --token. Several
+    /// comma-separated servers of one cluster (on one datastore) are used in turn: the first
+    /// that accepts connections, then the next when it stops.
     #[arg(long, env = "SKIFF_SERVER")]
     pub server: Option<String>,
     /// A bearer token or a join token (`skiff server` prints one and writes it to
@@ -30,6 +32,21 @@ pub struct ClientConfig {
     /// PEM file of the CA to trust for --server (not needed with a join token).
     #[arg(long)]
     pub certificate_authority: Option<PathBuf>,
+}
+
+impl ClientConfig {
+    /// This configuration, with a `--server` list of several servers replaced by a loopback
+    /// relay to them ([`crate::balancer`], running from now on); a single server as it is.
+    pub async fn balanced(&self) -> Result<ClientConfig> {
+        let Some(servers) = self.server.as_deref().and_then(crate::balancer::split) else {
+            return Ok(self.clone());
+        };
+        let balancer = crate::balancer::Balancer::start(&servers).await?;
+        Ok(ClientConfig {
+            server: Some(balancer.url()),
+            ..self.clone()
+        })
+    }
 }
 
 /// Installs the ring crypto provider for rustls once per process (kube and reqwest need one).

@@ -7,6 +7,8 @@
 //! implementation of that discipline.
 //!
 //! # Layout
+//! - [`balancer`]: a `--server` list of several API servers, behind a loopback relay that fails
+//!   over to the next when one stops accepting.
 //! - [`connect`] and [`ClientConfig`]: a [`Client`] from a kubeconfig, a server URL and token, or a
 //!   join token that pins the cluster CA by its hash ([`join`]); [`bootstrap`]: an agent's own
 //!   client certificates, asked for with the join token through CertificateSigningRequests.
@@ -21,6 +23,7 @@
 //! - [`leaderelection`]: one active replica of a singleton, through a `coordination.k8s.io/v1`
 //!   Lease, as client-go's leader election.
 
+pub mod balancer;
 pub mod bootstrap;
 pub mod cache;
 mod config;
