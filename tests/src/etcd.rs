@@ -1,4 +1,4 @@
-//! A throwaway etcd member for end-to-end tests: Debian's `etcd-server` (`/usr/bin/etcd`, 3.4)
+//! A throwaway etcd member (or a cluster of several: [`EtcdCluster`]) for end-to-end tests: Debian's `etcd-server` (`/usr/bin/etcd`, 3.4)
 //! on free loopback ports and a temporary data dir, killed (and its dir removed) on drop, so a
 //! failing test leaves nothing running. Its keys are read and written through etcd's JSON
 //! gateway (`/v3/kv/*`), so tests need no etcd client of their own.
@@ -21,8 +21,11 @@ pub const ETCD: &str = "/usr/bin/etcd";
 /// One etcd member on loopback.
 pub struct Etcd {
     dir: tempfile::TempDir,
+    name: String,
     client_port: u16,
     peer_port: u16,
+    /// `--initial-cluster` of a member of several; `None` for a cluster of one.
+    initial_cluster: Option<String>,
     extra: Vec<String>,
     child: Option<Child>,
 }
@@ -43,8 +46,10 @@ impl Etcd {
         }
         Some(Etcd {
             dir: tempfile::tempdir().expect("etcd temp dir"),
+            name: "skiff-e2e".to_string(),
             client_port: free_port(),
             peer_port: free_port(),
+            initial_cluster: None,
             extra: extra.iter().map(|s| s.to_string()).collect(),
             child: None,
         })
@@ -71,15 +76,29 @@ impl Etcd {
     /// Starts the member (on the same data dir and ports if it ran before) and waits until it
     /// answers a quorum read.
     pub fn spawn(&mut self) {
+        self.launch();
+        self.wait_ready();
+    }
+
+    fn peer_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.peer_port)
+    }
+
+    /// Starts the member without waiting for it.
+    fn launch(&mut self) {
         let client = self.endpoint();
-        let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        let peer = self.peer_url();
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(self.log_path())
             .expect("etcd log");
+        let initial_cluster = self
+            .initial_cluster
+            .clone()
+            .unwrap_or_else(|| format!("{}={peer}", self.name));
         let child = Command::new(ETCD)
-            .arg("--name=skiff-e2e")
+            .arg(format!("--name={}", self.name))
             .arg(format!(
                 "--data-dir={}",
                 self.dir.path().join("data").display()
@@ -88,7 +107,7 @@ impl Etcd {
             .arg(format!("--advertise-client-urls={client}"))
             .arg(format!("--listen-peer-urls={peer}"))
             .arg(format!("--initial-advertise-peer-urls={peer}"))
-            .arg(format!("--initial-cluster=skiff-e2e={peer}"))
+            .arg(format!("--initial-cluster={initial_cluster}"))
             .arg("--experimental-watch-progress-notify-interval=1s")
             .args(&self.extra)
             .stdin(Stdio::null())
@@ -97,6 +116,10 @@ impl Etcd {
             .spawn()
             .expect("starting etcd");
         self.child = Some(child);
+    }
+
+    /// Waits until the member answers a quorum read.
+    fn wait_ready(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(30);
         while self.range(b"/", None, true).is_err() {
             if let Some(child) = self.child.as_mut()
@@ -111,6 +134,13 @@ impl Etcd {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// Whether this member is its cluster's leader now (`None`: it does not answer).
+    pub fn is_leader(&self) -> Option<bool> {
+        let status = self.call("/v3/maintenance/status", json!({})).ok()?;
+        let id = status["header"]["member_id"].as_str()?.to_string();
+        Some(status["leader"].as_str() == Some(id.as_str()))
     }
 
     /// Kills the member (SIGKILL) and waits for it.
@@ -168,7 +198,12 @@ impl Etcd {
 
     /// One call to etcd's JSON gateway, `POST /v3/kv/<what>`.
     fn gateway(&self, what: &str, body: Value) -> Result<Value, String> {
-        let url = format!("{}/v3/kv/{what}", self.endpoint());
+        self.call(&format!("/v3/kv/{what}"), body)
+    }
+
+    /// `POST <path>` to etcd's JSON gateway.
+    fn call(&self, path: &str, body: Value) -> Result<Value, String> {
+        let url = format!("{}{path}", self.endpoint());
         // reqwest builds its TLS config even for plain HTTP.
         crate::install_crypto();
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -230,4 +265,61 @@ pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
         }
     }
     vec![0]
+}
+
+/// A cluster of several etcd members on loopback, each as [`Etcd`].
+pub struct EtcdCluster {
+    /// The members, in the order of [`EtcdCluster::endpoints`].
+    pub members: Vec<Etcd>,
+}
+
+impl EtcdCluster {
+    /// Starts `size` members as one cluster and waits until each serves, or `None` as
+    /// [`Etcd::new`].
+    pub fn start(size: usize) -> Option<EtcdCluster> {
+        let mut members = Vec::new();
+        for i in 0..size {
+            let mut member = Etcd::new(&[])?;
+            member.name = format!("skiff-e2e-{i}");
+            members.push(member);
+        }
+        let initial = members
+            .iter()
+            .map(|m| format!("{}={}", m.name, m.peer_url()))
+            .collect::<Vec<_>>()
+            .join(",");
+        for member in &mut members {
+            member.initial_cluster = Some(initial.clone());
+            member.launch();
+        }
+        for member in &mut members {
+            member.wait_ready();
+        }
+        Some(EtcdCluster { members })
+    }
+
+    /// Every member's client URL, comma-separated (`--datastore-endpoint`).
+    pub fn endpoints(&self) -> String {
+        self.members
+            .iter()
+            .map(Etcd::endpoint)
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The index of the member that leads now, once one does (within 30 s).
+    pub fn leader(&self) -> usize {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(i) = self
+                .members
+                .iter()
+                .position(|m| m.child.is_some() && m.is_leader() == Some(true))
+            {
+                return i;
+            }
+            assert!(Instant::now() < deadline, "no etcd member leads");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
 }

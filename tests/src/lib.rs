@@ -353,6 +353,24 @@ impl TestCluster {
             .to_string()
     }
 
+    /// The server token this server keeps for a shared datastore (`--server-token`).
+    pub fn server_token(&self) -> String {
+        std::fs::read_to_string(self.data_dir().join("server-token"))
+            .expect("server-token file (the server runs on a shared datastore)")
+            .trim()
+            .to_string()
+    }
+
+    /// Starts another API server of this cluster (`skiff <command>`, `args` naming the same
+    /// datastore) on a data dir of its own, with this server's `--server-token`, as a second
+    /// machine of one cluster joins it: it takes the cluster's CA and tokens from the datastore.
+    pub fn join_server(&self, command: &'static str, args: &[&str]) -> TestCluster {
+        let token = self.server_token();
+        let mut all = args.to_vec();
+        all.extend(["--server-token", &token]);
+        TestCluster::start_command(command, &all)
+    }
+
     /// Stops the server with SIGTERM and waits for it (SIGKILL after [`STOP_WITHIN`]); returns
     /// its exit status.
     pub fn stop(&mut self) -> Option<std::process::ExitStatus> {
@@ -463,7 +481,8 @@ impl TestCluster {
         self.data_dir().join("kubelet")
     }
 
-    fn spawn_skiff(&self, args: &[&str]) -> Component {
+    /// Starts `skiff <args...>` as given (nothing appended), logging beside this cluster's log.
+    pub fn spawn_skiff(&self, args: &[&str]) -> Component {
         let name = args.first().copied().unwrap_or("component").to_string();
         let log = self.dir.path().join(format!("{name}-{}.log", free_port()));
         let mut component = Component {

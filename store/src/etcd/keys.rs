@@ -157,6 +157,19 @@ impl Layout {
 
 /// Encodes a commit time (nanoseconds since the epoch) and the transaction's tag, if any, as
 /// the clock key's value: 8 bytes of time, then the tag's bytes.
+/// `host:port` of an endpoint URL `http(s)://host:port[/..]`, for a TCP connect.
+pub(crate) fn endpoint_address(endpoint: &str) -> Option<String> {
+    let rest = endpoint
+        .strip_prefix("https://")
+        .or_else(|| endpoint.strip_prefix("http://"))?;
+    let authority = rest.split('/').next()?;
+    let has_port = match authority.strip_prefix('[') {
+        Some(v6) => v6.contains("]:"),
+        None => authority.contains(':'),
+    };
+    (!authority.is_empty() && has_port).then(|| authority.to_string())
+}
+
 pub(crate) fn encode_clock(nanos: u64, tag: Option<&[u8]>) -> Vec<u8> {
     let tag = tag.unwrap_or_default();
     let mut out = Vec::with_capacity(8 + tag.len());

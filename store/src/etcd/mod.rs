@@ -242,6 +242,35 @@ fn classify(e: &ec::Error) -> Kind {
     }
 }
 
+/// Whether `e` proves the request never reached etcd: the connection to the member it was
+/// sent to could not be made (a dead member's endpoint, which the client's balancer keeps
+/// offering until [`Inner::endpoint_loop`] takes it out). Such a request, even a write, can be
+/// sent again.
+fn never_sent(e: &ec::Error) -> bool {
+    let connect = |text: String| text.contains("connect error");
+    match e {
+        ec::Error::GRpcStatus(s) => {
+            let mut source = std::error::Error::source(s);
+            let mut found = connect(s.message().to_string());
+            while let (false, Some(inner)) = (found, source) {
+                found = connect(inner.to_string());
+                source = inner.source();
+            }
+            found
+        }
+        ec::Error::TransportError(t) => {
+            let mut source: Option<&(dyn std::error::Error + 'static)> = Some(t);
+            let mut found = false;
+            while let (false, Some(inner)) = (found, source) {
+                found = connect(format!("{inner:?}"));
+                source = inner.source();
+            }
+            found
+        }
+        _ => false,
+    }
+}
+
 /// The error for a failed request that is none of the expected outcomes.
 fn failure(e: ec::Error, what: &str, write: bool) -> Error {
     let may = if write {
@@ -362,6 +391,12 @@ impl EtcdStore {
         self.inner
             .tasks
             .spawn(async move { inner.health_loop().await });
+        if self.inner.config.endpoints.len() > 1 {
+            let inner = self.inner.clone();
+            self.inner
+                .tasks
+                .spawn(async move { inner.endpoint_loop().await });
+        }
         let r = &self.inner.config.retention;
         if r.max_revisions.is_some() || r.max_age.is_some() {
             let inner = self.inner.clone();
@@ -456,6 +491,83 @@ impl Inner {
             }
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(Duration::from_secs(1));
+        }
+    }
+
+    /// Runs a write within the request timeout, sending it again only when the last attempt
+    /// never reached etcd ([`never_sent`]): another member then gets it. A few attempts per
+    /// endpoint at most, so that an etcd wholly down still fails at once.
+    async fn send<T, F, Fut>(
+        &self,
+        mut f: F,
+    ) -> std::result::Result<std::result::Result<T, ec::Error>, tokio::time::error::Elapsed>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<T, ec::Error>>,
+    {
+        let deadline = tokio::time::Instant::now() + self.config.request_timeout;
+        let attempts = 2 * self.config.endpoints.len() + 1;
+        let mut attempt = 1;
+        loop {
+            let result = tokio::time::timeout_at(deadline, f()).await;
+            match &result {
+                Ok(Err(e)) if attempt < attempts && never_sent(e) => {
+                    attempt += 1;
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                _ => return result,
+            }
+        }
+    }
+
+    /// Keeps the client's balancer to the members that accept connections: every
+    /// [`Config::health_interval`] each endpoint gets a TCP connect; one that refuses (or does
+    /// not answer within the interval) is taken out of the balancer, and put back once it
+    /// accepts again. The last endpoint in is never taken out. tonic's balancer otherwise keeps
+    /// sending a share of the requests to a dead member, each failing to connect.
+    async fn endpoint_loop(self: Arc<Self>) {
+        let interval = self.config.health_interval;
+        let endpoints = self.config.endpoints.clone();
+        let mut out: Vec<bool> = vec![false; endpoints.len()];
+        loop {
+            tokio::select! {
+                _ = self.cancel.cancelled() => return,
+                _ = tokio::time::sleep(interval) => {}
+            }
+            let probes = endpoints.iter().map(|endpoint| async move {
+                let Some(address) = keys::endpoint_address(endpoint) else {
+                    return true;
+                };
+                matches!(
+                    tokio::time::timeout(interval, tokio::net::TcpStream::connect(address)).await,
+                    Ok(Ok(_))
+                )
+            });
+            let up = futures::future::join_all(probes).await;
+            for (i, endpoint) in endpoints.iter().enumerate() {
+                let inside = out.iter().filter(|o| !**o).count();
+                if !up[i] && !out[i] && inside > 1 {
+                    match self.client.remove_endpoint(endpoint).await {
+                        Ok(()) => {
+                            tracing::warn!(%endpoint, "etcd member refuses connections: sending it nothing until it accepts again");
+                            out[i] = true;
+                        }
+                        Err(error) => {
+                            tracing::warn!(%endpoint, %error, "cannot take an etcd endpoint out")
+                        }
+                    }
+                } else if up[i] && out[i] {
+                    match self.client.add_endpoint(endpoint).await {
+                        Ok(()) => {
+                            tracing::info!(%endpoint, "etcd member accepts connections again");
+                            out[i] = false;
+                        }
+                        Err(error) => {
+                            tracing::warn!(%endpoint, %error, "cannot put an etcd endpoint back")
+                        }
+                    }
+                }
+            }
         }
     }
 
@@ -854,8 +966,12 @@ impl Inner {
                 keys::MARKER_VALUE.to_vec(),
                 None,
             )]);
-        let mut kv = self.client.kv_client();
-        match tokio::time::timeout(self.config.request_timeout, kv.txn(txn)).await {
+        let kv = self.client.kv_client();
+        let sent = self.send(|| {
+            let (mut kv, txn) = (kv.clone(), txn.clone());
+            async move { kv.txn(txn).await }
+        });
+        match sent.await {
             Ok(Ok(r)) => {
                 self.saw(r.header());
                 if r.succeeded() {
@@ -880,11 +996,19 @@ impl Inner {
                 _ = self.cancel.cancelled() => return,
                 _ = tokio::time::sleep(interval) => {}
             }
-            let mut kv = self.client.kv_client();
-            let read = kv.get(
-                self.layout.clock_key(),
-                Some(ec::GetOptions::new().with_count_only()),
-            );
+            // A read that never reached a member (a dead one's endpoint) says nothing of
+            // quorum: it goes to another.
+            let read = async {
+                let mut attempts = 2 * self.config.endpoints.len() + 1;
+                loop {
+                    let mut kv = self.client.kv_client();
+                    let options = ec::GetOptions::new().with_count_only();
+                    match kv.get(self.layout.clock_key(), Some(options)).await {
+                        Err(e) if attempts > 1 && never_sent(&e) => attempts -= 1,
+                        other => return other,
+                    }
+                }
+            };
             let failed = match tokio::time::timeout(interval * 2, read).await {
                 Ok(Ok(r)) => {
                     self.saw(r.header());
@@ -919,8 +1043,12 @@ impl Inner {
             encode_clock(self.next_time(), None),
             None,
         )]);
-        let mut kv = self.client.kv_client();
-        match tokio::time::timeout(self.config.request_timeout, kv.txn(txn)).await {
+        let kv = self.client.kv_client();
+        let sent = self.send(|| {
+            let (mut kv, txn) = (kv.clone(), txn.clone());
+            async move { kv.txn(txn).await }
+        });
+        match sent.await {
             Ok(Ok(r)) => {
                 self.saw(r.header());
                 Ok(())
@@ -1062,9 +1190,12 @@ impl Inner {
         if revision <= self.compacted() {
             return Ok(());
         }
-        let mut kv = self.client.kv_client();
-        let call = kv.compact((revision - 1) as i64, None);
-        match tokio::time::timeout(self.config.request_timeout, call).await {
+        let kv = self.client.kv_client();
+        let call = self.send(|| {
+            let mut kv = kv.clone();
+            async move { kv.compact((revision - 1) as i64, None).await }
+        });
+        match call.await {
             Ok(Ok(_)) => self.raise_compacted(revision),
             Ok(Err(e)) if classify(&e) == Kind::Compacted => self.learn_compaction().await?,
             Ok(Err(e)) => return Err(failure(e, "compact", true)),
@@ -1333,9 +1464,15 @@ impl Store for EtcdStore {
             .when(compares)
             .and_then(success)
             .or_else(failure_ops);
-        let mut kv = inner.client.kv_client().max_encoding_message_size(64 << 20);
+        let kv = inner.client.kv_client().max_encoding_message_size(64 << 20);
         let response =
-            match tokio::time::timeout(inner.config.request_timeout, kv.txn(request)).await {
+            match inner
+                .send(|| {
+                    let (mut kv, request) = (kv.clone(), request.clone());
+                    async move { kv.txn(request).await }
+                })
+                .await
+            {
                 Ok(Ok(r)) => r,
                 Ok(Err(e)) => {
                     return Err(match classify(&e) {
@@ -1607,12 +1744,13 @@ impl Store for EtcdStore {
         let inner = &self.inner;
         inner.check_open()?;
         let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
-        let mut client = inner.client.lease_client();
-        let r = match tokio::time::timeout(
-            inner.config.request_timeout,
-            client.grant(secs.max(1) as i64, None),
-        )
-        .await
+        let client = inner.client.lease_client();
+        let r = match inner
+            .send(|| {
+                let mut client = client.clone();
+                async move { client.grant(secs.max(1) as i64, None).await }
+            })
+            .await
         {
             Ok(Ok(r)) => r,
             Ok(Err(e)) => return Err(failure(e, "lease grant", true)),
@@ -1680,8 +1818,12 @@ impl Store for EtcdStore {
     async fn lease_revoke(&self, id: LeaseId) -> Result<Revision> {
         let inner = &self.inner;
         inner.check_open()?;
-        let mut client = inner.client.lease_client();
-        let r = match tokio::time::timeout(inner.config.request_timeout, client.revoke(id.0 as i64))
+        let client = inner.client.lease_client();
+        let r = match inner
+            .send(|| {
+                let mut client = client.clone();
+                async move { client.revoke(id.0 as i64).await }
+            })
             .await
         {
             Ok(Ok(r)) => r,

@@ -598,3 +598,41 @@ async fn readiness_follows_etcd_going_away_and_coming_back() {
     store.close().await.unwrap();
     assert!(store.ready().is_err());
 }
+
+/// A member that died leaves its endpoint in the client's list: the requests the client's
+/// balancer gives it fail to connect. None of them may cost a write (each is sent to another
+/// member), and the store stays ready; once the endpoint accepts again it is used again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_endpoint_among_live_ones_fails_no_request() {
+    let Some(server) = EtcdServer::start() else {
+        return;
+    };
+    // Nothing listens on the second endpoint, as on a killed member's.
+    let dead_port = free_port();
+    let mut config = config(&server, fresh_prefix());
+    config.endpoints.push(format!("http://127.0.0.1:{dead_port}"));
+    config.health_interval = Duration::from_millis(200);
+    let store = EtcdStore::connect(config).await.expect("connect");
+    // Straight away, before the endpoint check has run: every write still lands.
+    for i in 0..40 {
+        put(&store, &format!("/early/{i}"), "v").await;
+    }
+    let lease = store.lease_grant(Duration::from_secs(30)).await.expect("grant");
+    store.lease_revoke(lease.id).await.expect("revoke");
+    // And after it, with readiness checked all along.
+    let until = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < until {
+        put(&store, "/later", "v").await;
+        assert_eq!(store.ready(), Ok(()));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let range = store
+        .range(RangeRequest::new(KeyRange::prefix(b"/early/".to_vec())))
+        .await
+        .unwrap();
+    assert_eq!(range.kvs.len(), 40);
+    // The endpoint accepting again (something listens there) is no trouble either.
+    let _listener = TcpListener::bind(("127.0.0.1", dead_port)).unwrap();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    store.close().await.unwrap();
+}

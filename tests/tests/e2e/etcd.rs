@@ -552,17 +552,8 @@ fn two_api_servers_on_one_etcd_see_each_others_writes() {
     };
     let endpoint = etcd.endpoint();
     let a = TestCluster::start(&["--datastore-endpoint", &endpoint]);
-    // The second server gets the first one's CA and tokens, as a second machine of one
-    // cluster would.
-    let b = TestCluster::start_prepared("apiserver", &["--datastore-endpoint", &endpoint], |dir| {
-        let from = a.data_dir();
-        std::fs::create_dir_all(dir.join("pki")).unwrap();
-        for entry in std::fs::read_dir(from.join("pki")).unwrap() {
-            let entry = entry.unwrap();
-            std::fs::copy(entry.path(), dir.join("pki").join(entry.file_name())).unwrap();
-        }
-        std::fs::copy(from.join("tokens.csv"), dir.join("tokens.csv")).unwrap();
-    });
+    // The second server takes the cluster's CA and tokens from etcd, with the server token.
+    let b = second_server(&a, &endpoint);
     assert_eq!(a.token, b.token);
     let (ka, kb) = (a.kubectl(), b.kubectl());
     // A watch on B, fed by B's watch cache, sees a write made through A, and the other way.
@@ -615,18 +606,98 @@ fn two_api_servers_on_one_etcd_see_each_others_writes() {
     );
 }
 
-/// A second API server on `etcd` with `first`'s CA and tokens, as a second machine of one
-/// cluster would have.
+#[test]
+fn a_second_server_joins_the_cluster_with_the_server_token_only() {
+    let Some(etcd) = Etcd::start(&[]) else {
+        return;
+    };
+    let endpoint = etcd.endpoint();
+    let a = TestCluster::start(&["--datastore-endpoint", &endpoint]);
+    let token = a.server_token();
+    let scratch = tempfile::tempdir().unwrap();
+    let start = |data: &str, extra: &[&str]| {
+        let data = scratch.path().join(data);
+        let mut args = vec![
+            "apiserver".to_string(),
+            "--data-dir".into(),
+            data.display().to_string(),
+            "--bind-address".into(),
+            "127.0.0.1".into(),
+            "--port".into(),
+            skiff_tests::free_port().to_string(),
+            "--datastore-endpoint".into(),
+            endpoint.clone(),
+            "--datastore-wait".into(),
+            "5s".into(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (ok, _, stderr) = skiff(&args);
+        assert!(!ok, "the server started: {stderr}");
+        (stderr, data)
+    };
+    // Without the token, or with another, a server cannot join, and takes nothing.
+    let (stderr, data) = start("no-token", &[]);
+    assert!(stderr.contains("--server-token"), "{stderr}");
+    assert!(!data.join("pki").exists() && !data.join("tokens.csv").exists());
+    let (stderr, data) = start("wrong-token", &["--server-token", "not-the-clusters-token"]);
+    assert!(stderr.contains("does not open"), "{stderr}");
+    assert!(!data.join("pki").exists() && !data.join("tokens.csv").exists());
+    // A data dir of another cluster (a single server's, with its own CA) is refused, untouched.
+    let other = scratch.path().join("other");
+    let mut lone = TestCluster::start(&[]);
+    lone.stop();
+    std::fs::rename(lone.data_dir(), &other).unwrap();
+    let other_ca = std::fs::read(other.join("pki/ca.crt")).unwrap();
+    let (stderr, _) = start("other", &["--server-token", &token]);
+    assert!(stderr.contains("another cluster"), "{stderr}");
+    assert_eq!(std::fs::read(other.join("pki/ca.crt")).unwrap(), other_ca);
+
+    // With the token: one CA, one token file, each server its own serving certificate.
+    let b = second_server(&a, &endpoint);
+    let file = |c: &TestCluster, name: &str| std::fs::read(c.data_dir().join(name)).unwrap();
+    for shared in ["pki/ca.crt", "pki/ca.key", "pki/front-proxy-ca.crt", "pki/service-account.key", "tokens.csv"] {
+        assert_eq!(file(&a, shared), file(&b, shared), "{shared}");
+    }
+    assert_ne!(file(&a, "pki/server.crt"), file(&b, "pki/server.crt"));
+    assert_eq!(a.join_token(), b.join_token());
+    // A's kubeconfig works against B as it is, its server swapped.
+    let kubeconfig = std::fs::read_to_string(&a.kubeconfig)
+        .unwrap()
+        .replace(&a.server, &b.server);
+    let swapped = scratch.path().join("swapped.kubeconfig");
+    std::fs::write(&swapped, kubeconfig).unwrap();
+    let out = Command::new("kubectl")
+        .args(["--kubeconfig", swapped.to_str().unwrap(), "get", "namespaces", "-o", "name"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("namespace/default"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A service-account token A issues is good at B (one signing key).
+    let k = a.kubectl();
+    k.ok(&["create", "serviceaccount", "robot"]);
+    let sa_token = k.ok(&["create", "token", "robot"]);
+    let (code, _) = {
+        let request = b
+            .http()
+            .get(format!("{}/api/v1/namespaces/default/configmaps", b.server))
+            .bearer_auth(sa_token.trim());
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        runtime.block_on(async {
+            let response = request.send().await.unwrap();
+            (response.status().as_u16(), response.text().await.unwrap())
+        })
+    };
+    // Authenticated as the service account (403: it may not list), not refused as unknown (401).
+    assert_eq!(code, 403);
+}
+
+/// A second API server of `first`'s cluster on `etcd`, joined with its server token.
 fn second_server(first: &TestCluster, endpoint: &str) -> TestCluster {
-    TestCluster::start_prepared("apiserver", &["--datastore-endpoint", endpoint], |dir| {
-        let from = first.data_dir();
-        std::fs::create_dir_all(dir.join("pki")).unwrap();
-        for entry in std::fs::read_dir(from.join("pki")).unwrap() {
-            let entry = entry.unwrap();
-            std::fs::copy(entry.path(), dir.join("pki").join(entry.file_name())).unwrap();
-        }
-        std::fs::copy(from.join("tokens.csv"), dir.join("tokens.csv")).unwrap();
-    })
+    first.join_server("apiserver", &["--datastore-endpoint", endpoint])
 }
 
 fn service(name: &str, cluster_ip: Option<&str>, node_port: Option<u16>) -> Value {

@@ -264,15 +264,7 @@ fn two_servers_on_one_etcd_run_one_controller_manager_and_one_scheduler() {
         "{}",
         a.log_text()
     );
-    let b = TestCluster::start_prepared("server", &args, |dir| {
-        let from = a.data_dir();
-        std::fs::create_dir_all(dir.join("pki")).unwrap();
-        for entry in std::fs::read_dir(from.join("pki")).unwrap() {
-            let entry = entry.unwrap();
-            std::fs::copy(entry.path(), dir.join("pki").join(entry.file_name())).unwrap();
-        }
-        std::fs::copy(from.join("tokens.csv"), dir.join("tokens.csv")).unwrap();
-    });
+    let b = a.join_server("server", &args);
     let kb = b.kubectl();
     std::thread::sleep(Duration::from_secs(4));
     assert_eq!(

@@ -14,6 +14,7 @@ mod crd;
 mod dns;
 mod encryption;
 mod etcd;
+mod ha;
 mod identity;
 mod ingress;
 mod installs;
