@@ -172,7 +172,9 @@ pub async fn publish(
 async fn read(store: &dyn Store) -> Result<Option<(Vec<u8>, Revision)>> {
     let response = store
         .txn(Txn {
-            success: vec![Op::Range(RangeRequest::new(skiff_store::KeyRange::key(KEY)))],
+            success: vec![Op::Range(RangeRequest::new(skiff_store::KeyRange::key(
+                KEY,
+            )))],
             ..Default::default()
         })
         .await
@@ -375,7 +377,9 @@ mod tests {
         let text = String::from_utf8_lossy(&sealed);
         assert!(!text.contains("KEY") && !text.contains("admin"), "{text}");
         assert_eq!(open(&sealed, "the-right-token-123").unwrap(), secrets);
-        let wrong = open(&sealed, "the-wrong-token-123").unwrap_err().to_string();
+        let wrong = open(&sealed, "the-wrong-token-123")
+            .unwrap_err()
+            .to_string();
         assert!(wrong.contains("does not open"), "{wrong}");
         // Two seals of the same files differ (fresh salt and nonce).
         assert_ne!(sealed, seal(&secrets, "the-right-token-123").unwrap());
@@ -445,8 +449,8 @@ mod tests {
     #[tokio::test]
     async fn two_servers_share_one_set_of_secrets_through_the_store() {
         let db = tempfile::tempdir().unwrap();
-        let store = skiff_store::SledStore::open(skiff_store::Config::new(db.path().join("db")))
-            .unwrap();
+        let store =
+            skiff_store::SledStore::open(skiff_store::Config::new(db.path().join("db"))).unwrap();
         let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let token = "shared-token-0123456789";
         // The first server finds nothing, makes its secrets, publishes them.
@@ -469,7 +473,11 @@ mod tests {
         // The second server gets the same files; without a token or with a wrong one, nothing.
         let none = fetch(&store, b.path(), None).await.unwrap_err().to_string();
         assert!(none.contains("--server-token"), "{none}");
-        assert!(fetch(&store, b.path(), Some("another-token-0123")).await.is_err());
+        assert!(
+            fetch(&store, b.path(), Some("another-token-0123"))
+                .await
+                .is_err()
+        );
         assert!(collect(b.path()).unwrap().is_empty());
         let joined = fetch(&store, b.path(), Some(token)).await.unwrap();
         assert_eq!(collect(b.path()).unwrap(), collect(a.path()).unwrap());

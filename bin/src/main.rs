@@ -18,9 +18,9 @@ mod bench_rbac;
 mod bench_streaming;
 mod bench_timeline;
 mod bench_workloads;
+mod bootstrap;
 mod components;
 mod config_file;
-mod bootstrap;
 mod datastore;
 mod identities;
 

@@ -128,7 +128,12 @@ pub struct ApiArgs {
     /// share, which seals the cluster's CA, keys and token file in the datastore. The first
     /// server makes one unless given; it is kept in `<data-dir>/server-token`, and further
     /// servers start with it.
-    #[arg(long, env = "SKIFF_SERVER_TOKEN", hide_env_values = true, help_heading = "Datastore")]
+    #[arg(
+        long,
+        env = "SKIFF_SERVER_TOKEN",
+        hide_env_values = true,
+        help_heading = "Datastore"
+    )]
     pub server_token: Option<String>,
 
     #[command(flatten, next_help_heading = "Audit")]
@@ -477,7 +482,15 @@ pub async fn run(args: ApiArgs, plan: Plan) -> Result<()> {
         join_token,
         service_account_key,
     } = match etcd_backed {
-        true => shared_secrets(store.as_ref(), &data_dir, &sans, args.server_token.as_deref()).await?,
+        true => {
+            shared_secrets(
+                store.as_ref(),
+                &data_dir,
+                &sans,
+                args.server_token.as_deref(),
+            )
+            .await?
+        }
         false => Secrets::load(&data_dir, &sans)?,
     };
     let admin_token = authenticator

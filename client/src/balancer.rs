@@ -85,8 +85,7 @@ impl Balancer {
     /// The server (`host:port`) new connections go to now.
     pub fn current(&self) -> String {
         let targets = &self.targets;
-        targets.addresses[targets.current.load(Ordering::Relaxed) % targets.addresses.len()]
-            .clone()
+        targets.addresses[targets.current.load(Ordering::Relaxed) % targets.addresses.len()].clone()
     }
 }
 
@@ -123,7 +122,12 @@ impl Targets {
                         if index != start % count
                             && self
                                 .current
-                                .compare_exchange(start, index, Ordering::Relaxed, Ordering::Relaxed)
+                                .compare_exchange(
+                                    start,
+                                    index,
+                                    Ordering::Relaxed,
+                                    Ordering::Relaxed,
+                                )
                                 .is_ok()
                         {
                             tracing::warn!(server = %address, "switched to the next API server");

@@ -439,9 +439,13 @@ impl Inner {
         }
     }
 
+    /// Notes the revision of a response's header in the current revision, and returns the
+    /// header's own revision: for a write, its revision, which a concurrent response may
+    /// already have passed (the current revision then is not this write's).
     fn saw(&self, header: Option<&ec::ResponseHeader>) -> u64 {
         let r = header.map_or(0, |h| rev(h.revision()));
-        self.current.fetch_max(r, Ordering::AcqRel).max(r)
+        let before = self.current.fetch_max(r, Ordering::AcqRel);
+        if r == 0 { before } else { r }
     }
 
     fn compacted(&self) -> u64 {
@@ -1465,47 +1469,46 @@ impl Store for EtcdStore {
             .and_then(success)
             .or_else(failure_ops);
         let kv = inner.client.kv_client().max_encoding_message_size(64 << 20);
-        let response =
-            match inner
-                .send(|| {
-                    let (mut kv, request) = (kv.clone(), request.clone());
-                    async move { kv.txn(request).await }
-                })
-                .await
-            {
-                Ok(Ok(r)) => r,
-                Ok(Err(e)) => {
-                    return Err(match classify(&e) {
-                        Kind::TooLarge => Error::ValueTooLarge {
-                            size: Inner::request_size(&txn.success)
-                                .max(Inner::request_size(&txn.failure)),
-                            limit: inner.config.max_request_bytes,
-                        },
-                        Kind::LeaseNotFound => Error::LeaseNotFound(
-                            txn.success
-                                .iter()
-                                .chain(&txn.failure)
-                                .find_map(|op| match op {
-                                    Op::Put { lease: Some(l), .. } => Some(*l),
-                                    _ => None,
-                                })
-                                .unwrap_or(LeaseId(0)),
-                        ),
-                        Kind::Duplicate => Error::DuplicateKey(vec![]),
-                        Kind::Compacted => {
-                            inner.learn_compaction().await?;
-                            inner.compacted_error(0)
-                        }
-                        _ => failure(e, "txn", true),
-                    });
-                }
-                Err(_) => {
-                    return Err(Error::Timeout {
-                        what: "txn (the write may have committed)".into(),
-                        after: inner.config.request_timeout,
-                    });
-                }
-            };
+        let response = match inner
+            .send(|| {
+                let (mut kv, request) = (kv.clone(), request.clone());
+                async move { kv.txn(request).await }
+            })
+            .await
+        {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => {
+                return Err(match classify(&e) {
+                    Kind::TooLarge => Error::ValueTooLarge {
+                        size: Inner::request_size(&txn.success)
+                            .max(Inner::request_size(&txn.failure)),
+                        limit: inner.config.max_request_bytes,
+                    },
+                    Kind::LeaseNotFound => Error::LeaseNotFound(
+                        txn.success
+                            .iter()
+                            .chain(&txn.failure)
+                            .find_map(|op| match op {
+                                Op::Put { lease: Some(l), .. } => Some(*l),
+                                _ => None,
+                            })
+                            .unwrap_or(LeaseId(0)),
+                    ),
+                    Kind::Duplicate => Error::DuplicateKey(vec![]),
+                    Kind::Compacted => {
+                        inner.learn_compaction().await?;
+                        inner.compacted_error(0)
+                    }
+                    _ => failure(e, "txn", true),
+                });
+            }
+            Err(_) => {
+                return Err(Error::Timeout {
+                    what: "txn (the write may have committed)".into(),
+                    after: inner.config.request_timeout,
+                });
+            }
+        };
         let revision = inner.saw(response.header());
         let succeeded = response.succeeded();
         let (ops, slots) = if succeeded {

@@ -610,14 +610,19 @@ async fn a_dead_endpoint_among_live_ones_fails_no_request() {
     // Nothing listens on the second endpoint, as on a killed member's.
     let dead_port = free_port();
     let mut config = config(&server, fresh_prefix());
-    config.endpoints.push(format!("http://127.0.0.1:{dead_port}"));
+    config
+        .endpoints
+        .push(format!("http://127.0.0.1:{dead_port}"));
     config.health_interval = Duration::from_millis(200);
     let store = EtcdStore::connect(config).await.expect("connect");
     // Straight away, before the endpoint check has run: every write still lands.
     for i in 0..40 {
         put(&store, &format!("/early/{i}"), "v").await;
     }
-    let lease = store.lease_grant(Duration::from_secs(30)).await.expect("grant");
+    let lease = store
+        .lease_grant(Duration::from_secs(30))
+        .await
+        .expect("grant");
     store.lease_revoke(lease.id).await.expect("revoke");
     // And after it, with readiness checked all along.
     let until = Instant::now() + Duration::from_secs(2);
@@ -634,5 +639,35 @@ async fn a_dead_endpoint_among_live_ones_fails_no_request() {
     // The endpoint accepting again (something listens there) is no trouble either.
     let _listener = TcpListener::bind(("127.0.0.1", dead_port)).unwrap();
     tokio::time::sleep(Duration::from_millis(600)).await;
+    store.close().await.unwrap();
+}
+
+/// Under concurrent writes, each write answers with its own revision (the one its key's
+/// version carries), not a later one another answer made known first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writes_each_answer_their_own_revision() {
+    let Some(server) = EtcdServer::start() else {
+        return;
+    };
+    let (store, _) = fresh_store(&server).await;
+    let store = std::sync::Arc::new(store);
+    let writes: Vec<_> = (0..64)
+        .map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let key = format!("/concurrent/{i}");
+                let revision = put(store.as_ref(), &key, "v").await;
+                (key, revision)
+            })
+        })
+        .collect();
+    for write in writes {
+        let (key, revision) = write.await.unwrap();
+        let read = store
+            .range(RangeRequest::new(KeyRange::key(key.as_bytes().to_vec())))
+            .await
+            .unwrap();
+        assert_eq!(read.kvs[0].mod_revision, revision, "{key}");
+    }
     store.close().await.unwrap();
 }

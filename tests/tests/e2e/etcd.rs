@@ -656,7 +656,13 @@ fn a_second_server_joins_the_cluster_with_the_server_token_only() {
     // With the token: one CA, one token file, each server its own serving certificate.
     let b = second_server(&a, &endpoint);
     let file = |c: &TestCluster, name: &str| std::fs::read(c.data_dir().join(name)).unwrap();
-    for shared in ["pki/ca.crt", "pki/ca.key", "pki/front-proxy-ca.crt", "pki/service-account.key", "tokens.csv"] {
+    for shared in [
+        "pki/ca.crt",
+        "pki/ca.key",
+        "pki/front-proxy-ca.crt",
+        "pki/service-account.key",
+        "tokens.csv",
+    ] {
         assert_eq!(file(&a, shared), file(&b, shared), "{shared}");
     }
     assert_ne!(file(&a, "pki/server.crt"), file(&b, "pki/server.crt"));
@@ -668,7 +674,14 @@ fn a_second_server_joins_the_cluster_with_the_server_token_only() {
     let swapped = scratch.path().join("swapped.kubeconfig");
     std::fs::write(&swapped, kubeconfig).unwrap();
     let out = Command::new("kubectl")
-        .args(["--kubeconfig", swapped.to_str().unwrap(), "get", "namespaces", "-o", "name"])
+        .args([
+            "--kubeconfig",
+            swapped.to_str().unwrap(),
+            "get",
+            "namespaces",
+            "-o",
+            "name",
+        ])
         .output()
         .unwrap();
     assert!(

@@ -327,7 +327,15 @@ fn the_cluster_loses_nothing_when_etcds_leader_an_api_server_and_the_controller_
         from,
         seen.clone(),
     ));
-    let acked_since = |t: Instant| outcomes.lock().unwrap().times.iter().filter(|x| **x > t).count();
+    let acked_since = |t: Instant| {
+        outcomes
+            .lock()
+            .unwrap()
+            .times
+            .iter()
+            .filter(|x| **x > t)
+            .count()
+    };
 
     // The faults, a few seconds apart; after each, writes are acknowledged again.
     std::thread::sleep(Duration::from_secs(3));
@@ -356,7 +364,14 @@ fn the_cluster_loses_nothing_when_etcds_leader_an_api_server_and_the_controller_
 
     // The Deployment made before the faults is scaled after them, and converges: the standby
     // controller manager took over, the scheduler and the agent went on through B.
-    kb.ok(&["scale", "deployment", "steady", "-n", NAMESPACE, "--replicas=3"]);
+    kb.ok(&[
+        "scale",
+        "deployment",
+        "steady",
+        "-n",
+        NAMESPACE,
+        "--replicas=3",
+    ]);
     assert!(
         eventually(Duration::from_secs(90), || ready_replicas(&kb) == 3),
         "the Deployment did not converge after the faults:\n{}\n{}",
@@ -384,7 +399,11 @@ fn the_cluster_loses_nothing_when_etcds_leader_an_api_server_and_the_controller_
         .collect();
     let outcomes = outcomes.lock().unwrap();
     let acked: Vec<&(String, u64)> = outcomes.acked.iter().flatten().collect();
-    assert!(acked.len() > 100, "only {} creates acknowledged", acked.len());
+    assert!(
+        acked.len() > 100,
+        "only {} creates acknowledged",
+        acked.len()
+    );
     for (name, rv) in &acked {
         assert_eq!(listed.get(name), Some(rv), "acknowledged {name} at {rv}");
     }
@@ -396,7 +415,11 @@ fn the_cluster_loses_nothing_when_etcds_leader_an_api_server_and_the_controller_
     }
     // Unique resourceVersions, increasing per writer.
     let unique: BTreeSet<u64> = acked.iter().map(|(_, rv)| *rv).collect();
-    assert_eq!(unique.len(), acked.len(), "a resourceVersion was handed out twice");
+    assert_eq!(
+        unique.len(),
+        acked.len(),
+        "a resourceVersion was handed out twice"
+    );
     for (i, writes) in outcomes.acked.iter().enumerate() {
         assert!(
             writes.windows(2).all(|w| w[0].1 < w[1].1),
@@ -408,7 +431,10 @@ fn the_cluster_loses_nothing_when_etcds_leader_an_api_server_and_the_controller_
     let newest = listed.values().copied().max().unwrap_or(from);
     assert!(
         eventually(Duration::from_secs(30), || {
-            seen.lock().unwrap().last().is_some_and(|(rv, _, _)| *rv >= newest)
+            seen.lock()
+                .unwrap()
+                .last()
+                .is_some_and(|(rv, _, _)| *rv >= newest)
         }),
         "the watch did not catch up with {newest}"
     );
@@ -430,7 +456,11 @@ fn the_cluster_loses_nothing_when_etcds_leader_an_api_server_and_the_controller_
         "an object was added twice in the watch"
     );
     for (name, rv) in &listed {
-        assert_eq!(added.get(name.as_str()), Some(rv), "the watch missed {name} at {rv}");
+        assert_eq!(
+            added.get(name.as_str()),
+            Some(rv),
+            "the watch missed {name} at {rv}"
+        );
     }
     assert!(resumes >= 1, "the watch never had to resume");
     eprintln!(
