@@ -87,9 +87,10 @@ enum Command {
     Log(replay_cmd::LogArgs),
     /// Copy a stopped server's data dir as it was at a point into a new data dir.
     Replay(replay_cmd::ReplayArgs),
-    /// Write a stopped server's log entries to a portable, checksummed archive.
+    /// Write a stopped server's log entries, or an etcd prefix's, to a portable, checksummed
+    /// archive.
     Export(replay_cmd::ExportArgs),
-    /// Create a data dir from an archive written by `skiff export`.
+    /// Create a data dir, or fill an empty etcd prefix, from an archive written by `skiff export`.
     Import(replay_cmd::ImportArgs),
     /// Check a stopped server's data dir; with `--accept-lost-writes`, open one whose log damage
     /// cut short, giving up the writes past the damage.

@@ -20,7 +20,9 @@ use skiff_api::replay::{Change, DiffKind, Point, Replay};
 use skiff_kinds::table::{IncludeObject, TableVersion};
 use skiff_meta::ResourceInfo;
 use skiff_store::archive::{self, Progress};
-use skiff_store::{Revision, SledStore, Store};
+use skiff_store::{EtcdStore, Revision, SledStore, Store};
+
+use crate::datastore::DatastoreArgs;
 
 /// Where history is read from.
 #[derive(Debug, Clone, clap::Args)]
@@ -28,6 +30,11 @@ pub struct Source {
     /// Read a stopped server's data dir directly (the server must not be running on it).
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
+
+    /// Or read the cluster's etcd prefix directly (`--datastore-endpoint` and the other
+    /// datastore flags, as given to the server; it may be running).
+    #[command(flatten)]
+    pub datastore: DatastoreArgs,
 
     /// The kubeconfig of a running server [default: $KUBECONFIG, else the admin kubeconfig in
     /// the default data dir].
@@ -179,7 +186,12 @@ pub struct ReplayArgs {
 pub struct ExportArgs {
     /// The stopped server's data dir to read.
     #[arg(long)]
-    pub data_dir: PathBuf,
+    pub data_dir: Option<PathBuf>,
+    /// Or the cluster's etcd prefix (`--datastore-endpoint` and the other datastore flags, as
+    /// given to the server; it may be running). Its revisions have gaps; `skiff import` into a
+    /// data dir numbers them densely (see the README, "Running on etcd").
+    #[command(flatten)]
+    pub datastore: DatastoreArgs,
     /// From this point [default: the oldest retained revision].
     #[arg(long, allow_hyphen_values = true)]
     pub since: Option<Point>,
@@ -198,7 +210,12 @@ pub struct ImportArgs {
     pub file: PathBuf,
     /// The new data dir (must not exist or be empty).
     #[arg(long)]
-    pub data_dir: PathBuf,
+    pub data_dir: Option<PathBuf>,
+    /// Or an etcd prefix that holds nothing yet (`--datastore-endpoint` and the other datastore
+    /// flags, as the server will be given them). etcd numbers the revisions anew; times and
+    /// tags are kept.
+    #[command(flatten)]
+    pub datastore: DatastoreArgs,
 }
 
 /// Flags of `skiff repair`.
@@ -238,6 +255,41 @@ pub fn open_data_dir(data_dir: &Path) -> Result<Arc<SledStore>> {
     Ok(Arc::new(store))
 }
 
+/// The etcd config the datastore flags select, for reading or writing a cluster's prefix from
+/// the command line (no retention runs here).
+fn etcd_config(args: &DatastoreArgs) -> Result<Option<skiff_store::etcd::Config>> {
+    args.etcd_config(skiff_store::Retention {
+        max_revisions: None,
+        max_age: None,
+        interval: Duration::from_secs(10),
+    })
+}
+
+/// Connects to the etcd prefix the datastore flags name, if they name one.
+async fn open_etcd(args: &DatastoreArgs) -> Result<Option<Arc<EtcdStore>>> {
+    match etcd_config(args)? {
+        Some(config) => Ok(Some(Arc::new(
+            crate::datastore::connect(config, args.datastore_wait).await?,
+        ))),
+        None => Ok(None),
+    }
+}
+
+/// The log named by `--data-dir` or by the datastore flags (not both), if either is given.
+async fn open_source(
+    data_dir: Option<&Path>,
+    datastore: &DatastoreArgs,
+) -> Result<Option<Arc<dyn Store>>> {
+    match (data_dir, datastore.datastore_endpoint.is_empty()) {
+        (Some(_), false) => bail!(
+            "give --data-dir or --datastore-endpoint, not both (is $SKIFF_DATASTORE_ENDPOINT set?)"
+        ),
+        (Some(dir), true) => Ok(Some(open_data_dir(dir)?)),
+        (None, false) => Ok(open_etcd(datastore).await?.map(|s| -> Arc<dyn Store> { s })),
+        (None, true) => Ok(None),
+    }
+}
+
 /// A running server's debug endpoints.
 struct Remote {
     client: reqwest::Client,
@@ -247,7 +299,8 @@ struct Remote {
 
 /// Where the answers come from.
 enum Backend {
-    Local(Replay, Arc<SledStore>),
+    /// A data dir's log or an etcd prefix, read here.
+    Local(Replay, Arc<dyn Store>),
     /// A server, and the kinds it serves now (built-in and its definitions').
     Remote(Remote, Arc<skiff_kinds::Snapshot>),
 }
@@ -387,8 +440,7 @@ impl Remote {
 
 impl Backend {
     async fn open(source: &Source) -> Result<Backend> {
-        if let Some(dir) = &source.data_dir {
-            let store = open_data_dir(dir)?;
+        if let Some(store) = open_source(source.data_dir.as_deref(), &source.datastore).await? {
             let mut shared: Arc<dyn Store> = store.clone();
             if let Some(path) = &source.encryption_provider_config {
                 let encryption =
@@ -408,7 +460,10 @@ impl Backend {
             .kubeconfig
             .clone()
             .or_else(default_kubeconfig)
-            .context("no --data-dir, --kubeconfig or $KUBECONFIG to read history from")?;
+            .context(
+                "no --data-dir, --datastore-endpoint, --kubeconfig or $KUBECONFIG to read history \
+                 from",
+            )?;
         let remote = Remote::from_kubeconfig(&path)?;
         let kinds = remote.kinds().await?;
         Ok(Backend::Remote(remote, kinds))
@@ -969,9 +1024,8 @@ fn progress_bar(what: &'static str) -> (indicatif::ProgressBar, impl FnMut(Progr
     })
 }
 
-async fn resolve_local(store: &Arc<SledStore>, point: &Point) -> Result<Revision> {
-    let shared: Arc<dyn Store> = store.clone();
-    Replay::new(shared)
+async fn resolve_local(store: &Arc<dyn Store>, point: &Point) -> Result<Revision> {
+    Replay::new(store.clone())
         .resolve(point)
         .await
         .map_err(|e| anyhow!("{e}"))
@@ -1019,7 +1073,7 @@ fn fresh_dir(dir: &Path) -> Result<()> {
 
 /// `skiff replay --data-dir SRC --until POINT --into DST`.
 pub async fn replay(args: ReplayArgs) -> Result<()> {
-    let store = open_data_dir(&args.data_dir)?;
+    let store: Arc<dyn Store> = open_data_dir(&args.data_dir)?;
     let result = async {
         let until = resolve_local(&store, &args.until).await?;
         fresh_dir(&args.into)?;
@@ -1040,9 +1094,18 @@ pub async fn replay(args: ReplayArgs) -> Result<()> {
     result
 }
 
-/// `skiff export`.
+/// `skiff export`: from a stopped server's data dir, or from an etcd prefix.
 pub async fn export(args: ExportArgs) -> Result<()> {
-    let store = open_data_dir(&args.data_dir)?;
+    let (store, etcd): (Arc<dyn Store>, Option<Arc<EtcdStore>>) =
+        match (&args.data_dir, open_etcd(&args.datastore).await?) {
+            (Some(_), Some(_)) => bail!(
+                "give --data-dir or --datastore-endpoint, not both (is $SKIFF_DATASTORE_ENDPOINT \
+                 set?)"
+            ),
+            (Some(dir), None) => (open_data_dir(dir)?, None),
+            (None, Some(etcd)) => (etcd.clone(), Some(etcd)),
+            (None, None) => bail!("name the log to export: --data-dir or --datastore-endpoint"),
+        };
     let result = async {
         let since = match &args.since {
             Some(p) => Some(resolve_local(&store, p).await?),
@@ -1057,9 +1120,13 @@ pub async fn export(args: ExportArgs) -> Result<()> {
             .with_context(|| format!("cannot create {}", tmp.display()))?;
         let mut writer = std::io::BufWriter::with_capacity(1 << 20, file);
         let (bar, mut progress) = progress_bar("export");
-        let summary = archive::export(store.as_ref(), since, until, &mut writer, &mut progress)
-            .await
-            .map_err(store_error);
+        let summary = match &etcd {
+            Some(etcd) => {
+                archive::export_etcd(etcd, since, until, &mut writer, &mut progress).await
+            }
+            None => archive::export(store.as_ref(), since, until, &mut writer, &mut progress).await,
+        }
+        .map_err(store_error);
         bar.finish_and_clear();
         let summary = match summary {
             Ok(s) => s,
@@ -1071,14 +1138,29 @@ pub async fn export(args: ExportArgs) -> Result<()> {
         let file = writer.into_inner().map_err(|e| e.into_error())?;
         file.sync_all()?;
         std::fs::rename(&tmp, &args.output)?;
-        println!(
-            "exported revisions {}..={} ({} entries, {} base versions) to {}",
-            summary.first,
-            summary.last,
-            summary.entries,
-            summary.base,
-            args.output.display()
-        );
+        if summary.gaps {
+            println!(
+                "exported etcd revisions {}..={} ({} of them changed the prefix: {} entries, {} \
+                 base versions) to {}; a data dir imported from it numbers them {}..={}",
+                summary.first,
+                summary.last,
+                summary.entries,
+                summary.entries,
+                summary.base,
+                args.output.display(),
+                summary.first,
+                summary.first.0 + summary.entries - 1,
+            );
+        } else {
+            println!(
+                "exported revisions {}..={} ({} entries, {} base versions) to {}",
+                summary.first,
+                summary.last,
+                summary.entries,
+                summary.base,
+                args.output.display()
+            );
+        }
         Ok(())
     }
     .await;
@@ -1086,26 +1168,98 @@ pub async fn export(args: ExportArgs) -> Result<()> {
     result
 }
 
-/// `skiff import FILE --data-dir DST`.
+/// `skiff import FILE --data-dir DST`, or into an empty etcd prefix.
 pub async fn import(args: ImportArgs) -> Result<()> {
-    fresh_dir(&args.data_dir)?;
-    let file = std::fs::File::open(&args.file)
-        .with_context(|| format!("cannot open {}", args.file.display()))?;
-    let mut reader = std::io::BufReader::with_capacity(1 << 20, file);
+    let etcd = match (&args.data_dir, etcd_config(&args.datastore)?) {
+        (Some(_), Some(_)) => bail!(
+            "give --data-dir or --datastore-endpoint, not both (is $SKIFF_DATASTORE_ENDPOINT set?)"
+        ),
+        (None, None) => bail!("name where to import: --data-dir or --datastore-endpoint"),
+        (Some(dir), None) => return import_data_dir(&args.file, dir),
+        (None, Some(config)) => config,
+    };
+    if !args.file.is_file() {
+        bail!("cannot open {}: not a file", args.file.display());
+    }
+    let prefix = String::from_utf8_lossy(&etcd.prefix).into_owned();
+    let endpoints = etcd.endpoints.join(",");
+    let store = crate::datastore::connect(etcd, args.datastore.datastore_wait).await?;
     let (bar, mut progress) = progress_bar("import");
-    let db = args.data_dir.join("db");
-    let summary = tokio::task::block_in_place(|| archive::import(&mut reader, &db, &mut progress))
-        .map_err(|e| {
-            anyhow::Error::new(e).context(format!("cannot import {}", args.file.display()))
-        })?;
+    let result = archive::import_etcd(&args.file, &store, &mut progress).await;
     bar.finish_and_clear();
+    store.close().await.context("closing the etcd client")?;
+    let (summary, mapping) = result.map_err(|e| {
+        anyhow::Error::new(e).context(format!(
+            "cannot import {} into etcd prefix {prefix:?} at {endpoints}",
+            args.file.display()
+        ))
+    })?;
     println!(
-        "imported revisions {}..={} ({} entries) into {}",
+        "imported {}revisions {}..={} ({} entries, {} base versions in {} etcd txns) into etcd \
+         prefix {prefix:?} at {endpoints}",
+        if summary.gaps { "etcd " } else { "" },
         summary.first,
         summary.last,
         summary.entries,
-        args.data_dir.display()
+        mapping.base,
+        mapping.base_txns,
     );
+    println!(
+        "revisions renumbered by etcd: {} -> {}, {} -> {} ({} txns for {} entries); commit times \
+         and tags kept, so --at TIME reads as on the source",
+        mapping.source_first,
+        mapping.etcd_first,
+        mapping.source_last,
+        mapping.etcd_last,
+        mapping.entry_txns,
+        mapping.entries,
+    );
+    if mapping.leases > 0 {
+        println!(
+            "{} leases created anew with their TTLs, counted from now",
+            mapping.leases
+        );
+    }
+    if mapping.pruned > 0 {
+        println!(
+            "{} versions that per-prefix retention had pruned in the source were skipped: etcd's \
+             history lacks them (reads before their prefix's watermark differ from the source's)",
+            mapping.pruned
+        );
+    }
+    Ok(())
+}
+
+fn import_data_dir(file: &Path, data_dir: &Path) -> Result<()> {
+    fresh_dir(data_dir)?;
+    let opened =
+        std::fs::File::open(file).with_context(|| format!("cannot open {}", file.display()))?;
+    let mut reader = std::io::BufReader::with_capacity(1 << 20, opened);
+    let (bar, mut progress) = progress_bar("import");
+    let db = data_dir.join("db");
+    let summary = tokio::task::block_in_place(|| archive::import(&mut reader, &db, &mut progress))
+        .map_err(|e| anyhow::Error::new(e).context(format!("cannot import {}", file.display())))?;
+    bar.finish_and_clear();
+    if summary.gaps {
+        println!(
+            "imported etcd revisions {}..={} ({} entries, numbered densely {}..={}) into {}; \
+             --at TIME reads as on etcd, --at REVISION takes the new numbers",
+            summary.first,
+            summary.last,
+            summary.entries,
+            summary.first,
+            summary.first.0 + summary.entries - 1,
+            data_dir.display()
+        );
+    } else {
+        println!(
+            "imported revisions {}..={} ({} entries) into {}",
+            summary.first,
+            summary.last,
+            summary.entries,
+            data_dir.display()
+        );
+    }
     Ok(())
 }
 

@@ -21,10 +21,42 @@
 //! it is deleted, in a new revision after `last`, as soon as the new dir is opened, as it was in
 //! the source. Revisions `..= last` are kept as they were either way.
 //!
+//! # Between the embedded log and etcd
+//! An archive of an etcd prefix ([`export_etcd`]) keeps etcd's revisions as they are. They have
+//! gaps (other prefixes' writes, etcd's own revisions, the prefix marker), so the archive says
+//! so ([`Item::Gaps`], record 6, first) and its entries are the revisions that changed the
+//! prefix, increasing, not every revision of the window. [`import`] into a data dir, whose log
+//! needs contiguous revisions, numbers them densely from the window's first revision:
+//!
+//! ```text
+//!  etcd:      base m=4 m=9    entries 12  13  17  18  25      window 12 ..= 30
+//!  data dir:  base m=4 m=9    entries 12  13  14  15  16      k-th entry -> first + k
+//! ```
+//! Base versions (below `first`) keep their revisions; create and mod revisions inside the
+//! window are renumbered with their entries, so the order of every change, versions and create
+//! revisions stay exact. Revision `r` of the window on etcd is revision `first + n - 1` in the
+//! data dir, `n` being the number of entries in `first ..= r` (the state after etcd's `r` is the
+//! state after its last change at or before `r`). So `--at <revision>` on the data dir takes
+//! the new numbers (`skiff import` prints the old and new last revision), and resourceVersions
+//! that clients hold do not carry over (they relist, as after any restore). `--at <time>`
+//! answers as on etcd: every entry keeps its commit time. A version below etcd's compaction
+//! has no time in etcd's history: it gets the time of the oldest revision etcd keeps. An
+//! archive with gaps is refused by builds from before it (an unknown record).
+//!
+//! The other way, [`import_etcd`] loads any archive into an empty etcd prefix, where etcd
+//! numbers every txn anew: each source revision becomes one etcd revision (a few, when it has
+//! more changes than an etcd txn may hold), increasing, with its commit time and tag kept in
+//! the prefix's clock key, so `--at <time>` reads there as on the source and `--at <revision>`
+//! takes etcd's numbers (the import prints the first and last of both). Versions that
+//! per-prefix retention pruned are skipped (etcd's history lacks them), the watermarks are not
+//! carried (etcd has none), and a base key's create revision there is its mod revision. The
+//! details are in the module docs of `etcd::import`.
+//!
 //! File format, version 2 (integers little-endian):
 //!
 //! ```text
 //! "SKIFFLOG" | u32 version=2 | u64 first | u64 last
+//! [u8 6]                                                     the window has gaps
 //! { u8 3 | u32 len | prefix | u64 mark }*                    the watermarks
 //! { u8 4 | u64 lease | u64 ttl in ms }*                      the leases
 //! { u8 1 | u64 time | kv }*                                  the base
@@ -38,17 +70,18 @@
 //! version that retention pruned (its kv has the key and the revision only). Version 1 (no
 //! watermarks, no leases, no pruned versions) is refused: export again with this build.
 //!
-//! Tags ([`Txn::tag`](crate::Txn::tag), record 5) came after version 2 without changing it, so
-//! an archive without tags still reads in older builds, and one with tags is refused there as
-//! holding an unknown record. Base versions carry no tag.
+//! Tags ([`Txn::tag`](crate::Txn::tag), record 5) and gaps (record 6) came after version 2
+//! without changing it, so an archive without them still reads in older builds, and one with
+//! them is refused there as holding an unknown record. Base versions carry no tag.
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::error::{Error, Result};
+use crate::etcd::Mapping;
 use crate::types::{Event, EventKind, KeyValue, LeaseId, LogEntry, MAX_TAG, Revision};
-use crate::{Importer, SledStore, Store};
+use crate::{EtcdStore, Importer, SledStore, Store};
 
 const MAGIC: &[u8; 8] = b"SKIFFLOG";
 /// The archive format this build writes and reads.
@@ -69,6 +102,10 @@ pub enum Item {
     /// One entry of the window, and the indexes of its events whose versions retention pruned
     /// (those carry their key only).
     Entry(LogEntry, Vec<usize>),
+    /// The window's revisions have gaps (the source is an etcd prefix): the entries are the
+    /// revisions that changed the source, in order, not every revision of the window. First in
+    /// the archive when present.
+    Gaps,
 }
 
 /// How far a long step is, for a progress bar: `done` of `total` entries.
@@ -91,6 +128,9 @@ pub struct Summary {
     pub base: u64,
     /// Entries carried.
     pub entries: u64,
+    /// Whether the window has gaps ([`Item::Gaps`]): then `entries` may be fewer than the
+    /// window's revisions, and [`import`] numbers them densely from `first`.
+    pub gaps: bool,
 }
 
 /// The window `since ..= until` of `store` that can be carried: `since` defaults to the oldest
@@ -137,6 +177,14 @@ pub fn window(
     Ok((first, until))
 }
 
+/// Where a window is read from: any store, or an etcd prefix, whose revisions have gaps and
+/// whose leases and commit times are asked of etcd itself.
+#[derive(Clone, Copy)]
+enum Source<'a> {
+    Log(&'a dyn Store),
+    Etcd(&'a EtcdStore),
+}
+
 /// Reads the window `first ..= last` of `store` (see [`window`]) and hands every [`Item`] to
 /// `sink`, in order, reporting progress per page of entries.
 pub async fn read_window(
@@ -146,11 +194,33 @@ pub async fn read_window(
     sink: &mut dyn FnMut(Item) -> Result<()>,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Summary> {
+    read_from(Source::Log(store), first, last, sink, progress).await
+}
+
+async fn read_from(
+    source: Source<'_>,
+    first: Revision,
+    last: Revision,
+    sink: &mut dyn FnMut(Item) -> Result<()>,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Summary> {
+    let store: &dyn Store = match source {
+        Source::Log(s) => s,
+        Source::Etcd(s) => s,
+    };
+    let gaps = matches!(source, Source::Etcd(_));
     let total = last.0 - first.0 + 1;
+    if gaps {
+        sink(Item::Gaps)?;
+    }
     for (prefix, mark) in store.watermarks() {
         sink(Item::Watermark(prefix, mark))?;
     }
-    for (id, ttl) in store.leases() {
+    let leases = match source {
+        Source::Log(s) => s.leases(),
+        Source::Etcd(s) => s.live_leases().await?,
+    };
+    for (id, ttl) in leases {
         sink(Item::Lease(id, ttl))?;
     }
     // The state at first - 1, as far as it is retained (compaction keeps each key's newest
@@ -165,15 +235,31 @@ pub async fn read_window(
         last,
         base: 0,
         entries: 0,
+        gaps,
     };
+    // etcd keeps no time for a version below its compaction: those get the time of the oldest
+    // revision it still has, the latest they can have been written at.
+    let mut oldest_time = None;
     for kv in base {
-        let time = store
-            .history(&kv.key)
-            .await?
-            .into_iter()
-            .find(|(_, e)| e.kv.mod_revision == kv.mod_revision)
-            .map(|(c, _)| c.time)
-            .unwrap_or(UNIX_EPOCH);
+        let time = match source {
+            Source::Log(_) => store
+                .history(&kv.key)
+                .await?
+                .into_iter()
+                .find(|(_, e)| e.kv.mod_revision == kv.mod_revision)
+                .map(|(c, _)| c.time),
+            Source::Etcd(s) => match s.commit_time(kv.mod_revision).await? {
+                Some(t) => Some(t),
+                None => {
+                    if oldest_time.is_none() {
+                        let floor = Revision(s.status().compacted.0.saturating_sub(1));
+                        oldest_time = Some(s.commit_time(floor).await?);
+                    }
+                    oldest_time.flatten()
+                }
+            },
+        }
+        .unwrap_or(UNIX_EPOCH);
         sink(Item::Base(kv, time))?;
         summary.base += 1;
     }
@@ -190,11 +276,24 @@ pub async fn read_window(
         }
         next = end.next();
         progress(Progress {
-            done: summary.entries,
+            done: if gaps {
+                next.0 - first.0
+            } else {
+                summary.entries
+            },
             total,
         });
     }
-    if summary.entries != total {
+    if gaps && summary.entries == 0 {
+        return Err(Error::Corrupt {
+            path: PathBuf::new(),
+            reason: format!(
+                "no revision in {first}..={last} changed the prefix: an archive needs at least \
+                 one entry (write something, or export a window that has one)"
+            ),
+        });
+    }
+    if !gaps && summary.entries != total {
         return Err(Error::Corrupt {
             path: PathBuf::new(),
             reason: format!(
@@ -203,6 +302,7 @@ pub async fn read_window(
             ),
         });
     }
+    progress(Progress { done: total, total });
     Ok(summary)
 }
 
@@ -217,6 +317,32 @@ pub async fn export(
     let (first, last) = window(store, since, until)?;
     let mut writer = ArchiveWriter::start(out, first, last)?;
     let summary = read_window(store, first, last, &mut |item| writer.item(&item), progress).await?;
+    writer.finish()?;
+    Ok(summary)
+}
+
+/// Writes the window `since ..= until` of an etcd prefix as an archive to `out`, as [`export`]
+/// does for any store, with what only etcd knows: the window has gaps ([`Item::Gaps`]), the
+/// leases are etcd's live leases holding keys of the prefix, and the base versions' times come
+/// from the clock key. The revisions are etcd's, as they are; [`import`] into a data dir
+/// numbers them densely.
+pub async fn export_etcd(
+    store: &EtcdStore,
+    since: Option<Revision>,
+    until: Option<Revision>,
+    out: &mut dyn Write,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Summary> {
+    let (first, last) = window(store, since, until)?;
+    let mut writer = ArchiveWriter::start(out, first, last)?;
+    let summary = read_from(
+        Source::Etcd(store),
+        first,
+        last,
+        &mut |item| writer.item(&item),
+        progress,
+    )
+    .await?;
     writer.finish()?;
     Ok(summary)
 }
@@ -270,6 +396,47 @@ fn feed(importer: &mut Importer, item: &Item) -> Result<()> {
         }
         Item::Base(kv, time) => importer.base(kv, *time),
         Item::Entry(entry, pruned) => importer.entry_pruned(entry, pruned),
+        // The caller renumbers (see `Dense`).
+        Item::Gaps => Ok(()),
+    }
+}
+
+/// The dense numbering of a window with gaps (see the module docs): its `k`-th entry (from 0)
+/// becomes revision `first + k`; revisions before `first` (the base's) stay as they are.
+#[derive(Debug, Default)]
+struct Dense {
+    first: u64,
+    /// The source revisions of the entries so far, increasing (`read` checks the order).
+    seen: Vec<u64>,
+}
+
+impl Dense {
+    fn map(&self, r: Revision) -> Result<Revision> {
+        if r.0 < self.first {
+            return Ok(r);
+        }
+        match self.seen.binary_search(&r.0) {
+            Ok(k) => Ok(Revision(self.first + k as u64)),
+            Err(_) => Err(corrupt(&format!(
+                "revision {r} is named by a version but has no entry of its own"
+            ))),
+        }
+    }
+
+    fn entry(&mut self, entry: &LogEntry) -> Result<LogEntry> {
+        self.seen.push(entry.revision.0);
+        let mut entry = entry.clone();
+        entry.revision = self.map(entry.revision)?;
+        for event in &mut entry.events {
+            let kv = &mut event.kv;
+            if kv.mod_revision.0 != 0 {
+                kv.mod_revision = self.map(kv.mod_revision)?;
+            }
+            if kv.create_revision.0 != 0 {
+                kv.create_revision = self.map(kv.create_revision)?;
+            }
+        }
+        Ok(entry)
     }
 }
 
@@ -281,12 +448,111 @@ pub fn import(
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Summary> {
     let mut importer = SledStore::importer(data_dir)?;
-    let result = read(input, &mut |item| feed(&mut importer, &item), progress);
+    let first = std::cell::Cell::new(0);
+    let mut dense: Option<Dense> = None;
+    let result = read_inner(
+        input,
+        &mut |window_first, _| first.set(window_first.0),
+        &mut |item| match (&item, &mut dense) {
+            (Item::Gaps, _) => {
+                dense = Some(Dense {
+                    first: first.get(),
+                    seen: Vec::new(),
+                });
+                Ok(())
+            }
+            (Item::Entry(entry, pruned), Some(d)) => {
+                let entry = d.entry(entry)?;
+                importer.entry_pruned(&entry, pruned)
+            }
+            _ => feed(&mut importer, &item),
+        },
+        progress,
+    );
     let result = result.and_then(|summary| importer.finish().map(|_| summary));
     if result.is_err() {
         let _ = std::fs::remove_dir_all(data_dir);
     }
     result
+}
+
+/// Loads the archive at `path` into the prefix of `store`, which must hold nothing (see
+/// [`EtcdStore::importer`]; how revisions, times, leases and pruned versions map is in the
+/// module docs of `etcd::import`). The file is read twice: first all of it is checked (its
+/// checksum, every key and value against the prefix and the request limit) with nothing
+/// written, then it is written. A failure while writing removes everything written and is
+/// [`Error::ImportFailed`]; any error before is returned as it is, with nothing written.
+pub async fn import_etcd(
+    path: &Path,
+    store: &EtcdStore,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<(Summary, Mapping)> {
+    let mut importer = store.importer().await?;
+    let open = |path: &Path| -> Result<std::io::BufReader<std::fs::File>> {
+        Ok(std::io::BufReader::with_capacity(
+            1 << 20,
+            std::fs::File::open(path)?,
+        ))
+    };
+    let check = store.import_check();
+    let file = path.to_path_buf();
+    let summary = tokio::task::spawn_blocking(move || {
+        read(
+            &mut open(&file)?,
+            &mut |item| check.item(&item),
+            &mut |_| {},
+        )
+    })
+    .await
+    .map_err(|e| Error::Io(std::io::Error::other(e)))??;
+
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Item>(256);
+    let file = path.to_path_buf();
+    let reader = tokio::task::spawn_blocking(move || {
+        read(
+            &mut open(&file)?,
+            &mut |item| tx.blocking_send(item).map_err(|_| Error::Closed),
+            &mut |_| {},
+        )
+    });
+    let total = summary.entries;
+    let mut done = 0;
+    progress(Progress { done, total });
+    let mut written = Ok(());
+    while let Some(item) = rx.recv().await {
+        let entry = matches!(item, Item::Entry(..));
+        if let Err(e) = importer.item(item).await {
+            written = Err(e);
+            break;
+        }
+        if entry {
+            done += 1;
+            if done.is_multiple_of(64) {
+                progress(Progress { done, total });
+            }
+        }
+    }
+    // Stops the reader if writing stopped first.
+    drop(rx);
+    let read = reader
+        .await
+        .map_err(|e| Error::Io(std::io::Error::other(e)))
+        .and_then(|r| r);
+    let result = match (written, read) {
+        (Err(e), _) | (Ok(()), Err(e)) => Err(e),
+        (Ok(()), Ok(_)) => importer.finish().await,
+    };
+    match result {
+        Ok(mapping) => {
+            progress(Progress { done: total, total });
+            Ok((summary, mapping))
+        }
+        Err(e) => Err(Error::ImportFailed {
+            prefix: store.prefix().to_vec(),
+            source: Box::new(e),
+            cleanup: importer.abort().await.err(),
+        }),
+    }
 }
 
 /// Reads an archive from `input`, handing every [`Item`] to `sink` in order as it is read (the
@@ -295,6 +561,16 @@ pub fn import(
 #[doc(hidden)]
 pub fn read(
     input: &mut dyn Read,
+    sink: &mut dyn FnMut(Item) -> Result<()>,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Summary> {
+    read_inner(input, &mut |_, _| {}, sink, progress)
+}
+
+/// [`read`], telling `header` the window before any item.
+fn read_inner(
+    input: &mut dyn Read,
+    header: &mut dyn FnMut(Revision, Revision),
     sink: &mut dyn FnMut(Item) -> Result<()>,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Summary> {
@@ -317,14 +593,18 @@ pub fn read(
     if first.0 == 0 || last < first {
         return Err(corrupt("the archive's window is empty"));
     }
+    header(first, last);
     let total = last.0 - first.0 + 1;
     let mut summary = Summary {
         first,
         last,
         base: 0,
         entries: 0,
+        gaps: false,
     };
     let mut items = 0u64;
+    // The last entry's revision, for the order of a window with gaps.
+    let mut previous = Revision::ZERO;
     // The tag just read, for the entry that must follow it.
     let mut tag: Option<Vec<u8>> = None;
     progress(Progress { done: 0, total });
@@ -368,6 +648,12 @@ pub fn read(
                         "entry {revision} outside the archive's window {first}..={last}"
                     )));
                 }
+                if summary.gaps && revision <= previous {
+                    return Err(corrupt(&format!(
+                        "entry {revision} after entry {previous}: entries out of order"
+                    )));
+                }
+                previous = revision;
                 sink(Item::Entry(
                     LogEntry {
                         revision,
@@ -397,6 +683,11 @@ pub fn read(
                 }
                 tag = Some(bytes);
             }
+            6 if items == 0 => {
+                summary.gaps = true;
+                sink(Item::Gaps)?;
+            }
+            6 => return Err(corrupt("the gaps record is not the first")),
             4 => {
                 let id = LeaseId(reader.u64()?);
                 let ttl = Duration::from_millis(reader.u64()?);
@@ -413,14 +704,17 @@ pub fn read(
     if count != items || u32::from_le_bytes(stored) != crc {
         return Err(corrupt("checksum mismatch: the archive is damaged"));
     }
-    if summary.entries != total {
+    if summary.gaps && summary.entries == 0 {
+        return Err(corrupt("the archive holds no entries"));
+    }
+    if !summary.gaps && summary.entries != total {
         return Err(corrupt(&format!(
             "the archive holds {} entries, its window {first}..={last} needs {total}",
             summary.entries
         )));
     }
     progress(Progress {
-        done: summary.entries,
+        done: if summary.gaps { total } else { summary.entries },
         total,
     });
     Ok(summary)
@@ -506,6 +800,7 @@ impl<'a> ArchiveWriter<'a> {
                 self.put(prefix)?;
                 self.put(&mark.0.to_le_bytes())?;
             }
+            Item::Gaps => self.put(&[6])?,
             Item::Lease(id, ttl) => {
                 self.put(&[4])?;
                 self.put(&id.0.to_le_bytes())?;

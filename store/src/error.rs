@@ -106,6 +106,31 @@ pub enum Error {
         /// What was found there.
         reason: String,
     },
+    /// An import into an etcd prefix that already holds a cluster (any key besides the
+    /// ownership marker); nothing was written.
+    #[error("etcd prefix {:?} is not empty: {found}; import needs a prefix that holds nothing (give another --datastore-prefix); nothing was written", String::from_utf8_lossy(.prefix))]
+    PrefixNotEmpty {
+        /// The prefix.
+        prefix: Vec<u8>,
+        /// What was found there.
+        found: String,
+    },
+    /// An import into etcd that failed part way. `cleanup` is `None` when everything it had
+    /// written was removed again (the prefix is empty), or says why that failed too.
+    #[error("import into etcd prefix {:?} failed: {source}; {}", String::from_utf8_lossy(.prefix),
+        match .cleanup {
+            None => "everything it wrote was removed: the prefix is empty again".to_string(),
+            Some(why) => format!("removing what it wrote failed too ({why}): delete the prefix by hand (etcdctl del --prefix) before trying again"),
+        })]
+    ImportFailed {
+        /// The prefix.
+        prefix: Vec<u8>,
+        /// Why the import stopped.
+        #[source]
+        source: Box<Error>,
+        /// Why removing what was written failed, if it did.
+        cleanup: Option<String>,
+    },
     /// A configuration that cannot work.
     #[error("invalid store configuration: {0}")]
     InvalidConfig(String),

@@ -63,6 +63,9 @@
 //! compaction (more history than asked, never less), and [`Store::watermarks`] is empty: no
 //! read is refused for a prefix.
 //!
+//! **Migration** from and to the embedded log goes through archives: see `import` for how
+//! revisions and times map ([`Importer`], [`Mapping`]).
+//!
 //! **Snapshots** use etcd's snapshot API: the file is an etcd backend snapshot of the whole
 //! etcd (every prefix), restorable with `etcdctl snapshot restore`, not a skiff data dir.
 //!
@@ -86,8 +89,11 @@
 //! every [`Config::health_interval`]; a failed or slow one makes the store not ready until one
 //! succeeds again, each change logged once.
 
+mod import;
 mod keys;
 mod watch;
+
+pub use import::{ImportCheck, Importer, MAX_OPS, Mapping};
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -1709,14 +1715,35 @@ impl Store for EtcdStore {
         let inner = &self.inner;
         inner.check_open()?;
         // A version below etcd's compact revision is kept only if it is its key's newest there.
+        // (So it reads at compacted - 1, which `range` refuses; in pages, as a whole prefix may
+        // not fit in one response.)
         let floor = inner.compacted().saturating_sub(1).max(1);
         let at = revision.0.max(floor);
-        let all = RangeRequest::new(KeyRange::from(Vec::new())).at(Revision(at));
-        let kvs = self.range(all).await?.kvs;
-        Ok(kvs
-            .into_iter()
-            .filter(|kv| kv.mod_revision <= revision)
-            .collect())
+        let all = inner
+            .layout
+            .range(&KeyRange::from(Vec::new()))
+            .expect("the whole store range is not empty");
+        let mut start = all.start.clone();
+        let mut out = Vec::new();
+        loop {
+            let options = ec::GetOptions::new()
+                .with_range(all.end.clone())
+                .with_limit(1000);
+            let page = inner.get_at(options, start, at).await?;
+            out.extend(
+                page.kvs()
+                    .iter()
+                    .map(|kv| inner.kv(kv))
+                    .filter(|kv| kv.mod_revision <= revision),
+            );
+            match page.kvs().last() {
+                Some(kv) if page.more() => {
+                    start = kv.key().to_vec();
+                    start.push(0);
+                }
+                _ => return Ok(out),
+            }
+        }
     }
 
     /// Always empty: etcd has no per-prefix retention (see the module docs), so no read is

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use skiff_store::archive::{self, Progress};
+use skiff_store::archive::{self, Item, Progress};
 use skiff_store::*;
 
 fn config(path: std::path::PathBuf) -> Config {
@@ -467,4 +467,87 @@ async fn an_archive_of_format_1_is_refused_clearly() {
         other => panic!("expected Corrupt, got {other:?}"),
     }
     assert!(!target.exists());
+}
+
+/// An archive whose window has gaps (an etcd prefix's): its entries are numbered densely from
+/// the window's first revision in a data dir, the revisions named inside them too; the gaps
+/// record must come first and its entries in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_archive_with_gaps_is_numbered_densely_and_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let kv = |key: &str, create: u64, m: u64, version: u64| KeyValue {
+        key: key.as_bytes().to_vec(),
+        value: format!("{key}@{m}").into_bytes(),
+        create_revision: Revision(create),
+        mod_revision: Revision(m),
+        version,
+        lease: None,
+    };
+    let at = |secs: u64| std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000 + secs);
+    let entry = |r: u64, kvs: Vec<KeyValue>| {
+        Item::Entry(
+            LogEntry {
+                revision: Revision(r),
+                time: at(r),
+                tag: None,
+                events: kvs
+                    .into_iter()
+                    .map(|kv| Event {
+                        kind: EventKind::Put,
+                        kv,
+                        prev_kv: None,
+                    })
+                    .collect(),
+            },
+            vec![],
+        )
+    };
+    let items = vec![
+        Item::Gaps,
+        Item::Base(kv("/a", 2, 3, 2), at(3)),
+        entry(7, vec![kv("/a", 2, 7, 3), kv("/b", 7, 7, 1)]),
+        entry(12, vec![kv("/b", 7, 12, 2)]),
+    ];
+    let mut file = Vec::new();
+    archive::write(&mut file, Revision(5), Revision(20), &items).unwrap();
+    let target = dir.path().join("dense");
+    let summary = archive::import(&mut file.as_slice(), &target, &mut |_| {}).unwrap();
+    assert!(summary.gaps);
+    assert_eq!(
+        (summary.first, summary.last, summary.entries),
+        (Revision(5), Revision(20), 2)
+    );
+    let copy = SledStore::open(config(target)).unwrap();
+    assert_eq!(copy.status().revision, Revision(6));
+    let now = everything_at(&copy, Revision(6)).await.unwrap();
+    // The values as written at etcd's 7 and 12, their revisions renumbered to 5 and 6.
+    let renumbered = |mut kv: KeyValue, value: &str| {
+        kv.value = value.as_bytes().to_vec();
+        kv
+    };
+    assert_eq!(
+        now,
+        vec![
+            renumbered(kv("/a", 2, 5, 3), "/a@7"),
+            renumbered(kv("/b", 5, 6, 2), "/b@12"),
+        ]
+    );
+    assert_eq!(copy.revision_at(at(12)).await.unwrap(), Revision(6));
+    assert_eq!(copy.revision_at(at(11)).await.unwrap(), Revision(5));
+    copy.close().await.unwrap();
+
+    // The gaps record after another, and entries out of order, are refused.
+    for bad in [
+        vec![items[1].clone(), Item::Gaps, items[2].clone()],
+        vec![Item::Gaps, items[3].clone(), items[2].clone()],
+    ] {
+        let mut file = Vec::new();
+        archive::write(&mut file, Revision(5), Revision(20), &bad).unwrap();
+        let target = dir.path().join("bad");
+        match archive::import(&mut file.as_slice(), &target, &mut |_| {}) {
+            Err(Error::Corrupt { .. }) => {}
+            other => panic!("expected Corrupt, got {other:?}"),
+        }
+        assert!(!target.exists());
+    }
 }

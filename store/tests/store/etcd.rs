@@ -21,6 +21,8 @@ pub struct EtcdServer {
     dir: tempfile::TempDir,
     client_port: u16,
     peer_port: u16,
+    /// More flags, after the defaults here (etcd takes the last of a repeated flag).
+    extra: Vec<String>,
     child: Option<Child>,
 }
 
@@ -36,6 +38,11 @@ impl EtcdServer {
     /// Starts etcd, or returns `None` (with a message) when `SKIFF_SKIP_ETCD=1` is set and etcd
     /// is missing. Without the variable a missing etcd fails the test.
     pub fn start() -> Option<EtcdServer> {
+        EtcdServer::start_with(&[])
+    }
+
+    /// [`EtcdServer::start`] with more etcd flags (`--max-txn-ops=128`).
+    pub fn start_with(extra: &[&str]) -> Option<EtcdServer> {
         if !std::path::Path::new(ETCD).exists() {
             if std::env::var("SKIFF_SKIP_ETCD").as_deref() == Ok("1") {
                 eprintln!("SKIPPED: {ETCD} is not installed and SKIFF_SKIP_ETCD=1");
@@ -49,6 +56,7 @@ impl EtcdServer {
             dir: tempfile::tempdir().unwrap(),
             client_port: free_port(),
             peer_port: free_port(),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
             child: None,
         };
         server.spawn();
@@ -85,6 +93,7 @@ impl EtcdServer {
             .arg("--max-request-bytes=5242880")
             .arg("--max-txn-ops=1024")
             .arg("--experimental-watch-progress-notify-interval=100ms")
+            .args(&self.extra)
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)

@@ -2,7 +2,8 @@
 //! throwaway 1-member etcd on loopback per test, kubectl driving the cluster, and the faults
 //! the datastore brings: an etcd unreachable at start (retried, then a clear error), a foreign
 //! prefix (refused), a value over etcd's request limit (413), and etcd killed under a running
-//! server (writes 503/504, `/readyz` not ready, watches still served; all well once it is back).
+//! server (writes 503/504, `/readyz` not ready, watches still served; all well once it is back);
+//! and a cluster moved from a data dir onto etcd and back through `skiff export`/`import`.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -849,4 +850,195 @@ fn two_api_servers_never_hand_out_the_same_cluster_ip_or_node_port() {
     assert_eq!(code, 200);
     let (code, body) = request(&a, "POST", SVC, Some(service("again", Some(&taken), None)));
     assert_eq!(code, 201, "{body}");
+}
+
+/// Copies the CA, the other PKI files and the tokens of one data dir into another, as a server
+/// moved to a new data dir needs to keep serving the same clients.
+fn copy_identity(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to.join("pki")).unwrap();
+    for entry in std::fs::read_dir(from.join("pki")).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), to.join("pki").join(entry.file_name())).unwrap();
+    }
+    std::fs::copy(from.join("tokens.csv"), to.join("tokens.csv")).unwrap();
+}
+
+/// The value, uid and creation time of each object the migration test made, as a server
+/// serves them.
+fn objects(cluster: &TestCluster) -> Vec<(String, String, String, String)> {
+    let k = cluster.kubectl();
+    let mut out = Vec::new();
+    for (kind, name, ns, path) in [
+        ("configmap", "one", "default", "{.data.v}"),
+        ("configmap", "two", "default", "{.data.v}"),
+        ("configmap", "three", "default", "{.data.v}"),
+        ("secret", "s", "team", "{.data.k}"),
+    ] {
+        let run = k.run(&[
+            "get",
+            kind,
+            name,
+            "-n",
+            ns,
+            "-o",
+            &format!("jsonpath={path} {{.metadata.uid}} {{.metadata.creationTimestamp}}"),
+        ]);
+        if run.ok {
+            let mut parts = run.stdout.split(' ').map(str::to_string);
+            out.push((
+                format!("{kind}/{name}"),
+                parts.next().unwrap_or_default(),
+                parts.next().unwrap_or_default(),
+                parts.next().unwrap_or_default(),
+            ));
+        }
+    }
+    out
+}
+
+/// A single-box cluster moves onto etcd and back (issue 22): a `skiff server` on a data dir
+/// with a few objects is stopped and exported, the archive imported into an empty etcd prefix
+/// (a second import there is refused), a server on etcd serves the same objects, uids and
+/// times, and `--at` a time before a change reads there as it did on the data dir; a new
+/// object is created on etcd, the prefix exported (while that server runs) and imported into a
+/// new data dir, whose server serves all of them and the same past.
+#[test]
+fn a_cluster_moves_from_a_data_dir_onto_etcd_and_back() {
+    let Some(etcd) = Etcd::start(&[]) else {
+        return;
+    };
+    let endpoint = etcd.endpoint();
+    let work = tempfile::tempdir().unwrap();
+    let _cleanup = PodCleanup(work.path().join("kubelet"));
+    let root = |n: &str| work.path().join("kubelet").join(n);
+    let file = |n: &str| work.path().join(n).to_string_lossy().into_owned();
+
+    let root1 = root("1");
+    let mut first = TestCluster::start_server(&["--root-dir", root1.to_str().unwrap()]);
+    let k = first.kubectl();
+    k.ok(&["create", "configmap", "one", "--from-literal=v=1"]);
+    k.ok(&["create", "configmap", "two", "--from-literal=v=2"]);
+    k.ok(&["create", "namespace", "team"]);
+    k.ok(&[
+        "create",
+        "secret",
+        "generic",
+        "s",
+        "-n",
+        "team",
+        "--from-literal=k=x",
+    ]);
+    std::thread::sleep(Duration::from_millis(1100));
+    let before_change = now_rfc3339();
+    std::thread::sleep(Duration::from_millis(1100));
+    k.ok(&[
+        "patch",
+        "configmap",
+        "one",
+        "-p",
+        r#"{"data":{"v":"changed"}}"#,
+    ]);
+    let on_sled = objects(&first);
+    assert_eq!(on_sled.len(), 3, "{on_sled:?}");
+    assert_eq!(on_sled[0].1, "changed");
+    let status = first.stop().expect("running");
+    assert!(status.success(), "skiff exited with {status}");
+    let data_dir = first.data_dir().to_string_lossy().into_owned();
+    let at_before = |source: &[&str]| -> Option<String> {
+        let text = skiff_ok(
+            &[
+                &[
+                    "get",
+                    "configmap",
+                    "one",
+                    "--at",
+                    &before_change,
+                    "-o",
+                    "json",
+                ][..],
+                source,
+            ]
+            .concat(),
+        );
+        json_of(&text)["data"]["v"].as_str().map(str::to_string)
+    };
+    assert_eq!(at_before(&["--data-dir", &data_dir]).as_deref(), Some("1"));
+
+    // Onto etcd.
+    let archive = file("cluster.skiff");
+    skiff_ok(&["export", "--data-dir", &data_dir, "-o", &archive]);
+    let onto = [
+        "--datastore-endpoint",
+        endpoint.as_str(),
+        "--datastore-prefix",
+        "/moved",
+    ];
+    let printed = skiff_ok(&[&["import", &archive][..], &onto].concat());
+    assert!(
+        printed.contains("renumbered by etcd") && printed.contains("->"),
+        "{printed}"
+    );
+    // The prefix holds a cluster now: a second import is refused and writes nothing.
+    let keys = etcd.keys(b"/moved");
+    let again = skiff(&[&["import", &archive][..], &onto].concat());
+    assert!(
+        !again.0 && again.2.contains("not empty") && again.2.contains("nothing was written"),
+        "{again:?}"
+    );
+    assert_eq!(etcd.keys(b"/moved"), keys);
+
+    let root2 = root("2");
+    let server_args = [&onto[..], &["--root-dir", root2.to_str().unwrap()]].concat();
+    let mut second = TestCluster::start_prepared("server", &server_args, |dir| {
+        copy_identity(&first.data_dir(), dir)
+    });
+    assert_eq!(objects(&second), on_sled);
+    // The past reads the same on etcd, from the prefix itself and through the server.
+    assert_eq!(at_before(&onto).as_deref(), Some("1"));
+    let kubeconfig2 = second.kubeconfig.to_string_lossy().into_owned();
+    assert_eq!(
+        at_before(&["--kubeconfig", &kubeconfig2]).as_deref(),
+        Some("1")
+    );
+    second
+        .kubectl()
+        .ok(&["create", "configmap", "three", "--from-literal=v=3"]);
+    let on_etcd = objects(&second);
+    assert_eq!(on_etcd.len(), 4, "{on_etcd:?}");
+    assert_eq!(on_etcd[..2], on_sled[..2]);
+    assert_eq!(on_etcd[3], on_sled[2]);
+
+    // And back, exported while the server on etcd runs.
+    let back = file("back.skiff");
+    let printed = skiff_ok(&[&["export", "-o", &back][..], &onto].concat());
+    assert!(printed.contains("numbers them"), "{printed}");
+    let status = second.stop().expect("running");
+    assert!(status.success(), "skiff exited with {status}");
+    let root3 = root("3");
+    let third =
+        TestCluster::start_prepared("server", &["--root-dir", root3.to_str().unwrap()], |dir| {
+            let printed = skiff_ok(&["import", &back, "--data-dir", &dir.to_string_lossy()]);
+            assert!(printed.contains("numbered densely"), "{printed}");
+            copy_identity(&first.data_dir(), dir);
+        });
+    assert_eq!(objects(&third), on_etcd);
+    let kubeconfig3 = third.kubeconfig.to_string_lossy().into_owned();
+    assert_eq!(
+        at_before(&["--kubeconfig", &kubeconfig3]).as_deref(),
+        Some("1")
+    );
+    let history = skiff_ok(&[
+        "history",
+        "configmap/one",
+        "-o",
+        "json",
+        "--kubeconfig",
+        &kubeconfig3,
+    ]);
+    let versions = json_of(&history)["versions"].as_array().cloned().unwrap();
+    assert_eq!(versions.len(), 2, "{versions:?}");
+    // The new data dir takes writes after the imported ones.
+    third
+        .kubectl()
+        .ok(&["create", "configmap", "four", "--from-literal=v=4"]);
 }
