@@ -481,8 +481,12 @@ impl Importer {
             ec::Compare::mod_revision(clock, ec::CompareOp::Equal, self.clock as i64)
         };
         let txn = ec::Txn::new().when(vec![guard]).and_then(ops);
-        let mut kv = inner.client.kv_client().max_encoding_message_size(64 << 20);
-        let response = match tokio::time::timeout(inner.config.request_timeout, kv.txn(txn)).await {
+        let kv = inner.client.kv_client().max_encoding_message_size(64 << 20);
+        let sent = inner.send(|| {
+            let (mut kv, txn) = (kv.clone(), txn.clone());
+            async move { kv.txn(txn).await }
+        });
+        let response = match sent.await {
             Ok(Ok(r)) => r,
             // etcd's own words for a txn over its limits (request size, ops): its limits may be
             // below what this client was told.
@@ -509,10 +513,12 @@ impl Importer {
 
     async fn grant(&mut self, secs: i64) -> Result<i64> {
         let inner = &self.inner;
-        let mut client = inner.client.lease_client();
-        let r = match tokio::time::timeout(inner.config.request_timeout, client.grant(secs, None))
-            .await
-        {
+        let client = inner.client.lease_client();
+        let sent = inner.send(|| {
+            let mut client = client.clone();
+            async move { client.grant(secs, None).await }
+        });
+        let r = match sent.await {
             Ok(Ok(r)) => r,
             Ok(Err(e)) => return Err(failure(e, "lease grant", true)),
             Err(_) => {
