@@ -18,21 +18,12 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use serde_json::{Value, json};
 use skiff_tests::etcd::EtcdCluster;
-use skiff_tests::{Component, Kubectl, TestCluster, eventually, kill_pod_processes};
+use skiff_tests::{Component, Kubectl, TestCluster, eventually};
+
+use crate::leader::{ACQUIRED, PodCleanup, TIMING};
 
 const NAMESPACE: &str = "ha";
 const WRITERS: usize = 32;
-/// Short leader-election timings, so a takeover is quick.
-const TIMING: &[&str] = &[
-    "--leader-elect-lease-duration",
-    "6s",
-    "--leader-elect-renew-deadline",
-    "4s",
-    "--leader-elect-retry-period",
-    "1s",
-];
-const ACQUIRED: &str = "successfully acquired the leader lease";
-
 const DEPLOYMENT: &str = r#"
 apiVersion: apps/v1
 kind: Deployment
@@ -49,15 +40,6 @@ spec:
         image: busybox
         command: ["sh", "-c", "while true; do sleep 1; done"]
 "#;
-
-/// Kills the pod processes left under a kubelet root when the test ends, passed or failed.
-struct PodCleanup(std::path::PathBuf);
-
-impl Drop for PodCleanup {
-    fn drop(&mut self) {
-        kill_pod_processes(&self.0);
-    }
-}
 
 /// What the writers were told.
 #[derive(Default)]

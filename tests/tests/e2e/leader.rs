@@ -9,7 +9,7 @@ use skiff_tests::etcd::Etcd;
 use skiff_tests::{Component, Kubectl, TestCluster, eventually, kill_pod_processes};
 
 /// Short timings so the test does not wait out kube's 15 s; they also prove the flags count.
-const TIMING: &[&str] = &[
+pub(crate) const TIMING: &[&str] = &[
     "--leader-elect-lease-duration",
     "6s",
     "--leader-elect-renew-deadline",
@@ -19,7 +19,7 @@ const TIMING: &[&str] = &[
 ];
 const LEASE_DURATION: Duration = Duration::from_secs(6);
 
-const ACQUIRED: &str = "successfully acquired the leader lease";
+pub(crate) const ACQUIRED: &str = "successfully acquired the leader lease";
 
 const DEPLOYMENT: &str = r#"
 apiVersion: apps/v1
@@ -39,7 +39,7 @@ spec:
 "#;
 
 /// Kills the pod processes left under a kubelet root when the test ends, passed or failed.
-struct PodCleanup(std::path::PathBuf);
+pub(crate) struct PodCleanup(pub(crate) std::path::PathBuf);
 
 impl Drop for PodCleanup {
     fn drop(&mut self) {
