@@ -67,8 +67,9 @@ type Files = BTreeMap<String, String>;
 pub enum Fetched {
     /// No server has sealed secrets here yet: this one creates them, then [`publish`]es them.
     First,
-    /// The secrets are in the data dir; the sealed copy is at this revision.
-    Joined(Revision),
+    /// The secrets are in the data dir; the sealed copy, holding these files, is at this
+    /// revision.
+    Joined(Revision, BTreeSet<String>),
 }
 
 /// The server token: `given` (the flag), else the data dir's file, else (only when `create`)
@@ -123,7 +124,7 @@ pub async fn fetch(store: &dyn Store, data_dir: &Path, token: Option<&str>) -> R
     })?;
     let files = open(&value, token)?;
     install(data_dir, &files)?;
-    Ok(Fetched::Joined(revision))
+    Ok(Fetched::Joined(revision, files.into_keys().collect()))
 }
 
 /// Seals the secrets in `data_dir` into `store`: creates the key after [`Fetched::First`], or
@@ -138,19 +139,12 @@ pub async fn publish(
     let files = collect(data_dir)?;
     let compare = match fetched {
         Fetched::First => Compare::not_exists(KEY),
-        Fetched::Joined(revision) => {
-            let Some((value, now)) = read(store).await? else {
-                bail!("the cluster's sealed secrets vanished from the datastore");
-            };
-            let sealed = open(&value, token)?;
-            if files.keys().all(|name| sealed.contains_key(name)) {
-                return Ok(true);
-            }
-            if now != *revision {
-                return Ok(false);
-            }
-            Compare::mod_revision_is(KEY, *revision)
+        // Only what the sealed copy lacks is worth a write; if the key moved on since it was
+        // read, the compare fails and the caller reads it again.
+        Fetched::Joined(_, sealed) if files.keys().all(|name| sealed.contains(name)) => {
+            return Ok(true);
         }
+        Fetched::Joined(revision, _) => Compare::mod_revision_is(KEY, *revision),
     };
     let response = store
         .txn(Txn {
