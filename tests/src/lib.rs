@@ -136,12 +136,47 @@ pub fn skiff_ok(args: &[&str]) -> String {
     stdout
 }
 
-/// A port on 127.0.0.1 that was free a moment ago.
+/// A port on 127.0.0.1, free for TCP and UDP a moment ago, for a process a test starts.
+///
+/// The port is taken below the kernel's ephemeral range, which is where every `bind(0)` and
+/// every outgoing connection gets its port. A port from `bind(0)` is free again the moment it
+/// is probed, so another test running side by side could be handed the same one before the
+/// server binds it ("Address already in use"). Below the range only another `free_port` could
+/// take it, and those calls share one counter.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("binding a free loopback port")
+    use std::sync::atomic::{AtomicU32, Ordering};
+    let (low, high) = below_ephemeral_ports();
+    let span = u32::from(high - low);
+    // Test binaries run one after another; the pid spreads them over the span anyway, in case
+    // two run at once on one machine.
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let _ = NEXT.compare_exchange(
+        u32::MAX,
+        std::process::id().wrapping_mul(7919) % span,
+        Ordering::SeqCst,
+        Ordering::SeqCst,
+    );
+    for _ in 0..span {
+        let offset = NEXT.fetch_add(1, Ordering::SeqCst) % span;
+        let port = low + offset as u16;
+        let free = std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
+            && std::net::UdpSocket::bind(("127.0.0.1", port)).is_ok();
+        if free {
+            return port;
+        }
+    }
+    panic!("no free loopback port in {low}..{high}");
+}
+
+/// The ports [`free_port`] hands out: the 12,000 below the ephemeral range (32768 on Linux
+/// unless configured otherwise), or 20000..32000 when the range cannot be read.
+fn below_ephemeral_ports() -> (u16, u16) {
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .filter(|low| *low > 13_024)
+        .unwrap_or(32_000);
+    (ephemeral_low - 12_000, ephemeral_low)
 }
 
 /// How long a SIGTERMed `skiff` process gets before SIGKILL: its kubelet stops its pods first

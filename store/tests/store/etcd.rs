@@ -26,12 +26,17 @@ pub struct EtcdServer {
     child: Option<Child>,
 }
 
+/// A loopback port for etcd, taken below the kernel's ephemeral range (32768 and up), where
+/// `bind(0)` and outgoing connections get theirs: a port from `bind(0)` could be handed to
+/// another test's client connection before etcd binds it.
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU16, Ordering};
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let start = (std::process::id() % 4_000) as u16;
+    (0..8_000)
+        .map(|_| 22_000 + (start + NEXT.fetch_add(1, Ordering::SeqCst)) % 8_000)
+        .find(|port| TcpListener::bind(("127.0.0.1", *port)).is_ok())
+        .expect("a free loopback port below the ephemeral range")
 }
 
 impl EtcdServer {
