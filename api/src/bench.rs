@@ -1,6 +1,12 @@
 //! `skiff bench api`: skiff's Kubernetes API against etcd 3.4's v3 JSON gateway, side by side in
 //! one run, with the same client code, concurrency and value size.
 //!
+//! The systems ([`System`]) are skiff's API on its embedded log (`skiff`), skiff's API on an etcd
+//! cluster of N members (`skiff-on-etcdN`, `skiff-on-etcd` for one) and that cluster's own key
+//! value API (`etcdN`, `etcd` for one): an etcd cluster of a given size is started once and serves
+//! both, so `skiff-on-etcd3 / etcd3` is what the API layer costs on top of the same three
+//! members. The default is `skiff,etcd`.
+//!
 //! skiff runs in this process on a runtime of its own (its own worker threads, its own temp data
 //! dir, HTTPS with a generated CA, fsync on as by default) and is driven through the Kubernetes API
 //! with ConfigMaps of about 1 KiB; etcd runs as a child process on loopback on a temp data dir
@@ -15,6 +21,11 @@
 //! - `list`: all of 10,000 objects (a consistent read, decoded and counted by the client).
 //! - `watch`: `watchers` watches of one namespace / key prefix, then `watch_events` creates by the
 //!   concurrent clients; measured until every watcher has received every event.
+//! - `failover` (only when asked for; systems on three or more members): one client writes in a
+//!   loop while the etcd leader is SIGKILLed; the figure is the time from the kill to the first
+//!   acknowledged write sent after it (p50 and max over [`Options::failover_rounds`] rounds; the
+//!   member is restarted between rounds). The raw etcd client sends each request to the next
+//!   member in turn and moves on from one that refuses the connection, as etcd's own client does.
 //! - `churn` (only when asked for): each client creates an object and deletes it again, for
 //!   [`Options::churn_duration`]; resident memory is sampled meanwhile, to see whether it levels
 //!   off under steady churn or grows with the writes ever made.
@@ -23,7 +34,9 @@
 //! operation and resident memory after the run. skiff's server side is this process's CPU
 //! (`/proc/self/stat`, which counts exited threads too) minus the bench client's threads (the
 //! caller's runtime threads, found by name in `/proc/self/task/*/stat`, and the main thread); etcd's
-//! is its child process's. skiff's resident memory is this process's, the client included.
+//! is its members' processes'. skiff on etcd counts both: this process's share and the members'.
+//! skiff's resident memory is this process's, the client (and any idle skiff of the other systems)
+//! included, plus the members' on etcd.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -58,7 +71,7 @@ pub enum Error {
     #[error("{system} {operation} failed: {reason}")]
     Request {
         /// skiff or etcd.
-        system: &'static str,
+        system: String,
         /// Which request.
         operation: &'static str,
         /// Why.
@@ -69,9 +82,86 @@ pub enum Error {
 /// Result of this module.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// One system under test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum System {
+    /// skiff's API on its embedded log (sled).
+    Skiff,
+    /// skiff's API on an etcd cluster of this many members.
+    SkiffOnEtcd(usize),
+    /// The key value API (v3 JSON gateway) of an etcd cluster of this many members.
+    Etcd(usize),
+}
+
+impl System {
+    /// The etcd cluster size it runs on (`None`: none).
+    pub fn members(self) -> Option<usize> {
+        match self {
+            System::Skiff => None,
+            System::SkiffOnEtcd(n) | System::Etcd(n) => Some(n),
+        }
+    }
+
+    /// What its rates are divided by in the table: the raw etcd of the same cluster size (one
+    /// member for skiff on its own log, the single box it replaces), when that runs too.
+    fn reference(self, systems: &[System]) -> Option<System> {
+        let reference = match self {
+            System::Skiff => System::Etcd(1),
+            System::SkiffOnEtcd(n) => System::Etcd(n),
+            System::Etcd(_) => return None,
+        };
+        systems.contains(&reference).then_some(reference)
+    }
+}
+
+impl std::fmt::Display for System {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            System::Skiff => f.write_str("skiff"),
+            System::SkiffOnEtcd(1) => f.write_str("skiff-on-etcd"),
+            System::SkiffOnEtcd(n) => write!(f, "skiff-on-etcd{n}"),
+            System::Etcd(1) => f.write_str("etcd"),
+            System::Etcd(n) => write!(f, "etcd{n}"),
+        }
+    }
+}
+
+impl std::str::FromStr for System {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
+        let members = |rest: &str| -> std::result::Result<usize, String> {
+            if rest.is_empty() {
+                return Ok(1);
+            }
+            match rest.parse::<usize>() {
+                Ok(n) if (1..=7).contains(&n) && n % 2 == 1 => Ok(n),
+                _ => Err(format!(
+                    "{s:?}: an etcd cluster has 1, 3, 5 or 7 members (etcd, etcd3, ...)"
+                )),
+            }
+        };
+        if s == "skiff" {
+            Ok(System::Skiff)
+        } else if let Some(rest) = s.strip_prefix("skiff-on-etcd") {
+            Ok(System::SkiffOnEtcd(members(rest)?))
+        } else if let Some(rest) = s.strip_prefix("etcd") {
+            Ok(System::Etcd(members(rest)?))
+        } else {
+            Err(format!(
+                "unknown system {s:?} (skiff, skiff-on-etcd, skiff-on-etcd3, etcd, etcd3, ...)"
+            ))
+        }
+    }
+}
+
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct Options {
+    /// The systems, in the order they run and are shown.
+    pub systems: Vec<System>,
+    /// Rounds of the failover workload (one leader killed in each).
+    pub failover_rounds: usize,
     /// The etcd 3.4 binary.
     pub etcd: PathBuf,
     /// Where the temp data dirs go (the system temp dir when `None`).
@@ -120,6 +210,8 @@ pub enum Workload {
     Watch,
     /// Create and delete in a loop, resident memory sampled (not in [`Workload::ALL`]).
     Churn,
+    /// The etcd leader killed under writes (not in [`Workload::ALL`]).
+    Failover,
 }
 
 impl Workload {
@@ -142,8 +234,9 @@ impl std::str::FromStr for Workload {
             "list" => Ok(Workload::List),
             "watch" => Ok(Workload::Watch),
             "churn" => Ok(Workload::Churn),
+            "failover" => Ok(Workload::Failover),
             other => Err(format!(
-                "unknown workload {other:?} (create, get, list, watch or churn)"
+                "unknown workload {other:?} (create, get, list, watch, churn or failover)"
             )),
         }
     }
@@ -152,6 +245,8 @@ impl std::str::FromStr for Workload {
 impl Default for Options {
     fn default() -> Self {
         Options {
+            systems: vec![System::Skiff, System::Etcd(1)],
+            failover_rounds: 3,
             etcd: PathBuf::from("etcd"),
             dir: None,
             clients: vec![1, 16, 256],
@@ -291,14 +386,22 @@ fn resident(pid: Option<u32>) -> Option<u64> {
 /// CPU of the system under test and of the client at one moment.
 #[derive(Debug, Clone, Copy)]
 struct CpuMark {
+    /// This process's (for skiff, which runs in it).
     process: Duration,
+    /// The system's child processes' (etcd members).
+    children: Duration,
     client: Duration,
 }
 
 impl CpuMark {
     fn now(target: &Target, client: &str) -> CpuMark {
         CpuMark {
-            process: process_cpu(target.pid()),
+            process: process_cpu(None),
+            children: target
+                .pids()
+                .into_iter()
+                .map(|p| process_cpu(Some(p)))
+                .sum(),
             client: client_cpu(client),
         }
     }
@@ -307,64 +410,95 @@ impl CpuMark {
     fn settle(self, target: &Target, client: &str, stats: &mut Stats) {
         let now = CpuMark::now(target, client);
         let client_used = now.client.saturating_sub(self.client);
-        let process_used = now.process.saturating_sub(self.process);
-        stats.server_cpu = Some(match target {
-            // The client runs in this process: the server is the rest of it.
-            Target::Skiff { .. } => process_used.saturating_sub(client_used),
-            Target::Etcd { .. } => process_used,
-        });
+        let children_used = now.children.saturating_sub(self.children);
+        // The client runs in this process, as does skiff: skiff's share is the rest of it.
+        let in_process = if target.in_process() {
+            now.process
+                .saturating_sub(self.process)
+                .saturating_sub(client_used)
+        } else {
+            Duration::ZERO
+        };
+        stats.server_cpu = Some(in_process + children_used);
         stats.client_cpu = Some(client_used);
-        stats.rss_after = resident(target.pid());
+        stats.rss_after = target.resident();
     }
 }
 
-/// One line of the comparison.
+/// One line of the comparison: one workload at one level on every system.
 #[derive(Debug, Clone)]
 pub struct Row {
-    /// `create`, `get`, `list` or `watch`.
+    /// `create`, `get`, `list`, `watch`, `churn` or `failover`.
     pub workload: &'static str,
     /// Concurrent clients.
     pub clients: usize,
-    /// skiff's figures.
-    pub skiff: Stats,
-    /// etcd's figures.
-    pub etcd: Stats,
+    /// Each system's figures, in [`Options::systems`]' order.
+    pub stats: Vec<Stats>,
 }
 
 /// The systems under test.
 #[derive(Clone)]
 enum Target {
     Skiff {
+        system: System,
         http: reqwest::Client,
         base: String,
         token: String,
+        /// The etcd it runs on, if any.
+        etcd: Option<Arc<EtcdCluster>>,
     },
     Etcd {
+        system: System,
         http: reqwest::Client,
-        base: String,
-        pid: u32,
+        cluster: Arc<EtcdCluster>,
+        /// The member the next request goes to (modulo the members).
+        next: Arc<AtomicUsize>,
     },
 }
 
 impl Target {
-    /// The process of the system under test (`None`: this one).
-    fn pid(&self) -> Option<u32> {
+    fn system(&self) -> System {
         match self {
-            Target::Skiff { .. } => None,
-            Target::Etcd { pid, .. } => Some(*pid),
+            Target::Skiff { system, .. } | Target::Etcd { system, .. } => *system,
         }
     }
 
-    fn name(&self) -> &'static str {
+    /// Whether the system runs in this process.
+    fn in_process(&self) -> bool {
+        matches!(self, Target::Skiff { .. })
+    }
+
+    /// The system's processes outside this one: the etcd members.
+    fn pids(&self) -> Vec<u32> {
         match self {
-            Target::Skiff { .. } => "skiff",
-            Target::Etcd { .. } => "etcd",
+            Target::Skiff { etcd: None, .. } => Vec::new(),
+            Target::Skiff {
+                etcd: Some(cluster),
+                ..
+            }
+            | Target::Etcd { cluster, .. } => cluster.pids(),
         }
+    }
+
+    /// The system's resident memory: this process's if it runs here, and its members'.
+    fn resident(&self) -> Option<u64> {
+        let own = if self.in_process() {
+            resident(None)?
+        } else {
+            0
+        };
+        Some(
+            own + self
+                .pids()
+                .into_iter()
+                .filter_map(|p| resident(Some(p)))
+                .sum::<u64>(),
+        )
     }
 
     fn fail(&self, operation: &'static str, reason: impl ToString) -> Error {
         Error::Request {
-            system: self.name(),
+            system: self.system().to_string(),
             operation,
             reason: reason.to_string(),
         }
@@ -386,6 +520,7 @@ impl Target {
         (B64.encode(&prefix), B64.encode(&end))
     }
 
+    /// POSTs `body` to skiff's `url`; the answer must have status `expect`.
     async fn post(
         &self,
         operation: &'static str,
@@ -393,11 +528,12 @@ impl Target {
         body: Value,
         expect: u16,
     ) -> Result<bytes::Bytes> {
-        let request = match self {
-            Target::Skiff { http, token, .. } => http.post(url).bearer_auth(token),
-            Target::Etcd { http, .. } => http.post(url),
+        let Target::Skiff { http, token, .. } = self else {
+            unreachable!("skiff requests go to skiff")
         };
-        let response = request
+        let response = http
+            .post(url)
+            .bearer_auth(token)
             .json(&body)
             .send()
             .await
@@ -408,6 +544,62 @@ impl Target {
             .await
             .map_err(|e| self.fail(operation, e))?;
         if status != expect {
+            return Err(self.fail(
+                operation,
+                format!("status {status}: {}", String::from_utf8_lossy(&bytes)),
+            ));
+        }
+        Ok(bytes)
+    }
+
+    /// Sends `body` to the etcd gateway's `path` (`/v3/kv/put`) on the next member in turn,
+    /// moving on from members that refuse the connection; the answer is the response, whose
+    /// status is not checked.
+    async fn etcd_send(
+        &self,
+        operation: &'static str,
+        path: &str,
+        body: &Value,
+    ) -> Result<reqwest::Response> {
+        let Target::Etcd {
+            http,
+            cluster,
+            next,
+            ..
+        } = self
+        else {
+            unreachable!("etcd requests go to etcd")
+        };
+        let urls = &cluster.urls;
+        let mut last = None;
+        for _ in 0..urls.len() {
+            let url = &urls[next.fetch_add(1, Ordering::Relaxed) % urls.len()];
+            match http.post(format!("{url}{path}")).json(body).send().await {
+                Ok(response) => return Ok(response),
+                Err(e) if e.is_connect() => last = Some(e),
+                Err(e) => return Err(self.fail(operation, e)),
+            }
+        }
+        Err(self.fail(
+            operation,
+            last.map_or_else(|| "no members".into(), |e| e.to_string()),
+        ))
+    }
+
+    /// [`Target::etcd_send`], where the answer must be 200: its body.
+    async fn etcd_call(
+        &self,
+        operation: &'static str,
+        path: &str,
+        body: Value,
+    ) -> Result<bytes::Bytes> {
+        let response = self.etcd_send(operation, path, &body).await?;
+        let status = response.status().as_u16();
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|e| self.fail(operation, e))?;
+        if status != 200 {
             return Err(self.fail(
                 operation,
                 format!("status {status}: {}", String::from_utf8_lossy(&bytes)),
@@ -463,11 +655,10 @@ impl Target {
                 self.post("create", Self::configmaps(base, ns), body, 201)
                     .await?;
             }
-            Target::Etcd { base, .. } => {
+            Target::Etcd { .. } => {
                 let body = json!({"key": B64.encode(Self::etcd_key(ns, name)),
                                   "value": B64.encode(value)});
-                self.post("put", format!("{base}/v3/kv/put"), body, 200)
-                    .await?;
+                self.etcd_call("put", "/v3/kv/put", body).await?;
             }
         }
         Ok(())
@@ -475,16 +666,16 @@ impl Target {
 
     async fn delete(&self, ns: &str, name: &str) -> Result<()> {
         match self {
-            Target::Skiff { http, base, token } => {
+            Target::Skiff {
+                http, base, token, ..
+            } => {
                 let url = format!("{}/{name}", Self::configmaps(base, ns));
                 self.skiff_call(http.delete(url).bearer_auth(token), "delete")
                     .await?;
             }
-            Target::Etcd { base, .. } => {
+            Target::Etcd { .. } => {
                 let body = json!({"key": B64.encode(Self::etcd_key(ns, name))});
-                let bytes = self
-                    .post("delete", format!("{base}/v3/kv/deleterange"), body, 200)
-                    .await?;
+                let bytes = self.etcd_call("delete", "/v3/kv/deleterange", body).await?;
                 if !bytes.windows(10).any(|w| w == b"\"deleted\":") {
                     return Err(self.fail("delete", "key not found"));
                 }
@@ -495,16 +686,16 @@ impl Target {
 
     async fn get(&self, ns: &str, name: &str) -> Result<()> {
         match self {
-            Target::Skiff { http, base, token } => {
+            Target::Skiff {
+                http, base, token, ..
+            } => {
                 let url = format!("{}/{name}", Self::configmaps(base, ns));
                 self.skiff_call(http.get(url).bearer_auth(token), "get")
                     .await?;
             }
-            Target::Etcd { base, .. } => {
+            Target::Etcd { .. } => {
                 let body = json!({"key": B64.encode(Self::etcd_key(ns, name))});
-                let bytes = self
-                    .post("range", format!("{base}/v3/kv/range"), body, 200)
-                    .await?;
+                let bytes = self.etcd_call("range", "/v3/kv/range", body).await?;
                 if !bytes.windows(6).any(|w| w == b"\"kvs\":") {
                     return Err(self.fail("range", "key not found"));
                 }
@@ -516,7 +707,9 @@ impl Target {
     /// Lists the namespace; returns how many objects came back (decoded by the client).
     async fn list(&self, ns: &str) -> Result<usize> {
         let (bytes, items) = match self {
-            Target::Skiff { http, base, token } => {
+            Target::Skiff {
+                http, base, token, ..
+            } => {
                 let response = http
                     .get(Self::configmaps(base, ns))
                     .bearer_auth(token)
@@ -526,12 +719,10 @@ impl Target {
                 let bytes = response.bytes().await.map_err(|e| self.fail("list", e))?;
                 (bytes, "items")
             }
-            Target::Etcd { base, .. } => {
+            Target::Etcd { .. } => {
                 let (key, range_end) = Self::etcd_range(ns);
                 let body = json!({"key": key, "range_end": range_end});
-                let bytes = self
-                    .post("range", format!("{base}/v3/kv/range"), body, 200)
-                    .await?;
+                let bytes = self.etcd_call("range", "/v3/kv/range", body).await?;
                 (bytes, "kvs")
             }
         };
@@ -542,7 +733,9 @@ impl Target {
     /// stream of delivery chunks and the marker that occurs once per event in it.
     async fn watch(&self, ns: &str) -> Result<(reqwest::Response, &'static [u8])> {
         match self {
-            Target::Skiff { http, base, token } => {
+            Target::Skiff {
+                http, base, token, ..
+            } => {
                 // From the current revision, as an informer does after its list.
                 let response = http
                     .get(format!("{}?limit=1", Self::configmaps(base, ns)))
@@ -567,15 +760,10 @@ impl Target {
                 // One line per event (no bookmarks were asked for).
                 Ok((response, b"\n"))
             }
-            Target::Etcd { http, base, .. } => {
+            Target::Etcd { .. } => {
                 let (key, range_end) = Self::etcd_range(ns);
                 let body = json!({"create_request": {"key": key, "range_end": range_end}});
-                let mut response = http
-                    .post(format!("{base}/v3/watch"))
-                    .json(&body)
-                    .send()
-                    .await
-                    .map_err(|e| self.fail("watch", e))?;
+                let mut response = self.etcd_send("watch", "/v3/watch", &body).await?;
                 // The first message says the watch is created.
                 let first = response
                     .chunk()
@@ -844,7 +1032,7 @@ async fn fan_out(
     }
     if !finished {
         tracing::warn!(
-            system = target.name(),
+            system = %target.system(),
             short,
             "fan-out did not complete in 60 s"
         );
@@ -890,17 +1078,13 @@ async fn churn(
         }
     }));
     let start = Instant::now();
-    let mut samples = vec![(
-        Duration::ZERO,
-        0,
-        resident(target.pid()).unwrap_or_default(),
-    )];
+    let mut samples = vec![(Duration::ZERO, 0, target.resident().unwrap_or_default())];
     while start.elapsed() + sample <= duration {
         tokio::time::sleep(sample).await;
         samples.push((
             start.elapsed(),
             done.load(Ordering::Relaxed),
-            resident(target.pid()).unwrap_or_default(),
+            target.resident().unwrap_or_default(),
         ));
     }
     let mut stats = run
@@ -909,22 +1093,172 @@ async fn churn(
     samples.push((
         start.elapsed(),
         stats.ops,
-        resident(target.pid()).unwrap_or_default(),
+        target.resident().unwrap_or_default(),
     ));
     stats.rss_samples = samples;
     Ok(stats)
 }
 
-/// A running etcd child process, killed on drop.
-struct Etcd {
-    child: Child,
-    base: String,
+/// An etcd cluster of child processes on loopback, each member on a temp data dir of its own
+/// (default fsync, heartbeat and election timeout); killed on drop.
+struct EtcdCluster {
+    binary: PathBuf,
+    /// `--initial-cluster`.
+    initial: String,
+    /// The members' client URLs, in member order.
+    urls: Vec<String>,
+    members: std::sync::Mutex<Vec<Member>>,
 }
 
-impl Drop for Etcd {
+struct Member {
+    name: String,
+    dir: PathBuf,
+    client: String,
+    peer: String,
+    child: Option<Child>,
+}
+
+impl EtcdCluster {
+    /// Starts `members` members under `dir` and waits until the cluster answers a quorum read
+    /// on every member.
+    async fn start(binary: &Path, dir: &Path, members: usize) -> Result<EtcdCluster> {
+        let mut list = Vec::new();
+        for i in 0..members {
+            let name = format!("m{i}");
+            list.push(Member {
+                dir: dir.join(format!("etcd{members}-{name}")),
+                client: format!("http://127.0.0.1:{}", free_port()?),
+                peer: format!("http://127.0.0.1:{}", free_port()?),
+                name,
+                child: None,
+            });
+        }
+        let initial = list
+            .iter()
+            .map(|m| format!("{}={}", m.name, m.peer))
+            .collect::<Vec<_>>()
+            .join(",");
+        let cluster = EtcdCluster {
+            binary: binary.to_path_buf(),
+            initial,
+            urls: list.iter().map(|m| m.client.clone()).collect(),
+            members: std::sync::Mutex::new(list),
+        };
+        for i in 0..members {
+            cluster.spawn(i)?;
+        }
+        for i in 0..members {
+            cluster.wait_serving(i).await?;
+        }
+        Ok(cluster)
+    }
+
+    fn error(&self, reason: impl ToString) -> Error {
+        Error::Etcd {
+            path: self.binary.clone(),
+            reason: reason.to_string(),
+        }
+    }
+
+    /// Starts member `i` (again: its data dir makes it rejoin).
+    fn spawn(&self, i: usize) -> Result<()> {
+        let mut members = self.members.lock().expect("members");
+        let member = &mut members[i];
+        let child = Command::new(&self.binary)
+            .arg(format!("--name={}", member.name))
+            .arg(format!("--data-dir={}", member.dir.display()))
+            .arg(format!("--listen-client-urls={}", member.client))
+            .arg(format!("--advertise-client-urls={}", member.client))
+            .arg(format!("--listen-peer-urls={}", member.peer))
+            .arg(format!("--initial-advertise-peer-urls={}", member.peer))
+            .arg(format!("--initial-cluster={}", self.initial))
+            .arg("--initial-cluster-token=skiff-bench")
+            .arg("--logger=zap")
+            .arg("--log-level=error")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| self.error(e))?;
+        member.child = Some(child);
+        Ok(())
+    }
+
+    /// Waits until member `i` answers a quorum read (so the cluster has a leader).
+    async fn wait_serving(&self, i: usize) -> Result<()> {
+        let http = reqwest::Client::new();
+        for _ in 0..400 {
+            let ready = http
+                .post(format!("{}/v3/kv/range", self.urls[i]))
+                .json(&json!({"key": B64.encode("/")}))
+                .timeout(Duration::from_secs(2))
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success());
+            if ready {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Err(self.error(format!(
+            "member {} not answering on {} after 20 s",
+            i, self.urls[i]
+        )))
+    }
+
+    /// The running members' processes.
+    fn pids(&self) -> Vec<u32> {
+        let members = self.members.lock().expect("members");
+        members
+            .iter()
+            .filter_map(|m| m.child.as_ref().map(Child::id))
+            .collect()
+    }
+
+    /// The member that is the leader now, as the running members' status says.
+    async fn leader(&self) -> Result<usize> {
+        let http = reqwest::Client::new();
+        let id = |v: &Value| {
+            v.as_str()
+                .map(str::to_string)
+                .or(v.as_u64().map(|n| n.to_string()))
+        };
+        for (i, url) in self.urls.iter().enumerate() {
+            let Ok(response) = http
+                .post(format!("{url}/v3/maintenance/status"))
+                .json(&json!({}))
+                .timeout(Duration::from_secs(2))
+                .send()
+                .await
+            else {
+                continue;
+            };
+            let Ok(status) = response.json::<Value>().await else {
+                continue;
+            };
+            let (me, leader) = (id(&status["header"]["member_id"]), id(&status["leader"]));
+            if me.is_some() && me == leader {
+                return Ok(i);
+            }
+        }
+        Err(self.error("no member says it is the leader"))
+    }
+
+    /// SIGKILLs member `i`.
+    fn kill(&self, i: usize) {
+        let mut members = self.members.lock().expect("members");
+        if let Some(mut child) = members[i].child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for EtcdCluster {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        for i in 0..self.urls.len() {
+            self.kill(i);
+        }
     }
 }
 
@@ -937,52 +1271,7 @@ fn free_port() -> Result<u16> {
         .port())
 }
 
-async fn start_etcd(binary: &Path, dir: &Path) -> Result<Etcd> {
-    let etcd_err = |reason: String| Error::Etcd {
-        path: binary.to_path_buf(),
-        reason,
-    };
-    let (client, peer) = (free_port()?, free_port()?);
-    let client_url = format!("http://127.0.0.1:{client}");
-    let peer_url = format!("http://127.0.0.1:{peer}");
-    let child = Command::new(binary)
-        .arg("--name=bench")
-        .arg(format!("--data-dir={}", dir.join("etcd").display()))
-        .arg(format!("--listen-client-urls={client_url}"))
-        .arg(format!("--advertise-client-urls={client_url}"))
-        .arg(format!("--listen-peer-urls={peer_url}"))
-        .arg(format!("--initial-advertise-peer-urls={peer_url}"))
-        .arg(format!("--initial-cluster=bench={peer_url}"))
-        .arg("--logger=zap")
-        .arg("--log-level=error")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| etcd_err(e.to_string()))?;
-    let etcd = Etcd {
-        child,
-        base: client_url,
-    };
-    let http = reqwest::Client::new();
-    for _ in 0..200 {
-        let ready = http
-            .post(format!("{}/v3/kv/range", etcd.base))
-            .json(&json!({"key": B64.encode("/")}))
-            .send()
-            .await
-            .is_ok_and(|r| r.status().is_success());
-        if ready {
-            return Ok(etcd);
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    Err(etcd_err(
-        "not answering on its client URL after 10 s".into(),
-    ))
-}
-
-/// The in-process skiff API server; stopped on drop.
+/// An in-process skiff API server; stopped on drop.
 struct Skiff {
     base: String,
     token: String,
@@ -1000,7 +1289,15 @@ impl Drop for Skiff {
     }
 }
 
-fn start_skiff(dir: &Path, threads: usize, cache_bytes: Option<u64>) -> Result<Skiff> {
+/// Where an in-process skiff keeps its log.
+enum Log<'a> {
+    /// The embedded log, with this page cache (the store's default when `None`).
+    Sled(Option<u64>),
+    /// etcd at these client URLs.
+    Etcd(&'a [String]),
+}
+
+fn start_skiff(dir: &Path, threads: usize, log: Log<'_>) -> Result<Skiff> {
     use crate::{auth, server, tls};
     tls::install_crypto_provider();
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -1013,24 +1310,40 @@ fn start_skiff(dir: &Path, threads: usize, cache_bytes: Option<u64>) -> Result<S
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(String, String, String)>>();
     let dir = dir.to_path_buf();
     let token = shutdown.clone();
+    let etcd_endpoints = match log {
+        Log::Etcd(urls) => Some(urls.to_vec()),
+        Log::Sled(_) => None,
+    };
+    let cache_bytes = match log {
+        Log::Sled(bytes) => bytes,
+        Log::Etcd(_) => None,
+    };
     let thread = std::thread::spawn(move || {
         runtime.block_on(async move {
             let setup = async {
                 let fail = |e: &dyn std::fmt::Display| Error::Skiff(e.to_string());
-                let defaults = skiff_store::Config::new(dir.join("skiff").join("db"));
-                let store_config = skiff_store::Config {
-                    cache_capacity: cache_bytes.unwrap_or(defaults.cache_capacity),
-                    prefix_retention: server::HIGH_CHURN_PREFIXES
-                        .iter()
-                        .map(|(prefix, versions)| skiff_store::PrefixRetention {
-                            prefix: prefix.as_bytes().to_vec(),
-                            max_versions: *versions,
-                        })
-                        .collect(),
-                    ..defaults
+                let store: Arc<dyn skiff_store::Store> = match etcd_endpoints {
+                    Some(endpoints) => Arc::new(
+                        skiff_store::EtcdStore::connect(skiff_store::etcd::Config::new(endpoints))
+                            .await
+                            .map_err(|e| fail(&e))?,
+                    ),
+                    None => {
+                        let defaults = skiff_store::Config::new(dir.join("skiff").join("db"));
+                        let store_config = skiff_store::Config {
+                            cache_capacity: cache_bytes.unwrap_or(defaults.cache_capacity),
+                            prefix_retention: server::HIGH_CHURN_PREFIXES
+                                .iter()
+                                .map(|(prefix, versions)| skiff_store::PrefixRetention {
+                                    prefix: prefix.as_bytes().to_vec(),
+                                    max_versions: *versions,
+                                })
+                                .collect(),
+                            ..defaults
+                        };
+                        Arc::new(skiff_store::SledStore::open(store_config).map_err(|e| fail(&e))?)
+                    }
                 };
-                let store = skiff_store::SledStore::open(store_config).map_err(|e| fail(&e))?;
-                let store: Arc<dyn skiff_store::Store> = Arc::new(store);
                 let api =
                     server::ApiServer::new(store.clone(), server::Config::default(), token.clone())
                         .await
@@ -1095,7 +1408,7 @@ fn start_skiff(dir: &Path, threads: usize, cache_bytes: Option<u64>) -> Result<S
     })
 }
 
-/// Runs every workload at every level on both systems; returns the rows in order.
+/// Runs every workload at every level on every system; returns the rows in order.
 /// `progress` is called with each row as it is measured.
 pub async fn run(options: &Options, mut progress: impl FnMut(&Row)) -> Result<Vec<Row>> {
     let base_dir = options.dir.clone().unwrap_or_else(std::env::temp_dir);
@@ -1111,10 +1424,19 @@ async fn run_in(
     dir: &Path,
     progress: &mut impl FnMut(&Row),
 ) -> Result<Vec<Row>> {
-    let skiff = start_skiff(dir, options.server_threads, options.store_cache_bytes)?;
-    let etcd = start_etcd(&options.etcd, dir).await?;
-    let ca = reqwest::Certificate::from_pem(skiff.ca_pem.as_bytes())
-        .map_err(|e| Error::Setup(e.to_string()))?;
+    if options.systems.is_empty() {
+        return Err(Error::Setup("no systems to measure".into()));
+    }
+    crate::tls::install_crypto_provider();
+    // One etcd cluster per size, shared by skiff on it and by its own API.
+    let mut clusters = std::collections::BTreeMap::<usize, Arc<EtcdCluster>>::new();
+    for members in options.systems.iter().filter_map(|s| s.members()) {
+        if let std::collections::btree_map::Entry::Vacant(slot) = clusters.entry(members) {
+            slot.insert(Arc::new(
+                EtcdCluster::start(&options.etcd, dir, members).await?,
+            ));
+        }
+    }
     let client = |builder: reqwest::ClientBuilder| {
         builder
             .http1_only()
@@ -1122,18 +1444,37 @@ async fn run_in(
             .build()
             .map_err(|e| Error::Setup(e.to_string()))
     };
-    let targets = [
-        Target::Skiff {
+    let plain = client(reqwest::Client::builder())?;
+    // The in-process servers, stopped when this returns.
+    let mut servers = Vec::new();
+    let mut targets = Vec::new();
+    for &system in &options.systems {
+        let cluster = system.members().map(|m| clusters[&m].clone());
+        if let System::Etcd(_) = system {
+            targets.push(Target::Etcd {
+                system,
+                http: plain.clone(),
+                cluster: cluster.expect("etcd has members"),
+                next: Arc::new(AtomicUsize::new(0)),
+            });
+            continue;
+        }
+        let log = match &cluster {
+            Some(cluster) => Log::Etcd(&cluster.urls),
+            None => Log::Sled(options.store_cache_bytes),
+        };
+        let skiff = start_skiff(&dir.join(system.to_string()), options.server_threads, log)?;
+        let ca = reqwest::Certificate::from_pem(skiff.ca_pem.as_bytes())
+            .map_err(|e| Error::Setup(e.to_string()))?;
+        targets.push(Target::Skiff {
+            system,
             http: client(reqwest::Client::builder().tls_certs_only([ca]))?,
             base: skiff.base.clone(),
             token: skiff.token.clone(),
-        },
-        Target::Etcd {
-            http: client(reqwest::Client::builder())?,
-            base: etcd.base.clone(),
-            pid: etcd.child.id(),
-        },
-    ];
+            etcd: cluster,
+        });
+        servers.push(skiff);
+    }
     // The client's requests run on the caller's runtime's worker threads (the caller itself may
     // be its main thread, named `main`): one of them says what they are called.
     let client_threads =
@@ -1165,14 +1506,11 @@ async fn run_in(
                 mark.settle(target, &client_threads, &mut run);
                 stats.push(run);
             }
-            let etcd_stats = stats.pop().expect("two systems");
-            let skiff_stats = stats.pop().expect("two systems");
             push(
                 Row {
                     workload: "create",
                     clients,
-                    skiff: skiff_stats,
-                    etcd: etcd_stats,
+                    stats,
                 },
                 &mut rows,
             );
@@ -1197,14 +1535,11 @@ async fn run_in(
                 mark.settle(target, &client_threads, &mut run);
                 stats.push(run);
             }
-            let etcd_stats = stats.pop().expect("two systems");
-            let skiff_stats = stats.pop().expect("two systems");
             push(
                 Row {
                     workload: "get",
                     clients,
-                    skiff: skiff_stats,
-                    etcd: etcd_stats,
+                    stats,
                 },
                 &mut rows,
             );
@@ -1244,14 +1579,11 @@ async fn run_in(
                     .await,
                 );
             }
-            let etcd_stats = stats.pop().expect("two systems");
-            let skiff_stats = stats.pop().expect("two systems");
             push(
                 Row {
                     workload: "list",
                     clients: concurrency,
-                    skiff: skiff_stats,
-                    etcd: etcd_stats,
+                    stats,
                 },
                 &mut rows,
             );
@@ -1274,14 +1606,11 @@ async fn run_in(
                     .await?,
                 );
             }
-            let etcd_stats = stats.pop().expect("two systems");
-            let skiff_stats = stats.pop().expect("two systems");
             push(
                 Row {
                     workload: "watch",
                     clients,
-                    skiff: skiff_stats,
-                    etcd: etcd_stats,
+                    stats,
                 },
                 &mut rows,
             );
@@ -1306,22 +1635,140 @@ async fn run_in(
                 mark.settle(target, &client_threads, &mut run);
                 stats.push(run);
             }
-            let etcd_stats = stats.pop().expect("two systems");
-            let skiff_stats = stats.pop().expect("two systems");
             push(
                 Row {
                     workload: "churn",
                     clients,
-                    skiff: skiff_stats,
-                    etcd: etcd_stats,
+                    stats,
                 },
                 &mut rows,
             );
         }
     }
-    drop(etcd);
-    drop(skiff);
+    // The etcd leader killed under writes, on the systems on three members or more.
+    if wants(Workload::Failover) {
+        let mut stats = Vec::new();
+        for target in &targets {
+            stats.push(match target.system().members() {
+                Some(members) if members >= 3 => {
+                    failover(target, &clusters[&members], options.failover_rounds, &value).await?
+                }
+                _ => Stats::default(),
+            });
+        }
+        push(
+            Row {
+                workload: "failover",
+                clients: 1,
+                stats,
+            },
+            &mut rows,
+        );
+    }
+    drop(targets);
+    drop(servers);
+    drop(clusters);
     Ok(rows)
+}
+
+/// Failover: `rounds` times, writes are sent every 10 ms (each on its own, whatever the ones
+/// before it are waiting for), the etcd leader is SIGKILLed, and the time from the kill to the
+/// first acknowledged write sent after it is taken; then the member is started again and
+/// caught up. `ops` is the rounds, p50 the median time and p99 the longest; `errors` the writes
+/// that failed or took over 30 s.
+async fn failover(
+    target: &Target,
+    cluster: &EtcdCluster,
+    rounds: usize,
+    value: &Arc<String>,
+) -> Result<Stats> {
+    const NS: &str = "failover";
+    target.namespace(NS).await?;
+    let started = Instant::now();
+    let failed = Arc::new(AtomicU64::new(0));
+    let mut times = Vec::new();
+    for round in 0..rounds {
+        let killed_at = Arc::new(std::sync::Mutex::new(None::<Instant>));
+        let (acked_tx, mut acked_rx) = tokio::sync::mpsc::unbounded_channel::<Instant>();
+        let stop = CancellationToken::new();
+        let prober = {
+            let (t, v, killed_at, stop, failed) = (
+                target.clone(),
+                value.clone(),
+                killed_at.clone(),
+                stop.clone(),
+                failed.clone(),
+            );
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(Duration::from_millis(10));
+                for i in 0u64.. {
+                    tokio::select! {
+                        _ = stop.cancelled() => break,
+                        _ = tick.tick() => {}
+                    }
+                    let (t, v, killed_at, acked_tx, failed) = (
+                        t.clone(),
+                        v.clone(),
+                        killed_at.clone(),
+                        acked_tx.clone(),
+                        failed.clone(),
+                    );
+                    tokio::spawn(async move {
+                        let sent = Instant::now();
+                        let name = format!("r{round}-{i}");
+                        let write = t.create(NS, &name, &v);
+                        match tokio::time::timeout(Duration::from_secs(30), write).await {
+                            Ok(Ok(())) => {
+                                let after_kill = killed_at
+                                    .lock()
+                                    .expect("kill time")
+                                    .is_some_and(|at| sent >= at);
+                                if after_kill {
+                                    let _ = acked_tx.send(Instant::now());
+                                }
+                            }
+                            _ => {
+                                failed.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    });
+                }
+            })
+        };
+        // Writes flow for a second before the leader goes.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let leader = cluster.leader().await?;
+        cluster.kill(leader);
+        let at = Instant::now();
+        *killed_at.lock().expect("kill time") = Some(at);
+        let acked = tokio::time::timeout(Duration::from_secs(60), acked_rx.recv()).await;
+        stop.cancel();
+        let _ = prober.await;
+        match acked {
+            Ok(Some(when)) => times.push(when - at),
+            _ => {
+                return Err(target.fail(
+                    "failover",
+                    format!(
+                        "no write acknowledged within 60 s of killing the leader (round {round})"
+                    ),
+                ));
+            }
+        }
+        cluster.spawn(leader)?;
+        cluster.wait_serving(leader).await?;
+        // The member catches up before the next round.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    let (p50, _) = percentiles(times.clone());
+    Ok(Stats {
+        ops: times.len() as u64,
+        elapsed: started.elapsed(),
+        p50,
+        p99: times.iter().max().copied().unwrap_or_default(),
+        errors: failed.load(Ordering::Relaxed),
+        ..Stats::default()
+    })
 }
 
 fn ms(d: Duration) -> String {
@@ -1336,59 +1783,108 @@ fn mib(bytes: Option<u64>) -> String {
     bytes.map_or_else(|| "-".into(), |b| format!("{:.1}", b as f64 / 1048576.0))
 }
 
-/// The rows as a Markdown table. The CPU columns are microseconds per operation (a churn
-/// operation is a create and its delete): the system's (for skiff, this process but the client's
-/// threads) and the bench client's; memory is VmRSS after the run (skiff's includes the client).
-pub fn table(rows: &[Row]) -> String {
-    let mut out = String::from(
-        "| workload | clients | skiff ops/s | etcd ops/s | skiff / etcd | skiff p50 / p99 ms | etcd p50 / p99 ms | errors (skiff, etcd) | server CPU µs/op (skiff, etcd) | client CPU µs/op (skiff, etcd) | VmRSS after, MiB (skiff, etcd) |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+/// The rows as Markdown: each system's rate per workload and level, with each skiff's rate
+/// divided by its reference etcd's (see [`System`]); then one line per system with latencies,
+/// errors, CPU per operation in microseconds (the system's and the bench client's; a churn
+/// operation is a create and its delete) and resident memory after the run; then the failover
+/// times. A workload's latencies under `watch` are its writes'.
+pub fn table(systems: &[System], rows: &[Row]) -> String {
+    let ratios: Vec<(usize, usize)> = systems
+        .iter()
+        .enumerate()
+        .filter_map(|(i, system)| {
+            let reference = system.reference(systems)?;
+            Some((i, systems.iter().position(|s| *s == reference)?))
+        })
+        .collect();
+    let measured = || rows.iter().filter(|r| r.workload != "failover");
+    let mut out = String::from("| workload | clients |");
+    for system in systems {
+        out.push_str(&format!(" {system} ops/s |"));
+    }
+    for (i, reference) in &ratios {
+        out.push_str(&format!(" {} / {} |", systems[*i], systems[*reference]));
+    }
+    out.push_str(&format!(
+        "\n|---|---|{}\n",
+        "---|".repeat(systems.len() + ratios.len())
+    ));
+    for row in measured() {
+        out.push_str(&format!("| {} | {} |", row.workload, row.clients));
+        for stats in &row.stats {
+            out.push_str(&format!(" {:.0} |", stats.rate()));
+        }
+        for (i, reference) in &ratios {
+            let ratio = row.stats[*i].rate() / row.stats[*reference].rate().max(1e-9);
+            out.push_str(&format!(" {ratio:.2} |"));
+        }
+        out.push('\n');
+    }
+    out.push_str(
+        "\n| workload | clients | system | p50 / p99 ms | errors | server CPU µs/op | client CPU µs/op | VmRSS after, MiB |\n|---|---|---|---|---|---|---|---|\n",
     );
-    for row in rows {
-        out.push_str(&format!(
-            "| {} | {} | {:.0} | {:.0} | {:.2} | {} / {} | {} / {} | {}, {} | {}, {} | {}, {} | {}, {} |\n",
-            row.workload,
-            row.clients,
-            row.skiff.rate(),
-            row.etcd.rate(),
-            row.skiff.rate() / row.etcd.rate().max(1e-9),
-            ms(row.skiff.p50),
-            ms(row.skiff.p99),
-            ms(row.etcd.p50),
-            ms(row.etcd.p99),
-            row.skiff.errors,
-            row.etcd.errors,
-            us(row.skiff.server_us_per_op()),
-            us(row.etcd.server_us_per_op()),
-            us(row.skiff.client_us_per_op()),
-            us(row.etcd.client_us_per_op()),
-            mib(row.skiff.rss_after),
-            mib(row.etcd.rss_after),
-        ));
+    for row in measured() {
+        for (system, stats) in systems.iter().zip(&row.stats) {
+            out.push_str(&format!(
+                "| {} | {} | {system} | {} / {} | {} | {} | {} | {} |\n",
+                row.workload,
+                row.clients,
+                ms(stats.p50),
+                ms(stats.p99),
+                stats.errors,
+                us(stats.server_us_per_op()),
+                us(stats.client_us_per_op()),
+                mib(stats.rss_after),
+            ));
+        }
+    }
+    for row in rows.iter().filter(|r| r.workload == "failover") {
+        out.push_str(
+            "\nfailover: the etcd leader SIGKILLed to the first acknowledged write sent after it\n| system | rounds | p50 ms | max ms | writes failed or over 30 s |\n|---|---|---|---|---|\n",
+        );
+        for (system, stats) in systems.iter().zip(&row.stats) {
+            if stats.ops > 0 {
+                out.push_str(&format!(
+                    "| {system} | {} | {} | {} | {} |\n",
+                    stats.ops,
+                    ms(stats.p50),
+                    ms(stats.p99),
+                    stats.errors
+                ));
+            }
+        }
     }
     out
 }
 
-/// The churn rows' memory samples, one line per sample: seconds, operations so far and VmRSS
-/// in MiB of each system.
-pub fn churn_series(rows: &[Row]) -> String {
+/// The churn rows' memory samples, one line per sample: seconds, then each system's
+/// operations so far and VmRSS in MiB.
+pub fn churn_series(systems: &[System], rows: &[Row]) -> String {
     let mut out = String::new();
-    for row in rows.iter().filter(|r| !r.skiff.rss_samples.is_empty()) {
+    for row in rows.iter().filter(|r| r.workload == "churn") {
         out.push_str(&format!(
-            "\nchurn x{}: seconds, create+delete pairs so far, VmRSS MiB\n| s | skiff ops | skiff MiB | etcd ops | etcd MiB |\n|---|---|---|---|---|\n",
+            "\nchurn x{}: seconds, create+delete pairs so far, VmRSS MiB\n| s |",
             row.clients
         ));
-        let etcd = &row.etcd.rss_samples;
-        for (i, (at, ops, rss)) in row.skiff.rss_samples.iter().enumerate() {
-            let (etcd_ops, etcd_rss) = etcd
-                .get(i)
-                .map_or(("-".to_string(), "-".to_string()), |(_, o, r)| {
-                    (o.to_string(), mib(Some(*r)))
-                });
-            out.push_str(&format!(
-                "| {:.0} | {ops} | {} | {etcd_ops} | {etcd_rss} |\n",
-                at.as_secs_f64(),
-                mib(Some(*rss)),
-            ));
+        for system in systems {
+            out.push_str(&format!(" {system} ops | {system} MiB |"));
+        }
+        out.push_str(&format!("\n|---|{}\n", "---|---|".repeat(systems.len())));
+        let samples = row.stats.iter().map(|s| s.rss_samples.len()).max();
+        for i in 0..samples.unwrap_or(0) {
+            let at = row
+                .stats
+                .iter()
+                .find_map(|s| s.rss_samples.get(i))
+                .map_or(0.0, |(at, _, _)| at.as_secs_f64());
+            out.push_str(&format!("| {at:.0} |"));
+            for stats in &row.stats {
+                match stats.rss_samples.get(i) {
+                    Some((_, ops, rss)) => out.push_str(&format!(" {ops} | {} |", mib(Some(*rss)))),
+                    None => out.push_str(" - | - |"),
+                }
+            }
+            out.push('\n');
         }
     }
     out
@@ -1411,22 +1907,21 @@ mod tests {
             (p50, p99),
             (Duration::from_millis(51), Duration::from_millis(99))
         );
+        let rate = |ops| Stats {
+            ops,
+            elapsed: Duration::from_secs(1),
+            ..Stats::default()
+        };
+        let two = [System::Skiff, System::Etcd(1)];
         let rows = [Row {
             workload: "create",
             clients: 1,
-            skiff: Stats {
-                ops: 10,
-                elapsed: Duration::from_secs(1),
-                ..Stats::default()
-            },
-            etcd: Stats {
-                ops: 5,
-                elapsed: Duration::from_secs(1),
-                ..Stats::default()
-            },
+            stats: vec![rate(10), rate(5)],
         }];
-        assert!(table(&rows).contains("| create | 1 | 10 | 5 | 2.00 |"));
-        assert!(table(&rows).contains("| -, - | -, - | -, - |"));
+        let text = table(&two, &rows);
+        assert!(text.contains("| workload | clients | skiff ops/s | etcd ops/s | skiff / etcd |"));
+        assert!(text.contains("| create | 1 | 10 | 5 | 2.00 |"), "{text}");
+        assert!(text.contains("| create | 1 | etcd | 0.00 / 0.00 | 0 | - | - | - |"));
         let stat = "42 (skiff-bench-ser) S 1 2 3 4 5 6 7 8 9 10 250 50 0 0 20 0";
         let (cpu, comm) = stat_cpu(stat).unwrap();
         assert_eq!((cpu, comm), (Duration::from_secs(3), "skiff-bench-ser"));
@@ -1445,14 +1940,80 @@ mod tests {
         let rows = [Row {
             workload: "churn",
             clients: 2,
-            skiff: measured.clone(),
-            etcd: Stats::default(),
+            stats: vec![measured.clone(), Stats::default()],
         }];
+        let text = table(&two, &rows);
         assert!(
-            table(&rows).contains("| 250, - | 100, - | 3.0, - |"),
-            "{}",
-            table(&rows)
+            text.contains("| churn | 2 | skiff | 0.00 / 0.00 | 0 | 250 | 100 | 3.0 |"),
+            "{text}"
         );
-        assert!(churn_series(&rows).contains("| 5 | 100 | 2.0 | - | - |"));
+        let series = churn_series(&two, &rows);
+        assert!(
+            series.contains("| s | skiff ops | skiff MiB | etcd ops | etcd MiB |"),
+            "{series}"
+        );
+        assert!(series.contains("| 5 | 100 | 2.0 | - | - |"), "{series}");
+    }
+
+    #[test]
+    fn systems_parse_name_and_pair_with_their_etcd() {
+        let systems: Vec<System> = ["skiff", "skiff-on-etcd", "skiff-on-etcd3", "etcd", "etcd3"]
+            .iter()
+            .map(|s| s.parse().unwrap())
+            .collect();
+        assert_eq!(
+            systems,
+            [
+                System::Skiff,
+                System::SkiffOnEtcd(1),
+                System::SkiffOnEtcd(3),
+                System::Etcd(1),
+                System::Etcd(3)
+            ]
+        );
+        let names: Vec<String> = systems.iter().map(System::to_string).collect();
+        assert_eq!(
+            names,
+            ["skiff", "skiff-on-etcd", "skiff-on-etcd3", "etcd", "etcd3"]
+        );
+        for bad in ["etcd2", "etcd9", "skiff-on-etcdx", "kine"] {
+            assert!(bad.parse::<System>().is_err(), "{bad}");
+        }
+        assert_eq!(
+            System::SkiffOnEtcd(3).reference(&systems),
+            Some(System::Etcd(3))
+        );
+        assert_eq!(System::Skiff.reference(&systems), Some(System::Etcd(1)));
+        assert_eq!(System::SkiffOnEtcd(3).reference(&[System::Etcd(1)]), None);
+        assert_eq!(System::Etcd(3).reference(&systems), None);
+        // Failover has a table of its own, of the systems that ran it.
+        let failover = Stats {
+            ops: 3,
+            p50: Duration::from_millis(1200),
+            p99: Duration::from_millis(1900),
+            errors: 7,
+            ..Stats::default()
+        };
+        let rows = [Row {
+            workload: "failover",
+            clients: 1,
+            stats: vec![
+                Stats::default(),
+                Stats::default(),
+                failover,
+                Stats::default(),
+                Stats::default(),
+            ],
+        }];
+        let text = table(&systems, &rows);
+        assert!(
+            text.contains("| skiff-on-etcd3 | 3 | 1200.00 | 1900.00 | 7 |"),
+            "{text}"
+        );
+        assert!(!text.contains("| etcd3 | 0"), "{text}");
+        assert!(
+            text.contains("| skiff / etcd | skiff-on-etcd / etcd | skiff-on-etcd3 / etcd3 |"),
+            "{text}"
+        );
     }
 }

@@ -14,7 +14,9 @@ pub enum BenchCommand {
     Scheduler(skiff_scheduler::bench::BenchOptions),
     /// skiff's Kubernetes API (HTTPS, ConfigMaps) against etcd 3.4's v3 JSON gateway, side by side:
     /// creates/s, gets/s, lists of 10k objects and watch fan-out at each concurrency level, with
-    /// each system's CPU per create and get and its resident memory after them.
+    /// each system's CPU per create and get and its resident memory after them. `--systems` adds
+    /// skiff on a 1- or 3-member etcd beside that etcd's own API, and the failover workload times
+    /// a killed etcd leader.
     Api(ApiArgs),
     /// One `skiff server` node: cold start to a Ready node running a pod, resident memory idle
     /// and with N pods, and pod startup latency (create to Running as a watch sees it).
@@ -242,6 +244,8 @@ pub async fn run(command: BenchCommand) -> Result<()> {
         }
         BenchCommand::Api(args) => {
             let options = skiff_api::bench::Options {
+                systems: args.systems,
+                failover_rounds: args.failover_rounds,
                 etcd: args.etcd,
                 dir: args.dir,
                 clients: args.clients,
@@ -257,19 +261,23 @@ pub async fn run(command: BenchCommand) -> Result<()> {
                 churn_names: args.churn_names,
                 ..Default::default()
             };
+            let systems = options.systems.clone();
             let rows = skiff_api::bench::run(&options, |row| {
-                eprintln!(
-                    "{} x{}: skiff {:.0}/s, etcd {:.0}/s",
-                    row.workload,
-                    row.clients,
-                    row.skiff.rate(),
-                    row.etcd.rate()
-                );
+                let rates: Vec<String> = systems
+                    .iter()
+                    .zip(&row.stats)
+                    .filter(|(_, stats)| row.workload != "failover" || stats.ops > 0)
+                    .map(|(system, stats)| match row.workload {
+                        "failover" => format!("{system} {}", micros(stats.p50)),
+                        _ => format!("{system} {:.0}/s", stats.rate()),
+                    })
+                    .collect();
+                eprintln!("{} x{}: {}", row.workload, row.clients, rates.join(", "));
             })
             .await
             .context("the API benchmark failed")?;
-            print!("{}", skiff_api::bench::table(&rows));
-            print!("{}", skiff_api::bench::churn_series(&rows));
+            print!("{}", skiff_api::bench::table(&systems, &rows));
+            print!("{}", skiff_api::bench::churn_series(&systems, &rows));
             Ok(())
         }
     }
@@ -278,6 +286,14 @@ pub async fn run(command: BenchCommand) -> Result<()> {
 /// Flags of `skiff bench api`.
 #[derive(Debug, clap::Args)]
 pub struct ApiArgs {
+    /// The systems, side by side in this order: `skiff` (its embedded log), `skiff-on-etcdN`
+    /// (skiff's API on an etcd of N members; `skiff-on-etcd` is one), `etcdN` (that etcd's own
+    /// API; `etcd` is one). A cluster of each size is started once and shared.
+    #[arg(long, value_delimiter = ',', default_value = "skiff,etcd")]
+    systems: Vec<skiff_api::bench::System>,
+    /// Rounds of the `failover` workload (the etcd leader killed in each).
+    #[arg(long, default_value_t = 3)]
+    failover_rounds: usize,
     /// The etcd 3.4 binary (Debian package `etcd-server`).
     #[arg(long, default_value = "etcd")]
     etcd: PathBuf,
@@ -300,7 +316,8 @@ pub struct ApiArgs {
     #[arg(long, default_value_t = 200)]
     watch_events: usize,
     /// Which workloads run (create, get, list, watch; churn only when named: create and delete
-    /// in a loop with resident memory sampled).
+    /// in a loop with resident memory sampled; failover only when named: the etcd leader killed
+    /// under writes, on systems on three members or more).
     #[arg(long, value_delimiter = ',', default_value = "create,get,list,watch")]
     workloads: Vec<skiff_api::bench::Workload>,
     /// Lists in flight at once per system, whatever the level (each holds megabytes).
