@@ -710,14 +710,8 @@ impl Target {
             Target::Skiff {
                 http, base, token, ..
             } => {
-                let response = http
-                    .get(Self::configmaps(base, ns))
-                    .bearer_auth(token)
-                    .send()
-                    .await
-                    .map_err(|e| self.fail("list", e))?;
-                let bytes = response.bytes().await.map_err(|e| self.fail("list", e))?;
-                (bytes, "items")
+                let request = http.get(Self::configmaps(base, ns)).bearer_auth(token);
+                (self.skiff_call(request, "list").await?, "items")
             }
             Target::Etcd { .. } => {
                 let (key, range_end) = Self::etcd_range(ns);

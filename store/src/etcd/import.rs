@@ -366,7 +366,7 @@ impl Importer {
     pub async fn abort(&mut self) -> std::result::Result<(), String> {
         let inner = &self.inner;
         let whole = inner.layout.whole();
-        let mut kv = inner.client.kv_client();
+        let mut kv = inner.kv_client();
         let delete = kv.delete(
             whole.start.clone(),
             Some(ec::DeleteOptions::new().with_range(whole.end.clone())),
@@ -481,7 +481,7 @@ impl Importer {
             ec::Compare::mod_revision(clock, ec::CompareOp::Equal, self.clock as i64)
         };
         let txn = ec::Txn::new().when(vec![guard]).and_then(ops);
-        let kv = inner.client.kv_client().max_encoding_message_size(64 << 20);
+        let kv = inner.kv_client();
         let sent = inner.send(|| {
             let (mut kv, txn) = (kv.clone(), txn.clone());
             async move { kv.txn(txn).await }

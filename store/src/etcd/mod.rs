@@ -436,7 +436,20 @@ fn tls_options(tls: &Tls) -> Result<ec::TlsOptions> {
     Ok(options)
 }
 
+/// The largest gRPC message the client sends or takes, as etcd's own Go client (`MaxInt32`):
+/// tonic's default of 4 MiB would fail a list of a few thousand objects, which etcd answers in
+/// one message. Requests stay bounded by [`Config::max_request_bytes`].
+const MESSAGE_LIMIT: usize = i32::MAX as usize;
+
 impl Inner {
+    /// A KV client without tonic's 4 MiB message limit (see [`MESSAGE_LIMIT`]).
+    fn kv_client(&self) -> ec::KvClient {
+        self.client
+            .kv_client()
+            .max_decoding_message_size(MESSAGE_LIMIT)
+            .max_encoding_message_size(MESSAGE_LIMIT)
+    }
+
     fn check_open(&self) -> Result<()> {
         if self.closed.load(Ordering::Acquire) {
             Err(Error::Closed)
@@ -588,7 +601,7 @@ impl Inner {
     async fn get(&self, options: ec::GetOptions, key: Vec<u8>) -> Result<ec::GetResponse> {
         let r = self
             .read("range", || {
-                let mut kv = self.client.kv_client();
+                let mut kv = self.kv_client();
                 let key = key.clone();
                 let options = options.clone();
                 async move { kv.get(key, Some(options)).await }
@@ -613,7 +626,7 @@ impl Inner {
         let key2 = key.clone();
         let result = self
             .read("range", || {
-                let mut kv = self.client.kv_client();
+                let mut kv = self.kv_client();
                 let key = key2.clone();
                 let options = options.clone();
                 async move { kv.get(key, Some(options)).await }
@@ -686,7 +699,7 @@ impl Inner {
         let key = self.layout.clock_key();
         let probe = self
             .read("compaction probe", || {
-                let mut kv = self.client.kv_client();
+                let mut kv = self.kv_client();
                 let key = key.clone();
                 async move {
                     kv.get(
@@ -812,7 +825,7 @@ impl Inner {
         let mut client = self
             .client
             .watch_client()
-            .max_decoding_message_size(64 << 20);
+            .max_decoding_message_size(MESSAGE_LIMIT);
         match tokio::time::timeout(
             self.config.request_timeout,
             client.watch(range.start.clone(), Some(options)),
@@ -976,7 +989,7 @@ impl Inner {
                 keys::MARKER_VALUE.to_vec(),
                 None,
             )]);
-        let kv = self.client.kv_client();
+        let kv = self.kv_client();
         let sent = self.send(|| {
             let (mut kv, txn) = (kv.clone(), txn.clone());
             async move { kv.txn(txn).await }
@@ -1011,7 +1024,7 @@ impl Inner {
             let read = async {
                 let mut attempts = 2 * self.config.endpoints.len() + 1;
                 loop {
-                    let mut kv = self.client.kv_client();
+                    let mut kv = self.kv_client();
                     let options = ec::GetOptions::new().with_count_only();
                     match kv.get(self.layout.clock_key(), Some(options)).await {
                         Err(e) if attempts > 1 && never_sent(&e) => attempts -= 1,
@@ -1053,7 +1066,7 @@ impl Inner {
             encode_clock(self.next_time(), None),
             None,
         )]);
-        let kv = self.client.kv_client();
+        let kv = self.kv_client();
         let sent = self.send(|| {
             let (mut kv, txn) = (kv.clone(), txn.clone());
             async move { kv.txn(txn).await }
@@ -1200,7 +1213,7 @@ impl Inner {
         if revision <= self.compacted() {
             return Ok(());
         }
-        let kv = self.client.kv_client();
+        let kv = self.kv_client();
         let call = self.send(|| {
             let mut kv = kv.clone();
             async move { kv.compact((revision - 1) as i64, None).await }
@@ -1474,7 +1487,7 @@ impl Store for EtcdStore {
             .when(compares)
             .and_then(success)
             .or_else(failure_ops);
-        let kv = inner.client.kv_client().max_encoding_message_size(64 << 20);
+        let kv = inner.kv_client();
         let response = match inner
             .send(|| {
                 let (mut kv, request) = (kv.clone(), request.clone());

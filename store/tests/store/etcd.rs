@@ -685,3 +685,42 @@ async fn concurrent_writes_each_answer_their_own_revision() {
     }
     store.close().await.unwrap();
 }
+
+/// A read bigger than gRPC's default message limit (4 MiB) comes back whole, as a plain range
+/// and as a range inside a txn: a list of 10,000 1 KiB ConfigMaps is about 12 MiB.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_over_four_mebibytes_comes_back_whole() {
+    let Some(server) = EtcdServer::start() else {
+        return;
+    };
+    let (store, _) = fresh_store(&server).await;
+    let value = vec![b'x'; 1 << 20];
+    for i in 0..6 {
+        store
+            .put(format!("/big/{i}").into_bytes(), value.clone(), None)
+            .await
+            .expect("put 1 MiB");
+    }
+    let read = store
+        .range(RangeRequest::new(KeyRange::prefix(b"/big/".to_vec())))
+        .await
+        .expect("a 6 MiB range");
+    assert_eq!(read.kvs.len(), 6);
+    assert!(read.kvs.iter().all(|kv| kv.value == value));
+    let txn = store
+        .txn(Txn {
+            compare: vec![],
+            success: vec![Op::Range(RangeRequest::new(KeyRange::prefix(
+                b"/big/".to_vec(),
+            )))],
+            failure: vec![],
+            tag: None,
+        })
+        .await
+        .expect("a txn reading 6 MiB");
+    match &txn.responses[0] {
+        OpResponse::Range(r) => assert_eq!(r.kvs.len(), 6),
+        other => panic!("{other:?}"),
+    }
+    store.close().await.unwrap();
+}
