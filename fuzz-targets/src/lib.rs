@@ -15,11 +15,12 @@
 //! - [`text`]: selectors, quantities, `continue` tokens, `resourceVersion`, points in history,
 //!   CronJob schedules.
 //! - [`store`]: the data dir's records and the export archive.
-//! - [`files`]: the `--config` file.
+//! - [`files`]: the `--config` file, the node's registries.yaml and kubeconfigs.
 //!
-//! Two parsers live in crates too heavy to build for a fuzz run (`skiff-api`'s points in
-//! history, the `skiff` binary's config file); their files have no dependency on the rest of
-//! their crate and are compiled in here by path (`point`, `config_file`).
+//! Three parsers live in crates too heavy to build for a fuzz run (`skiff-api`'s points in
+//! history, the `skiff` binary's config file, the kubelet's registries.yaml); their files have
+//! no dependency on the rest of their crate and are compiled in here by path (`point`,
+//! `config_file`, `files::registries`).
 
 #![recursion_limit = "256"]
 
@@ -51,6 +52,8 @@ pub const TARGETS: &[Target] = &[
     ("store_record", store::record),
     ("archive", store::archive),
     ("config_file", files::config_file),
+    ("registries_yaml", files::registries_yaml),
+    ("kubeconfig", files::kubeconfig),
 ];
 
 /// The input as text, if it is UTF-8 (every text parser here takes `&str`: HTTP query values and

@@ -16,17 +16,15 @@
 //! the kubelet as `--registry-hosts-dir`), which containerd reads on every pull. Credentials go
 //! with each pull (CRI `AuthConfig`), after those of the pod's `imagePullSecrets`.
 
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
+mod config;
+
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
+use config::endpoint_host;
+pub use config::{Auth, HostConfig, MARKER, Mirror, Registries, Tls};
 
 use crate::pull_secrets::split_image;
 use crate::runtime::RegistryAuth;
-
-/// First line of every `hosts.toml` written here: a file without it is not ours to replace.
-pub const MARKER: &str = "# written by skiff from its registries.yaml";
 
 /// Why the registry configuration could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -50,83 +48,7 @@ pub enum Error {
     },
 }
 
-/// A registries.yaml.
-#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
-pub struct Registries {
-    /// Mirrors by the registry host images name.
-    #[serde(default)]
-    pub mirrors: BTreeMap<String, Mirror>,
-    /// Settings by registry (or mirror) host.
-    #[serde(default)]
-    pub configs: BTreeMap<String, HostConfig>,
-}
-
-/// The endpoints that serve a registry's images, tried in order before the registry itself.
-#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
-pub struct Mirror {
-    /// `http://host:port` (plain HTTP) or `https://host` URLs; a bare host is HTTPS.
-    #[serde(default)]
-    pub endpoint: Vec<String>,
-}
-
-/// Settings of one host.
-#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
-pub struct HostConfig {
-    /// Its credentials.
-    #[serde(default)]
-    pub auth: Option<Auth>,
-    /// Its TLS settings.
-    #[serde(default)]
-    pub tls: Option<Tls>,
-}
-
-/// Credentials of a host.
-#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
-pub struct Auth {
-    /// User.
-    #[serde(default)]
-    pub username: String,
-    /// Password.
-    #[serde(default)]
-    pub password: String,
-}
-
-/// TLS settings of a host.
-#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
-pub struct Tls {
-    /// Do not verify the host's certificate.
-    #[serde(default)]
-    pub insecure_skip_verify: bool,
-    /// A CA bundle to verify it with.
-    #[serde(default)]
-    pub ca_file: Option<PathBuf>,
-}
-
-/// The host of an endpoint URL (`http://h:p/x` -> `h:p`).
-fn endpoint_host(endpoint: &str) -> &str {
-    let rest = endpoint.split_once("://").map_or(endpoint, |(_, r)| r);
-    rest.split('/').next().unwrap_or(rest)
-}
-
-/// An endpoint as a URL (a bare host is HTTPS).
-fn endpoint_url(endpoint: &str) -> String {
-    let url = if endpoint.contains("://") {
-        endpoint.to_string()
-    } else {
-        format!("https://{endpoint}")
-    };
-    url.trim_end_matches('/').to_string()
-}
-
 impl Registries {
-    /// Parses registries.yaml text.
-    pub fn parse(text: &str) -> Result<Self, String> {
-        if text.trim().is_empty() {
-            return Ok(Self::default());
-        }
-        serde_saphyr::from_str(text).map_err(|e| e.to_string())
-    }
-
     /// Reads `path`; `None` when there is no such file.
     pub fn load(path: &Path) -> Result<Option<Self>, Error> {
         match std::fs::read_to_string(path) {
@@ -141,67 +63,6 @@ impl Registries {
                 path: path.to_path_buf(),
                 source,
             }),
-        }
-    }
-
-    /// The `hosts.toml` of each registry it configures (mirrored, or with TLS settings), by
-    /// directory name (the host).
-    pub fn hosts_files(&self) -> BTreeMap<String, String> {
-        let mut out = BTreeMap::new();
-        let mut hosts: Vec<&String> = self.mirrors.keys().collect();
-        hosts.extend(
-            self.configs
-                .keys()
-                .filter(|h| self.configs[*h].tls.is_some() && !self.mirrors.contains_key(*h)),
-        );
-        for host in hosts {
-            let server = if host == "docker.io" {
-                "https://registry-1.docker.io".to_string()
-            } else {
-                endpoint_url(host)
-            };
-            let mut text = format!("{MARKER}\nserver = {server:?}\n");
-            let endpoints = self
-                .mirrors
-                .get(host)
-                .map(|m| m.endpoint.clone())
-                .unwrap_or_default();
-            for endpoint in &endpoints {
-                let url = endpoint_url(endpoint);
-                let _ = write!(
-                    text,
-                    "\n[host.{url:?}]\n  capabilities = [\"pull\", \"resolve\"]\n"
-                );
-                self.write_tls(&mut text, endpoint_host(endpoint));
-            }
-            if let Some(tls) = self.configs.get(host).and_then(|c| c.tls.as_ref()) {
-                // The registry's own TLS settings, at the top level (for `server`).
-                let mut own = String::new();
-                if tls.insecure_skip_verify {
-                    own.push_str("skip_verify = true\n");
-                }
-                if let Some(ca) = &tls.ca_file {
-                    let _ = writeln!(own, "ca = {:?}", ca.display().to_string());
-                }
-                text = text.replacen(
-                    &format!("server = {server:?}\n"),
-                    &format!("server = {server:?}\n{own}"),
-                    1,
-                );
-            }
-            out.insert(host.replace('/', "_"), text);
-        }
-        out
-    }
-
-    fn write_tls(&self, text: &mut String, host: &str) {
-        if let Some(tls) = self.configs.get(host).and_then(|c| c.tls.as_ref()) {
-            if tls.insecure_skip_verify {
-                text.push_str("  skip_verify = true\n");
-            }
-            if let Some(ca) = &tls.ca_file {
-                let _ = writeln!(text, "  ca = {:?}", ca.display().to_string());
-            }
         }
     }
 
@@ -293,8 +154,8 @@ configs:
             files["docker.io"],
             format!(
                 "{MARKER}\nserver = \"https://registry-1.docker.io\"\n\n\
-                 [host.\"http://127.0.0.1:5000\"]\n  capabilities = [\"pull\", \"resolve\"]\n\n\
-                 [host.\"https://mirror.example\"]\n  capabilities = [\"pull\", \"resolve\"]\n  skip_verify = true\n"
+                 [host.\"http://127.0.0.1:5000\"]\ncapabilities = [\"pull\", \"resolve\"]\n\n\
+                 [host.\"https://mirror.example\"]\ncapabilities = [\"pull\", \"resolve\"]\nskip_verify = true\n"
             )
         );
         assert_eq!(
@@ -334,6 +195,43 @@ configs:
         );
         // Ours are rewritten on the next start.
         assert_eq!(r.write_hosts(dir.path()).unwrap().len(), 3);
+    }
+
+    /// Quotes, backslashes and control characters in what the YAML says stay what they are in
+    /// the TOML (Rust's `{:?}` escaping, which this once used, writes `\u{7}`: not TOML).
+    #[test]
+    fn what_the_yaml_says_comes_back_out_of_the_toml() {
+        let r = Registries::parse(
+            "mirrors:\n  docker.io:\n    endpoint: [\"http://q\\\"uote\\u0007bell:5000/\"]\n\
+             configs:\n  docker.io:\n    tls: {ca_file: \"C:\\\\ca \\\"x\\\".pem\"}\n",
+        )
+        .unwrap();
+        let files = r.hosts_files();
+        let doc: toml_edit::DocumentMut = files["docker.io"].parse().expect("TOML");
+        assert_eq!(doc["server"].as_str(), Some("https://registry-1.docker.io"));
+        assert_eq!(doc["ca"].as_str(), Some("C:\\ca \"x\".pem"));
+        let hosts: Vec<&str> = doc["host"]
+            .as_table()
+            .unwrap()
+            .iter()
+            .map(|(k, _)| k)
+            .collect();
+        assert_eq!(hosts, ["http://q\"uote\u{7}bell:5000"]);
+    }
+
+    #[test]
+    fn a_host_that_is_not_one_directory_is_refused() {
+        for bad in ["..", ".", "", "a/b", "a\\b", "a b", "x\u{1b}"] {
+            let quoted = serde_json::to_string(bad).unwrap();
+            for yaml in [
+                format!("mirrors:\n  {quoted}:\n    endpoint: []\n"),
+                format!("configs:\n  {quoted}:\n    tls: {{insecure_skip_verify: true}}\n"),
+            ] {
+                let err = Registries::parse(&yaml).unwrap_err();
+                assert!(err.contains("is not a registry host"), "{yaml}: {err}");
+            }
+        }
+        assert!(Registries::parse("mirrors:\n  \"10.0.0.5:5000\": {}\n").is_ok());
     }
 
     #[test]

@@ -1,0 +1,6 @@
+//! Fuzz target `kubeconfig`: see `skiff_fuzz_targets::TARGETS`.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    skiff_fuzz_targets::run("kubeconfig", data);
+});
