@@ -538,6 +538,16 @@ impl Target {
             .send()
             .await
             .map_err(|e| self.fail(operation, e))?;
+        self.answer(operation, response, expect).await
+    }
+
+    /// The body of `response`, whose status must be `expect`.
+    async fn answer(
+        &self,
+        operation: &'static str,
+        response: reqwest::Response,
+        expect: u16,
+    ) -> Result<bytes::Bytes> {
         let status = response.status().as_u16();
         let bytes = response
             .bytes()
@@ -594,18 +604,7 @@ impl Target {
         body: Value,
     ) -> Result<bytes::Bytes> {
         let response = self.etcd_send(operation, path, &body).await?;
-        let status = response.status().as_u16();
-        let bytes = response
-            .bytes()
-            .await
-            .map_err(|e| self.fail(operation, e))?;
-        if status != 200 {
-            return Err(self.fail(
-                operation,
-                format!("status {status}: {}", String::from_utf8_lossy(&bytes)),
-            ));
-        }
-        Ok(bytes)
+        self.answer(operation, response, 200).await
     }
 
     /// Sends a bodiless request to skiff and reads the answer, which must be 200.
@@ -615,15 +614,7 @@ impl Target {
         operation: &'static str,
     ) -> Result<bytes::Bytes> {
         let response = request.send().await.map_err(|e| self.fail(operation, e))?;
-        let status = response.status().as_u16();
-        let bytes = response
-            .bytes()
-            .await
-            .map_err(|e| self.fail(operation, e))?;
-        if status != 200 {
-            return Err(self.fail(operation, format!("status {status}")));
-        }
-        Ok(bytes)
+        self.answer(operation, response, 200).await
     }
 
     /// Makes the namespace `ns` exist (skiff; etcd has no such thing).

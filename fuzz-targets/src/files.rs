@@ -102,7 +102,9 @@ pub fn kubeconfig(data: &[u8]) {
             .auth_infos
             .iter()
             .filter_map(|a| a.auth_info.as_ref())
-            .any(|a| a.client_certificate.is_some() || a.client_key.is_some() || a.token_file.is_some());
+            .any(|a| {
+                a.client_certificate.is_some() || a.client_key.is_some() || a.token_file.is_some()
+            });
     if names_a_file {
         return;
     }
