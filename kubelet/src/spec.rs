@@ -392,18 +392,23 @@ pub fn parse_quantity(q: &str) -> Option<f64> {
     q.parse().ok()
 }
 
-/// The container's `resources.limits` for memory and cpu.
+/// The container's `resources.limits` for memory and cpu, and its cpu request (the limit when
+/// only a limit is set, as the API defaults a request).
 pub fn limits(container: &Container) -> Limits {
-    let get = |name: &str| -> Option<&Quantity> {
-        container.resources.as_ref()?.limits.as_ref()?.get(name)
-    };
+    let resources = container.resources.as_ref();
+    let get = |name: &str| -> Option<&Quantity> { resources?.limits.as_ref()?.get(name) };
+    let millis = |q: &Quantity| parse_quantity(&q.0).map(|v| (v * 1000.0).ceil() as u64);
+    let cpu_millis = get("cpu").and_then(millis);
+    let cpu_request_millis = resources
+        .and_then(|r| r.requests.as_ref()?.get("cpu"))
+        .and_then(millis)
+        .or(cpu_millis);
     Limits {
         memory: get("memory")
             .and_then(|q| parse_quantity(&q.0))
             .map(|v| v as u64),
-        cpu_millis: get("cpu")
-            .and_then(|q| parse_quantity(&q.0))
-            .map(|v| (v * 1000.0).ceil() as u64),
+        cpu_millis,
+        cpu_request_millis,
     }
 }
 
@@ -692,9 +697,27 @@ mod tests {
             limits(&c),
             Limits {
                 memory: Some(128 << 20),
-                cpu_millis: Some(250)
+                cpu_millis: Some(250),
+                // No request: the limit, as the API defaults it.
+                cpu_request_millis: Some(250),
             }
         );
+        let requested = Container {
+            resources: Some(ResourceRequirements {
+                requests: Some(BTreeMap::from([("cpu".into(), Quantity("0.1".into()))])),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(
+            limits(&requested),
+            Limits {
+                memory: None,
+                cpu_millis: None,
+                cpu_request_millis: Some(100),
+            }
+        );
+        assert_eq!(limits(&Container::default()), Limits::default());
     }
 
     #[test]

@@ -704,6 +704,7 @@ impl Runtime for CriRuntime {
             cpu_period: config.limits.cpu_millis.map_or(0, |_| 100_000),
             // cpu.max quota in microseconds per 100 ms period.
             cpu_quota: config.limits.cpu_millis.map_or(0, |m| m as i64 * 100),
+            cpu_shares: super::cpu_shares(config.limits.cpu_request_millis) as i64,
             ..Default::default()
         };
         let network = if host_network {

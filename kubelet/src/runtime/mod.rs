@@ -128,13 +128,28 @@ pub struct Mount {
     pub read_only: bool,
 }
 
-/// Resource limits from the container's `resources.limits`.
+/// Resource limits from the container's `resources.limits`, and its CPU request.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Limits {
     /// Memory limit in bytes.
     pub memory: Option<u64>,
     /// CPU limit in millicores.
     pub cpu_millis: Option<u64>,
+    /// CPU request in millicores (`resources.requests.cpu`, else the limit, as the API
+    /// defaults it): the container's share of CPU under contention ([`cpu_shares`]).
+    #[serde(default)]
+    pub cpu_request_millis: Option<u64>,
+}
+
+/// The cgroup CPU shares of a CPU request, as the Kubernetes kubelet computes them: 1,024 per
+/// core, at least 2 (also what a container without a request gets, so that it yields to every
+/// container that asked for CPU), at most 262,144.
+pub fn cpu_shares(request_millis: Option<u64>) -> u64 {
+    const MIN: u64 = 2;
+    const MAX: u64 = 262_144;
+    request_millis.map_or(MIN, |millis| {
+        (millis.saturating_mul(1024) / 1000).clamp(MIN, MAX)
+    })
 }
 
 /// Everything a runtime needs to start one container, already resolved by the kubelet.
@@ -534,3 +549,20 @@ pub trait Runtime: Send + Sync + 'static {
 /// Reasons of runs the kubelet ended itself (its shutdown, its restart): restarted whatever the
 /// restart policy, without back-off.
 pub const KUBELET_ENDED: [&str; 2] = ["Shutdown", "Orphaned"];
+
+#[cfg(test)]
+mod cpu_share_tests {
+    use super::cpu_shares;
+
+    #[test]
+    fn cpu_requests_become_shares_as_the_kubelet_computes_them() {
+        assert_eq!(cpu_shares(None), 2);
+        assert_eq!(cpu_shares(Some(0)), 2);
+        assert_eq!(cpu_shares(Some(1)), 2);
+        assert_eq!(cpu_shares(Some(100)), 102);
+        assert_eq!(cpu_shares(Some(250)), 256);
+        assert_eq!(cpu_shares(Some(1000)), 1024);
+        assert_eq!(cpu_shares(Some(300_000)), 262_144);
+        assert_eq!(cpu_shares(Some(u64::MAX)), 262_144);
+    }
+}

@@ -1638,6 +1638,7 @@ mod tests {
         cfg.limits = Limits {
             memory: Some(64 << 20),
             cpu_millis: Some(500),
+            cpu_request_millis: Some(500),
         };
         let c = rt.start(cfg.clone()).await.unwrap();
         assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);

@@ -217,6 +217,7 @@ fn containerd_pods_through_kubectl() {
     imported_images(&env);
     deployment_and_service(&env);
     restarts_and_oom(&env);
+    cpu_request_and_limit(&env);
     pull_errors(&env);
     pull_secrets(&env);
     mirrors(&env);
@@ -545,6 +546,32 @@ fn restarts_and_oom(env: &Env) {
         env.get(&["logs", "oom"])
     );
     assert_eq!(p["status"]["phase"], "Failed");
+}
+
+/// A CPU request and limit become the container's cgroup settings, as the Kubernetes kubelet
+/// sets them: shares of 1,024 per requested core, a CFS quota of the limit per 100 ms period.
+/// The container reads its own cgroup (v1 here; runc's v2 weight for the same shares on a
+/// cgroup v2 host).
+fn cpu_request_and_limit(env: &Env) {
+    let mut pod = env.pod(
+        "shares",
+        "Never",
+        1,
+        "cat /sys/fs/cgroup/cpu/cpu.shares /sys/fs/cgroup/cpu/cpu.cfs_quota_us 2>/dev/null \
+         || cat /sys/fs/cgroup/cpu.weight /sys/fs/cgroup/cpu.max",
+    );
+    pod["spec"]["containers"][0]["resources"] =
+        json!({"requests": {"cpu": "250m"}, "limits": {"cpu": "500m"}});
+    env.apply(pod);
+    env.wait("shares done", || {
+        env.field("shares", ".status.phase") == "Succeeded"
+    });
+    let out = env.ok(&["logs", "shares"]);
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines == ["256", "50000"] || lines == ["10", "50000 100000"],
+        "cgroup settings of a 250m request and 500m limit: {out:?}"
+    );
 }
 
 /// A missing image: `ErrImagePull` with the registry's message, then `ImagePullBackOff`, seen
