@@ -1275,14 +1275,14 @@ impl Drop for Skiff {
 }
 
 /// Where an in-process skiff keeps its log.
-enum Log<'a> {
+enum Log {
     /// The embedded log, with this page cache (the store's default when `None`).
     Sled(Option<u64>),
     /// etcd at these client URLs.
-    Etcd(&'a [String]),
+    Etcd(Vec<String>),
 }
 
-fn start_skiff(dir: &Path, threads: usize, log: Log<'_>) -> Result<Skiff> {
+fn start_skiff(dir: &Path, threads: usize, log: Log) -> Result<Skiff> {
     use crate::{auth, server, tls};
     tls::install_crypto_provider();
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -1295,25 +1295,17 @@ fn start_skiff(dir: &Path, threads: usize, log: Log<'_>) -> Result<Skiff> {
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(String, String, String)>>();
     let dir = dir.to_path_buf();
     let token = shutdown.clone();
-    let etcd_endpoints = match log {
-        Log::Etcd(urls) => Some(urls.to_vec()),
-        Log::Sled(_) => None,
-    };
-    let cache_bytes = match log {
-        Log::Sled(bytes) => bytes,
-        Log::Etcd(_) => None,
-    };
     let thread = std::thread::spawn(move || {
         runtime.block_on(async move {
             let setup = async {
                 let fail = |e: &dyn std::fmt::Display| Error::Skiff(e.to_string());
-                let store: Arc<dyn skiff_store::Store> = match etcd_endpoints {
-                    Some(endpoints) => Arc::new(
+                let store: Arc<dyn skiff_store::Store> = match log {
+                    Log::Etcd(endpoints) => Arc::new(
                         skiff_store::EtcdStore::connect(skiff_store::etcd::Config::new(endpoints))
                             .await
                             .map_err(|e| fail(&e))?,
                     ),
-                    None => {
+                    Log::Sled(cache_bytes) => {
                         let defaults = skiff_store::Config::new(dir.join("skiff").join("db"));
                         let store_config = skiff_store::Config {
                             cache_capacity: cache_bytes.unwrap_or(defaults.cache_capacity),
@@ -1445,7 +1437,7 @@ async fn run_in(
             continue;
         }
         let log = match &cluster {
-            Some(cluster) => Log::Etcd(&cluster.urls),
+            Some(cluster) => Log::Etcd(cluster.urls.clone()),
             None => Log::Sled(options.store_cache_bytes),
         };
         let skiff = start_skiff(&dir.join(system.to_string()), options.server_threads, log)?;

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
+use crate::watching::resumed_watch;
 use serde_json::{Value, json};
 use skiff_tests::{Component, TestCluster, eventually, processes_under, skiff_ok};
 
@@ -188,62 +188,24 @@ async fn watch(
     from: u64,
 ) -> (Vec<Change>, u32) {
     let mut seen: Vec<Change> = Vec::new();
-    let mut resumes = 0;
-    let mut rv = from;
-    while !stop.load(Ordering::Relaxed) {
-        let url = format!(
-            "{base}/api/v1/namespaces/{NAMESPACE}/configmaps?watch=1&resourceVersion={rv}&allowWatchBookmarks=true"
-        );
-        let Ok(response) = http.get(&url).bearer_auth(&token).send().await else {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            continue;
-        };
-        let code = response.status().as_u16();
-        if code >= 500 {
-            // Still starting up after a kill.
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            continue;
-        }
-        assert_eq!(
-            code, 200,
-            "watch from {rv} refused (a resume point must stay valid)"
-        );
-        let mut body = response.bytes_stream();
-        let mut buffer = Vec::new();
-        loop {
-            let chunk = tokio::select! {
-                chunk = body.next() => chunk,
-                _ = tokio::time::sleep(Duration::from_millis(500)) => {
-                    if stop.load(Ordering::Relaxed) { break } else { continue }
-                }
-            };
-            let Some(Ok(chunk)) = chunk else { break };
-            buffer.extend_from_slice(&chunk);
-            while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
-                let line: Vec<u8> = buffer.drain(..=end).collect();
-                let event: Value = serde_json::from_slice(&line).expect("a watch event");
-                let kind = event["type"].as_str().unwrap().to_string();
-                assert_ne!(kind, "ERROR", "the watch failed: {event}");
-                let object = &event["object"];
-                let at: u64 = object["metadata"]["resourceVersion"]
-                    .as_str()
-                    .unwrap()
-                    .parse()
-                    .unwrap();
-                rv = at;
-                if kind == "BOOKMARK" {
-                    continue;
-                }
-                seen.push((
-                    at,
-                    kind,
-                    object["metadata"]["name"].as_str().unwrap().to_string(),
-                    object["data"]["value"].as_str().map(str::to_string),
-                ));
-            }
-        }
-        resumes += 1;
-    }
+    let path = format!("/api/v1/namespaces/{NAMESPACE}/configmaps");
+    let resumes = resumed_watch(
+        &http,
+        &[base],
+        &token,
+        &path,
+        &stop,
+        from,
+        |at, kind, object| {
+            seen.push((
+                at,
+                kind.to_string(),
+                object["metadata"]["name"].as_str().unwrap().to_string(),
+                object["data"]["value"].as_str().map(str::to_string),
+            ));
+        },
+    )
+    .await;
     (seen, resumes)
 }
 

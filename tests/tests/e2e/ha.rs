@@ -15,31 +15,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
+use crate::watching::resumed_watch;
 use serde_json::{Value, json};
 use skiff_tests::etcd::EtcdCluster;
 use skiff_tests::{Component, Kubectl, TestCluster, eventually};
 
-use crate::leader::{ACQUIRED, PodCleanup, TIMING};
+use crate::leader::{ACQUIRED, PodCleanup, TIMING, deployment};
 
 const NAMESPACE: &str = "ha";
 const WRITERS: usize = 32;
-const DEPLOYMENT: &str = r#"
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: steady, namespace: ha}
-spec:
-  replicas: 2
-  selector: {matchLabels: {app: steady}}
-  template:
-    metadata: {labels: {app: steady}}
-    spec:
-      terminationGracePeriodSeconds: 2
-      containers:
-      - name: main
-        image: busybox
-        command: ["sh", "-c", "while true; do sleep 1; done"]
-"#;
 
 /// What the writers were told.
 #[derive(Default)]
@@ -125,61 +109,20 @@ async fn watch(
     from: u64,
     seen: Arc<Mutex<Vec<Change>>>,
 ) -> u32 {
-    let mut rv = from;
-    let mut server = 0;
-    let mut resumes = 0;
-    while !stop.load(Ordering::Relaxed) {
-        let url = format!(
-            "{}/api/v1/namespaces/{NAMESPACE}/configmaps?watch=1&resourceVersion={rv}&allowWatchBookmarks=true",
-            servers[server]
-        );
-        let response = match http.get(&url).bearer_auth(&token).send().await {
-            Ok(r) if r.status().as_u16() < 500 => r,
-            _ => {
-                server = 1 - server;
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                continue;
-            }
-        };
-        assert_eq!(
-            response.status().as_u16(),
-            200,
-            "watch from {rv} refused (a resume point must stay valid)"
-        );
-        let mut body = response.bytes_stream();
-        let mut buffer = Vec::new();
-        loop {
-            let chunk = tokio::select! {
-                chunk = body.next() => chunk,
-                _ = tokio::time::sleep(Duration::from_millis(500)) => {
-                    if stop.load(Ordering::Relaxed) { break } else { continue }
-                }
-            };
-            let Some(Ok(chunk)) = chunk else { break };
-            buffer.extend_from_slice(&chunk);
-            while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
-                let line: Vec<u8> = buffer.drain(..=end).collect();
-                let event: Value = serde_json::from_slice(&line).expect("a watch event");
-                let kind = event["type"].as_str().unwrap().to_string();
-                assert_ne!(kind, "ERROR", "the watch failed: {event}");
-                let object = &event["object"];
-                let at: u64 = object["metadata"]["resourceVersion"]
-                    .as_str()
-                    .unwrap()
-                    .parse()
-                    .unwrap();
-                rv = at;
-                if kind != "BOOKMARK" {
-                    let name = object["metadata"]["name"].as_str().unwrap().to_string();
-                    seen.lock().unwrap().push((at, kind, name));
-                }
-            }
-        }
-        // The connection ended: its server may be gone; go on at the other.
-        server = 1 - server;
-        resumes += 1;
-    }
-    resumes
+    let path = format!("/api/v1/namespaces/{NAMESPACE}/configmaps");
+    resumed_watch(
+        &http,
+        &servers,
+        &token,
+        &path,
+        &stop,
+        from,
+        |at, kind, object| {
+            let name = object["metadata"]["name"].as_str().unwrap().to_string();
+            seen.lock().unwrap().push((at, kind.to_string(), name));
+        },
+    )
+    .await
 }
 
 fn ready_replicas(k: &Kubectl) -> i64 {
@@ -264,7 +207,7 @@ fn the_cluster_loses_nothing_when_etcds_leader_an_api_server_and_the_controller_
     ]);
     let kb = b.kubectl();
     kb.ok(&["create", "namespace", NAMESPACE]);
-    kb.ok_with_input(&["apply", "-f", "-"], DEPLOYMENT);
+    kb.ok_with_input(&["apply", "-f", "-"], &deployment("steady", NAMESPACE));
     assert!(
         eventually(Duration::from_secs(60), || ready_replicas(&kb) == 2),
         "the Deployment did not become ready before the faults:\n{}",

@@ -21,10 +21,17 @@ const LEASE_DURATION: Duration = Duration::from_secs(6);
 
 pub(crate) const ACQUIRED: &str = "successfully acquired the leader lease";
 
+/// A Deployment of two pods that sleep, named `name` in `namespace`.
+pub(crate) fn deployment(name: &str, namespace: &str) -> String {
+    DEPLOYMENT
+        .replace("NAMESPACE", namespace)
+        .replace("NAME", name)
+}
+
 const DEPLOYMENT: &str = r#"
 apiVersion: apps/v1
 kind: Deployment
-metadata: {name: NAME, namespace: default}
+metadata: {name: NAME, namespace: NAMESPACE}
 spec:
   replicas: 2
   selector: {matchLabels: {app: NAME}}
@@ -156,7 +163,7 @@ fn a_standby_takes_over_within_the_lease_duration_when_the_leader_is_killed() {
     let transitions = lease_field(&k, "kube-controller-manager", "leaseTransitions");
 
     // The leaders run the cluster.
-    k.ok_with_input(&["apply", "-f", "-"], &DEPLOYMENT.replace("NAME", "before"));
+    k.ok_with_input(&["apply", "-f", "-"], &deployment("before", "default"));
     assert!(
         eventually(Duration::from_secs(90), || ready_replicas(&k, "before")
             == 2),
@@ -168,7 +175,7 @@ fn a_standby_takes_over_within_the_lease_duration_when_the_leader_is_killed() {
     cm_leader.kill();
     s_leader.kill();
     let killed = Instant::now();
-    k.ok_with_input(&["apply", "-f", "-"], &DEPLOYMENT.replace("NAME", "after"));
+    k.ok_with_input(&["apply", "-f", "-"], &deployment("after", "default"));
     assert!(
         eventually(Duration::from_secs(30), || {
             cm_standby.log_text().contains(ACQUIRED) && s_standby.log_text().contains(ACQUIRED)
@@ -286,10 +293,7 @@ fn two_servers_on_one_etcd_run_one_controller_manager_and_one_scheduler() {
     // A's machine dies: B's singletons take over, and B's cluster goes on.
     a.kill();
     let killed = Instant::now();
-    kb.ok_with_input(
-        &["apply", "-f", "-"],
-        &DEPLOYMENT.replace("NAME", "failover"),
-    );
+    kb.ok_with_input(&["apply", "-f", "-"], &deployment("failover", "default"));
     assert!(
         eventually(Duration::from_secs(30), || b
             .log_text()

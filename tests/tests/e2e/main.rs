@@ -31,5 +31,6 @@ mod storage;
 mod streaming;
 mod top;
 mod ui;
+mod watching;
 mod webhooks;
 mod workloads;
