@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 use skiff_tests::etcd::EtcdCluster;
 use skiff_tests::{Component, Kubectl, TestCluster, eventually};
 
-use crate::leader::{ACQUIRED, PodCleanup, TIMING, deployment};
+use crate::leader::{ACQUIRED, PodCleanup, TIMING, deployment, ready_replicas};
 
 const NAMESPACE: &str = "ha";
 const WRITERS: usize = 32;
@@ -125,22 +125,6 @@ async fn watch(
     .await
 }
 
-fn ready_replicas(k: &Kubectl) -> i64 {
-    k.run(&[
-        "get",
-        "deployment",
-        "steady",
-        "-n",
-        NAMESPACE,
-        "-o",
-        "jsonpath={.status.readyReplicas}",
-    ])
-    .stdout
-    .trim()
-    .parse()
-    .unwrap_or(0)
-}
-
 /// Of two replicas, the one whose log says it took the lease.
 fn leader<'a>(what: &str, a: &'a mut Component, b: &'a mut Component) -> &'a mut Component {
     let holds = |c: &Component| c.log_text().contains(ACQUIRED);
@@ -209,7 +193,9 @@ fn the_cluster_loses_nothing_when_etcds_leader_an_api_server_and_the_controller_
     kb.ok(&["create", "namespace", NAMESPACE]);
     kb.ok_with_input(&["apply", "-f", "-"], &deployment("steady", NAMESPACE));
     assert!(
-        eventually(Duration::from_secs(60), || ready_replicas(&kb) == 2),
+        eventually(Duration::from_secs(60), || ready_replicas(
+            &kb, "steady", NAMESPACE
+        ) == 2),
         "the Deployment did not become ready before the faults:\n{}",
         kb.run(&["get", "pods,nodes", "-A", "-o", "wide"]).stdout
     );
@@ -298,7 +284,9 @@ fn the_cluster_loses_nothing_when_etcds_leader_an_api_server_and_the_controller_
         "--replicas=3",
     ]);
     assert!(
-        eventually(Duration::from_secs(90), || ready_replicas(&kb) == 3),
+        eventually(Duration::from_secs(90), || ready_replicas(
+            &kb, "steady", NAMESPACE
+        ) == 3),
         "the Deployment did not converge after the faults:\n{}\n{}",
         kb.run(&["get", "pods,nodes", "-A", "-o", "wide"]).stdout,
         b.log_text()

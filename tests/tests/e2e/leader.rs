@@ -69,11 +69,14 @@ fn lease_field(k: &Kubectl, name: &str, field: &str) -> String {
     .to_string()
 }
 
-fn ready_replicas(k: &Kubectl, name: &str) -> i64 {
+/// The Deployment's ready replicas (0 until it reports any).
+pub(crate) fn ready_replicas(k: &Kubectl, name: &str, namespace: &str) -> i64 {
     k.run(&[
         "get",
         "deployment",
         name,
+        "-n",
+        namespace,
         "-o",
         "jsonpath={.status.readyReplicas}",
     ])
@@ -165,8 +168,9 @@ fn a_standby_takes_over_within_the_lease_duration_when_the_leader_is_killed() {
     // The leaders run the cluster.
     k.ok_with_input(&["apply", "-f", "-"], &deployment("before", "default"));
     assert!(
-        eventually(Duration::from_secs(90), || ready_replicas(&k, "before")
-            == 2),
+        eventually(Duration::from_secs(90), || ready_replicas(
+            &k, "before", "default"
+        ) == 2),
         "the Deployment did not converge under the first leaders:\n{}",
         k.run(&["get", "pods", "-o", "wide"]).stdout
     );
@@ -205,7 +209,9 @@ fn a_standby_takes_over_within_the_lease_duration_when_the_leader_is_killed() {
 
     // The cluster goes on: the Deployment created after the kill converges, one ReplicaSet each.
     assert!(
-        eventually(Duration::from_secs(90), || ready_replicas(&k, "after") == 2),
+        eventually(Duration::from_secs(90), || ready_replicas(
+            &k, "after", "default"
+        ) == 2),
         "the Deployment created after the kill did not converge:\n{}\n{}",
         k.run(&["get", "pods", "-o", "wide"]).stdout,
         cm_standby.log_text()
