@@ -4,6 +4,8 @@
 //! made when missing: the node that holds the data makes it (see the local-path provisioner in
 //! skiff-controllers for who removes it).
 //!
+//! An emptyDir with `medium: Memory` is a tmpfs ([`memory`]).
+//!
 //! Volumes live under the pod's directory (`<root-dir>/pods/<uid>/volumes/<kind>/<name>`), except
 //! hostPath, which is the host's path itself. A process cannot have a host path remapped without
 //! mount namespaces, so each container gets a root directory (`<pod dir>/roots/<container>`) in
@@ -18,6 +20,8 @@ use k8s_openapi::api::core::v1::{Container, KeyToPath, Pod};
 
 use crate::runtime::Mount;
 use crate::spec::Sources;
+
+pub mod memory;
 
 /// Why volumes could not be set up (the pod stays `ContainerCreating` with an event).
 #[derive(Debug, thiserror::Error)]
@@ -112,17 +116,36 @@ fn safe_relative(p: &str) -> Result<&Path> {
         .ok_or_else(|| Error::InvalidPath(p.to_string()))
 }
 
-/// Makes the pod's volumes and returns each volume's host path by name. Idempotent: configMap
-/// and secret contents are rewritten so updates reach running pods.
-pub fn prepare(pod: &Pod, pod_dir: &Path, sources: &Sources) -> Result<BTreeMap<String, PathBuf>> {
-    let mut out = BTreeMap::new();
+/// A pod's volumes, made.
+#[derive(Debug, Default)]
+pub struct Prepared {
+    /// Each volume's host path by name.
+    pub paths: BTreeMap<String, PathBuf>,
+    /// What was not made as asked, for a pod event (a memory-backed emptyDir left on disk).
+    pub warnings: Vec<String>,
+}
+
+/// Makes the pod's volumes. Idempotent: configMap and secret contents are rewritten so updates
+/// reach running pods.
+pub fn prepare(pod: &Pod, pod_dir: &Path, sources: &Sources) -> Result<Prepared> {
+    let mut out = Prepared::default();
     let Some(spec) = &pod.spec else {
         return Ok(out);
     };
     for v in spec.volumes.iter().flatten() {
-        let path = if v.empty_dir.is_some() {
+        let path = if let Some(empty) = &v.empty_dir {
             let p = pod_dir.join("volumes/empty-dir").join(&v.name);
             std::fs::create_dir_all(&p).map_err(io(&p))?;
+            if empty.medium.as_deref() == Some("Memory") {
+                let size = memory::size(pod, empty);
+                if let Some(why) = memory::ensure(&p, size).map_err(io(&p))? {
+                    out.warnings
+                        .push(format!("emptyDir {} with medium Memory is {why}", v.name));
+                }
+            }
+            // Writable by whatever user the containers run as, as the Kubernetes kubelet makes
+            // every emptyDir.
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o777)).map_err(io(&p))?;
             p
         } else if let Some(hp) = &v.host_path {
             host_path(&v.name, &hp.path, hp.type_.as_deref().unwrap_or(""))?
@@ -196,7 +219,7 @@ pub fn prepare(pod: &Pod, pod_dir: &Path, sources: &Sources) -> Result<BTreeMap<
         } else {
             return Err(Error::Unsupported(v.name.clone()));
         };
-        out.insert(v.name.clone(), path);
+        out.paths.insert(v.name.clone(), path);
     }
     Ok(out)
 }
@@ -452,7 +475,7 @@ mod tests {
             },
         ]);
         let pod_dir = dir.path().join("pod");
-        let vols = prepare(&p, &pod_dir, &sources()).unwrap();
+        let vols = prepare(&p, &pod_dir, &sources()).unwrap().paths;
         assert!(vols["scratch"].is_dir());
         assert!(host.is_dir());
         assert_eq!(
@@ -509,7 +532,7 @@ mod tests {
             ..Default::default()
         }]);
         let mut s = sources();
-        let vols = prepare(&p, dir.path(), &s).unwrap();
+        let vols = prepare(&p, dir.path(), &s).unwrap().paths;
         assert!(vols["config"].join("b.conf").exists());
         s.config_maps.get_mut("cfg").unwrap().data =
             Some(BTreeMap::from([("a.conf".into(), "A2".into())]));
@@ -630,7 +653,7 @@ mod tests {
             "pending".into(),
             Err("persistentvolumeclaim \"pending\" is not bound".into()),
         );
-        let vols = prepare(&claim("bound"), dir.path(), &s).unwrap();
+        let vols = prepare(&claim("bound"), dir.path(), &s).unwrap().paths;
         assert_eq!(vols["data"], data);
         assert!(data.is_dir(), "the node makes the directory");
         match prepare(&claim("pending"), dir.path(), &s) {

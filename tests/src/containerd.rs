@@ -10,7 +10,9 @@
 //!   (`restrict_oom_score_adj`), or sandboxes fail to start;
 //! - cgroups are hybrid (v1 controllers): runc with `SystemdCgroup = false`;
 //! - the pods' addresses exist only on a bridge of this test and in its network namespaces; no
-//!   masquerade, no route out. Nothing leaves the machine.
+//!   masquerade, no route out. Nothing leaves the machine;
+//! - hostPorts go through the CNI `portmap` plugin (iptables DNAT, and for connections from
+//!   127.0.0.1 a masquerade onto the bridge): the tests reach them on loopback only.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -30,6 +32,7 @@ const PROGRAMS: &[&str] = &[
     "ip",
     "ctr",
     "python3",
+    "iptables",
 ];
 
 /// A running lab.
@@ -358,7 +361,7 @@ fn write_containerd_config(lab: &Lab) {
     std::fs::write(
         r.join("cni/net.d/10-skiff-test.conflist"),
         format!(
-            r#"{{"cniVersion":"1.0.0","name":"skiff-cri-test","plugins":[{{"type":"bridge","bridge":"{}","isGateway":true,"ipMasq":false,"hairpinMode":true,"ipam":{{"type":"host-local","ranges":[[{{"subnet":"{}0/24"}}]],"dataDir":"{}"}}}}]}}"#,
+            r#"{{"cniVersion":"1.0.0","name":"skiff-cri-test","plugins":[{{"type":"bridge","bridge":"{}","isGateway":true,"ipMasq":false,"hairpinMode":true,"ipam":{{"type":"host-local","ranges":[[{{"subnet":"{}0/24"}}]],"dataDir":"{}"}}}},{{"type":"portmap","capabilities":{{"portMappings":true}}}}]}}"#,
             lab.bridge,
             lab.subnet_prefix,
             d("cni/ipam")
@@ -457,6 +460,36 @@ fn kill(pid: i32) {
 }
 
 impl Lab {
+    /// The ids of the containers (not sandboxes) containerd holds for pod `name`, running or
+    /// exited, as `ctr` lists them by the labels the CRI plugin keeps.
+    pub fn containers_of_pod(&self, name: &str) -> Vec<String> {
+        let filter = format!(
+            "labels.\"io.kubernetes.pod.name\"=={name},labels.\"io.cri-containerd.kind\"==container"
+        );
+        let out = Command::new("ctr")
+            .arg("--address")
+            .arg(&self.socket)
+            .args([
+                "--namespace",
+                "k8s.io",
+                "containers",
+                "ls",
+                "--quiet",
+                &filter,
+            ])
+            .output()
+            .expect("running ctr");
+        assert!(
+            out.status.success(),
+            "ctr containers ls: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
     /// What of the lab is still there (for the test's own check of its teardown).
     pub fn leftovers(&self) -> Vec<String> {
         let mut left = Vec::new();

@@ -70,16 +70,22 @@ mod tests {
         let t = target();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
-        let tcp = |port: u16| LifecycleHandler {
+        let tcp = |host: Option<&str>| LifecycleHandler {
             tcp_socket: Some(TCPSocketAction {
                 port: IntOrString::Int(port as i32),
-                host: None,
+                host: host.map(str::to_string),
             }),
             ..Default::default()
         };
-        assert_eq!(run(&tcp(port), &t, Duration::from_secs(2)).await, Ok(()));
+        assert_eq!(run(&tcp(None), &t, Duration::from_secs(2)).await, Ok(()));
+        // Nothing listens on the same port of another loopback address. The listener stays
+        // bound, so no other test can take the port meanwhile (as it could once it was let go).
+        assert!(
+            run(&tcp(Some("127.0.0.2")), &t, Duration::from_secs(2))
+                .await
+                .is_err()
+        );
         drop(listener);
-        assert!(run(&tcp(port), &t, Duration::from_secs(2)).await.is_err());
         // An exec into a container the runtime does not know fails with the runtime's error.
         let exec = LifecycleHandler {
             exec: Some(k8s_openapi::api::core::v1::ExecAction {

@@ -347,7 +347,9 @@ impl Manager {
                 tracing::warn!(%err, %uid, "removing the sandbox of a pod unknown to the API");
             }
             self.shared.ipam.release(&uid);
-            let _ = std::fs::remove_dir_all(self.shared.config.root_dir.join("pods").join(&uid));
+            let pod_dir = self.shared.config.root_dir.join("pods").join(&uid);
+            volumes::memory::unmount_all(&pod_dir);
+            let _ = std::fs::remove_dir_all(pod_dir);
         }
     }
 }
@@ -399,7 +401,7 @@ struct Worker {
     last_error: Option<String>,
     /// Latest probe results by (container id, kind).
     probe_results: HashMap<(String, probe::Kind), bool>,
-    /// Container ids whose runtime warnings were reported.
+    /// Container ids whose runtime warnings were reported, and volume warnings given.
     warned: HashSet<String>,
     probe_tx: mpsc::UnboundedSender<probe::Event>,
     last_status: Option<PodStatus>,
@@ -604,7 +606,14 @@ impl Worker {
         if let Some(ip) = self.pod_ip {
             let sources = self.shared.sources.sources(&self.pod).await;
             match volumes::prepare(&self.pod, &self.pod_dir, &sources) {
-                Ok(vols) => ready = Some((ip, vols, sources)),
+                Ok(prepared) => {
+                    for w in prepared.warnings {
+                        if self.warned.insert(w.clone()) {
+                            self.record(EventType::Warning, "MemoryVolumeOnDisk", w);
+                        }
+                    }
+                    ready = Some((ip, prepared.paths, sources));
+                }
                 Err(e) => error = Some(("FailedMount", e.to_string())),
             }
         }
@@ -657,11 +666,26 @@ impl Worker {
             .map_err(|e| e.to_string())
     }
 
+    /// Removes the runs [`dead_to_remove`] names from the runtime, with their log files.
+    async fn collect_garbage(&self, runs: &BTreeMap<String, Vec<runtime::Container>>) {
+        for run in dead_to_remove(runs, KEEP_RUNS_PER_CONTAINER) {
+            match self.shared.runtime.remove(&run.id).await {
+                Ok(()) | Err(runtime::Error::NotFound(_)) => {
+                    for file in crate::logs::files(&run.config.log_path) {
+                        let _ = std::fs::remove_file(file);
+                    }
+                }
+                Err(err) => tracing::warn!(%err, id = %run.id, "removing an exited container"),
+            }
+        }
+    }
+
     /// Starts, restarts and kills containers towards the spec.
     async fn drive(&mut self, ip: IpAddr, vols: &BTreeMap<String, PathBuf>, sources: &Sources) {
         let spec = self.pod.spec.clone().unwrap_or_default();
         let policy = self.restart_policy();
         let runs = self.runs();
+        self.collect_garbage(&runs).await;
         let latest = |name: &str| runs.get(name).and_then(|r| r.last()).cloned();
         // Ephemeral containers start once, even before initialization is done, and are never
         // restarted.
@@ -1362,6 +1386,7 @@ impl Worker {
             let _ = rt.remove(&c.id).await;
         }
         self.shared.ipam.release(&self.uid);
+        volumes::memory::unmount_all(&self.pod_dir);
         let _ = std::fs::remove_dir_all(&self.pod_dir);
         let _ = std::fs::remove_dir_all(log_dir(
             &self.shared.config.root_dir,
@@ -1382,6 +1407,23 @@ async fn own_exit(rx: &mut broadcast::Receiver<String>, uid: &str) {
             Err(broadcast::error::RecvError::Closed) => std::future::pending::<()>().await,
         }
     }
+}
+
+/// How many runs of each container a pod keeps: the latest and the one before it, which
+/// `lastState` and `kubectl logs --previous` show (the Kubernetes kubelet's default of one dead
+/// container per container besides the current one).
+pub const KEEP_RUNS_PER_CONTAINER: usize = 2;
+
+/// The exited runs to remove so that each container keeps its `keep` latest runs (`runs` by
+/// container name, oldest first). A run still running is never removed.
+fn dead_to_remove(
+    runs: &BTreeMap<String, Vec<runtime::Container>>,
+    keep: usize,
+) -> Vec<&runtime::Container> {
+    runs.values()
+        .flat_map(|r| r.iter().take(r.len().saturating_sub(keep)))
+        .filter(|c| !c.is_running())
+        .collect()
 }
 
 /// The ephemeral containers of `spec` to start now: those that never ran (`ran` says which
@@ -1445,6 +1487,53 @@ mod tests {
         );
         // Both ran: none is started again, exited or not.
         assert!(ephemeral_to_start(&spec, |_| true, false).is_empty());
+    }
+
+    #[test]
+    fn each_container_keeps_its_two_latest_runs() {
+        use status::tests::{exited, run};
+        let running = |attempt| {
+            run(
+                attempt,
+                State::Running {
+                    started_at: Timestamp::from_second(30).unwrap(),
+                },
+            )
+        };
+        let ids = |v: Vec<&runtime::Container>| -> Vec<String> {
+            v.into_iter().map(|c| c.id.clone()).collect()
+        };
+        // A crash loop at its fifth run: the running one and the one before stay.
+        let mut runs = BTreeMap::new();
+        runs.insert(
+            "c".to_string(),
+            vec![
+                exited(0, 1),
+                exited(1, 1),
+                exited(2, 1),
+                exited(3, 1),
+                running(4),
+            ],
+        );
+        assert_eq!(
+            ids(dead_to_remove(&runs, KEEP_RUNS_PER_CONTAINER)),
+            ["u-c-0", "u-c-1", "u-c-2"]
+        );
+        // Waiting in back-off: the latest exit and the one before it stay.
+        runs.insert(
+            "c".to_string(),
+            vec![exited(0, 1), exited(1, 1), exited(2, 1)],
+        );
+        assert_eq!(
+            ids(dead_to_remove(&runs, KEEP_RUNS_PER_CONTAINER)),
+            ["u-c-0"]
+        );
+        // Two runs or fewer: nothing to remove.
+        runs.insert("c".to_string(), vec![exited(0, 1), running(1)]);
+        assert!(dead_to_remove(&runs, KEEP_RUNS_PER_CONTAINER).is_empty());
+        // An old run still running (being stopped) is left to its stop.
+        runs.insert("c".to_string(), vec![running(0), exited(1, 1), running(2)]);
+        assert!(dead_to_remove(&runs, KEEP_RUNS_PER_CONTAINER).is_empty());
     }
 
     #[test]

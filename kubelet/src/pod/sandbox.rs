@@ -6,7 +6,7 @@ use std::path::Path;
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::runtime::{DnsConfig, SandboxConfig};
+use crate::runtime::{DnsConfig, PortMapping, SandboxConfig};
 
 /// The kubelet's cluster DNS settings (`--cluster-dns`, `--cluster-domain`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -62,7 +62,24 @@ pub fn config(
         hostname,
         dns: dns(pod, host_dns, cluster),
         host_network: spec.host_network == Some(true),
+        port_mappings: port_mappings(&spec),
     }
+}
+
+/// The `hostPort`s of the pod's app containers, as the Kubernetes kubelet hands them to the
+/// runtime (init containers' ports are not forwarded); ports without one are left out.
+fn port_mappings(spec: &k8s_openapi::api::core::v1::PodSpec) -> Vec<PortMapping> {
+    spec.containers
+        .iter()
+        .flat_map(|c| c.ports.iter().flatten())
+        .filter(|p| p.host_port.is_some_and(|h| h > 0))
+        .map(|p| PortMapping {
+            protocol: p.protocol.clone().unwrap_or_else(|| "TCP".into()),
+            container_port: p.container_port,
+            host_port: p.host_port.unwrap_or_default(),
+            host_ip: p.host_ip.clone().unwrap_or_default(),
+        })
+        .collect()
 }
 
 /// The pod's resolver settings by its `dnsPolicy`, as the Kubernetes kubelet writes them:
@@ -320,6 +337,57 @@ mod tests {
         assert_eq!(d.servers, ["127.96.0.10", "10.0.0.1", "10.0.0.2"]);
         assert_eq!(d.searches.len(), MAX_SEARCHES);
         assert_eq!(d.searches[0], "ns.svc.cluster.local");
+    }
+
+    #[test]
+    fn host_ports_of_app_containers_are_mapped() {
+        use k8s_openapi::api::core::v1::{Container, ContainerPort};
+        let port = |container_port, host_port: Option<i32>, protocol: Option<&str>| ContainerPort {
+            container_port,
+            host_port,
+            protocol: protocol.map(str::to_string),
+            ..Default::default()
+        };
+        let mut p = pod(None, None);
+        let spec = p.spec.as_mut().unwrap();
+        spec.containers = vec![
+            Container {
+                name: "web".into(),
+                ports: Some(vec![port(80, Some(8080), None), port(9090, None, None)]),
+                ..Default::default()
+            },
+            Container {
+                name: "dns".into(),
+                ports: Some(vec![ContainerPort {
+                    host_ip: Some("127.0.0.1".into()),
+                    ..port(53, Some(5353), Some("UDP"))
+                }]),
+                ..Default::default()
+            },
+        ];
+        spec.init_containers = Some(vec![Container {
+            name: "init".into(),
+            ports: Some(vec![port(1, Some(1001), None)]),
+            ..Default::default()
+        }]);
+        let c = config(&p, Path::new("/k"), &host(), &none());
+        assert_eq!(
+            c.port_mappings,
+            [
+                PortMapping {
+                    protocol: "TCP".into(),
+                    container_port: 80,
+                    host_port: 8080,
+                    host_ip: String::new(),
+                },
+                PortMapping {
+                    protocol: "UDP".into(),
+                    container_port: 53,
+                    host_port: 5353,
+                    host_ip: "127.0.0.1".into(),
+                },
+            ]
+        );
     }
 
     #[test]

@@ -317,7 +317,7 @@ pub fn disagrees(ours: &PodStatus, theirs: &PodStatus) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::runtime::{ContainerConfig, Limits};
 
@@ -325,7 +325,8 @@ mod tests {
         Timestamp::from_second(s).unwrap()
     }
 
-    fn run(attempt: u32, state: State) -> runtime::Container {
+    /// Run `attempt` of container `c` of pod `u`, in `state`.
+    pub(crate) fn run(attempt: u32, state: State) -> runtime::Container {
         runtime::Container {
             id: format!("u-c-{attempt}"),
             runtime: "process".into(),
@@ -356,7 +357,8 @@ mod tests {
         }
     }
 
-    fn exited(attempt: u32, code: i32) -> runtime::Container {
+    /// Run `attempt`, exited with `code`.
+    pub(crate) fn exited(attempt: u32, code: i32) -> runtime::Container {
         run(
             attempt,
             State::Exited {

@@ -500,6 +500,20 @@ impl CriRuntime {
             }),
             labels,
             annotations: config.annotations.clone().into_iter().collect(),
+            port_mappings: config
+                .port_mappings
+                .iter()
+                .map(|p| cri::PortMapping {
+                    protocol: match p.protocol.as_str() {
+                        "UDP" => cri::Protocol::Udp,
+                        "SCTP" => cri::Protocol::Sctp,
+                        _ => cri::Protocol::Tcp,
+                    } as i32,
+                    container_port: p.container_port,
+                    host_port: p.host_port,
+                    host_ip: p.host_ip.clone(),
+                })
+                .collect(),
             linux: Some(cri::LinuxPodSandboxConfig {
                 cgroup_parent: self
                     .inner

@@ -294,6 +294,23 @@ pub struct SandboxConfig {
     pub dns: DnsConfig,
     /// `hostNetwork: true`: the pod shares the node's network namespace.
     pub host_network: bool,
+    /// The containers' `hostPort`s: the runtime's network forwards each to the pod (containerd's
+    /// CRI plugin through the CNI `portmap` plugin). The process runtime has none to make: its
+    /// pods share the host's network.
+    pub port_mappings: Vec<PortMapping>,
+}
+
+/// A node port forwarded to a pod's port (a container port with a `hostPort`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PortMapping {
+    /// `TCP`, `UDP` or `SCTP`.
+    pub protocol: String,
+    /// The pod's port.
+    pub container_port: i32,
+    /// The node's port.
+    pub host_port: i32,
+    /// The node address it is forwarded from; empty for all of them.
+    pub host_ip: String,
 }
 
 /// A pod's resolver settings (`/etc/resolv.conf` in its containers).

@@ -7,16 +7,17 @@
 //! archive the server found in `<data-dir>/images` at start, both run with
 //! `imagePullPolicy: Never`.
 //!
-//! One test, one lab, the steps in order (each lab costs a containerd, a registry and a bridge):
-//! a Deployment pulled from the registry reaches Running with pod IPs on the bridge, a Service in
-//! front answers round-robin through the proxy, a crashing container restarts with `lastState`,
-//! a memory limit far below what the command allocates is `OOMKilled`, a missing image shows
-//! `ErrImagePull` then `ImagePullBackOff`, configMap and secret volumes are readable and
-//! read-only where asked, `kubectl delete pod` ends within the grace period (and not before it
-//! when the container ignores SIGTERM), and a server restart leaves running pods running (same
-//! container, same IP, no restart). `kubectl exec`, `cp`, `attach` and `port-forward` stream
-//! through containerd's own streaming server. At the end the namespace's deletion leaves no pod process
-//! and the lab's teardown leaves nothing at all.
+//! One test, one lab, the steps in order (each lab costs a containerd, a registry and a bridge): a
+//! Deployment pulled from the registry reaches Running with pod IPs on the bridge, a Service in
+//! front answers round-robin through the proxy, a crashing container restarts with `lastState` and
+//! keeps only its two latest runs, a memory limit far below what the command allocates is
+//! `OOMKilled`, a `hostPort` answers on loopback, a missing image shows `ErrImagePull` then
+//! `ImagePullBackOff`, configMap and secret volumes are readable and read-only where asked, a
+//! memory-backed emptyDir is a tmpfs of its size limit, `kubectl delete pod` ends within the grace
+//! period (and not before it when the container ignores SIGTERM), and a server restart leaves
+//! running pods running (same container, same IP, no restart). `kubectl exec`, `cp`, `attach` and
+//! `port-forward` stream through containerd's own streaming server. At the end the namespace's
+//! deletion leaves no pod process and the lab's teardown leaves nothing at all.
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
@@ -218,6 +219,7 @@ fn containerd_pods_through_kubectl() {
     deployment_and_service(&env);
     restarts_and_oom(&env);
     cpu_request_and_limit(&env);
+    host_port(&env);
     pull_errors(&env);
     pull_secrets(&env);
     mirrors(&env);
@@ -520,6 +522,26 @@ fn restarts_and_oom(env: &Env) {
             .starts_with("containerd://")
     );
     assert_eq!(env.ok(&["logs", "crash", "--previous"]), "crashing\n");
+    // A crash loop keeps two runs of the container, the latest and the one before it (for
+    // `lastState` and `--previous`), in containerd and as log files: older ones are removed.
+    env.wait("crash restarted three times", || {
+        env.field("crash", ".status.containerStatuses[0].restartCount")
+            .parse::<u32>()
+            .unwrap_or(0)
+            >= 3
+    });
+    let uid = env.field("crash", ".metadata.uid");
+    let logs = env
+        .cluster
+        .as_ref()
+        .unwrap()
+        .data_dir()
+        .join(format!("kubelet/logs/{NS}_crash_{uid}/c"));
+    env.wait("at most two runs of the crashing container", || {
+        let files = std::fs::read_dir(&logs).map_or(usize::MAX, |d| d.count());
+        env.lab.containers_of_pod("crash").len() <= 2 && files <= 2
+    });
+    assert_eq!(env.ok(&["logs", "crash", "--previous"]), "crashing\n");
 
     // 256 MiB into dd's buffer under a 32 MiB limit: the kernel's OOM killer ends it.
     let mut oom = env.pod(
@@ -546,6 +568,46 @@ fn restarts_and_oom(env: &Env) {
         env.get(&["logs", "oom"])
     );
     assert_eq!(p["status"]["phase"], "Failed");
+}
+
+/// A container port with a `hostPort` answers on the node: the sandbox asks containerd for the
+/// mapping, which the lab's CNI `portmap` plugin makes.
+fn host_port(env: &Env) {
+    let port = skiff_tests::free_port();
+    env.apply(json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "hostport"},
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "httpd",
+                "image": env.lab.image,
+                "command": ["/bin/sh", "-c",
+                    "echo through-host-port > /www/index.html && exec httpd -f -p 8080 -h /www"],
+                "ports": [{"containerPort": 8080, "hostPort": port}],
+            }]
+        }
+    }));
+    env.wait("hostport Running", || {
+        env.field("hostport", ".status.phase") == "Running"
+    });
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut last = None;
+    let answered = eventually(Duration::from_secs(30), || match http_get(addr) {
+        Ok(body) => body == "through-host-port",
+        Err(e) => {
+            last = Some(e.to_string());
+            false
+        }
+    });
+    assert!(answered, "GET 127.0.0.1:{port} (hostPort): {last:?}");
+    env.ok(&["delete", "pod", "hostport", "--wait=true"]);
+    // The mapping goes with the sandbox.
+    assert!(
+        eventually(Duration::from_secs(30), || http_get(addr).is_err()),
+        "hostPort {port} still answers after its pod was deleted"
+    );
 }
 
 /// A CPU request and limit become the container's cgroup settings, as the Kubernetes kubelet
@@ -747,25 +809,44 @@ fn config_volumes(env: &Env) {
         (echo x > /sec/new) 2>/dev/null && echo secret-writable || echo secret-read-only; \
         (echo x > /cm/new) 2>/dev/null && echo configmap-writable || echo configmap-read-only; \
         echo x > /scratch/new && echo emptydir-writable; \
-        while true; do sleep 1; done";
+        grep ' /mem ' /proc/mounts | cut -d' ' -f1,3; df -k /mem | tail -1 | awk '{print $2}'; \
+        echo done; while true; do sleep 1; done";
     let mut pod = env.pod("vols", "Always", 1, script);
     pod["spec"]["volumes"] = json!([
         {"name": "cm", "configMap": {"name": "conf"}},
         {"name": "sec", "secret": {"secretName": "cred"}},
-        {"name": "scratch", "emptyDir": {}}
+        {"name": "scratch", "emptyDir": {}},
+        {"name": "mem", "emptyDir": {"medium": "Memory", "sizeLimit": "8Mi"}}
     ]);
     pod["spec"]["containers"][0]["volumeMounts"] = json!([
         {"name": "cm", "mountPath": "/cm", "readOnly": true},
         {"name": "sec", "mountPath": "/sec", "readOnly": true},
-        {"name": "scratch", "mountPath": "/scratch"}
+        {"name": "scratch", "mountPath": "/scratch"},
+        {"name": "mem", "mountPath": "/mem"}
     ]);
     env.apply(pod);
     env.wait("vols wrote its report", || {
-        env.get(&["logs", "vols"]).contains("emptydir-writable")
+        env.get(&["logs", "vols"]).contains("done")
     });
+    // The memory-backed emptyDir is a tmpfs of its size limit (8 MiB in 1 KiB blocks).
     assert_eq!(
         env.ok(&["logs", "vols"]),
-        "hello from a configmap\ns3cret\nsecret-read-only\nconfigmap-read-only\nemptydir-writable\n"
+        "hello from a configmap\ns3cret\nsecret-read-only\nconfigmap-read-only\nemptydir-writable\n\
+         tmpfs tmpfs\n8192\ndone\n"
+    );
+    // Deleting the pod unmounts the tmpfs on the node.
+    let uid = env.field("vols", ".metadata.uid");
+    let mounted = || {
+        std::fs::read_to_string("/proc/self/mounts")
+            .unwrap()
+            .lines()
+            .any(|l| l.contains(&uid))
+    };
+    assert!(mounted(), "the pod's tmpfs is in the node's mount table");
+    env.ok(&["delete", "pod", "vols", "--wait=true"]);
+    assert!(
+        eventually(Duration::from_secs(30), || !mounted()),
+        "the pod's tmpfs outlived it"
     );
 }
 
