@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Container, EphemeralContainer, Pod, 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use sha2::{Digest, Sha256};
 
-use crate::runtime::Limits;
+use crate::runtime::{Limits, Security};
 
 /// Why a container's configuration cannot be built (the pod shows `CreateContainerConfigError`).
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -412,6 +412,41 @@ pub fn limits(container: &Container) -> Limits {
     }
 }
 
+/// The container's security settings: its `securityContext` over the pod's (`runAsUser`,
+/// `runAsGroup` and `runAsNonRoot` may come from either; supplemental groups and `fsGroup` only
+/// from the pod), as the Kubernetes kubelet merges them.
+pub fn security(pod: &Pod, container: &Container) -> Security {
+    let pod_sc = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
+    let sc = container.security_context.as_ref();
+    let caps = sc.and_then(|s| s.capabilities.as_ref());
+    let mut supplemental_groups: Vec<i64> = pod_sc
+        .and_then(|p| p.supplemental_groups.clone())
+        .unwrap_or_default();
+    if let Some(fs_group) = pod_sc.and_then(|p| p.fs_group) {
+        supplemental_groups.push(fs_group);
+    }
+    Security {
+        run_as_user: sc
+            .and_then(|s| s.run_as_user)
+            .or_else(|| pod_sc.and_then(|p| p.run_as_user)),
+        run_as_group: sc
+            .and_then(|s| s.run_as_group)
+            .or_else(|| pod_sc.and_then(|p| p.run_as_group)),
+        run_as_non_root: sc
+            .and_then(|s| s.run_as_non_root)
+            .or_else(|| pod_sc.and_then(|p| p.run_as_non_root))
+            .unwrap_or(false),
+        supplemental_groups,
+        read_only_root_filesystem: sc
+            .and_then(|s| s.read_only_root_filesystem)
+            .unwrap_or(false),
+        privileged: sc.and_then(|s| s.privileged).unwrap_or(false),
+        add_capabilities: caps.and_then(|c| c.add.clone()).unwrap_or_default(),
+        drop_capabilities: caps.and_then(|c| c.drop.clone()).unwrap_or_default(),
+        no_new_privileges: sc.and_then(|s| s.allow_privilege_escalation) == Some(false),
+    }
+}
+
 /// An ephemeral container as the container it runs as: the fields the two share (its target
 /// aside, which [`crate::runtime::ContainerConfig::target_id`] carries).
 pub fn ephemeral_container(ec: &EphemeralContainer) -> Container {
@@ -768,5 +803,50 @@ mod tests {
                 ("Secret", "sec".to_string())
             ]
         );
+    }
+
+    #[test]
+    fn the_containers_security_context_over_the_pods() {
+        use k8s_openapi::api::core::v1::{Capabilities, PodSecurityContext, SecurityContext};
+        let mut p = pod(Container {
+            name: "c".into(),
+            security_context: Some(SecurityContext {
+                run_as_user: Some(1000),
+                read_only_root_filesystem: Some(true),
+                allow_privilege_escalation: Some(false),
+                capabilities: Some(Capabilities {
+                    add: Some(vec!["NET_BIND_SERVICE".into()]),
+                    drop: Some(vec!["ALL".into()]),
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        p.spec.as_mut().unwrap().security_context = Some(PodSecurityContext {
+            run_as_user: Some(5),
+            run_as_group: Some(3000),
+            run_as_non_root: Some(true),
+            supplemental_groups: Some(vec![4000]),
+            fs_group: Some(2000),
+            ..Default::default()
+        });
+        let c = p.spec.as_ref().unwrap().containers[0].clone();
+        assert_eq!(
+            security(&p, &c),
+            Security {
+                run_as_user: Some(1000),
+                run_as_group: Some(3000),
+                run_as_non_root: true,
+                supplemental_groups: vec![4000, 2000],
+                read_only_root_filesystem: true,
+                privileged: false,
+                add_capabilities: vec!["NET_BIND_SERVICE".into()],
+                drop_capabilities: vec!["ALL".into()],
+                no_new_privileges: true,
+            }
+        );
+        // allowPrivilegeEscalation left out does not set no_new_privs; nothing set is nothing.
+        let bare = Container::default();
+        assert_eq!(security(&pod(bare.clone()), &bare), Security::default());
     }
 }

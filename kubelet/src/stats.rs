@@ -390,6 +390,7 @@ mod tests {
                 pod_ip: "127.0.0.1".parse().unwrap(),
                 mounts: Vec::new(),
                 limits: Limits::default(),
+                security: Default::default(),
                 spec_hash: String::new(),
                 log_path: PathBuf::new(),
                 stdin: false,

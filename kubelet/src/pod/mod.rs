@@ -971,6 +971,7 @@ impl Worker {
             pod_ip: ip,
             mounts,
             limits: spec::limits(c),
+            security: spec::security(&self.pod, c),
             spec_hash: spec::spec_hash(c),
             log_path: log_path(
                 &self.shared.config.root_dir,
@@ -997,7 +998,7 @@ impl Worker {
                 );
                 if self.warned.insert(container.id.clone()) {
                     for w in &container.warnings {
-                        self.record(EventType::Warning, "ResourceLimitsNotApplied", w.clone());
+                        self.record(EventType::Warning, "ContainerSettingsNotApplied", w.clone());
                     }
                 }
                 let post_start = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref());
@@ -1027,6 +1028,9 @@ impl Worker {
                         }
                     }
                 }
+            }
+            Err(e @ runtime::Error::Config(_)) => {
+                fail(self, "CreateContainerConfigError", e.to_string())
             }
             Err(e) => fail(self, "RunContainerError", e.to_string()),
         }

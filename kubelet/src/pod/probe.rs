@@ -397,6 +397,7 @@ mod tests {
                 pod_ip: "127.0.0.1".parse().unwrap(),
                 mounts: vec![],
                 limits: Default::default(),
+                security: Default::default(),
                 spec_hash: "h".into(),
                 log_path: dir.path().join("c.log"),
                 stdin: false,

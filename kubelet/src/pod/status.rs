@@ -345,6 +345,7 @@ pub(crate) mod tests {
                 pod_ip: "127.0.0.1".parse().unwrap(),
                 mounts: vec![],
                 limits: Limits::default(),
+                security: Default::default(),
                 spec_hash: "h".into(),
                 log_path: "/tmp/x".into(),
                 stdin: false,

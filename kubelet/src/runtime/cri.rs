@@ -49,8 +49,8 @@ use tonic::transport::{Channel, Endpoint, Uri};
 
 use super::{
     Container, ContainerConfig, Error, ExecOutput, Image, Limits, PullPolicy, RegistryAuth, Result,
-    Runtime, Sandbox, SandboxConfig, Session, State, StreamOptions, StreamReader, StreamWriter,
-    Version,
+    Runtime, Sandbox, SandboxConfig, Security, Session, State, StreamOptions, StreamReader,
+    StreamWriter, Version,
 };
 use crate::stream::remote;
 use cri::image_service_client::ImageServiceClient;
@@ -421,6 +421,11 @@ impl CriRuntime {
     }
 
     async fn image_present(&self, image: &str) -> Result<Option<String>> {
+        Ok(self.image_status(image).await?.map(|i| i.id))
+    }
+
+    /// The runtime's record of `image`, if it has the image.
+    async fn image_status(&self, image: &str) -> Result<Option<cri::Image>> {
         let request = cri::ImageStatusRequest {
             image: Some(cri::ImageSpec {
                 image: image.to_string(),
@@ -435,7 +440,7 @@ impl CriRuntime {
                 self.image_client().image_status(request),
             )
             .await?;
-        Ok(response.image.map(|i| i.id))
+        Ok(response.image)
     }
 
     /// Stops and removes every sandbox of this kubelet, with their containers: a test's clean-up.
@@ -542,6 +547,30 @@ impl CriRuntime {
     }
 }
 
+/// A container's CRI security context: its [`Security`] settings in its `namespaces`.
+fn security_context(
+    security: &Security,
+    namespaces: cri::NamespaceOption,
+) -> cri::LinuxContainerSecurityContext {
+    cri::LinuxContainerSecurityContext {
+        namespace_options: Some(namespaces),
+        run_as_user: security.run_as_user.map(|value| cri::Int64Value { value }),
+        run_as_group: security.run_as_group.map(|value| cri::Int64Value { value }),
+        supplemental_groups: security.supplemental_groups.clone(),
+        readonly_rootfs: security.read_only_root_filesystem,
+        privileged: security.privileged,
+        no_new_privs: security.no_new_privileges,
+        capabilities: (!security.add_capabilities.is_empty()
+            || !security.drop_capabilities.is_empty())
+        .then(|| cri::Capability {
+            add_capabilities: security.add_capabilities.clone(),
+            drop_capabilities: security.drop_capabilities.clone(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
 /// The namespaces of a pod's sandbox and containers: the pod's network (or the node's), a PID
 /// namespace per container (the v1 Pod default), the pod's IPC.
 fn namespaces(network: cri::NamespaceMode) -> cri::NamespaceOption {
@@ -611,6 +640,7 @@ fn from_status(s: &cri::ContainerStatus, known: Option<&ContainerConfig>) -> Opt
         pod_ip: IpAddr::from([0, 0, 0, 0]),
         mounts: Vec::new(),
         limits: Limits::default(),
+        security: Default::default(),
         spec_hash: s
             .annotations
             .get(SPEC_HASH_ANNOTATION)
@@ -680,6 +710,22 @@ impl Runtime for CriRuntime {
             .get(&config.pod_uid)
             .cloned()
             .ok_or_else(|| Error::NoSandbox(config.pod_uid.clone()))?;
+        // runAsNonRoot without runAsUser: the image's user decides.
+        let (image_uid, image_user) =
+            if config.security.run_as_non_root && config.security.run_as_user.is_none() {
+                let image = self.image_status(&config.image).await?.unwrap_or_default();
+                (image.uid.map(|u| u.value), image.username)
+            } else {
+                (None, String::new())
+            };
+        super::verify_non_root(
+            &config.security,
+            image_uid,
+            &image_user,
+            &format!("{}/{}", config.pod_namespace, config.pod_name),
+            &config.name,
+        )
+        .map_err(Error::Config)?;
         let host_network = sandbox
             .config
             .linux
@@ -766,13 +812,10 @@ impl Runtime for CriRuntime {
                 tty: config.tty,
                 linux: Some(cri::LinuxContainerConfig {
                     resources: Some(resources),
-                    security_context: Some(cri::LinuxContainerSecurityContext {
-                        namespace_options: Some(container_namespaces(
-                            network,
-                            config.target_id.as_deref(),
-                        )),
-                        ..Default::default()
-                    }),
+                    security_context: Some(security_context(
+                        &config.security,
+                        container_namespaces(network, config.target_id.as_deref()),
+                    )),
                 }),
                 ..Default::default()
             }),
@@ -1249,6 +1292,37 @@ impl Runtime for CriRuntime {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn security_settings_become_the_containers_security_context() {
+        let ns = namespaces(cri::NamespaceMode::Pod);
+        let plain = security_context(&Security::default(), ns.clone());
+        assert_eq!(plain.run_as_user, None);
+        assert_eq!(plain.capabilities, None);
+        assert!(!plain.readonly_rootfs && !plain.privileged && !plain.no_new_privs);
+        assert_eq!(plain.namespace_options, Some(ns.clone()));
+        let hardened = security_context(
+            &Security {
+                run_as_user: Some(1000),
+                run_as_group: Some(3000),
+                run_as_non_root: true,
+                supplemental_groups: vec![4000, 2000],
+                read_only_root_filesystem: true,
+                privileged: false,
+                add_capabilities: vec!["NET_BIND_SERVICE".into()],
+                drop_capabilities: vec!["ALL".into()],
+                no_new_privileges: true,
+            },
+            ns,
+        );
+        assert_eq!(hardened.run_as_user, Some(cri::Int64Value { value: 1000 }));
+        assert_eq!(hardened.run_as_group, Some(cri::Int64Value { value: 3000 }));
+        assert_eq!(hardened.supplemental_groups, [4000, 2000]);
+        assert!(hardened.readonly_rootfs && hardened.no_new_privs && !hardened.privileged);
+        let caps = hardened.capabilities.unwrap();
+        assert_eq!(caps.add_capabilities, ["NET_BIND_SERVICE"]);
+        assert_eq!(caps.drop_capabilities, ["ALL"]);
+    }
 
     #[test]
     fn endpoints_are_unix_sockets() {

@@ -44,6 +44,10 @@ pub enum Error {
     /// No container with this id.
     #[error("no container {0}")]
     NotFound(String),
+    /// The container's settings cannot be honoured as given (`CreateContainerConfigError`:
+    /// `runAsNonRoot` with an image that runs as root).
+    #[error("{0}")]
+    Config(String),
     /// The container is not running (an exec or attach into it).
     #[error("container {0} is not running")]
     NotRunning(String),
@@ -141,6 +145,62 @@ pub struct Limits {
     pub cpu_request_millis: Option<u64>,
 }
 
+/// What the container's `securityContext`, over its pod's, asks of the runtime.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Security {
+    /// `runAsUser`: the uid of the container's processes (else the image's user).
+    pub run_as_user: Option<i64>,
+    /// `runAsGroup`: their primary gid.
+    pub run_as_group: Option<i64>,
+    /// `runAsNonRoot`: refuse to start when the processes would run as uid 0.
+    pub run_as_non_root: bool,
+    /// The pod's `supplementalGroups`, then its `fsGroup`.
+    pub supplemental_groups: Vec<i64>,
+    /// `readOnlyRootFilesystem`.
+    pub read_only_root_filesystem: bool,
+    /// `privileged`.
+    pub privileged: bool,
+    /// `capabilities.add`, as written (`NET_ADMIN`; the runtime adds `CAP_`).
+    pub add_capabilities: Vec<String>,
+    /// `capabilities.drop` (`ALL` for every one).
+    pub drop_capabilities: Vec<String>,
+    /// `allowPrivilegeEscalation: false`: the processes cannot gain privileges (no_new_privs).
+    pub no_new_privileges: bool,
+}
+
+/// Whether `security` lets the container start when its image runs as `image_uid` (or, without
+/// a numeric uid, as `image_user`), as the Kubernetes kubelet checks `runAsNonRoot`: an image
+/// that names neither runs as root. The error is the container's `CreateContainerConfigError`.
+pub fn verify_non_root(
+    security: &Security,
+    image_uid: Option<i64>,
+    image_user: &str,
+    pod: &str,
+    container: &str,
+) -> std::result::Result<(), String> {
+    if !security.run_as_non_root {
+        return Ok(());
+    }
+    match security.run_as_user {
+        Some(0) => Err(format!(
+            "container's runAsUser breaks non-root policy (pod: {pod:?}, container: {container})"
+        )),
+        Some(_) => Ok(()),
+        None => match image_uid {
+            Some(0) => Err(format!(
+                "container has runAsNonRoot and image will run as root (pod: {pod:?}, container: {container})"
+            )),
+            Some(_) => Ok(()),
+            None if !image_user.is_empty() => Err(format!(
+                "container has runAsNonRoot and image has non-numeric user ({image_user}), cannot verify user is non-root (pod: {pod:?}, container: {container})"
+            )),
+            None => Err(format!(
+                "container has runAsNonRoot and image will run as root (pod: {pod:?}, container: {container})"
+            )),
+        },
+    }
+}
+
 /// The cgroup CPU shares of a CPU request, as the Kubernetes kubelet computes them: 1,024 per
 /// core, at least 2 (also what a container without a request gets, so that it yields to every
 /// container that asked for CPU), at most 262,144.
@@ -181,6 +241,9 @@ pub struct ContainerConfig {
     pub mounts: Vec<Mount>,
     /// Resource limits.
     pub limits: Limits,
+    /// What its security context asks.
+    #[serde(default)]
+    pub security: Security,
     /// Hash of the container spec: the kubelet restarts the container when it changes.
     pub spec_hash: String,
     /// Where stdout/stderr go.
@@ -581,5 +644,46 @@ mod cpu_share_tests {
         assert_eq!(cpu_shares(Some(1000)), 1024);
         assert_eq!(cpu_shares(Some(300_000)), 262_144);
         assert_eq!(cpu_shares(Some(u64::MAX)), 262_144);
+    }
+}
+
+#[cfg(test)]
+mod non_root_tests {
+    use super::{Security, verify_non_root};
+
+    fn check(security: &Security, uid: Option<i64>, user: &str) -> Result<(), String> {
+        verify_non_root(security, uid, user, "ns/p", "c")
+    }
+
+    #[test]
+    fn run_as_non_root_is_checked_against_the_user_that_would_run() {
+        let non_root = Security {
+            run_as_non_root: true,
+            ..Default::default()
+        };
+        // Not asked: anything goes.
+        assert_eq!(check(&Security::default(), Some(0), ""), Ok(()));
+        // The image's user decides when runAsUser is not set.
+        assert_eq!(check(&non_root, Some(1000), ""), Ok(()));
+        let root = check(&non_root, Some(0), "").unwrap_err();
+        assert_eq!(
+            root,
+            "container has runAsNonRoot and image will run as root (pod: \"ns/p\", container: c)"
+        );
+        // An image that names no user runs as root.
+        assert_eq!(check(&non_root, None, ""), Err(root));
+        let named = check(&non_root, None, "app").unwrap_err();
+        assert!(named.contains("non-numeric user (app)"), "{named}");
+        // runAsUser decides over the image.
+        let as_user = |uid| Security {
+            run_as_user: Some(uid),
+            ..non_root.clone()
+        };
+        assert_eq!(check(&as_user(1000), Some(0), ""), Ok(()));
+        assert!(
+            check(&as_user(0), Some(1000), "")
+                .unwrap_err()
+                .contains("runAsUser breaks non-root policy")
+        );
     }
 }

@@ -12,6 +12,11 @@
 //!   working directory, so relative paths (`cat etc/config/key`) reach them.
 //! - Limits go to a cgroup v2 group per container when the unified hierarchy is writable;
 //!   otherwise the container runs without them and [`super::Container::warnings`] says so.
+//! - `securityContext`: a kubelet running as root switches the processes to `runAsUser` and
+//!   `runAsGroup`; `runAsNonRoot` is checked against the user they run as (the kubelet's own
+//!   when it does not switch). What a host process cannot be given (supplemental groups and
+//!   `fsGroup`, which need `setgroups` before `exec`; capabilities; a read-only root; no_new_privs;
+//!   another user for a kubelet that is not root) is named in the container's warnings.
 //!
 //! # Lifecycle and state
 //! stdout and stderr are pipes the kubelet reads into the container's log file. When the main
@@ -187,7 +192,10 @@ impl ProcessRuntime {
     /// Applies limits through cgroup v2; returns warnings for what could not be applied.
     fn apply_limits(&self, id: &str, pid: u32, config: &ContainerConfig) -> Vec<String> {
         let limits = &config.limits;
-        if limits.memory.is_none() && limits.cpu_millis.is_none() {
+        if limits.memory.is_none()
+            && limits.cpu_millis.is_none()
+            && limits.cpu_request_millis.is_none()
+        {
             return Vec::new();
         }
         let Some(root) = &self.config.cgroup_root else {
@@ -220,8 +228,19 @@ fn write_cgroup(root: &Path, id: &str, pid: u32, limits: &super::Limits) -> std:
         // cpu.max is "<quota> <period>" in microseconds.
         std::fs::write(group.join("cpu.max"), format!("{} 100000", millis * 100))?;
     }
+    if limits.cpu_request_millis.is_some() {
+        let shares = super::cpu_shares(limits.cpu_request_millis);
+        std::fs::write(group.join("cpu.weight"), cpu_weight(shares).to_string())?;
+    }
     std::fs::write(group.join("cgroup.procs"), pid.to_string())?;
     Ok(())
+}
+
+/// The cgroup v2 `cpu.weight` (1 to 10,000) of cgroup v1 CPU shares (2 to 262,144), mapped
+/// linearly as runc and the Kubernetes kubelet map them.
+fn cpu_weight(shares: u64) -> u64 {
+    let shares = shares.clamp(2, 262_144);
+    1 + (shares - 2) * 9_999 / 262_142
 }
 
 fn remove_cgroup(root: Option<&Path>, id: &str) {
@@ -321,6 +340,55 @@ struct Launch {
     argv: Vec<String>,
     env: Vec<(String, String)>,
     cwd: PathBuf,
+    /// The uid and gid to switch to ([`switch_ids`]).
+    uid: Option<u32>,
+    gid: Option<u32>,
+}
+
+/// The uid and gid a container's processes switch to when the kubelet runs as `euid`: its
+/// `runAsUser` and `runAsGroup`, which only root can give (another user's processes run as it).
+fn switch_ids(security: &super::Security, euid: u32) -> (Option<u32>, Option<u32>) {
+    if euid != 0 {
+        return (None, None);
+    }
+    let id = |v: Option<i64>| v.and_then(|v| u32::try_from(v).ok());
+    (id(security.run_as_user), id(security.run_as_group))
+}
+
+/// What of a container's security settings the process runtime cannot apply when the kubelet
+/// runs as `euid`, one warning each.
+fn security_warnings(security: &super::Security, euid: u32, name: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let asked_other = |v: Option<i64>| v.is_some_and(|v| v != i64::from(euid));
+    if euid != 0 && (asked_other(security.run_as_user) || security.run_as_group.is_some()) {
+        out.push(format!(
+            "runAsUser/runAsGroup of container {name} not applied: the kubelet runs as uid {euid}, not root"
+        ));
+    }
+    let mut unsupported = Vec::new();
+    if !security.supplemental_groups.is_empty() {
+        unsupported.push("supplementalGroups/fsGroup");
+    }
+    if !security.add_capabilities.is_empty() || !security.drop_capabilities.is_empty() {
+        unsupported.push("capabilities");
+    }
+    if security.read_only_root_filesystem {
+        unsupported.push("readOnlyRootFilesystem");
+    }
+    if security.no_new_privileges {
+        unsupported.push("allowPrivilegeEscalation: false");
+    }
+    if !unsupported.is_empty() {
+        out.push(format!(
+            "{} of container {name} not applied: host processes cannot be given them",
+            unsupported.join(", ")
+        ));
+    }
+    out
+}
+
+fn effective_uid() -> u32 {
+    rustix::process::geteuid().as_raw()
 }
 
 impl Launch {
@@ -338,11 +406,14 @@ impl Launch {
             env.push(("PATH".to_string(), DEFAULT_PATH.to_string()));
         }
         env.extend(config.env.iter().cloned());
+        let (uid, gid) = switch_ids(&config.security, effective_uid());
         Ok(Launch {
             program,
             argv: argv.to_vec(),
             env,
             cwd,
+            uid,
+            gid,
         })
     }
 }
@@ -358,6 +429,12 @@ fn command_for(
     cmd.args(&launch.argv[1..]).env_clear();
     cmd.envs(launch.env.iter().map(|(k, v)| (k, v)));
     cmd.current_dir(&launch.cwd);
+    if let Some(uid) = launch.uid {
+        cmd.uid(uid);
+    }
+    if let Some(gid) = launch.gid {
+        cmd.gid(gid);
+    }
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -423,15 +500,20 @@ fn spawn_stream(
     if options.tty {
         let (pty, pts) = pty_process::open().map_err(std::io::Error::other)?;
         let winsize_fd = pty.as_fd().try_clone_to_owned()?;
-        let child = pty_process::Command::new(&launch.program)
+        let mut command = pty_process::Command::new(&launch.program)
             .arg0(&launch.argv[0])
             .args(&launch.argv[1..])
             .env_clear()
             .envs(launch.env.iter().map(|(k, v)| (k, v)))
             .current_dir(&launch.cwd)
-            .kill_on_drop(false)
-            .spawn(pts)
-            .map_err(std::io::Error::other)?;
+            .kill_on_drop(false);
+        if let Some(uid) = launch.uid {
+            command = command.uid(uid);
+        }
+        if let Some(gid) = launch.gid {
+            command = command.gid(gid);
+        }
+        let child = command.spawn(pts).map_err(std::io::Error::other)?;
         let (output, input) = pty.into_split();
         let resize = move |width: u16, height: u16| {
             let size = rustix::termios::Winsize {
@@ -462,6 +544,12 @@ fn spawn_stream(
         .current_dir(&launch.cwd)
         .process_group(0)
         .kill_on_drop(false);
+    if let Some(uid) = launch.uid {
+        cmd.uid(uid);
+    }
+    if let Some(gid) = launch.gid {
+        cmd.gid(gid);
+    }
     let piped = |wanted: bool| {
         if wanted {
             Stdio::piped()
@@ -527,6 +615,16 @@ impl Runtime for ProcessRuntime {
     async fn start(&self, config: ContainerConfig) -> Result<Container> {
         let id = format!("{}-{}-{}", config.pod_uid, config.name, config.attempt);
         let argv = argv(&config)?;
+        // The "image" of a host process runs as the kubelet's user.
+        let euid = effective_uid();
+        super::verify_non_root(
+            &config.security,
+            Some(i64::from(euid)),
+            "",
+            &format!("{}/{}", config.pod_namespace, config.pod_name),
+            &config.name,
+        )
+        .map_err(Error::Config)?;
         let writer = logs::Writer::open(
             &config.log_path,
             self.config.log_max_size,
@@ -560,7 +658,8 @@ impl Runtime for ProcessRuntime {
             output: broadcast::channel(1024).0,
         });
         let started_at = Timestamp::now();
-        let warnings = self.apply_limits(&id, pid, &config);
+        let mut warnings = self.apply_limits(&id, pid, &config);
+        warnings.extend(security_warnings(&config.security, euid, &config.name));
         let record = Record {
             container: Container {
                 id: id.clone(),
@@ -1059,6 +1158,7 @@ mod tests {
             pod_ip: "127.0.0.1".parse().unwrap(),
             mounts: Vec::new(),
             limits: Limits::default(),
+            security: Default::default(),
             spec_hash: "h".into(),
             log_path: dir.join("logs").join(format!("{name}.log")),
             stdin: false,
@@ -1667,11 +1767,98 @@ mod tests {
             std::fs::read_to_string(group.join("cpu.max")).unwrap(),
             "50000 100000"
         );
+        // 500m requested: 512 shares, weight 20.
+        assert_eq!(
+            std::fs::read_to_string(group.join("cpu.weight")).unwrap(),
+            "20"
+        );
         let pid = rt.entries()[&c.id].record.pid.unwrap();
         assert_eq!(
             std::fs::read_to_string(group.join("cgroup.procs")).unwrap(),
             pid.to_string()
         );
         rt.stop(&c.id, Duration::from_secs(5)).await.unwrap();
+    }
+
+    #[test]
+    fn cpu_weight_maps_shares_linearly() {
+        assert_eq!(cpu_weight(2), 1);
+        assert_eq!(cpu_weight(256), 10);
+        assert_eq!(cpu_weight(1024), 39);
+        assert_eq!(cpu_weight(262_144), 10_000);
+        assert_eq!(cpu_weight(0), 1);
+    }
+
+    #[test]
+    fn only_root_switches_users_and_the_rest_is_named() {
+        let asked = super::super::Security {
+            run_as_user: Some(1000),
+            run_as_group: Some(3000),
+            supplemental_groups: vec![2000],
+            drop_capabilities: vec!["ALL".into()],
+            read_only_root_filesystem: true,
+            ..Default::default()
+        };
+        assert_eq!(switch_ids(&asked, 0), (Some(1000), Some(3000)));
+        assert_eq!(switch_ids(&asked, 1000), (None, None));
+        let as_root = security_warnings(&asked, 0, "c");
+        assert_eq!(as_root.len(), 1, "{as_root:?}");
+        assert!(
+            as_root[0].starts_with(
+                "supplementalGroups/fsGroup, capabilities, readOnlyRootFilesystem of container c"
+            ),
+            "{as_root:?}"
+        );
+        let as_user = security_warnings(&asked, 1000, "c");
+        assert_eq!(as_user.len(), 2, "{as_user:?}");
+        assert!(as_user[0].contains("runs as uid 1000, not root"));
+        // Nothing asked: nothing said.
+        assert!(security_warnings(&Default::default(), 1000, "c").is_empty());
+        // Running as the user asked for already is no warning.
+        let same = super::super::Security {
+            run_as_user: Some(1000),
+            ..Default::default()
+        };
+        assert!(security_warnings(&same, 1000, "c").is_empty());
+    }
+
+    /// A kubelet running as root runs the container as its runAsUser; `runAsNonRoot` without
+    /// one refuses to start as root.
+    #[tokio::test]
+    async fn run_as_user_and_non_root() {
+        let dir = tempfile::tempdir().unwrap();
+        let rt = runtime(dir.path());
+        let euid = effective_uid();
+        let mut cfg = config(dir.path(), "who", "id -u; id -g");
+        // The working directory must be reachable by the user switched to.
+        cfg.working_dir = Some("/".into());
+        cfg.security.run_as_user = Some(65534);
+        cfg.security.run_as_group = Some(65534);
+        cfg.security.run_as_non_root = true;
+        let c = rt.start(cfg.clone()).await.unwrap();
+        wait_exit(&rt, &c.id).await;
+        let out = std::fs::read_to_string(&cfg.log_path).unwrap();
+        let lines: Vec<&str> = out
+            .lines()
+            .map(|l| l.splitn(4, ' ').nth(3).unwrap_or(""))
+            .collect();
+        if euid == 0 {
+            assert_eq!(lines, ["65534", "65534"], "{out}");
+        } else {
+            assert_eq!(lines[0], euid.to_string(), "{out}");
+        }
+        let mut root = config(dir.path(), "root", "true");
+        root.security.run_as_non_root = true;
+        let started = rt.start(root).await;
+        if euid == 0 {
+            match started {
+                Err(Error::Config(why)) => {
+                    assert!(why.contains("image will run as root"), "{why}")
+                }
+                other => panic!("runAsNonRoot as root started: {other:?}"),
+            }
+        } else {
+            started.unwrap();
+        }
     }
 }

@@ -10,14 +10,15 @@
 //! One test, one lab, the steps in order (each lab costs a containerd, a registry and a bridge): a
 //! Deployment pulled from the registry reaches Running with pod IPs on the bridge, a Service in
 //! front answers round-robin through the proxy, a crashing container restarts with `lastState` and
-//! keeps only its two latest runs, a memory limit far below what the command allocates is
-//! `OOMKilled`, a `hostPort` answers on loopback, a missing image shows `ErrImagePull` then
-//! `ImagePullBackOff`, configMap and secret volumes are readable and read-only where asked, a
-//! memory-backed emptyDir is a tmpfs of its size limit, `kubectl delete pod` ends within the grace
-//! period (and not before it when the container ignores SIGTERM), and a server restart leaves
-//! running pods running (same container, same IP, no restart). `kubectl exec`, `cp`, `attach` and
-//! `port-forward` stream through containerd's own streaming server. At the end the namespace's
-//! deletion leaves no pod process and the lab's teardown leaves nothing at all.
+//! keeps only its two latest runs, a `securityContext` reaches the container, a memory limit far
+//! below what the command allocates is `OOMKilled`, a `hostPort` answers on loopback, a missing
+//! image shows `ErrImagePull` then `ImagePullBackOff`, configMap and secret volumes are readable
+//! and read-only where asked, a memory-backed emptyDir is a tmpfs of its size limit, `kubectl
+//! delete pod` ends within the grace period (and not before it when the container ignores SIGTERM),
+//! and a server restart leaves running pods running (same container, same IP, no restart). `kubectl
+//! exec`, `cp`, `attach` and `port-forward` stream through containerd's own streaming server. At
+//! the end the namespace's deletion leaves no pod process and the lab's teardown leaves nothing at
+//! all.
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
@@ -220,6 +221,7 @@ fn containerd_pods_through_kubectl() {
     restarts_and_oom(&env);
     cpu_request_and_limit(&env);
     host_port(&env);
+    security_context(&env);
     pull_errors(&env);
     pull_secrets(&env);
     mirrors(&env);
@@ -568,6 +570,58 @@ fn restarts_and_oom(env: &Env) {
         env.get(&["logs", "oom"])
     );
     assert_eq!(p["status"]["phase"], "Failed");
+}
+
+/// The pod's and the container's `securityContext` reach the container: its user, group and
+/// supplemental groups (with `fsGroup`), a read-only root, no capabilities, no_new_privs; the
+/// emptyDir stays writable for that user. `runAsNonRoot` with an image that runs as root
+/// waits in `CreateContainerConfigError`.
+fn security_context(env: &Env) {
+    let mut pod = env.pod(
+        "hardened",
+        "Never",
+        1,
+        "id -u; id -g; id -G; (touch /rootfs-probe) 2>/dev/null && echo rootfs-writable \
+         || echo rootfs-read-only; echo x > /scratch/f && echo emptydir-writable; \
+         grep CapEff /proc/self/status | cut -f2; grep NoNewPrivs /proc/self/status | cut -f2",
+    );
+    pod["spec"]["securityContext"] =
+        json!({"runAsUser": 1000, "runAsGroup": 3000, "fsGroup": 2000});
+    pod["spec"]["volumes"] = json!([{"name": "scratch", "emptyDir": {}}]);
+    pod["spec"]["containers"][0]["volumeMounts"] =
+        json!([{"name": "scratch", "mountPath": "/scratch"}]);
+    pod["spec"]["containers"][0]["securityContext"] = json!({
+        "readOnlyRootFilesystem": true,
+        "allowPrivilegeEscalation": false,
+        "capabilities": {"drop": ["ALL"]}
+    });
+    env.apply(pod);
+    env.wait("hardened done", || {
+        env.field("hardened", ".status.phase") == "Succeeded"
+    });
+    assert_eq!(
+        env.ok(&["logs", "hardened"]),
+        "1000\n3000\n3000 2000\nrootfs-read-only\nemptydir-writable\n0000000000000000\n1\n"
+    );
+
+    let mut root = env.pod("wants-non-root", "Always", 1, "sleep 3600");
+    root["spec"]["containers"][0]["securityContext"] = json!({"runAsNonRoot": true});
+    env.apply(root);
+    env.wait("wants-non-root refused", || {
+        env.field(
+            "wants-non-root",
+            ".status.containerStatuses[0].state.waiting.reason",
+        ) == "CreateContainerConfigError"
+    });
+    let message = env.field(
+        "wants-non-root",
+        ".status.containerStatuses[0].state.waiting.message",
+    );
+    assert!(
+        message.contains("container has runAsNonRoot and image will run as root"),
+        "{message}"
+    );
+    env.ok(&["delete", "pod", "wants-non-root", "--wait=true"]);
 }
 
 /// A container port with a `hostPort` answers on the node: the sandbox asks containerd for the
