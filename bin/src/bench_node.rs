@@ -5,6 +5,13 @@
 //! The server is this binary, `skiff server` with every component, as a child process on an empty
 //! temporary data dir and a loopback port; memory is read from `/proc/<pid>/status` of that process
 //! (the pods' own processes are reported apart: they are the workload, not the control plane).
+//!
+//! With `--container-runtime-endpoint` the same measurements run a second time with the kubelet
+//! on that containerd, and a table puts the two runtimes side by side: containerd's own memory
+//! is added to the server's, its shims and their containers count as the workload, and the
+//! first pod pulls the image so the measured pods start from a cached one (the Kubernetes pod
+//! startup SLO leaves pulls out too). `cargo run -p skiff-tests --example containerd_lab`
+//! starts a containerd with a CNI network and a loopback registry for it.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -33,6 +40,37 @@ pub struct NodeArgs {
     /// Directory for the temporary data dir (default: the system temp dir).
     #[arg(long)]
     dir: Option<PathBuf>,
+    /// Also run the same measurements with the kubelet on this CRI endpoint
+    /// (`unix:///run/containerd/containerd.sock`), after the process runtime, and compare.
+    /// The containerd must have a CNI network and the image (or reach its registry): the first
+    /// pod pulls it, so the measured pods start from a cached image.
+    #[arg(long)]
+    container_runtime_endpoint: Option<String>,
+    /// The image of the containerd run's pods (it must have `sleep`).
+    #[arg(long, default_value = "busybox")]
+    image: String,
+    /// Further flags for the containerd run's server (`--server-arg=--cgroup-root=/skiff`).
+    #[arg(long = "server-arg", allow_hyphen_values = true)]
+    server_args: Vec<String>,
+}
+
+/// What one run measured.
+struct Report {
+    runtime: String,
+    serving: Duration,
+    ready: Duration,
+    first_pod: Duration,
+    idle: u64,
+    idle_runtime: u64,
+    latencies: Vec<Duration>,
+    all_running: Duration,
+    /// CPU seconds of the skiff process over the burst of pod creates.
+    burst_cpu: f64,
+    /// Busy CPU seconds of the whole machine (all cores) over the same burst.
+    burst_machine_cpu: f64,
+    busy: u64,
+    busy_runtime: u64,
+    workload: u64,
 }
 
 /// `VmRSS` and `VmHWM` of a process, in bytes.
@@ -95,17 +133,85 @@ fn descendants_memory(root: u32) -> u64 {
         .sum()
 }
 
-fn pod(name: &str) -> Pod {
+fn pod(name: &str, image: &str) -> Pod {
     serde_json::from_value(serde_json::json!({
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "labels": {"bench": "node"}},
         "spec": {
             "terminationGracePeriodSeconds": 1,
-            "containers": [{"name": "main", "image": "busybox", "command": ["sleep", "3600"]}]
+            "containers": [{
+                "name": "main",
+                "image": image,
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["sleep", "3600"]
+            }]
         }
     }))
     .expect("a valid pod")
+}
+
+/// Busy CPU seconds of the whole machine since boot, all cores (`/proc/stat`: everything but
+/// idle and iowait).
+fn machine_busy_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/stat") else {
+        return 0.0;
+    };
+    let Some(line) = stat.lines().find(|l| l.starts_with("cpu ")) else {
+        return 0.0;
+    };
+    let ticks: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    let total: u64 = ticks.iter().sum();
+    let idle = ticks.get(3).copied().unwrap_or(0) + ticks.get(4).copied().unwrap_or(0);
+    // USER_HZ is 100 on Linux.
+    (total - idle) as f64 / 100.0
+}
+
+/// The resident memory of the container runtime's daemon serving `endpoint` (`containerd`
+/// started with that socket, or the only containerd when it was started without `--address`)
+/// and of its shims, in bytes; zero for the process runtime.
+fn runtime_memory(endpoint: Option<&str>) -> (u64, u64) {
+    let Some(socket) = endpoint.map(|e| e.trim_start_matches("unix://")) else {
+        return (0, 0);
+    };
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return (0, 0);
+    };
+    let (mut daemon, mut shims) = (0, 0);
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        let program = args.first().map(|a| String::from_utf8_lossy(a).to_string());
+        let Some(program) = program else { continue };
+        let name = program.rsplit('/').next().unwrap_or("");
+        let rss = || status_memory(pid).map_or(0, |(rss, _)| rss);
+        let serves = |needle: &str| {
+            args.iter().any(|a| {
+                let a = String::from_utf8_lossy(a);
+                a.contains(needle)
+            })
+        };
+        if name == "containerd" {
+            daemon += rss();
+        } else if name.starts_with("containerd-shim") && serves(socket) {
+            // The shim and the containers it runs.
+            shims += rss() + descendants_memory(pid);
+        }
+    }
+    (daemon, shims)
 }
 
 fn running(pod: &Pod) -> bool {
@@ -124,9 +230,11 @@ fn node_ready(node: &Node) -> bool {
 async fn start_pods(
     pods: &Api<Pod>,
     names: Vec<String>,
+    image: &str,
     clients: usize,
     limit: Duration,
 ) -> Result<Vec<Duration>> {
+    let image = image.to_string();
     let list = pods.list(&ListParams::default().limit(1)).await?;
     let from = list.metadata.resource_version.unwrap_or_default();
     let mut stream = pods.watch(&WatchParams::default(), &from).await?.boxed();
@@ -139,9 +247,10 @@ async fn start_pods(
                 .map(|name| {
                     let pods = pods.clone();
                     let sent_tx = sent_tx.clone();
+                    let pod = pod(&name, &image);
                     async move {
                         let at = Instant::now();
-                        pods.create(&PostParams::default(), &pod(&name)).await?;
+                        pods.create(&PostParams::default(), &pod).await?;
                         let _ = sent_tx.send((name, at));
                         anyhow::Ok(())
                     }
@@ -208,11 +317,153 @@ fn ms(d: Duration) -> String {
     format!("{:.0} ms", d.as_secs_f64() * 1000.0)
 }
 
-/// Runs `skiff bench node` and prints its report.
+/// Runs `skiff bench node` and prints its report: the process runtime, then containerd when
+/// an endpoint is given, and the two side by side.
 pub async fn run(args: NodeArgs) -> Result<()> {
+    let mut reports = vec![
+        measure(
+            &args,
+            "process",
+            &["--container-runtime-endpoint".into(), "process".into()],
+            "busybox",
+            None,
+        )
+        .await?,
+    ];
+    if let Some(endpoint) = &args.container_runtime_endpoint {
+        let mut server_args = vec!["--container-runtime-endpoint".to_string(), endpoint.clone()];
+        server_args.extend(args.server_args.iter().cloned());
+        reports.push(
+            measure(
+                &args,
+                "containerd",
+                &server_args,
+                &args.image,
+                Some(endpoint),
+            )
+            .await?,
+        );
+    }
+    if reports.len() > 1 {
+        println!();
+        print!("{}", table(&reports));
+    }
+    Ok(())
+}
+
+/// The runs side by side, with the ratio of each to the first.
+fn table(reports: &[Report]) -> String {
+    let mut out = String::from("| what |");
+    for r in reports {
+        out.push_str(&format!(" {} |", r.runtime));
+    }
+    out.push_str(" ratio |\n|---|");
+    for _ in reports {
+        out.push_str("---|");
+    }
+    out.push_str("---|\n");
+    let mut row = |what: &str, values: Vec<f64>, unit: &str| {
+        out.push_str(&format!("| {what} |"));
+        for v in &values {
+            out.push_str(&format!(" {v:.1} {unit} |"));
+        }
+        let ratio = match (values.first(), values.last()) {
+            (Some(a), Some(b)) if *a > 0.0 => format!("{:.2}x", b / a),
+            _ => "-".into(),
+        };
+        out.push_str(&format!(" {ratio} |\n"));
+    };
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+    row(
+        "API serving after spawn",
+        reports.iter().map(|r| ms(r.serving)).collect(),
+        "ms",
+    );
+    row(
+        "node Ready after spawn",
+        reports.iter().map(|r| ms(r.ready)).collect(),
+        "ms",
+    );
+    row(
+        "first pod Running (image pulled)",
+        reports.iter().map(|r| ms(r.first_pod)).collect(),
+        "ms",
+    );
+    for (name, p) in [("p50", 50.0), ("p90", 90.0), ("p99", 99.0), ("max", 100.0)] {
+        row(
+            &format!("pod startup {name}"),
+            reports
+                .iter()
+                .map(|r| ms(percentile(&r.latencies, p)))
+                .collect(),
+            "ms",
+        );
+    }
+    row(
+        "all pods Running after",
+        reports.iter().map(|r| ms(r.all_running)).collect(),
+        "ms",
+    );
+    row(
+        "CPU over the burst: skiff",
+        reports.iter().map(|r| r.burst_cpu * 1000.0).collect(),
+        "ms",
+    );
+    row(
+        "CPU over the burst: whole machine",
+        reports
+            .iter()
+            .map(|r| r.burst_machine_cpu * 1000.0)
+            .collect(),
+        "ms",
+    );
+    row(
+        "idle: skiff VmRSS",
+        reports.iter().map(|r| mib(r.idle)).collect(),
+        "MiB",
+    );
+    row(
+        "idle: skiff + runtime daemon VmRSS",
+        reports
+            .iter()
+            .map(|r| mib(r.idle + r.idle_runtime))
+            .collect(),
+        "MiB",
+    );
+    row(
+        "busy: skiff VmRSS",
+        reports.iter().map(|r| mib(r.busy)).collect(),
+        "MiB",
+    );
+    row(
+        "busy: skiff + runtime daemon VmRSS",
+        reports
+            .iter()
+            .map(|r| mib(r.busy + r.busy_runtime))
+            .collect(),
+        "MiB",
+    );
+    row(
+        "busy: the pods (processes, or shims and containers)",
+        reports.iter().map(|r| mib(r.workload)).collect(),
+        "MiB",
+    );
+    out
+}
+
+/// One run of the measurements on a new server started with `server_args`.
+async fn measure(
+    args: &NodeArgs,
+    runtime: &str,
+    server_args: &[String],
+    image: &str,
+    endpoint: Option<&str>,
+) -> Result<Report> {
+    println!("== {runtime} runtime ==");
     // Cold start: an empty data dir to a Ready node that has run a pod.
     let started = Instant::now();
-    let mut server = SpawnedServer::start("server", args.dir.as_deref())?;
+    let mut server = SpawnedServer::start_with("server", server_args, args.dir.as_deref())?;
     let client = server.wait_ready().await?;
     let serving = started.elapsed();
     let nodes: Api<Node> = Api::all(client.clone());
@@ -232,7 +483,14 @@ pub async fn run(args: NodeArgs) -> Result<()> {
         tokio::time::sleep(Duration::from_millis(5)).await;
     };
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    start_pods(&pods, vec!["first".into()], 1, Duration::from_secs(60)).await?;
+    start_pods(
+        &pods,
+        vec!["first".into()],
+        image,
+        1,
+        Duration::from_secs(120),
+    )
+    .await?;
     let first_pod = started.elapsed();
     println!("cold start (empty data dir, `skiff server`, all components):");
     println!(
@@ -249,17 +507,27 @@ pub async fn run(args: NodeArgs) -> Result<()> {
     // Idle: nothing but the node's own heartbeats.
     tokio::time::sleep(args.settle).await;
     let (idle, idle_peak) = status_memory(server.child.id())?;
+    let (idle_runtime, _) = runtime_memory(endpoint);
     println!(
         "resident memory of the skiff process, idle after {:?}:",
         args.settle
     );
     println!("  VmRSS {} (peak so far {})", mib(idle), mib(idle_peak));
+    if endpoint.is_some() {
+        println!("  containerd VmRSS {}", mib(idle_runtime));
+    }
 
     // N pods, created by concurrent clients.
     let names: Vec<String> = (0..args.pods).map(|i| format!("bench-{i}")).collect();
     let began = Instant::now();
-    let latencies = start_pods(&pods, names, args.clients, Duration::from_secs(600)).await?;
-    let all = began.elapsed();
+    let (cpu_before, machine_before) = (
+        crate::bench_deployment::cpu_seconds(server.child.id()),
+        machine_busy_seconds(),
+    );
+    let latencies = start_pods(&pods, names, image, args.clients, Duration::from_secs(600)).await?;
+    let all_running = began.elapsed();
+    let burst_cpu = crate::bench_deployment::cpu_seconds(server.child.id()) - cpu_before;
+    let burst_machine_cpu = machine_busy_seconds() - machine_before;
     println!(
         "pod startup, {} pods, {} concurrent creators (create sent to Running seen by a watch):",
         args.pods, args.clients
@@ -270,11 +538,18 @@ pub async fn run(args: NodeArgs) -> Result<()> {
         ms(percentile(&latencies, 90.0)),
         ms(percentile(&latencies, 99.0)),
         ms(percentile(&latencies, 100.0)),
-        ms(all)
+        ms(all_running)
+    );
+    println!(
+        "  CPU over the burst: skiff {burst_cpu:.2} s, the whole machine {burst_machine_cpu:.2} s \
+         ({} cores)",
+        std::thread::available_parallelism().map_or(1, |n| n.get())
     );
     tokio::time::sleep(Duration::from_secs(5)).await;
     let (busy, busy_peak) = status_memory(server.child.id())?;
-    let workload = descendants_memory(server.child.id());
+    let (busy_runtime, shims) = runtime_memory(endpoint);
+    // Containers under containerd are the shims' children, not the server's.
+    let workload = descendants_memory(server.child.id()) + shims;
     println!("resident memory with {} pods running:", args.pods);
     println!(
         "  skiff process VmRSS {} (peak {}); the pods' own processes {}",
@@ -282,6 +557,9 @@ pub async fn run(args: NodeArgs) -> Result<()> {
         mib(busy_peak),
         mib(workload)
     );
+    if endpoint.is_some() {
+        println!("  containerd VmRSS {}", mib(busy_runtime));
+    }
 
     // Clean up through the API so the kubelet stops every process it started.
     pods.delete_collection(
@@ -297,5 +575,19 @@ pub async fn run(args: NodeArgs) -> Result<()> {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     drop(server);
-    Ok(())
+    Ok(Report {
+        runtime: runtime.to_string(),
+        serving,
+        ready,
+        first_pod,
+        idle,
+        idle_runtime,
+        latencies,
+        all_running,
+        burst_cpu,
+        burst_machine_cpu,
+        busy,
+        busy_runtime,
+        workload,
+    })
 }

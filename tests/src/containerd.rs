@@ -224,7 +224,14 @@ impl Lab {
         lab.image = format!("{}/busybox:test", lab.registry);
 
         write_containerd_config(&lab);
-        lab.containerd = Some(
+        lab.start_containerd();
+        lab
+    }
+
+    /// Starts containerd on the lab's config and waits for its socket.
+    pub fn start_containerd(&mut self) {
+        let root = self.dir.path().to_path_buf();
+        self.containerd = Some(
             Command::new("containerd")
                 .arg("--config")
                 .arg(root.join("config.toml"))
@@ -233,11 +240,19 @@ impl Lab {
                 .spawn()
                 .unwrap(),
         );
-        let socket = lab.socket.clone();
+        let socket = self.socket.clone();
         wait_for("containerd socket", Duration::from_secs(30), || {
             std::os::unix::net::UnixStream::connect(&socket).is_ok()
         });
-        lab
+    }
+
+    /// Kills containerd outright (SIGKILL), as a crash would: its shims and their containers
+    /// run on, and its socket refuses connections until [`Lab::start_containerd`].
+    pub fn kill_containerd(&mut self) {
+        if let Some(mut child) = self.containerd.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 
     /// containerd's log so far (printed when a test fails).
@@ -463,8 +478,18 @@ impl Lab {
     /// The ids of the containers (not sandboxes) containerd holds for pod `name`, running or
     /// exited, as `ctr` lists them by the labels the CRI plugin keeps.
     pub fn containers_of_pod(&self, name: &str) -> Vec<String> {
+        self.listed(name, "container")
+    }
+
+    /// The ids of the sandboxes containerd holds for pod `name`.
+    pub fn sandboxes_of_pod(&self, name: &str) -> Vec<String> {
+        self.listed(name, "sandbox")
+    }
+
+    /// `ctr containers ls` of pod `name`'s entries of CRI kind `kind` (`container`, `sandbox`).
+    fn listed(&self, name: &str, kind: &str) -> Vec<String> {
         let filter = format!(
-            "labels.\"io.kubernetes.pod.name\"=={name},labels.\"io.cri-containerd.kind\"==container"
+            "labels.\"io.kubernetes.pod.name\"=={name},labels.\"io.cri-containerd.kind\"=={kind}"
         );
         let out = Command::new("ctr")
             .arg("--address")

@@ -15,10 +15,11 @@
 //! image shows `ErrImagePull` then `ImagePullBackOff`, configMap and secret volumes are readable
 //! and read-only where asked, a memory-backed emptyDir is a tmpfs of its size limit, `kubectl
 //! delete pod` ends within the grace period (and not before it when the container ignores SIGTERM),
-//! and a server restart leaves running pods running (same container, same IP, no restart). `kubectl
-//! exec`, `cp`, `attach` and `port-forward` stream through containerd's own streaming server. At
-//! the end the namespace's deletion leaves no pod process and the lab's teardown leaves nothing at
-//! all.
+//! a server restart leaves running pods running (same container, same IP, no restart), and so does
+//! containerd dying and coming back, while a pod created meanwhile waits and then runs in one
+//! sandbox. `kubectl exec`, `cp`, `attach` and `port-forward` stream through containerd's own
+//! streaming server. At the end the namespace's deletion leaves no pod process and the lab's
+//! teardown leaves nothing at all.
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
@@ -231,6 +232,7 @@ fn containerd_pods_through_kubectl() {
     streams(&env);
     top(&env);
     server_restart_keeps_pods(&mut env);
+    runtime_dies(&mut env);
 
     // Deleting the namespace stops and removes every sandbox: no pod process is left in the
     // pods' cgroup, before the lab's own teardown cleans anything.
@@ -622,6 +624,75 @@ fn security_context(env: &Env) {
         "{message}"
     );
     env.ok(&["delete", "pod", "wants-non-root", "--wait=true"]);
+}
+
+/// containerd dies mid-run (SIGKILL) and comes back: meanwhile the node is NotReady with the
+/// runtime's error, a new pod bound to the node waits with a `FailedCreatePodSandBox` event,
+/// and the kubelet goes on; afterwards the node is Ready, the new pod runs in exactly one sandbox, and the pod that
+/// ran all along kept its container (same id, no restart).
+fn runtime_dies(env: &mut Env) {
+    let node = env.node.clone();
+    env.apply(env.pod("survivor", "Always", 1, "while true; do sleep 1; done"));
+    env.wait("survivor Running", || {
+        env.field("survivor", ".status.phase") == "Running"
+    });
+    let before = env.field("survivor", ".status.containerStatuses[0].containerID");
+    let ready = |env: &Env| {
+        env.kubectl()
+            .run(&[
+                "get",
+                "node",
+                &node,
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}/{.status.conditions[?(@.type==\"Ready\")].message}",
+            ])
+            .stdout
+    };
+
+    env.lab.kill_containerd();
+    env.wait("node NotReady with the runtime's error", || {
+        let r = ready(env);
+        r.starts_with("False/") && r.len() > "False/".len()
+    });
+    // Bound to the node by hand: the scheduler places nothing on a node that is not Ready.
+    let mut latecomer = env.pod("latecomer", "Always", 1, "while true; do sleep 1; done");
+    latecomer["spec"]["nodeName"] = json!(node);
+    env.apply(latecomer);
+    env.wait("latecomer waits with FailedCreatePodSandBox", || {
+        env.get(&[
+            "get",
+            "events",
+            "--field-selector",
+            "involvedObject.name=latecomer,reason=FailedCreatePodSandBox",
+            "-o",
+            "name",
+        ])
+        .lines()
+        .count()
+            >= 1
+    });
+    assert_ne!(env.field("latecomer", ".status.phase"), "Running");
+
+    env.lab.start_containerd();
+    env.wait("node Ready again", || ready(env).starts_with("True/"));
+    env.wait("latecomer Running", || {
+        env.field("latecomer", ".status.phase") == "Running"
+    });
+    assert_eq!(
+        env.field("survivor", ".status.containerStatuses[0].containerID"),
+        before,
+        "the running pod kept its container"
+    );
+    assert_eq!(
+        env.field("survivor", ".status.containerStatuses[0].restartCount"),
+        "0"
+    );
+    assert_eq!(
+        env.lab.sandboxes_of_pod("latecomer").len(),
+        1,
+        "sandboxes of the pod created while containerd was down"
+    );
+    env.ok(&["delete", "pod", "survivor", "latecomer", "--wait=true"]);
 }
 
 /// A container port with a `hostPort` answers on the node: the sandbox asks containerd for the
