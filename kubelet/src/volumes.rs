@@ -132,6 +132,10 @@ pub fn prepare(pod: &Pod, pod_dir: &Path, sources: &Sources) -> Result<Prepared>
     let Some(spec) = &pod.spec else {
         return Ok(out);
     };
+    let fs_group = spec.security_context.as_ref().and_then(|s| s.fs_group);
+    // Files written for an fsGroup are group readable from the start, not only once
+    // `set_group_ownership` has been over them.
+    let extra = if fs_group.is_some() { 0o440 } else { 0 };
     for v in spec.volumes.iter().flatten() {
         let path = if let Some(empty) = &v.empty_dir {
             let p = pod_dir.join("volumes/empty-dir").join(&v.name);
@@ -152,11 +156,16 @@ pub fn prepare(pod: &Pod, pod_dir: &Path, sources: &Sources) -> Result<Prepared>
         } else if let Some(cm) = &v.config_map {
             let p = pod_dir.join("volumes/configmap").join(&v.name);
             match sources.config_map_data(&cm.name) {
-                Some(data) => {
-                    write_files(&v.name, &p, &data, cm.items.as_deref(), cm.default_mode)?
-                }
+                Some(data) => write_files(
+                    &v.name,
+                    &p,
+                    &data,
+                    cm.items.as_deref(),
+                    cm.default_mode,
+                    extra,
+                )?,
                 None if cm.optional == Some(true) => {
-                    write_files(&v.name, &p, &BTreeMap::new(), None, cm.default_mode)?
+                    write_files(&v.name, &p, &BTreeMap::new(), None, cm.default_mode, extra)?
                 }
                 None => {
                     return Err(Error::SourceNotFound {
@@ -171,11 +180,16 @@ pub fn prepare(pod: &Pod, pod_dir: &Path, sources: &Sources) -> Result<Prepared>
             let p = pod_dir.join("volumes/secret").join(&v.name);
             let name = sec.secret_name.clone().unwrap_or_default();
             match sources.secret_data(&name) {
-                Some(data) => {
-                    write_files(&v.name, &p, &data, sec.items.as_deref(), sec.default_mode)?
-                }
+                Some(data) => write_files(
+                    &v.name,
+                    &p,
+                    &data,
+                    sec.items.as_deref(),
+                    sec.default_mode,
+                    extra,
+                )?,
                 None if sec.optional == Some(true) => {
-                    write_files(&v.name, &p, &BTreeMap::new(), None, sec.default_mode)?
+                    write_files(&v.name, &p, &BTreeMap::new(), None, sec.default_mode, extra)?
                 }
                 None => {
                     return Err(Error::SourceNotFound {
@@ -189,7 +203,14 @@ pub fn prepare(pod: &Pod, pod_dir: &Path, sources: &Sources) -> Result<Prepared>
         } else if let Some(pvc) = &v.persistent_volume_claim {
             match sources.claims.get(&pvc.claim_name) {
                 Some(Ok(p)) => {
-                    std::fs::create_dir_all(p).map_err(io(p))?;
+                    if !p.exists() {
+                        // Writable by whatever user the pod runs as, as the local-path
+                        // provisioner makes its directories: a hostPath or local volume gets no
+                        // fsGroup ownership.
+                        std::fs::create_dir_all(p).map_err(io(p))?;
+                        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o777))
+                            .map_err(io(p))?;
+                    }
                     p.clone()
                 }
                 Some(Err(message)) => {
@@ -208,20 +229,73 @@ pub fn prepare(pod: &Pod, pod_dir: &Path, sources: &Sources) -> Result<Prepared>
         } else if let Some(projected) = &v.projected {
             let p = pod_dir.join("volumes/projected").join(&v.name);
             let files = crate::projected::projected_files(&v.name, pod, projected, sources)?;
-            write_file_list(&v.name, &p, files, projected.default_mode)?;
+            write_file_list(&v.name, &p, files, projected.default_mode, extra)?;
             p
         } else if let Some(downward) = &v.downward_api {
             let p = pod_dir.join("volumes/downward-api").join(&v.name);
             let items = downward.items.as_deref().unwrap_or_default();
             let files = crate::projected::downward_files(&v.name, pod, items)?;
-            write_file_list(&v.name, &p, files, downward.default_mode)?;
+            write_file_list(&v.name, &p, files, downward.default_mode, extra)?;
             p
         } else {
             return Err(Error::Unsupported(v.name.clone()));
         };
+        // The kubelet's own volumes belong to the pod's fsGroup: written ones (emptyDir) for
+        // reading and writing, the others for reading.
+        let managed = if v.empty_dir.is_some() {
+            Some(false)
+        } else if v.config_map.is_some()
+            || v.secret.is_some()
+            || v.projected.is_some()
+            || v.downward_api.is_some()
+        {
+            Some(true)
+        } else {
+            None
+        };
+        if let (Some(read_only), Some(group)) = (managed, fs_group) {
+            set_group_ownership(&path, group, read_only)?;
+        }
         out.paths.insert(v.name.clone(), path);
     }
     Ok(out)
+}
+
+/// Gives the volume at `dir` to `group` as the Kubernetes kubelet does for `fsGroup`: every
+/// file and directory in it gets that group and group read (and write unless `read_only`)
+/// permission, directories also group search and set-group-ID, so that what the pod creates
+/// there keeps the group. Symbolic links are left alone. Without the privilege to change groups
+/// (a kubelet that is not root) nothing is changed: the process runtime says so in its warnings.
+fn set_group_ownership(dir: &Path, group: i64, read_only: bool) -> Result<()> {
+    let Some(gid) = u32::try_from(group).ok().filter(|g| *g != u32::MAX) else {
+        return Ok(());
+    };
+    let gid = rustix::fs::Gid::from_raw(gid);
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(path) = stack.pop() {
+        let meta = std::fs::symlink_metadata(&path).map_err(io(&path))?;
+        if meta.file_type().is_symlink() {
+            continue;
+        }
+        match rustix::fs::chown(&path, None, Some(gid)) {
+            Ok(()) => {}
+            Err(e) if e == rustix::io::Errno::PERM => return Ok(()),
+            Err(e) => return Err(io(&path)(e.into())),
+        }
+        let mut mask = if read_only { 0o440 } else { 0o660 };
+        if meta.is_dir() {
+            mask |= 0o2110;
+            for entry in std::fs::read_dir(&path).map_err(io(&path))?.flatten() {
+                stack.push(entry.path());
+            }
+        }
+        let mode = meta.permissions().mode() & 0o7777;
+        if mode | mask != mode {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode | mask))
+                .map_err(io(&path))?;
+        }
+    }
+    Ok(())
 }
 
 fn host_path(volume: &str, path: &str, type_: &str) -> Result<PathBuf> {
@@ -256,29 +330,31 @@ fn write_file_list(
     dir: &Path,
     files: Vec<crate::projected::File>,
     default_mode: Option<i32>,
+    extra: u32,
 ) -> Result<()> {
     let modes: Vec<(String, i32)> = files
         .iter()
         .filter_map(|(path, _, mode)| Some((path.clone(), (*mode)?)))
         .collect();
     let data: BTreeMap<String, Vec<u8>> = files.into_iter().map(|(p, c, _)| (p, c)).collect();
-    write_files(volume, dir, &data, None, default_mode)?;
+    write_files(volume, dir, &data, None, default_mode, extra)?;
     for (path, mode) in modes {
         let file = dir.join(safe_relative(&path)?);
-        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode as u32))
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode as u32 | extra))
             .map_err(io(&file))?;
     }
     Ok(())
 }
 
-/// Writes `data` (or the listed `items`) as files with `mode`, removing files of keys that went
-/// away.
+/// Writes `data` (or the listed `items`) as files with `mode` and the `extra` bits (group read
+/// for an fsGroup), removing files of keys that went away.
 fn write_files(
     volume: &str,
     dir: &Path,
     data: &BTreeMap<String, Vec<u8>>,
     items: Option<&[KeyToPath]>,
     default_mode: Option<i32>,
+    extra: u32,
 ) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(io(dir))?;
     let default_mode = default_mode.unwrap_or(0o644) as u32;
@@ -326,7 +402,7 @@ fn write_files(
             std::fs::write(&tmp, content).map_err(io(&tmp))?;
             std::fs::rename(&tmp, &path).map_err(io(&path))?;
         }
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode | extra))
             .map_err(io(&path))?;
     }
     Ok(())
@@ -431,6 +507,54 @@ mod tests {
             },
         );
         s
+    }
+
+    /// With an fsGroup the kubelet's volumes belong to it: a secret of mode 0400 becomes group
+    /// readable (0440), an emptyDir group writable with set-group-ID. Changing groups needs root
+    /// (the kubelet's own privilege); without it nothing changes.
+    #[test]
+    fn fs_group_owns_the_kubelets_volumes() {
+        use k8s_openapi::api::core::v1::PodSecurityContext;
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let mut p = pod(vec![
+            Volume {
+                name: "scratch".into(),
+                empty_dir: Some(EmptyDirVolumeSource::default()),
+                ..Default::default()
+            },
+            Volume {
+                name: "creds".into(),
+                secret: Some(SecretVolumeSource {
+                    secret_name: Some("sec".into()),
+                    default_mode: Some(0o400),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        ]);
+        p.spec.as_mut().unwrap().security_context = Some(PodSecurityContext {
+            fs_group: Some(2000),
+            ..Default::default()
+        });
+        let vols = prepare(&p, dir.path(), &sources()).unwrap().paths;
+        let token = std::fs::metadata(vols["creds"].join("token")).unwrap();
+        let scratch = std::fs::metadata(&vols["scratch"]).unwrap();
+        if rustix::process::geteuid().is_root() {
+            assert_eq!(token.gid(), 2000);
+            assert_eq!(token.mode() & 0o7777, 0o440);
+            assert_eq!(scratch.gid(), 2000);
+            assert_eq!(scratch.mode() & 0o7777, 0o2777);
+        } else {
+            assert_eq!(token.mode() & 0o7777, 0o440);
+        }
+        // Without an fsGroup nothing is given away.
+        let plain = tempfile::tempdir().unwrap();
+        p.spec.as_mut().unwrap().security_context = None;
+        let vols = prepare(&p, plain.path(), &sources()).unwrap().paths;
+        let token = std::fs::metadata(vols["creds"].join("token")).unwrap();
+        assert_eq!(token.mode() & 0o7777, 0o400);
+        assert_eq!(token.gid(), rustix::process::getegid().as_raw());
     }
 
     #[test]

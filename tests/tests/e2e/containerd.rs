@@ -576,7 +576,8 @@ fn restarts_and_oom(env: &Env) {
 
 /// The pod's and the container's `securityContext` reach the container: its user, group and
 /// supplemental groups (with `fsGroup`), a read-only root, no capabilities, no_new_privs; the
-/// emptyDir stays writable for that user. `runAsNonRoot` with an image that runs as root
+/// emptyDir stays writable for that user and what it writes there gets the fsGroup; a secret of
+/// mode 0400 is readable through the fsGroup. `runAsNonRoot` with an image that runs as root
 /// waits in `CreateContainerConfigError`.
 fn security_context(env: &Env) {
     let mut pod = env.pod(
@@ -585,13 +586,29 @@ fn security_context(env: &Env) {
         1,
         "id -u; id -g; id -G; (touch /rootfs-probe) 2>/dev/null && echo rootfs-writable \
          || echo rootfs-read-only; echo x > /scratch/f && echo emptydir-writable; \
+         stat -c %g /scratch/f; cat /sec/key; echo; \
          grep CapEff /proc/self/status | cut -f2; grep NoNewPrivs /proc/self/status | cut -f2",
     );
+    env.kubectl().ok(&[
+        "-n",
+        NS,
+        "create",
+        "secret",
+        "generic",
+        "hardened-cred",
+        "--from-literal=key=for-the-group",
+    ]);
     pod["spec"]["securityContext"] =
         json!({"runAsUser": 1000, "runAsGroup": 3000, "fsGroup": 2000});
-    pod["spec"]["volumes"] = json!([{"name": "scratch", "emptyDir": {}}]);
-    pod["spec"]["containers"][0]["volumeMounts"] =
-        json!([{"name": "scratch", "mountPath": "/scratch"}]);
+    // A secret only its owner (root) may read, but for the fsGroup.
+    pod["spec"]["volumes"] = json!([
+        {"name": "scratch", "emptyDir": {}},
+        {"name": "sec", "secret": {"secretName": "hardened-cred", "defaultMode": 0o400}}
+    ]);
+    pod["spec"]["containers"][0]["volumeMounts"] = json!([
+        {"name": "scratch", "mountPath": "/scratch"},
+        {"name": "sec", "mountPath": "/sec", "readOnly": true}
+    ]);
     pod["spec"]["containers"][0]["securityContext"] = json!({
         "readOnlyRootFilesystem": true,
         "allowPrivilegeEscalation": false,
@@ -603,7 +620,8 @@ fn security_context(env: &Env) {
     });
     assert_eq!(
         env.ok(&["logs", "hardened"]),
-        "1000\n3000\n3000 2000\nrootfs-read-only\nemptydir-writable\n0000000000000000\n1\n"
+        "1000\n3000\n3000 2000\nrootfs-read-only\nemptydir-writable\n2000\nfor-the-group\n\
+         0000000000000000\n1\n"
     );
 
     let mut root = env.pod("wants-non-root", "Always", 1, "sleep 3600");
