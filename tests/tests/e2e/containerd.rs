@@ -11,7 +11,8 @@
 //! Deployment pulled from the registry reaches Running with pod IPs on the bridge, a Service in
 //! front answers round-robin through the proxy, a crashing container restarts with `lastState` and
 //! keeps only its two latest runs, a `securityContext` reaches the container, a memory limit far
-//! below what the command allocates is `OOMKilled`, a `hostPort` answers on loopback, a missing
+//! below what the command allocates is `OOMKilled`, a `hostPort` answers on loopback, a
+//! `hostNetwork` pod sees the node's interfaces, a `subPath` mount is one read-only file, a missing
 //! image shows `ErrImagePull` then `ImagePullBackOff`, configMap and secret volumes are readable
 //! and read-only where asked, a memory-backed emptyDir is a tmpfs of its size limit, `kubectl
 //! delete pod` ends within the grace period (and not before it when the container ignores SIGTERM),
@@ -222,6 +223,7 @@ fn containerd_pods_through_kubectl() {
     restarts_and_oom(&env);
     cpu_request_and_limit(&env);
     host_port(&env);
+    host_network_and_sub_path(&env);
     security_context(&env);
     pull_errors(&env);
     pull_secrets(&env);
@@ -711,6 +713,45 @@ fn runtime_dies(env: &mut Env) {
         "sandboxes of the pod created while containerd was down"
     );
     env.ok(&["delete", "pod", "survivor", "latecomer", "--wait=true"]);
+}
+
+/// A `hostNetwork` pod sees the node's interfaces (the lab's bridge among them) and has the
+/// node's address; a `subPath` mount shows one key of a configMap as a file, read-only.
+fn host_network_and_sub_path(env: &Env) {
+    env.kubectl().ok(&[
+        "-n",
+        NS,
+        "create",
+        "configmap",
+        "one-key",
+        "--from-literal=motd=just this file",
+    ]);
+    let mut pod = env.pod(
+        "on-host",
+        "Never",
+        1,
+        "ls /sys/class/net; cat /etc/motd; echo; \
+         (echo x > /etc/motd) 2>/dev/null && echo motd-writable || echo motd-read-only",
+    );
+    pod["spec"]["hostNetwork"] = json!(true);
+    pod["spec"]["volumes"] = json!([{"name": "cm", "configMap": {"name": "one-key"}}]);
+    pod["spec"]["containers"][0]["volumeMounts"] =
+        json!([{"name": "cm", "mountPath": "/etc/motd", "subPath": "motd", "readOnly": true}]);
+    env.apply(pod);
+    env.wait("on-host done", || {
+        env.field("on-host", ".status.phase") == "Succeeded"
+    });
+    let out = env.ok(&["logs", "on-host"]);
+    assert!(
+        out.lines().any(|l| l == env.lab.bridge),
+        "the node's bridge {} among the pod's interfaces: {out}",
+        env.lab.bridge
+    );
+    assert!(out.ends_with("just this file\nmotd-read-only\n"), "{out}");
+    let ips = env.field("on-host", ".status.podIP") + " " + &env.field("on-host", ".status.hostIP");
+    let (pod_ip, host_ip) = ips.split_once(' ').unwrap();
+    assert_eq!(pod_ip, host_ip, "a hostNetwork pod has the node's address");
+    env.ok(&["delete", "pod", "on-host", "--wait=true"]);
 }
 
 /// A container port with a `hostPort` answers on the node: the sandbox asks containerd for the
