@@ -88,20 +88,22 @@ pub(crate) fn status_memory(pid: u32) -> Result<(u64, u64)> {
     ))
 }
 
+/// The ids of the processes running now (the numeric entries of `/proc`).
+fn pids() -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// The summed resident memory of the server's descendants (the pods' processes).
 fn descendants_memory(root: u32) -> u64 {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return 0;
-    };
     let mut parent: HashMap<u32, u32> = HashMap::new();
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
-            continue;
-        };
+    for pid in pids() {
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
             continue;
         };
@@ -178,18 +180,8 @@ fn runtime_memory(endpoint: Option<&str>) -> (u64, u64) {
     let Some(socket) = endpoint.map(|e| e.trim_start_matches("unix://")) else {
         return (0, 0);
     };
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return (0, 0);
-    };
     let (mut daemon, mut shims) = (0, 0);
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
-            continue;
-        };
+    for pid in pids() {
         let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
             continue;
         };

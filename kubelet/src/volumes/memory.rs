@@ -92,10 +92,10 @@ pub fn unmount_all(pod_dir: &Path) {
     };
     for entry in dir.flatten() {
         let path = entry.path();
-        if is_mount_point(&path) {
-            if let Err(err) = rustix::mount::unmount(&path, rustix::mount::UnmountFlags::DETACH) {
-                tracing::warn!(%err, path = %path.display(), "unmounting a memory-backed emptyDir");
-            }
+        if is_mount_point(&path)
+            && let Err(err) = rustix::mount::unmount(&path, rustix::mount::UnmountFlags::DETACH)
+        {
+            tracing::warn!(%err, path = %path.display(), "unmounting a memory-backed emptyDir");
         }
     }
 }
