@@ -100,8 +100,9 @@ fn pids() -> Vec<u32> {
         .unwrap_or_default()
 }
 
-/// The summed resident memory of the server's descendants (the pods' processes).
-fn descendants_memory(root: u32) -> u64 {
+/// The summed resident memory of the descendants of `roots` (the server's: host-process pods;
+/// containerd's shims: their containers), from one pass over `/proc`.
+fn descendants_memory(roots: &[u32]) -> u64 {
     let mut parent: HashMap<u32, u32> = HashMap::new();
     for pid in pids() {
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
@@ -117,7 +118,7 @@ fn descendants_memory(root: u32) -> u64 {
     }
     let descends = |mut pid: u32| {
         while let Some(&p) = parent.get(&pid) {
-            if p == root {
+            if roots.contains(&p) {
                 return true;
             }
             if p <= 1 {
@@ -173,37 +174,30 @@ fn machine_busy_seconds() -> f64 {
     (total - idle) as f64 / 100.0
 }
 
-/// The resident memory of the container runtime's daemon serving `endpoint` (`containerd`
-/// started with that socket, or the only containerd when it was started without `--address`)
-/// and of its shims, in bytes; zero for the process runtime.
+/// The resident memory of the containerd daemons on this machine, and of the shims serving
+/// `endpoint` with the containers they run, in bytes; zero for the process runtime. (A daemon
+/// names its socket in its config file, not on its command line: every containerd counts.)
 fn runtime_memory(endpoint: Option<&str>) -> (u64, u64) {
     let Some(socket) = endpoint.map(|e| e.trim_start_matches("unix://")) else {
         return (0, 0);
     };
-    let (mut daemon, mut shims) = (0, 0);
+    let rss = |pid: u32| status_memory(pid).map_or(0, |(rss, _)| rss);
+    let (mut daemon, mut shims) = (0, Vec::new());
     for pid in pids() {
         let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
             continue;
         };
-        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-        let program = args.first().map(|a| String::from_utf8_lossy(a).to_string());
-        let Some(program) = program else { continue };
-        let name = program.rsplit('/').next().unwrap_or("");
-        let rss = || status_memory(pid).map_or(0, |(rss, _)| rss);
-        let serves = |needle: &str| {
-            args.iter().any(|a| {
-                let a = String::from_utf8_lossy(a);
-                a.contains(needle)
-            })
-        };
+        let cmdline = String::from_utf8_lossy(&cmdline);
+        let mut args = cmdline.split('\0');
+        let name = args.next().unwrap_or("").rsplit('/').next().unwrap_or("");
         if name == "containerd" {
-            daemon += rss();
-        } else if name.starts_with("containerd-shim") && serves(socket) {
-            // The shim and the containers it runs.
-            shims += rss() + descendants_memory(pid);
+            daemon += rss(pid);
+        } else if name.starts_with("containerd-shim") && args.any(|a| a.contains(socket)) {
+            shims.push(pid);
         }
     }
-    (daemon, shims)
+    let shim_memory: u64 = shims.iter().map(|&pid| rss(pid)).sum();
+    (daemon, shim_memory + descendants_memory(&shims))
 }
 
 fn running(pod: &Pod) -> bool {
@@ -541,7 +535,7 @@ async fn measure(
     let (busy, busy_peak) = status_memory(server.child.id())?;
     let (busy_runtime, shims) = runtime_memory(endpoint);
     // Containers under containerd are the shims' children, not the server's.
-    let workload = descendants_memory(server.child.id()) + shims;
+    let workload = descendants_memory(&[server.child.id()]) + shims;
     println!("resident memory with {} pods running:", args.pods);
     println!(
         "  skiff process VmRSS {} (peak {}); the pods' own processes {}",

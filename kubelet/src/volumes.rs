@@ -13,7 +13,7 @@
 //! the container's default working directory; `$POD_ROOT` names it.
 
 use std::collections::BTreeMap;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{Container, KeyToPath, Pod};
@@ -240,33 +240,29 @@ pub fn prepare(pod: &Pod, pod_dir: &Path, sources: &Sources) -> Result<Prepared>
         } else {
             return Err(Error::Unsupported(v.name.clone()));
         };
-        // The kubelet's own volumes belong to the pod's fsGroup: written ones (emptyDir) for
-        // reading and writing, the others for reading.
-        let managed = if v.empty_dir.is_some() {
-            Some(false)
-        } else if v.config_map.is_some()
-            || v.secret.is_some()
-            || v.projected.is_some()
-            || v.downward_api.is_some()
-        {
-            Some(true)
-        } else {
-            None
-        };
-        if let (Some(read_only), Some(group)) = (managed, fs_group) {
-            set_group_ownership(&path, group, read_only)?;
+        // The kubelet's own volumes belong to the pod's fsGroup. An emptyDir is the pod's to
+        // write: its directory is given to the group, and what the pod makes there inherits the
+        // group (set-group-ID), so its contents are not walked at every sync. The kubelet's
+        // files (configMap, secret, projected, downwardAPI) are given for reading, each one.
+        if let Some(group) = fs_group {
+            if v.empty_dir.is_some() {
+                set_group_ownership(&path, group, false, false)?;
+            } else if v.host_path.is_none() && v.persistent_volume_claim.is_none() {
+                set_group_ownership(&path, group, true, true)?;
+            }
         }
         out.paths.insert(v.name.clone(), path);
     }
     Ok(out)
 }
 
-/// Gives the volume at `dir` to `group` as the Kubernetes kubelet does for `fsGroup`: every
-/// file and directory in it gets that group and group read (and write unless `read_only`)
-/// permission, directories also group search and set-group-ID, so that what the pod creates
-/// there keeps the group. Symbolic links are left alone. Without the privilege to change groups
-/// (a kubelet that is not root) nothing is changed: the process runtime says so in its warnings.
-fn set_group_ownership(dir: &Path, group: i64, read_only: bool) -> Result<()> {
+/// Gives the volume at `dir` (with everything in it when `recursive`) to `group` as the
+/// Kubernetes kubelet does for `fsGroup`: each file and directory gets that group and group read
+/// (and write unless `read_only`) permission, directories also group search and set-group-ID,
+/// so that what the pod creates there keeps the group. Symbolic links are left alone, and what
+/// already has the group and the bits is not touched. Without the privilege to change groups (a
+/// kubelet that is not root) nothing is changed: the process runtime says so in its warnings.
+fn set_group_ownership(dir: &Path, group: i64, read_only: bool, recursive: bool) -> Result<()> {
     let Some(gid) = u32::try_from(group).ok().filter(|g| *g != u32::MAX) else {
         return Ok(());
     };
@@ -277,16 +273,20 @@ fn set_group_ownership(dir: &Path, group: i64, read_only: bool) -> Result<()> {
         if meta.file_type().is_symlink() {
             continue;
         }
-        match rustix::fs::chown(&path, None, Some(gid)) {
-            Ok(()) => {}
-            Err(e) if e == rustix::io::Errno::PERM => return Ok(()),
-            Err(e) => return Err(io(&path)(e.into())),
+        if meta.gid() != gid.as_raw() {
+            match rustix::fs::chown(&path, None, Some(gid)) {
+                Ok(()) => {}
+                Err(e) if e == rustix::io::Errno::PERM => return Ok(()),
+                Err(e) => return Err(io(&path)(e.into())),
+            }
         }
         let mut mask = if read_only { 0o440 } else { 0o660 };
         if meta.is_dir() {
             mask |= 0o2110;
-            for entry in std::fs::read_dir(&path).map_err(io(&path))?.flatten() {
-                stack.push(entry.path());
+            if recursive {
+                for entry in std::fs::read_dir(&path).map_err(io(&path))?.flatten() {
+                    stack.push(entry.path());
+                }
             }
         }
         let mode = meta.permissions().mode() & 0o7777;
@@ -515,7 +515,6 @@ mod tests {
     #[test]
     fn fs_group_owns_the_kubelets_volumes() {
         use k8s_openapi::api::core::v1::PodSecurityContext;
-        use std::os::unix::fs::MetadataExt;
         let dir = tempfile::tempdir().unwrap();
         let mut p = pod(vec![
             Volume {

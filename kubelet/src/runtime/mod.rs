@@ -181,23 +181,20 @@ pub fn verify_non_root(
     if !security.run_as_non_root {
         return Ok(());
     }
-    match security.run_as_user {
-        Some(0) => Err(format!(
-            "container's runAsUser breaks non-root policy (pod: {pod:?}, container: {container})"
+    let which = format!("(pod: {pod:?}, container: {container})");
+    match (security.run_as_user, image_uid) {
+        (Some(0), _) => Err(format!(
+            "container's runAsUser breaks non-root policy {which}"
         )),
-        Some(_) => Ok(()),
-        None => match image_uid {
-            Some(0) => Err(format!(
-                "container has runAsNonRoot and image will run as root (pod: {pod:?}, container: {container})"
-            )),
-            Some(_) => Ok(()),
-            None if !image_user.is_empty() => Err(format!(
-                "container has runAsNonRoot and image has non-numeric user ({image_user}), cannot verify user is non-root (pod: {pod:?}, container: {container})"
-            )),
-            None => Err(format!(
-                "container has runAsNonRoot and image will run as root (pod: {pod:?}, container: {container})"
-            )),
-        },
+        (Some(_), _) => Ok(()),
+        (None, Some(uid)) if uid != 0 => Ok(()),
+        (None, None) if !image_user.is_empty() => Err(format!(
+            "container has runAsNonRoot and image has non-numeric user ({image_user}), cannot verify user is non-root {which}"
+        )),
+        // uid 0, or no user at all: root.
+        (None, _) => Err(format!(
+            "container has runAsNonRoot and image will run as root {which}"
+        )),
     }
 }
 

@@ -392,6 +392,27 @@ fn effective_uid() -> u32 {
 }
 
 impl Launch {
+    /// The command without its standard streams: the program with the spec's argv[0] (as a
+    /// shell would pass it), the environment, the working directory and user, in a process
+    /// group of its own that outlives the handle.
+    fn command(&self) -> tokio::process::Command {
+        let mut cmd = tokio::process::Command::new(&self.program);
+        cmd.arg0(&self.argv[0])
+            .args(&self.argv[1..])
+            .env_clear()
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .current_dir(&self.cwd)
+            .process_group(0)
+            .kill_on_drop(false);
+        if let Some(uid) = self.uid {
+            cmd.uid(uid);
+        }
+        if let Some(gid) = self.gid {
+            cmd.gid(gid);
+        }
+        cmd
+    }
+
     fn new(config: &ContainerConfig, argv: &[String]) -> std::io::Result<Launch> {
         let cwd = PathBuf::from(config.working_dir.as_deref().unwrap_or("/"));
         let path = config
@@ -422,24 +443,10 @@ fn command_for(
     config: &ContainerConfig,
     argv: &[String],
 ) -> std::io::Result<tokio::process::Command> {
-    let launch = Launch::new(config, argv)?;
-    let mut cmd = tokio::process::Command::new(&launch.program);
-    // argv[0] stays the name the spec gave, as a shell would pass it.
-    cmd.arg0(&launch.argv[0]);
-    cmd.args(&launch.argv[1..]).env_clear();
-    cmd.envs(launch.env.iter().map(|(k, v)| (k, v)));
-    cmd.current_dir(&launch.cwd);
-    if let Some(uid) = launch.uid {
-        cmd.uid(uid);
-    }
-    if let Some(gid) = launch.gid {
-        cmd.gid(gid);
-    }
+    let mut cmd = Launch::new(config, argv)?.command();
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(false);
+        .stderr(Stdio::piped());
     Ok(cmd)
 }
 
@@ -536,20 +543,7 @@ fn spawn_stream(
         };
         return Ok((child, session));
     }
-    let mut cmd = tokio::process::Command::new(&launch.program);
-    cmd.arg0(&launch.argv[0])
-        .args(&launch.argv[1..])
-        .env_clear()
-        .envs(launch.env.iter().map(|(k, v)| (k, v)))
-        .current_dir(&launch.cwd)
-        .process_group(0)
-        .kill_on_drop(false);
-    if let Some(uid) = launch.uid {
-        cmd.uid(uid);
-    }
-    if let Some(gid) = launch.gid {
-        cmd.gid(gid);
-    }
+    let mut cmd = launch.command();
     let piped = |wanted: bool| {
         if wanted {
             Stdio::piped()
