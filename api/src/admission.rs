@@ -274,7 +274,13 @@ pub const SYSTEM_NAMESPACES: &[&str] =
     &["default", "kube-system", "kube-public", "kube-node-lease"];
 
 /// No creates in a namespace that is missing or terminating; the system namespaces stay.
-pub struct NamespaceLifecycle;
+///
+/// The namespace is read from the server's mirror of Namespaces, and from the log when the mirror
+/// has not seen it (created a moment ago, or missing) or says it is terminating (it may have been
+/// deleted and made again since). As in Kubernetes, a create that races the namespace's deletion
+/// by less than a watch delivery gets in; the namespace controller deletes it with the rest.
+#[derive(Default)]
+pub struct NamespaceLifecycle(pub Arc<crate::mirror::Mirror<Value>>);
 
 #[async_trait::async_trait]
 impl Plugin for NamespaceLifecycle {
@@ -298,11 +304,18 @@ impl Plugin for NamespaceLifecycle {
         let Some(namespace) = a.namespace else {
             return Ok(());
         };
-        let namespaces = &skiff_kinds::builtin::namespace::INFO;
-        let ns: NamespaceView = registry.get_view(namespaces, None, namespace).await?;
-        if ns.metadata.is_some_and(|m| m.deletion_timestamp.is_some())
-            || ns.status.and_then(|s| s.phase).as_deref() == Some("Terminating")
-        {
+        let mirrored = self.0.get(None, namespace).map(|ns| {
+            <NamespaceView as serde::Deserialize>::deserialize(&*ns).is_ok_and(|v| v.terminating())
+        });
+        let terminating = match mirrored {
+            Some(false) => false,
+            None | Some(true) => {
+                let namespaces = &skiff_kinds::builtin::namespace::INFO;
+                let ns: NamespaceView = registry.get_view(namespaces, None, namespace).await?;
+                ns.terminating()
+            }
+        };
+        if terminating {
             return Err(Error::Forbidden(format!(
                 "{} \"{}\" is forbidden: unable to create new content in namespace {} because it is being terminated",
                 a.info.plural, a.name, namespace
@@ -318,6 +331,15 @@ impl Plugin for NamespaceLifecycle {
 struct NamespaceView {
     metadata: Option<NamespaceViewMeta>,
     status: Option<NamespaceViewStatus>,
+}
+
+impl NamespaceView {
+    fn terminating(&self) -> bool {
+        self.metadata
+            .as_ref()
+            .is_some_and(|m| m.deletion_timestamp.is_some())
+            || self.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Terminating")
+    }
 }
 
 #[derive(serde::Deserialize, Default)]
@@ -1342,8 +1364,74 @@ mod tests {
         assert!(matches!(refused, Err(Error::Forbidden(_))), "{refused:?}");
         assert_eq!(*seen.lock().unwrap(), vec!["pass", "refuse"]);
         // The built-in plugins have no validating phase: they pass.
-        let builtin = Chain::new(vec![Box::new(NamespaceLifecycle)]);
+        let builtin = Chain::new(vec![Box::new(NamespaceLifecycle::default())]);
         builtin.validate(&registry, &attributes).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn namespace_lifecycle_trusts_its_mirror_only_to_let_a_create_in() {
+        let (_dir, store) = shared_store();
+        let registry = Registry::new(store);
+        let namespaces = &skiff_kinds::builtin::namespace::INFO;
+        let active = json!({"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": "team"}, "status": {"phase": "Active"}});
+        registry
+            .create(namespaces, active.clone(), None)
+            .await
+            .unwrap();
+        async fn create(
+            plugin: &NamespaceLifecycle,
+            registry: &Registry,
+            namespace: &str,
+        ) -> Result<()> {
+            let user = crate::auth::User::admin();
+            let mut object = json!({"metadata": {"name": "cfg", "namespace": namespace}});
+            let mut attributes = Attributes {
+                operation: Operation::Create,
+                info: &skiff_kinds::builtin::config_map::INFO,
+                subresource: None,
+                namespace: Some(namespace),
+                name: "cfg",
+                object: Some(&mut object),
+                old: None,
+                user: &user,
+                dry_run: false,
+                feedback: None,
+            };
+            plugin.admit(registry, &mut attributes).await
+        }
+        let plugin = NamespaceLifecycle::default();
+        plugin.0.listed(&[]);
+        // Not in the mirror (made a moment ago): the log has it.
+        create(&plugin, &registry, "team").await.unwrap();
+        // In neither: 404.
+        let missing = create(&plugin, &registry, "nowhere").await.unwrap_err();
+        assert!(matches!(missing, Error::NotFound { .. }), "{missing:?}");
+        // The mirror says terminating, but the namespace was deleted and made again since: the
+        // log lets the create in.
+        let mut terminating = active.clone();
+        terminating["status"]["phase"] = json!("Terminating");
+        plugin.0.changed(&terminating, true);
+        create(&plugin, &registry, "team").await.unwrap();
+        // Terminating in the log too: refused.
+        registry
+            .update(namespaces, None, "team", None, false, |mut ns: Value| {
+                ns["status"]["phase"] = json!("Terminating");
+                async move { Ok(crate::registry::Update::Write(ns)) }
+            })
+            .await
+            .unwrap();
+        let refused = create(&plugin, &registry, "team")
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            refused.contains("because it is being terminated"),
+            "{refused}"
+        );
+        // An active namespace in the mirror is taken at its word, without reading the log.
+        plugin.0.changed(&active, true);
+        create(&plugin, &registry, "team").await.unwrap();
     }
 
     fn shared_store() -> (tempfile::TempDir, Arc<dyn skiff_store::Store>) {

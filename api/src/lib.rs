@@ -56,6 +56,7 @@ pub mod kubeconfig;
 pub mod kubernetes_service;
 pub mod limits;
 pub mod metrics;
+pub mod mirror;
 pub mod openapi;
 pub mod origin;
 pub mod proxy;

@@ -176,8 +176,10 @@ impl ApiServer {
         let kinds = Arc::new(Kinds::builtin());
         let webhooks = Arc::new(admission::webhook::Webhooks::default());
         let policies = Arc::new(admission::policy::Policies::new(kinds.clone()));
+        let namespaces = Arc::new(crate::mirror::Mirror::default());
+        let quotas = Arc::new(crate::mirror::Mirror::default());
         let admission = Chain::new(vec![
-            Box::new(admission::NamespaceLifecycle),
+            Box::new(admission::NamespaceLifecycle(namespaces.clone())),
             Box::new(admission::limits::LimitRanger),
             Box::new(admission::RbacEscalation(authorizer.clone())),
             Box::new(admission::node::NodeRestriction),
@@ -202,7 +204,7 @@ impl ApiServer {
                 policies.clone(),
             )),
             // Last: charges quota only for what every other plugin let through.
-            Box::new(admission::quota::ResourceQuota),
+            Box::new(admission::quota::ResourceQuota(quotas.clone())),
         ]);
         tokio::spawn(webhooks.run(registry.clone(), shutdown.clone()));
         tokio::spawn(policies.run(registry.clone(), shutdown.clone()));
@@ -248,6 +250,12 @@ impl ApiServer {
             crate::authz::bootstrap::reconcile(&server).await?;
         }
         crate::authz::Authorizer::start(&server).await?;
+        let (ns, rq) = (
+            &skiff_kinds::builtin::namespace::INFO,
+            &skiff_kinds::builtin::resource_quota::INFO,
+        );
+        crate::follow::start(&server, ns, "admission's namespaces", namespaces).await?;
+        crate::follow::start(&server, rq, "admission's quotas", quotas).await?;
         crate::crd::start(&server).await?;
         crate::aggregation::start(&server).await?;
         Ok(server)

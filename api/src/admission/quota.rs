@@ -17,12 +17,17 @@ use serde_json::{Value, json};
 use skiff_kinds::builtin::{persistent_volume_claim, pod, resource_quota, service};
 use skiff_meta::quota::{self, Object, Usage};
 
+use std::sync::Arc;
+
 use super::{Attributes, Operation, Plugin};
 use crate::error::{Error, Result};
+use crate::mirror::Mirror;
 use crate::registry::{Registry, Update};
 
-/// The `ResourceQuota` plugin.
-pub struct ResourceQuota;
+/// The `ResourceQuota` plugin. It finds a namespace's quotas in its mirror, once that has seen
+/// its first list, and otherwise in the log.
+#[derive(Default)]
+pub struct ResourceQuota(pub Arc<Mirror<Rq>>);
 
 /// An object decoded for its evaluator.
 enum Typed {
@@ -287,38 +292,30 @@ impl Plugin for ResourceQuota {
         if !chargeable {
             return Ok(());
         }
-        let quotas = registry
-            .list(
-                &resource_quota::INFO,
-                Some(namespace),
-                None,
-                None,
-                None,
-                None,
-            )
-            .await?;
-        if quotas.items.is_empty() {
+        let mirrored = self.0.synced();
+        let quotas = if mirrored {
+            self.0.in_namespace(namespace)
+        } else {
+            quotas_in(registry, namespace).await?
+        };
+        if quotas.is_empty() {
             return Ok(());
         }
         let typed = Typed::of(a, object);
         let Some(delta) = delta(a, &typed) else {
             return Ok(());
         };
-        let mut quotas: Vec<Rq> = quotas
-            .items
-            .into_iter()
-            .filter_map(|q| serde_json::from_value(q).ok())
-            .collect();
-        quotas.sort_by(|x, y| x.metadata.name.cmp(&y.metadata.name));
-        // Every quota must allow it before any is charged.
-        let mut charged = Vec::new();
-        for rq in &quotas {
-            match charge(&Limits::of(rq), typed.object(), &delta) {
-                Err(refusal) => return Err(super::forbidden(a, refusal)),
-                Ok(Some(_)) => charged.push(rq.metadata.name.clone().unwrap_or_default()),
-                Ok(None) => {}
-            }
+        let charged = match to_charge(&quotas, typed.object(), &delta) {
+            // The mirror may be a watch delivery behind (usage given back a moment ago, a quota
+            // just deleted): a refusal is decided again on the log's quotas.
+            Err(_) if mirrored => to_charge(
+                &quotas_in(registry, namespace).await?,
+                typed.object(),
+                &delta,
+            ),
+            decided => decided,
         }
+        .map_err(|refusal| super::forbidden(a, refusal))?;
         // A dry run is checked but charges nothing.
         if a.dry_run {
             return Ok(());
@@ -328,6 +325,43 @@ impl Plugin for ResourceQuota {
         }
         Ok(())
     }
+}
+
+/// The names of the quotas that limit what the write uses, if every quota allows it (the first
+/// refusal by name otherwise). `quotas` are in the order of their names.
+fn to_charge(
+    quotas: &[Arc<Rq>],
+    object: Object<'_>,
+    delta: &Usage,
+) -> std::result::Result<Vec<String>, Refusal> {
+    let mut charged = Vec::new();
+    for rq in quotas {
+        if charge(&Limits::of(rq), object, delta)?.is_some() {
+            charged.push(rq.metadata.name.clone().unwrap_or_default());
+        }
+    }
+    Ok(charged)
+}
+
+/// The quotas of `namespace` as the log has them now, in the order of their names.
+async fn quotas_in(registry: &Registry, namespace: &str) -> Result<Vec<Arc<Rq>>> {
+    let page = registry
+        .list(
+            &resource_quota::INFO,
+            Some(namespace),
+            None,
+            None,
+            None,
+            None,
+        )
+        .await?;
+    let mut quotas: Vec<Rq> = page
+        .items
+        .into_iter()
+        .filter_map(|q| serde_json::from_value(q).ok())
+        .collect();
+    quotas.sort_by(|x, y| x.metadata.name.cmp(&y.metadata.name));
+    Ok(quotas.into_iter().map(Arc::new).collect())
 }
 
 #[cfg(test)]

@@ -165,6 +165,84 @@ async fn registry_with_quota() -> (tempfile::TempDir, Registry) {
     (dir, registry)
 }
 
+/// Admits a pod `name` in `default` through `plugin`.
+async fn create_pod(plugin: &ResourceQuota, registry: &Registry, name: &str) -> Result<()> {
+    let user = crate::auth::User::admin();
+    let mut object = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]}});
+    let attributes = Attributes {
+        operation: Operation::Create,
+        info: &pod::INFO,
+        subresource: None,
+        namespace: Some("default"),
+        name,
+        object: Some(&mut object),
+        old: None,
+        user: &user,
+        dry_run: false,
+        feedback: None,
+    };
+    plugin.validate(registry, &attributes).await
+}
+
+async fn used_pods(registry: &Registry) -> Value {
+    let stored = registry
+        .get(&resource_quota::INFO, Some("default"), "q", None)
+        .await
+        .unwrap();
+    stored["status"]["used"]["pods"].clone()
+}
+
+#[tokio::test]
+async fn the_mirror_finds_the_quotas_and_the_log_decides_a_refusal() {
+    let (_dir, registry) = registry_with_quota().await;
+    let page = registry
+        .list(&resource_quota::INFO, None, None, None, None, None)
+        .await
+        .unwrap();
+    let plugin = ResourceQuota::default();
+    plugin.0.listed(&page.items);
+
+    // From the mirror: the quota is found and charged in the log.
+    create_pod(&plugin, &registry, "a").await.unwrap();
+    assert_eq!(used_pods(&registry).await, "1");
+
+    // A mirror behind the log: it still says 0 used, but the charge is made against the log's
+    // usage, so the last unit is not taken twice.
+    let refused = create_pod(&plugin, &registry, "b").await.unwrap_err();
+    assert!(refused.to_string().contains("used: pods=1"), "{refused}");
+    assert_eq!(used_pods(&registry).await, "1");
+
+    // The other way round: the mirror says the quota is full, the log has given the unit back
+    // (the controller recounted). The refusal is checked against the log, which lets it in.
+    let mut full = page.items[0].clone();
+    full["status"]["used"]["pods"] = json!("1");
+    plugin.0.changed(&full, true);
+    let freed = registry
+        .update(
+            &resource_quota::INFO,
+            Some("default"),
+            "q",
+            None,
+            false,
+            |mut q: Value| {
+                q["status"]["used"]["pods"] = json!("0");
+                async move { Ok(crate::registry::Update::Write(q)) }
+            },
+        )
+        .await;
+    freed.unwrap();
+    create_pod(&plugin, &registry, "c").await.unwrap();
+    assert_eq!(used_pods(&registry).await, "1");
+
+    // A mirror without quotas in the namespace is taken at its word, without reading the log: a
+    // quota made a moment ago limits from its watch delivery on, as with Kubernetes' informers.
+    plugin.0.listed(&[]);
+    create_pod(&plugin, &registry, "d").await.unwrap();
+    assert_eq!(used_pods(&registry).await, "1", "not charged");
+}
+
 #[tokio::test]
 async fn two_creates_racing_for_the_last_unit_never_both_win() {
     let (_dir, registry) = registry_with_quota().await;
@@ -188,7 +266,9 @@ async fn two_creates_racing_for_the_last_unit_never_both_win() {
                 dry_run: false,
                 feedback: None,
             };
-            ResourceQuota.validate(registry, &attributes).await
+            ResourceQuota::default()
+                .validate(registry, &attributes)
+                .await
         }
     };
     let (a, b) = tokio::join!(attempt("a"), attempt("b"));
