@@ -193,8 +193,9 @@ impl AuditArgs {
 #[derive(Debug, Clone, clap::Args)]
 pub struct MemoryArgs {
     /// The embedded log's page cache (sled's `cache_capacity`), in MiB: the tree nodes of recent
-    /// and often-read keys. A working set larger than this is read back from disk. Not used with
-    /// `--datastore-endpoint`.
+    /// and often-read keys, counted at their size in memory. A working set larger than this is
+    /// read back from disk. The log's table of recently written keys takes up to a quarter as
+    /// much again (at most 64 MiB). Not used with `--datastore-endpoint`.
     #[arg(long, default_value_t = DEFAULT_STORE_CACHE_MIB, value_parser = clap::value_parser!(u64).range(1..=1 << 20), env = "SKIFF_STORE_CACHE_MIB")]
     pub store_cache_mib: u64,
 

@@ -53,7 +53,9 @@ pub struct Config {
     pub watch_ring: usize,
     /// Responses buffered per watcher before its task waits for the consumer. Default 256.
     pub watch_buffer: usize,
-    /// sled's page cache, in bytes. Default 256 MiB.
+    /// sled's page cache, in bytes: the tree nodes it keeps decoded in memory, counted at their
+    /// size there (not their compressed size on disk). The writer's table of newest versions
+    /// takes a quarter as much again, at most 64 MiB. Default 256 MiB.
     pub cache_capacity: u64,
     /// Also `fdatasync` sled's file after each group flush. sled 0.34 flushes with
     /// `sync_file_range` on Linux, which puts the data on the device (it survives a crash of the
@@ -781,6 +783,7 @@ impl Engine {
             work_items: Vec::new(),
             latest: Default::default(),
             latest_bytes: 0,
+            latest_capacity: writer::latest_capacity(shared.config.cache_capacity),
         };
         let mut threads = Vec::new();
         let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {

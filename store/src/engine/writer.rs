@@ -160,10 +160,16 @@ pub(crate) struct Writer {
     pub latest: FastMap<Vec<u8>, Option<Arc<KeyValue>>>,
     /// Bytes of keys and values held in `latest`.
     pub latest_bytes: usize,
+    /// Bytes of keys and values `latest` holds before it starts again from empty
+    /// ([`latest_capacity`]).
+    pub latest_capacity: usize,
 }
 
-/// Bytes of keys and values [`Writer::latest`] holds before it starts again from empty.
-const LATEST_CAPACITY: usize = 64 << 20;
+/// What [`Writer::latest`] may hold for a page cache of `cache_capacity` bytes: a quarter of it,
+/// at most 64 MiB, so that `--store-cache-mib` bounds both.
+pub(crate) fn latest_capacity(cache_capacity: u64) -> usize {
+    usize::try_from(cache_capacity / 4).unwrap_or(usize::MAX).min(64 << 20)
+}
 
 /// Transactions being gathered into one sled batch (`apply_batch` has a high fixed cost, so
 /// the writer applies every transaction waiting at once). The batch is atomic on disk: a crash
@@ -357,7 +363,7 @@ impl Writer {
         for (key, state) in group.overlay {
             let size = key.len() + state.as_ref().map_or(0, |kv| kv.value.len()) + 64;
             // Keys of groups not yet applied must stay: sled does not have them yet.
-            if self.latest_bytes + size > LATEST_CAPACITY && self.shared.inflight() == 0 {
+            if self.latest_bytes + size > self.latest_capacity && self.shared.inflight() == 0 {
                 self.latest.clear();
                 self.latest_bytes = 0;
             }
@@ -1037,6 +1043,14 @@ pub(crate) fn run_flusher(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_newest_versions_held_follow_the_page_cache() {
+        assert_eq!(latest_capacity(256 << 20), 64 << 20);
+        assert_eq!(latest_capacity(32 << 20), 8 << 20);
+        assert_eq!(latest_capacity(1 << 40), 64 << 20);
+        assert_eq!(latest_capacity(0), 0);
+    }
 
     #[test]
     fn merged_batches_end_as_the_batches_applied_in_order() {

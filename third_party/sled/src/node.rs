@@ -658,15 +658,18 @@ impl Default for Data {
 
 impl Data {
     pub(crate) fn rss(&self) -> u64 {
+        // skiff: each key and value is an `IVec` in the node's vectors besides its bytes.
+        const IVEC: usize = std::mem::size_of::<IVec>();
         match self {
             Data::Index(ref index) => {
-                index.keys.iter().map(|k| k.len() + 8).sum::<usize>() as u64
+                index.keys.iter().map(|k| k.len() + IVEC + 8).sum::<usize>()
+                    as u64
             }
             Data::Leaf(ref leaf) => leaf
                 .keys
                 .iter()
                 .zip(leaf.values.iter())
-                .map(|(k, v)| k.len() + v.len())
+                .map(|(k, v)| k.len() + v.len() + 2 * IVEC)
                 .sum::<usize>() as u64,
         }
     }

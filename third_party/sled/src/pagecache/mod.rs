@@ -489,6 +489,18 @@ impl Page {
         self.cache_infos.iter().map(|ci| ci.log_size).sum()
     }
 
+    // skiff: what the page costs the cache: its node's size in memory, or its bytes in the log
+    // where those are more. Upstream counted the log bytes only, which with compression are a
+    // fraction of the node they decode to, so a cache of N bytes held several times N in memory
+    // (`cache_capacity` bounded nothing a user could plan for).
+    pub(crate) fn cache_size(&self) -> u64 {
+        let in_memory = match self.update.as_deref() {
+            Some(Update::Node(node)) => node.rss(),
+            _ => 0,
+        };
+        in_memory.max(self.log_size())
+    }
+
     fn ts(&self) -> u64 {
         self.cache_infos.last().map_or(0, |ci| ci.ts)
     }
@@ -1110,7 +1122,7 @@ impl PageCache {
 
                     // possibly evict an item now that our cache has grown
                     let total_page_size =
-                        unsafe { new_shared.deref().log_size() };
+                        unsafe { new_shared.deref().cache_size() };
                     let to_evict =
                         self.lru.accessed(pid, total_page_size, guard);
                     trace!(
@@ -1306,7 +1318,7 @@ impl PageCache {
 
                     // possibly evict an item now that our cache has grown
                     let total_page_size =
-                        unsafe { new_shared.deref().log_size() };
+                        unsafe { new_shared.deref().cache_size() };
                     let to_evict =
                         self.lru.accessed(pid, total_page_size, guard);
                     trace!(
@@ -1543,7 +1555,7 @@ impl PageCache {
 
                     // possibly evict an item now that our cache has grown
                     let total_page_size =
-                        unsafe { new_shared.deref().log_size() };
+                        unsafe { new_shared.deref().cache_size() };
                     let to_evict =
                         self.lru.accessed(pid, total_page_size, guard);
                     trace!(
@@ -1684,7 +1696,7 @@ impl PageCache {
 
             if page_view.update.is_some() {
                 // possibly evict an item now that our cache has grown
-                let total_page_size = page_view.log_size();
+                let total_page_size = page_view.cache_size();
                 let to_evict = self.lru.accessed(pid, total_page_size, guard);
                 trace!(
                     "accessed pid {} -> paging out pids {:?}",
@@ -1759,7 +1771,7 @@ impl PageCache {
             }
 
             // possibly evict an item now that our cache has grown
-            let total_page_size = unsafe { new_shared.deref().log_size() };
+            let total_page_size = unsafe { new_shared.deref().cache_size() };
             let to_evict = self.lru.accessed(pid, total_page_size, guard);
             trace!("accessed pid {} -> paging out pids {:?}", pid, to_evict);
             if !to_evict.is_empty() {
