@@ -30,9 +30,13 @@ mod server;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
-// The system allocator. mimalloc made the store's 256-writer bench ~18% faster, but in this
-// binary its eager arena commit kept ~50 MiB more resident at idle (86–90 MiB against 38 MiB
-// for `skiff server`), which breaks the footprint an edge node needs; see BENCHMARKS.md.
+// mimalloc. With glibc's allocator, malloc and free were a quarter of the CPU of an API create
+// (sled copies a tree node on every write; JSON is built and dropped per request); mimalloc cut
+// the server's CPU per create to about two thirds (BENCHMARKS.md, "Cost per write"). It is built
+// without its `madvise(MADV_HUGEPAGE)` on the memory it maps (`no_thp`): where the kernel backs
+// such memory with 2 MiB pages, an idle `skiff server` held ~58 MiB more.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// A Kubernetes control plane in one binary.
 #[derive(Debug, Parser)]
