@@ -77,11 +77,9 @@ impl<T: DeserializeOwned + Send + Sync + 'static> Mirror<T> {
 
     /// One object created or changed (`present`), or deleted.
     pub fn changed(&self, object: &Value, present: bool) {
-        if present {
-            if let Some((key, decoded)) = entry(object) {
-                self.write().insert(key, decoded);
-                return;
-            }
+        if present && let Some((key, decoded)) = entry(object) {
+            self.write().insert(key, decoded);
+            return;
         }
         // Deleted, or no longer decodes as `T`: either way it is not there for its readers.
         let (namespace, name) = namespace_and_name(object);

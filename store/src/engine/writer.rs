@@ -168,7 +168,9 @@ pub(crate) struct Writer {
 /// What [`Writer::latest`] may hold for a page cache of `cache_capacity` bytes: a quarter of it,
 /// at most 64 MiB, so that `--store-cache-mib` bounds both.
 pub(crate) fn latest_capacity(cache_capacity: u64) -> usize {
-    usize::try_from(cache_capacity / 4).unwrap_or(usize::MAX).min(64 << 20)
+    usize::try_from(cache_capacity / 4)
+        .unwrap_or(usize::MAX)
+        .min(64 << 20)
 }
 
 /// Transactions being gathered into one sled batch (`apply_batch` has a high fixed cost, so
