@@ -246,31 +246,8 @@ async fn the_mirror_finds_the_quotas_and_the_log_decides_a_refusal() {
 #[tokio::test]
 async fn two_creates_racing_for_the_last_unit_never_both_win() {
     let (_dir, registry) = registry_with_quota().await;
-    let user = crate::auth::User::admin();
-    let attempt = |name: &'static str| {
-        let registry = &registry;
-        let user = &user;
-        async move {
-            let mut object = json!({"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": name, "namespace": "default"},
-                "spec": {"containers": [{"name": "c", "image": "busybox"}]}});
-            let attributes = Attributes {
-                operation: Operation::Create,
-                info: &pod::INFO,
-                subresource: None,
-                namespace: Some("default"),
-                name,
-                object: Some(&mut object),
-                old: None,
-                user,
-                dry_run: false,
-                feedback: None,
-            };
-            ResourceQuota::default()
-                .validate(registry, &attributes)
-                .await
-        }
-    };
+    let plugin = ResourceQuota::default();
+    let attempt = |name: &'static str| create_pod(&plugin, &registry, name);
     let (a, b) = tokio::join!(attempt("a"), attempt("b"));
     let refusals: Vec<String> = [a, b]
         .into_iter()
@@ -281,9 +258,5 @@ async fn two_creates_racing_for_the_last_unit_never_both_win() {
         refusals[0].contains("exceeded quota: q, requested: pods=1, used: pods=1, limited: pods=1"),
         "{refusals:?}"
     );
-    let stored = registry
-        .get(&resource_quota::INFO, Some("default"), "q", None)
-        .await
-        .unwrap();
-    assert_eq!(stored["status"]["used"]["pods"], "1", "charged once");
+    assert_eq!(used_pods(&registry).await, "1", "charged once");
 }
