@@ -280,7 +280,7 @@ pub const SYSTEM_NAMESPACES: &[&str] =
 /// deleted and made again since). As in Kubernetes, a create that races the namespace's deletion
 /// by less than a watch delivery gets in; the namespace controller deletes it with the rest.
 #[derive(Default)]
-pub struct NamespaceLifecycle(pub Arc<crate::mirror::Mirror<Value>>);
+pub struct NamespaceLifecycle(pub(crate) Arc<crate::mirror::Mirror<NamespaceView>>);
 
 #[async_trait::async_trait]
 impl Plugin for NamespaceLifecycle {
@@ -304,10 +304,7 @@ impl Plugin for NamespaceLifecycle {
         let Some(namespace) = a.namespace else {
             return Ok(());
         };
-        let mirrored = self.0.get(None, namespace).map(|ns| {
-            <NamespaceView as serde::Deserialize>::deserialize(&*ns).is_ok_and(|v| v.terminating())
-        });
-        let terminating = match mirrored {
+        let terminating = match self.0.get(None, namespace).map(|ns| ns.terminating()) {
             Some(false) => false,
             None | Some(true) => {
                 let namespaces = &skiff_kinds::builtin::namespace::INFO;
@@ -328,7 +325,7 @@ impl Plugin for NamespaceLifecycle {
 /// The fields of a stored Namespace that [`NamespaceLifecycle`] reads.
 #[derive(serde::Deserialize, Default)]
 #[serde(default)]
-struct NamespaceView {
+pub(crate) struct NamespaceView {
     metadata: Option<NamespaceViewMeta>,
     status: Option<NamespaceViewStatus>,
 }

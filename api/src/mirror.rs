@@ -3,8 +3,8 @@
 //! namespace's ResourceQuotas. kube-apiserver's admission plugins read the same from informers.
 //!
 //! Reading them from the log cost a point read or a range read and a decode on every create (9 %
-//! of the request path's CPU in the create profile of BENCHMARKS.md), and on etcd a round trip
-//! each. A mirror lags the log by one watch delivery, so callers use it where that is what
+//! of the server runtime's samples in the 5 Dec create profile of BENCHMARKS.md), and on etcd a
+//! round trip each. A mirror lags the log by one watch delivery, so callers use it where that is what
 //! Kubernetes gives too, and go to the log where it is not: on a miss (an object created a moment
 //! ago) and before refusing a write on what the mirror says.
 //!
@@ -46,8 +46,7 @@ impl<T: DeserializeOwned + Send + Sync + 'static> Mirror<T> {
 
     /// The object, if this mirror has seen it.
     pub fn get(&self, namespace: Option<&str>, name: &str) -> Option<Arc<T>> {
-        let key = (namespace.unwrap_or_default().to_string(), name.to_string());
-        self.read().get(&key).cloned()
+        self.read().get(&key(namespace, name)).cloned()
     }
 
     /// Every object of `namespace`, in the order of their names.
@@ -83,8 +82,7 @@ impl<T: DeserializeOwned + Send + Sync + 'static> Mirror<T> {
         }
         // Deleted, or no longer decodes as `T`: either way it is not there for its readers.
         let (namespace, name) = namespace_and_name(object);
-        let key = (namespace.unwrap_or_default().to_string(), name.to_string());
-        self.write().remove(&key);
+        self.write().remove(&key(namespace, name));
     }
 }
 
@@ -92,8 +90,12 @@ impl<T: DeserializeOwned + Send + Sync + 'static> Mirror<T> {
 fn entry<T: DeserializeOwned>(object: &Value) -> Option<((String, String), Arc<T>)> {
     let (namespace, name) = namespace_and_name(object);
     let decoded = T::deserialize(object).ok()?;
-    let key = (namespace.unwrap_or_default().to_string(), name.to_string());
-    Some((key, Arc::new(decoded)))
+    Some((key(namespace, name), Arc::new(decoded)))
+}
+
+/// Where an object is kept: cluster-scoped ones under the namespace "".
+fn key(namespace: Option<&str>, name: &str) -> (String, String) {
+    (namespace.unwrap_or_default().to_string(), name.to_string())
 }
 
 impl<T: DeserializeOwned + Send + Sync + 'static> Follower for Arc<Mirror<T>> {

@@ -12,12 +12,12 @@
 //! specify ...`). Charging is a compare-and-swap on the quota, rechecked against the newest
 //! usage, so two servers (or two requests) never both take the last unit.
 
+use std::sync::Arc;
+
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, ResourceQuota as Rq, Service};
 use serde_json::{Value, json};
 use skiff_kinds::builtin::{persistent_volume_claim, pod, resource_quota, service};
 use skiff_meta::quota::{self, Object, Usage};
-
-use std::sync::Arc;
 
 use super::{Attributes, Operation, Plugin};
 use crate::error::{Error, Result};
