@@ -174,8 +174,11 @@ impl ApiServer {
             });
         }
         let kinds = Arc::new(Kinds::builtin());
-        let webhooks = Arc::new(admission::webhook::Webhooks::default());
-        let policies = Arc::new(admission::policy::Policies::new(kinds.clone()));
+        let webhooks = Arc::new(admission::webhook::Webhooks::new(authorizer.clone()));
+        let policies = Arc::new(admission::policy::Policies::new(
+            kinds.clone(),
+            authorizer.clone(),
+        ));
         let namespaces = Arc::new(crate::mirror::Mirror::default());
         let quotas = Arc::new(crate::mirror::Mirror::default());
         let admission = Chain::new(vec![

@@ -5,11 +5,13 @@
 //! # Layout
 //! - [`rbac`]: the rules and the decision, pure (table-tested against the project's fixtures).
 //! - [`bootstrap`]: the roles and bindings every cluster starts with, reconciled at start.
+//! - [`cel`]: the authorizer behind admission CEL's `authorizer` variable.
 //! - [`Authorizer`] (here): the policy kept current from the log, the request's attributes, the
 //!   `403 Forbidden` with kube-apiserver's wording, impersonation, and the escalation checks on
 //!   writes of roles and bindings.
 
 pub mod bootstrap;
+pub mod cel;
 pub mod node;
 pub mod rbac;
 pub mod reviews;
@@ -64,7 +66,7 @@ impl Authorizer {
             .clone()
     }
 
-    fn change(&self, f: impl FnOnce(&mut rbac::Policy)) {
+    pub(crate) fn change(&self, f: impl FnOnce(&mut rbac::Policy)) {
         let mut current = self.policy.write().unwrap_or_else(|e| e.into_inner());
         let mut next = (**current).clone();
         f(&mut next);

@@ -3,15 +3,17 @@
 //! at the rule's node (and `oldSelf` to the value before an update, for transition rules).
 //!
 //! The interpreter is the `cel` crate (cel-rust) with its standard library and string, list and
-//! math extensions; Kubernetes' own libraries (quantity, URL, IP, CIDR, `isSorted`, ...) beyond
-//! what it provides are not available, and a rule that calls one fails to compile when the
-//! definition is written, with the interpreter's message.
+//! math extensions, and Kubernetes' authorization library for admission expressions
+//! ([`super::authorizer`]); Kubernetes' other libraries (quantity, URL, IP, CIDR, `isSorted`,
+//! ...) beyond what it provides are not available, and a rule that calls one fails to compile
+//! when the definition is written, with the interpreter's message.
 
 use std::sync::{Arc, LazyLock};
 
 use cel::{Context, Env, Program};
 use serde_json::Value;
 
+use super::authorizer::RequestAuthorizer;
 use crate::validation::{FieldError, FieldErrorType};
 
 /// The environment every rule compiles and runs in.
@@ -22,6 +24,7 @@ fn env() -> &'static Arc<Env> {
             cel::extensions::strings as fn(&mut Env) -> _,
             cel::extensions::lists,
             cel::extensions::math,
+            super::authorizer::declare,
         ] {
             // The extensions define functions the standard library does not: adding one can
             // only fail on a clash, which the tests would show.
@@ -177,14 +180,21 @@ impl Expression {
             .is_ok()
     }
 
-    /// Evaluates the expression with `variables` bound (those it reads); an error when it
-    /// fails or is not a bool.
-    pub fn evaluate(&self, variables: &[(&str, &Value)]) -> Result<bool, String> {
+    /// Evaluates the expression with `variables` bound (those it reads), and `authorizer` when
+    /// given and read; an error when it fails or is not a bool.
+    pub fn evaluate(
+        &self,
+        variables: &[(&str, &Value)],
+        authorizer: Option<&RequestAuthorizer>,
+    ) -> Result<bool, String> {
         let mut scope = Scope::new();
         for (name, value) in variables {
             if self.reads(name) {
                 scope.bind(name, to_cel(value)?);
             }
+        }
+        if let Some(authorizer) = authorizer.filter(|_| self.reads("authorizer")) {
+            authorizer.bind(&mut scope);
         }
         match self.evaluate_in(&scope) {
             Ok(cel::Value::Bool(b)) => Ok(b),
@@ -315,10 +325,13 @@ mod tests {
         // A variable it does not read is never converted: one that could not be is no error.
         let only_object = Expression::compile("object.a == 1").unwrap();
         assert_eq!(
-            only_object.evaluate(&[
-                ("object", &json!({"a": 1})),
-                ("oldObject", &json!({"a": 2}))
-            ]),
+            only_object.evaluate(
+                &[
+                    ("object", &json!({"a": 1})),
+                    ("oldObject", &json!({"a": 2}))
+                ],
+                None
+            ),
             Ok(true)
         );
         // A scope binds once for many expressions, and a rebinding replaces the value.

@@ -15,6 +15,7 @@
 //! - [`merge`]: the list and map types server-side apply follows.
 //! - this file: the definition's names and versions, as kinds.
 
+pub mod authorizer;
 pub mod cel;
 pub mod jsonpath;
 pub mod merge;

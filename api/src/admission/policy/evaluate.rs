@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use cel::Value as Cel;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::StatusCause;
+use skiff_kinds::custom::authorizer::RequestAuthorizer;
 use skiff_kinds::custom::cel::Scope;
 use skiff_meta::status::{ApiError, GroupResource, Reason};
 
@@ -23,6 +24,9 @@ pub struct Inputs {
     pub request: Cel,
     /// `namespaceObject`: the request's Namespace (null for cluster-scoped requests).
     pub namespace_object: Cel,
+    /// `authorizer`: the API server's authorizer for the request's user (when some policy reads
+    /// it).
+    pub authorizer: Option<RequestAuthorizer>,
 }
 
 impl Inputs {
@@ -145,6 +149,13 @@ pub fn evaluate(policy: &Policy, inputs: &Inputs, params: &Cel) -> Evaluated {
         if policy.reads(name) {
             scope.bind(name, value.clone());
         }
+    }
+    if let Some(authorizer) = inputs
+        .authorizer
+        .as_ref()
+        .filter(|_| policy.reads("authorizer"))
+    {
+        authorizer.bind(&mut scope);
     }
     let mut condition_error = None;
     for (name, condition) in &policy.conditions {

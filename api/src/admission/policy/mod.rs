@@ -26,9 +26,12 @@
 //! errors (a `paramKind` nobody serves, no params under `parameterNotFoundAction: Deny`, a
 //! selector that does not parse) refuse under Fail whatever the actions, as in Kubernetes.
 //!
+//! `authorizer` is bound as in Kubernetes ([`skiff_kinds::custom::authorizer`]): checks are
+//! decided by the server's authorizer for the request's user.
+//!
 //! Unlike Kubernetes: expressions are not type-checked (the `cel` crate compiles without
 //! declarations), so a type error shows only when the expression runs, and follows the failure
-//! policy then; `authorizer` is not bound.
+//! policy then.
 
 pub mod compiled;
 pub mod evaluate;
@@ -46,6 +49,7 @@ use self::compiled::{Binding, Policy, Snapshot};
 use self::evaluate::{Evaluated, Inputs, Outcome, evaluate, failure};
 use super::configs::{self, Configs};
 use super::{Attributes, Plugin};
+use crate::authz::Authorizer;
 use crate::error::{Error, Result};
 use crate::registry::Registry;
 
@@ -63,6 +67,8 @@ pub fn exempt(a: &Attributes<'_>) -> bool {
 pub struct Policies {
     configs: Configs<Snapshot>,
     kinds: Arc<Kinds>,
+    /// Decides the checks of the `authorizer` variable.
+    authorizer: Arc<Authorizer>,
 }
 
 impl configs::Snapshot for Snapshot {
@@ -73,8 +79,9 @@ impl configs::Snapshot for Snapshot {
 }
 
 impl Policies {
-    /// No policies yet; param kinds are looked up in `kinds`.
-    pub fn new(kinds: Arc<Kinds>) -> Policies {
+    /// No policies yet; param kinds are looked up in `kinds`, and `authorizer` decides the
+    /// checks of the `authorizer` variable.
+    pub fn new(kinds: Arc<Kinds>, authorizer: Arc<Authorizer>) -> Policies {
         Policies {
             configs: Configs::new(
                 [
@@ -84,6 +91,7 @@ impl Policies {
                 "admission policy",
             ),
             kinds,
+            authorizer,
         }
     }
 
@@ -211,6 +219,7 @@ fn labels_of(object: Option<&Value>) -> Option<BTreeMap<String, String>> {
 fn inputs(
     a: &Attributes<'_>,
     namespace: Option<&Value>,
+    authorizer: &Arc<Authorizer>,
     reads: impl Fn(&str) -> bool,
 ) -> Result<Inputs> {
     let cel = |name: &str, v: Option<&Value>| match v {
@@ -229,6 +238,7 @@ fn inputs(
         old_object: cel("oldObject", a.old)?,
         request: cel("request", review.as_ref().map(|r| &r["request"]))?,
         namespace_object: cel("namespaceObject", namespace)?,
+        authorizer: reads("authorizer").then(|| crate::authz::cel::for_request(authorizer, a)),
     })
 }
 
@@ -283,7 +293,7 @@ impl ValidatingAdmissionPolicy {
             };
             if request_inputs.is_none() {
                 let reads = |name: &str| snapshot.pairs().any(|(_, p)| p.reads(name));
-                request_inputs = Some(inputs(a, ns, reads)?);
+                request_inputs = Some(inputs(a, ns, &self.0.authorizer, reads)?);
             }
             let Some(inputs) = request_inputs.as_ref() else {
                 continue;

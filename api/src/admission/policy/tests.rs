@@ -74,6 +74,7 @@ fn inputs_of(object: &Value) -> Inputs {
         namespace_object: to_cel(&json!({"metadata": {"name": "default",
                                          "labels": {"env": "prod"}}}))
         .unwrap(),
+        authorizer: None,
     }
 }
 
@@ -606,7 +607,10 @@ async fn the_plugin_denies_warns_and_reads_params_from_the_store() {
         )
         .await
         .unwrap();
-    let policies = Arc::new(Policies::new(Arc::new(Kinds::builtin())));
+    let policies = Arc::new(Policies::new(
+        Arc::new(Kinds::builtin()),
+        Arc::new(crate::authz::Authorizer::default()),
+    ));
     policies.put(
         false,
         &json!({"metadata": {"name": "replicas"}, "spec": {
@@ -771,4 +775,81 @@ fn audit_annotations_give_strings_skip_nulls_and_join_distinct_values() {
         v[0].message
     );
     assert!(violations_of(&numeric("Ignore"), &input, &cel::Value::Null).is_empty());
+}
+
+#[tokio::test]
+async fn the_authorizer_variable_asks_rbac_for_the_requests_user() {
+    let (_dir, registry) = registry();
+    let authorizer = Arc::new(crate::authz::Authorizer::default());
+    let rbac = [
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": "scaler"},
+            "rules": [{"apiGroups": ["apps"], "resources": ["deployments/scale"],
+                       "verbs": ["update"]}]}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": "scalers"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": "scaler"},
+            "subjects": [{"kind": "User", "name": "ops"}]}),
+    ];
+    authorizer.change(|policy| {
+        policy.apply(
+            crate::authz::rbac::Kind::ClusterRole,
+            "",
+            "scaler",
+            Some(&rbac[0]),
+        );
+        policy.apply(
+            crate::authz::rbac::Kind::ClusterRoleBinding,
+            "",
+            "scalers",
+            Some(&rbac[1]),
+        );
+    });
+    let policies = Arc::new(Policies::new(Arc::new(Kinds::builtin()), authorizer));
+    // More than three replicas only for those who may scale this very Deployment.
+    policies.put(
+        false,
+        &json!({"metadata": {"name": "replicas"}, "spec": {
+        "matchConstraints": {"resourceRules": [{"apiGroups": ["apps"], "apiVersions": ["v1"],
+            "operations": ["CREATE", "UPDATE"], "resources": ["deployments"]}]},
+        "validations": [{
+            "expression": "object.spec.replicas <= 3 || authorizer.requestResource.subresource('scale').check('update').allowed()",
+            "messageExpression": "'may not scale: ' + authorizer.group('apps').resource('deployments').subresource('scale').namespace(request.namespace).check('update').reason()"}]}}),
+    );
+    policies.put(
+        true,
+        &json!({"metadata": {"name": "replicas-binding"}, "spec": {
+        "policyName": "replicas", "validationActions": ["Deny"]}}),
+    );
+    let plugin = ValidatingAdmissionPolicy(policies);
+    let run = |name: &str, replicas: i64| {
+        let user = User {
+            name: name.to_string(),
+            uid: String::new(),
+            groups: vec![crate::auth::AUTHENTICATED_GROUP.to_string()],
+            extra: Default::default(),
+        };
+        let (plugin, registry) = (&plugin, &registry);
+        async move {
+            let mut d = deployment_object(replicas);
+            let a = attrs(
+                &deployment::INFO,
+                Operation::Create,
+                Some(&mut d),
+                None,
+                &user,
+            );
+            plugin.validate(registry, &a).await
+        }
+    };
+    assert!(run("alice", 3).await.is_ok());
+    assert!(run("ops", 10).await.is_ok());
+    let refused = run("alice", 10).await.unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .ends_with("denied request: may not scale:"),
+        "{refused}"
+    );
 }

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::admissionregistration::v1::RuleWithOperations;
 use serde_json::Value;
+use skiff_kinds::custom::authorizer::RequestAuthorizer;
 use skiff_meta::labels::Selector;
 
 use super::config::{FailurePolicy, Hook};
@@ -155,13 +156,15 @@ pub enum Conditions {
     Error(String),
 }
 
-/// Evaluates the match conditions with `object`, `oldObject` and `request` bound. A false
-/// condition wins over an error; an error with `failurePolicy: Ignore` skips the webhook.
+/// Evaluates the match conditions with `object`, `oldObject`, `request` and `authorizer`
+/// (when given) bound. A false condition wins over an error; an error with `failurePolicy:
+/// Ignore` skips the webhook.
 pub fn conditions(
     hook: &Hook,
     object: Option<&Value>,
     old: Option<&Value>,
     request: &Value,
+    authorizer: Option<&RequestAuthorizer>,
 ) -> Conditions {
     let null = Value::Null;
     let variables = [
@@ -171,7 +174,7 @@ pub fn conditions(
     ];
     let mut error = None;
     for (name, expression) in &hook.conditions {
-        match expression.evaluate(&variables) {
+        match expression.evaluate(&variables, authorizer) {
             Ok(true) => {}
             Ok(false) => return Conditions::Skip,
             Err(e) => {
@@ -348,28 +351,28 @@ mod tests {
         let labelled = json!({"metadata": {"labels": {"a": "b"}, "missing": {"field": 1}}});
         let fail = conditions_of("Fail");
         assert_eq!(
-            conditions(&fail, Some(&labelled), None, &request),
+            conditions(&fail, Some(&labelled), None, &request, None),
             Conditions::Match
         );
         let root = json!({"userInfo": {"username": "root"}});
         assert_eq!(
-            conditions(&fail, Some(&labelled), None, &root),
+            conditions(&fail, Some(&labelled), None, &root, None),
             Conditions::Skip
         );
         let unlabelled = json!({"metadata": {}});
         // `labelled` is false: a false condition wins over the error of `broken`.
         assert_eq!(
-            conditions(&fail, Some(&unlabelled), None, &request),
+            conditions(&fail, Some(&unlabelled), None, &request, None),
             Conditions::Skip
         );
         let erring = json!({"metadata": {"labels": {}}});
         assert!(matches!(
-            conditions(&fail, Some(&erring), None, &request),
+            conditions(&fail, Some(&erring), None, &request, None),
             Conditions::Error(e) if e.contains("\"broken\"")
         ));
         let ignore = conditions_of("Ignore");
         assert_eq!(
-            conditions(&ignore, Some(&erring), None, &request),
+            conditions(&ignore, Some(&erring), None, &request, None),
             Conditions::Skip
         );
     }

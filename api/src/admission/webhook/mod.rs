@@ -34,22 +34,15 @@ use self::config::{FailurePolicy, Hook, Snapshot};
 use self::matching::Conditions;
 use super::configs::{self, Configs};
 use super::{Attributes, Plugin};
+use crate::authz::Authorizer;
 use crate::error::{Error, Result};
 use crate::registry::Registry;
 
 /// The webhook configurations known now, shared by both plugins and refreshed by the watch.
-pub struct Webhooks(Configs<Snapshot>);
-
-impl Default for Webhooks {
-    fn default() -> Webhooks {
-        Webhooks(Configs::new(
-            [
-                &skiff_kinds::builtin::validating_webhook_configuration::INFO,
-                &skiff_kinds::builtin::mutating_webhook_configuration::INFO,
-            ],
-            "webhook configuration",
-        ))
-    }
+pub struct Webhooks {
+    configs: Configs<Snapshot>,
+    /// Decides the checks of the match conditions' `authorizer` variable.
+    authorizer: Arc<Authorizer>,
 }
 
 impl configs::Snapshot for Snapshot {
@@ -60,20 +53,35 @@ impl configs::Snapshot for Snapshot {
 }
 
 impl Webhooks {
+    /// No configurations yet; `authorizer` decides the checks of the match conditions'
+    /// `authorizer` variable.
+    pub fn new(authorizer: Arc<Authorizer>) -> Webhooks {
+        Webhooks {
+            configs: Configs::new(
+                [
+                    &skiff_kinds::builtin::validating_webhook_configuration::INFO,
+                    &skiff_kinds::builtin::mutating_webhook_configuration::INFO,
+                ],
+                "webhook configuration",
+            ),
+            authorizer,
+        }
+    }
+
     /// The configurations now.
     pub fn snapshot(&self) -> Arc<Snapshot> {
-        self.0.snapshot()
+        self.configs.snapshot()
     }
 
     /// Reads both kinds into memory and follows them with a watch until `shutdown`; after a
     /// watch error, lists again.
     pub async fn run(self: Arc<Self>, registry: Registry, shutdown: CancellationToken) {
-        self.0.run(registry, shutdown).await
+        self.configs.run(registry, shutdown).await
     }
 
     /// Puts one configuration object into memory directly (tests without a watch).
     pub fn put(&self, mutating: bool, object: &Value) {
-        self.0.put(mutating, object)
+        self.configs.put(mutating, object)
     }
 }
 
@@ -116,6 +124,7 @@ impl NamespaceLabels {
 async fn dispatch(
     hook: &Hook,
     registry: &Registry,
+    authorizer: &Arc<Authorizer>,
     a: &Attributes<'_>,
     object: Option<&Value>,
     namespace: &mut NamespaceLabels,
@@ -132,7 +141,12 @@ async fn dispatch(
     }
     let uid = uuid::Uuid::new_v4().to_string();
     let review = review::request(&uid, a, object);
-    match matching::conditions(hook, object, a.old, &review["request"]) {
+    let authorizer = hook
+        .conditions
+        .iter()
+        .any(|(_, e)| e.reads("authorizer"))
+        .then(|| crate::authz::cel::for_request(authorizer, a));
+    match matching::conditions(hook, object, a.old, &review["request"], authorizer.as_ref()) {
         Conditions::Match => {}
         Conditions::Skip => return Ok(Called::Skipped),
         Conditions::Error(e) => return Err(review::call_failed(&hook.name, &e).into()),
@@ -219,8 +233,15 @@ impl Plugin for MutatingAdmissionWebhook {
         let mut after: Vec<(usize, Value)> = Vec::new();
         for (i, hook) in hooks.iter().enumerate() {
             let view = a.without_object();
-            if let Called::Allowed(Some(patch)) =
-                dispatch(hook, registry, &view, object.as_ref(), &mut namespace).await?
+            if let Called::Allowed(Some(patch)) = dispatch(
+                hook,
+                registry,
+                &self.0.authorizer,
+                &view,
+                object.as_ref(),
+                &mut namespace,
+            )
+            .await?
                 && let Some(object) = object.as_mut()
             {
                 apply(hook, object, &patch)?;
@@ -237,8 +258,15 @@ impl Plugin for MutatingAdmissionWebhook {
                 continue;
             }
             let view = a.without_object();
-            if let Called::Allowed(Some(patch)) =
-                dispatch(hook, registry, &view, object.as_ref(), &mut namespace).await?
+            if let Called::Allowed(Some(patch)) = dispatch(
+                hook,
+                registry,
+                &self.0.authorizer,
+                &view,
+                object.as_ref(),
+                &mut namespace,
+            )
+            .await?
                 && let Some(object) = object.as_mut()
             {
                 apply(hook, object, &patch)?;
@@ -287,7 +315,8 @@ impl Plugin for ValidatingAdmissionWebhook {
                 labels: namespace.labels.clone(),
             };
             let view = &view;
-            async move { dispatch(hook, registry, view, object, &mut namespace).await }
+            let authorizer = &self.0.authorizer;
+            async move { dispatch(hook, registry, authorizer, view, object, &mut namespace).await }
         });
         for outcome in futures::future::join_all(calls).await {
             outcome?;

@@ -175,7 +175,7 @@ async fn validate_with(
     registry: &Registry,
     feedback: Option<&Feedback>,
 ) -> Result<()> {
-    let hooks = Arc::new(Webhooks::default());
+    let hooks = Arc::new(Webhooks::new(Arc::new(crate::authz::Authorizer::default())));
     for c in configurations {
         hooks.put(false, c);
     }
@@ -190,7 +190,7 @@ async fn validate_with(
 
 /// Runs the mutating plugin with `configurations` on a ConfigMap create: the object after.
 async fn mutate(configurations: &[Value], registry: &Registry, dry_run: bool) -> Result<Value> {
-    let hooks = Arc::new(Webhooks::default());
+    let hooks = Arc::new(Webhooks::new(Arc::new(crate::authz::Authorizer::default())));
     for c in configurations {
         hooks.put(true, c);
     }
@@ -610,7 +610,7 @@ async fn webhook_configurations_are_never_sent_to_webhooks() {
     let mut everything = configuration("deny", "deny.example.com", &s, "/deny", json!({}));
     everything["webhooks"][0]["rules"] = json!([{"operations": ["*"], "apiGroups": ["*"],
         "apiVersions": ["*"], "resources": ["*/*"]}]);
-    let hooks = Arc::new(Webhooks::default());
+    let hooks = Arc::new(Webhooks::new(Arc::new(crate::authz::Authorizer::default())));
     hooks.put(false, &everything);
     let user = User::admin();
     let mut object = everything.clone();
@@ -643,7 +643,7 @@ async fn webhook_configurations_are_never_sent_to_webhooks() {
 #[tokio::test]
 async fn the_watch_keeps_the_configurations_in_memory() {
     let (_d, registry) = registry();
-    let hooks = Arc::new(Webhooks::default());
+    let hooks = Arc::new(Webhooks::new(Arc::new(crate::authz::Authorizer::default())));
     let stop = CancellationToken::new();
     let info = &skiff_kinds::builtin::validating_webhook_configuration::INFO;
     let before = json!({"apiVersion": "admissionregistration.k8s.io/v1",
