@@ -699,6 +699,17 @@ struct RemoteOpenApi {
     document: crate::openapi::Built,
 }
 
+/// A remote group-version's OpenAPI v2 document, as its server last served it, cut to the
+/// group-version's paths.
+#[derive(Debug, Clone)]
+struct RemoteOpenApiV2 {
+    /// The server's ETag for its whole document: while it answers 304 to it, the document is
+    /// not fetched again.
+    etag: Option<String>,
+    /// The document's paths under `/apis/<group>/<version>/` and what they use.
+    document: crate::openapi::Built,
+}
+
 /// Key of a cached backend client: the APIService, its TLS settings and the addresses it dials.
 type ClientKey = (String, Vec<u8>, bool, Vec<SocketAddr>);
 
@@ -714,6 +725,8 @@ pub struct Aggregator {
     documents: RwLock<HashMap<String, Value>>,
     /// The backends' OpenAPI v3 documents of their group-versions, by APIService name.
     openapi: RwLock<HashMap<String, RemoteOpenApi>>,
+    /// The backends' OpenAPI v2 documents, by APIService name.
+    openapi_v2: RwLock<HashMap<String, RemoteOpenApiV2>>,
     clients: Mutex<HashMap<ClientKey, reqwest::Client>>,
     /// Wakes the loop when an APIService changed.
     changed: tokio::sync::Notify,
@@ -734,16 +747,37 @@ impl Aggregator {
         serving(&registered, path).cloned()
     }
 
-    /// The OpenAPI v3 documents of the available remote APIServices, by their index path.
-    pub fn openapi_documents(&self) -> BTreeMap<String, crate::openapi::Built> {
+    /// The OpenAPI documents of the available remote APIServices: v3 by their index path, v2 in
+    /// discovery order (the order kube-aggregator merges them in).
+    pub fn openapi_documents(&self) -> crate::openapi::Aggregated {
         let documents = self.documents.read().unwrap_or_else(|e| e.into_inner());
-        self.openapi
+        let v3 = self
+            .openapi
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .iter()
             .filter(|(name, _)| documents.contains_key(*name))
             .map(|(_, remote)| (remote.path.clone(), remote.document.clone()))
-            .collect()
+            .collect();
+        let v2_documents = self.openapi_v2.read().unwrap_or_else(|e| e.into_inner());
+        let v2 = if v2_documents.is_empty() {
+            Vec::new()
+        } else {
+            let remote: Vec<Remote> = self
+                .registered
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .values()
+                .filter(|r| documents.contains_key(&r.name))
+                .map(|r| (r.clone(), None))
+                .collect();
+            ordered(&remote)
+                .into_iter()
+                .filter_map(|(r, _)| v2_documents.get(&r.name))
+                .map(|remote| remote.document.clone())
+                .collect()
+        };
+        crate::openapi::Aggregated { v3, v2 }
     }
 
     /// Every remote APIService with its backend's last resource list.
@@ -771,6 +805,10 @@ impl Aggregator {
                 .unwrap_or_else(|e| e.into_inner())
                 .remove(&registered.name);
             self.openapi
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&registered.name);
+            self.openapi_v2
                 .write()
                 .unwrap_or_else(|e| e.into_inner())
                 .remove(&registered.name);
@@ -1124,7 +1162,8 @@ async fn check(server: &ApiServer, registered: &Registered) -> (Condition, Optio
             let condition = discovery_condition(&url, Ok(code));
             if condition.is_true() {
                 let base = format!("https://{}:{}", reference.host(), addresses[0].port());
-                refresh_openapi(server, registered, &client, &base, headers).await;
+                refresh_openapi(server, registered, &client, &base, headers.clone()).await;
+                refresh_openapi_v2(server, registered, &client, &base, headers).await;
             }
             (condition, document)
         }
@@ -1201,6 +1240,75 @@ async fn refresh_openapi(
         }
         None => {
             openapi.remove(&registered.name);
+        }
+    }
+}
+
+/// Fetches `registered`'s server's OpenAPI v2 document (JSON) unless it answers that the one
+/// known is current (`If-None-Match`), and keeps its group-version's paths, as kube-aggregator
+/// does. A server without one has none; that does not make it unavailable.
+async fn refresh_openapi_v2(
+    server: &ApiServer,
+    registered: &Registered,
+    client: &reqwest::Client,
+    base: &str,
+    mut headers: HeaderMap,
+) {
+    let known = server
+        .aggregator
+        .openapi_v2
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&registered.name)
+        .cloned();
+    if let Some(etag) = known
+        .as_ref()
+        .and_then(|k| k.etag.as_deref())
+        .and_then(|e| HeaderValue::from_str(e).ok())
+    {
+        headers.insert(http::header::IF_NONE_MATCH, etag);
+    }
+    let answer = client
+        .get(format!("{base}/openapi/v2"))
+        .headers(headers)
+        .timeout(CHECK_TIMEOUT)
+        .send()
+        .await;
+    let fetched = match answer {
+        Ok(answer) if answer.status() == http::StatusCode::NOT_MODIFIED && known.is_some() => known,
+        Ok(answer) if answer.status().is_success() => {
+            let etag = answer
+                .headers()
+                .get(http::header::ETAG)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string);
+            match answer.json::<Value>().await {
+                Ok(document) if document.is_object() => {
+                    let prefix = format!("/apis/{}/{}/", registered.group, registered.version);
+                    let cut = crate::openapi::merge::only_paths_under(&document, &[prefix]);
+                    Some(RemoteOpenApiV2 {
+                        etag,
+                        document: crate::openapi::Built::from_bytes(
+                            serde_json::to_vec(&cut).expect("JSON serializes"),
+                        ),
+                    })
+                }
+                _ => None,
+            }
+        }
+        _ => None,
+    };
+    let mut documents = server
+        .aggregator
+        .openapi_v2
+        .write()
+        .unwrap_or_else(|e| e.into_inner());
+    match fetched {
+        Some(document) => {
+            documents.insert(registered.name.clone(), document);
+        }
+        None => {
+            documents.remove(&registered.name);
         }
     }
 }

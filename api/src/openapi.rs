@@ -23,6 +23,7 @@
 //! with an ETag; the index links each document with `?hash=` so clients can cache them.
 
 mod gnostic;
+pub mod merge;
 pub mod v2;
 
 use std::collections::BTreeMap;
@@ -994,6 +995,41 @@ pub fn documents(kinds: &Snapshot) -> Documents {
 pub struct OpenApi {
     kinds: Arc<Kinds>,
     built: Mutex<Option<Arc<Documents>>>,
+    /// `/openapi/v2` with aggregated servers' documents merged in, for the last set of them.
+    merged_v2: Mutex<Option<Arc<MergedV2>>>,
+}
+
+/// `/openapi/v2` with aggregated servers' documents merged in ([`merge`]).
+#[derive(Debug)]
+pub struct MergedV2 {
+    /// The local documents' generation and the remote documents' hashes, in merge order.
+    key: (u64, Vec<String>),
+    /// As JSON.
+    pub json: Built,
+    /// As gnostic's protobuf.
+    pub protobuf: Built,
+}
+
+/// Merges `remote` (in order) into the local v2 document of `docs` (a few tens of milliseconds
+/// of CPU: the local document is parsed back from its JSON, which keeps no second copy of it
+/// in memory between merges).
+fn merged_v2(docs: &Documents, remote: &[Built]) -> MergedV2 {
+    let mut merged: Value =
+        serde_json::from_slice(&docs.v2_json.body).expect("the local v2 document is JSON");
+    for document in remote {
+        // The aggregator keeps only documents that parse.
+        if let Ok(document) = serde_json::from_slice::<Value>(&document.body) {
+            merge::merge_into(&mut merged, &document);
+        }
+    }
+    MergedV2 {
+        key: (
+            docs.generation,
+            remote.iter().map(|b| b.hash.clone()).collect(),
+        ),
+        protobuf: Built::from_bytes(gnostic::encode(&merged)),
+        json: Built::new(&merged),
+    }
 }
 
 impl OpenApi {
@@ -1002,6 +1038,7 @@ impl OpenApi {
         OpenApi {
             kinds,
             built: Mutex::new(None),
+            merged_v2: Mutex::new(None),
         }
     }
 
@@ -1039,24 +1076,59 @@ impl OpenApi {
             }
         }
     }
+
+    /// `/openapi/v2` with `remote` merged in, built again when the local documents or the
+    /// remote ones changed.
+    pub async fn merged_v2(self: &Arc<Self>, remote: Vec<Built>) -> Arc<MergedV2> {
+        let docs = self.current().await;
+        let key = (
+            docs.generation,
+            remote.iter().map(|b| b.hash.clone()).collect::<Vec<_>>(),
+        );
+        let cached = self
+            .merged_v2
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .filter(|m| m.key == key);
+        if let Some(merged) = cached {
+            return merged;
+        }
+        let merged = tokio::task::spawn_blocking(move || Arc::new(merged_v2(&docs, &remote)))
+            .await
+            .expect("merging the OpenAPI v2 documents panicked");
+        *self.merged_v2.lock().unwrap_or_else(|e| e.into_inner()) = Some(merged.clone());
+        merged
+    }
 }
 
-/// The v3 documents of aggregated APIServices, by [`group_version_path`]: what their servers
-/// serve, fetched by the aggregator.
-pub type Remote = Arc<dyn Fn() -> BTreeMap<String, Built> + Send + Sync>;
+/// What aggregated APIServices' servers serve, as the aggregator last fetched it.
+#[derive(Debug, Clone, Default)]
+pub struct Aggregated {
+    /// The v3 documents of their group-versions, by [`group_version_path`].
+    pub v3: BTreeMap<String, Built>,
+    /// Their v2 documents, each cut to its group-version's paths
+    /// ([`merge::only_paths_under`]), in the order they are merged.
+    pub v2: Vec<Built>,
+}
+
+/// Where the routes find the [`Aggregated`] documents now.
+pub type Remote = Arc<dyn Fn() -> Aggregated + Send + Sync>;
 
 /// The OpenAPI routes (GET, no authentication of their own): `/openapi/v3`,
 /// `/openapi/v3/api/{version}`, `/openapi/v3/apis/{group}/{version}` and `/openapi/v2`;
 /// unserved group-versions get a 404 `Status`.
 pub fn routes(openapi: Arc<OpenApi>) -> BoxedFilter<(Response,)> {
-    routes_with(openapi, Arc::new(BTreeMap::new))
+    routes_with(openapi, Arc::new(Aggregated::default))
 }
 
-/// [`routes`], with the v3 documents of aggregated group-versions (`remote`) in the index and
-/// served as kube-apiserver serves them: each from its own server, in place of a local one of
-/// the same group-version. `/openapi/v2` stays the local kinds' alone.
+/// [`routes`], with the documents of aggregated group-versions (`remote`) served as
+/// kube-apiserver serves them: each v3 document from its own server, in place of a local one of
+/// the same group-version and listed in the index; the v2 documents merged into the local one.
 pub fn routes_with(openapi: Arc<OpenApi>, remote: Remote) -> BoxedFilter<(Response,)> {
     let if_none_match = warp::header::optional::<String>("if-none-match");
+    let v2_openapi = openapi.clone();
+    let v2_remote = remote.clone();
     let built_documents = move || {
         let openapi = openapi.clone();
         warp::any().then(move || {
@@ -1066,7 +1138,7 @@ pub fn routes_with(openapi: Arc<OpenApi>, remote: Remote) -> BoxedFilter<(Respon
     };
     let remote_documents = move || {
         let remote = remote.clone();
-        warp::any().map(move || remote())
+        warp::any().map(move || remote().v3)
     };
     let index = warp::path!("openapi" / "v3")
         .and(if_none_match)
@@ -1119,12 +1191,29 @@ pub fn routes_with(openapi: Arc<OpenApi>, remote: Remote) -> BoxedFilter<(Respon
     let v2 = warp::path!("openapi" / "v2")
         .and(if_none_match)
         .and(warp::header::optional::<String>("accept"))
-        .and(built_documents())
-        .map(
-            |inm: Option<String>, accept: Option<String>, docs: Arc<Documents>| {
-                serve_v2(&docs, accept.as_deref(), inm.as_deref())
-            },
-        );
+        .then(move |inm: Option<String>, accept: Option<String>| {
+            let openapi = v2_openapi.clone();
+            let remote = v2_remote().v2;
+            async move {
+                if remote.is_empty() {
+                    let docs = openapi.current().await;
+                    serve_v2(
+                        &docs.v2_json,
+                        &docs.v2_protobuf,
+                        accept.as_deref(),
+                        inm.as_deref(),
+                    )
+                } else {
+                    let merged = openapi.merged_v2(remote).await;
+                    serve_v2(
+                        &merged.json,
+                        &merged.protobuf,
+                        accept.as_deref(),
+                        inm.as_deref(),
+                    )
+                }
+            }
+        });
     warp::get()
         .and(index.or(core).unify().or(named).unify().or(v2).unify())
         .boxed()
@@ -1196,7 +1285,12 @@ pub const PROTOBUF_V2_RESPONSE: &str = "application/com.github.proto-openapi.spe
 
 /// `/openapi/v2` in the first media type of `accept` it is served in (JSON when there is no
 /// Accept), 406 when none.
-fn serve_v2(docs: &Documents, accept: Option<&str>, if_none_match: Option<&str>) -> Response {
+fn serve_v2(
+    json: &Built,
+    protobuf: &Built,
+    accept: Option<&str>,
+    if_none_match: Option<&str>,
+) -> Response {
     let accept = accept.filter(|a| !a.trim().is_empty()).unwrap_or("*/*");
     let chosen = skiff_kinds::media::media_ranges(accept)
         .into_iter()
@@ -1208,18 +1302,14 @@ fn serve_v2(docs: &Documents, accept: Option<&str>, if_none_match: Option<&str>)
                 (kind == "*" || kind == k) && (sub == "*" || sub == s)
             })
         });
-    let Some((_, media_type, protobuf)) = chosen else {
+    let Some((_, media_type, is_protobuf)) = chosen else {
         let status = skiff_meta::status::ApiError::not_acceptable(&[
             V2_MEDIA_TYPES[0].0,
             V2_MEDIA_TYPES[2].0,
         ]);
         return crate::routes::error_response(&crate::error::Error::Api(status));
     };
-    let built = if protobuf {
-        &docs.v2_protobuf
-    } else {
-        &docs.v2_json
-    };
+    let built = if is_protobuf { protobuf } else { json };
     let mut response = serve_as(built, if_none_match, false, media_type);
     response
         .headers_mut()
@@ -1594,7 +1684,10 @@ mod tests {
             let remote = remote.clone();
             routes_with(
                 Arc::new(OpenApi::new(Arc::new(Kinds::builtin()))),
-                Arc::new(move || remote.clone()),
+                Arc::new(move || Aggregated {
+                    v3: remote.clone(),
+                    v2: Vec::new(),
+                }),
             )
         };
         let index = body_json(&call(with_remote(), get("/openapi/v3", &[])).await);
@@ -1625,6 +1718,75 @@ mod tests {
         )
         .await;
         assert_eq!(local.body(), &documents().index.body);
+    }
+
+    #[tokio::test]
+    async fn aggregated_v2_documents_are_merged_into_the_local_one() {
+        let gizmos = json!({
+            "swagger": "2.0",
+            "paths": {
+                "/apis/e2e.skiff.test/v1/gizmos": {"get": {"responses": {"200": {
+                    "schema": {"$ref": "#/definitions/test.Gizmo"}}}}},
+                // A path the local document has stays the local one.
+                "/api/v1/pods": {"get": {"description": "not ours"}},
+            },
+            "definitions": {"test.Gizmo": {"type": "object", "x-kubernetes-group-version-kind": [
+                {"group": "e2e.skiff.test", "version": "v1", "kind": "Gizmo"}]}},
+        });
+        let remote = vec![Built::new(&gizmos)];
+        let openapi = Arc::new(OpenApi::new(Arc::new(Kinds::builtin())));
+        let with_remote = || {
+            let remote = remote.clone();
+            routes_with(
+                openapi.clone(),
+                Arc::new(move || Aggregated {
+                    v3: BTreeMap::new(),
+                    v2: remote.clone(),
+                }),
+            )
+        };
+        let merged = call(with_remote(), get("/openapi/v2", &[])).await;
+        assert_eq!(merged.status(), 200);
+        let etag = merged.headers()["etag"].to_str().unwrap().to_string();
+        let doc = body_json(&merged);
+        assert!(doc["paths"]["/apis/e2e.skiff.test/v1/gizmos"]["get"].is_object());
+        assert_ne!(
+            doc["paths"]["/api/v1/pods"]["get"]["description"],
+            "not ours"
+        );
+        assert!(doc["paths"]["/apis/apps/v1/deployments"].is_object());
+        assert_eq!(doc["definitions"]["test.Gizmo"]["type"], "object");
+        assert_ne!(etag, format!("\"{}\"", documents().v2_json.hash));
+        // The protobuf kubectl asks for has the remote kind too, with its extension.
+        let pb = call(
+            with_remote(),
+            get("/openapi/v2", &[("accept", PROTOBUF_V2)]),
+        )
+        .await;
+        let definitions = gnostic::tests::Message::parse(pb.body())
+            .message(9)
+            .unwrap()
+            .named(1);
+        let gizmo = definitions
+            .iter()
+            .find(|(name, _)| name == "test.Gizmo")
+            .expect("the remote definition");
+        assert!(
+            gizmo
+                .1
+                .extensions(31)
+                .contains_key("x-kubernetes-group-version-kind")
+        );
+        // Asked again, the same merge is served (built once), and its ETag holds.
+        let again = call(
+            with_remote(),
+            get("/openapi/v2", &[("if-none-match", &etag)]),
+        )
+        .await;
+        assert_eq!(again.status(), 304);
+        // Without remote documents, the local one alone.
+        let local = call(routes(openapi.clone()), get("/openapi/v2", &[])).await;
+        assert_eq!(local.body(), &documents().v2_json.body);
     }
 
     #[tokio::test]

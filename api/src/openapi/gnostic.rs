@@ -153,6 +153,19 @@ pub fn encode(document: &Value) -> Vec<u8> {
     if let Some(definitions) = doc.get("definitions").and_then(Value::as_object) {
         w.message(9, |d| named_schemas(d, 1, definitions));
     }
+    // `ParameterDefinitions { repeated NamedParameter additional_properties = 1 }`: the shared
+    // parameters that aggregated servers' documents refer to.
+    if let Some(shared) = doc.get("parameters").and_then(Value::as_object) {
+        w.message(10, |d| {
+            for (name, p) in shared {
+                let Some(p) = p.as_object() else { continue };
+                d.message(1, |named| {
+                    named.string(1, name);
+                    named.message(2, |value| parameter(value, p));
+                });
+            }
+        });
+    }
     for requirement in doc
         .get("security")
         .and_then(Value::as_array)
@@ -592,6 +605,35 @@ pub(crate) mod tests {
         assert_eq!(&w.buf[..2], [0xac, 0x02]);
         // A negative int64 is ten bytes of varint, as protobuf writes it.
         assert_eq!(w.buf.len(), 2 + 1 + 10);
+    }
+
+    #[test]
+    fn shared_parameters_are_written_by_name() {
+        let doc = json!({"parameters": {
+            "body-x": {"name": "body", "in": "body", "required": true, "schema": {"type": "object"}},
+            "pretty-y": {"name": "pretty", "in": "query", "type": "string", "uniqueItems": true},
+        }});
+        let decoded = Message::parse(&encode(&doc));
+        let shared = decoded.message(10).expect("ParameterDefinitions").named(1);
+        let names: Vec<&str> = shared.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["body-x", "pretty-y"]);
+        let body = shared[0].1.message(1).expect("a BodyParameter");
+        assert_eq!(
+            (body.string(2), body.string(3)),
+            ("body".into(), "body".into())
+        );
+        assert_eq!(body.varint(4), Some(1));
+        // NonBodyParameter's query choice (3): name at 4, type at 6.
+        let query = shared[1]
+            .1
+            .message(2)
+            .unwrap()
+            .message(3)
+            .expect("a query parameter");
+        assert_eq!(
+            (query.string(4), query.string(6)),
+            ("pretty".into(), "string".into())
+        );
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! selector-less Service whose Endpoints point at it on 127.0.0.1. Its resources answer through
 //! skiff as the user, appear in `kubectl api-resources`, its APIService shows Available; when
 //! the server stops, the APIService turns unavailable and only that group fails. Its OpenAPI
-//! document joins skiff's (`kubectl explain`). Servers behind a Service with an EndpointSlice
+//! document joins skiff's (`kubectl explain`), and its v2 document is merged into skiff's. Servers behind a Service with an EndpointSlice
 //! only, or an ExternalName Service, are reached too.
 
 use std::time::Duration;
@@ -40,6 +40,28 @@ fn answer(seen: &Seen) -> Value {
                     "servedTo": {"type": "string", "description": "Who asked."}},
                 "x-kubernetes-group-version-kind":
                     [{"group": "e2e.skiff.test", "version": "v1", "kind": "Gizmo"}]}}}}),
+        // The v2 document has a path of the server's own besides its group-version's, which
+        // skiff leaves out.
+        "/openapi/v2" => json!({
+            "swagger": "2.0", "info": {"title": "Gizmos", "version": "v1"},
+            "paths": {
+                "/apis/e2e.skiff.test/v1/namespaces/{namespace}/gizmos/{name}": {"get": {
+                    "x-kubernetes-group-version-kind":
+                        {"group": "e2e.skiff.test", "version": "v1", "kind": "Gizmo"},
+                    "responses": {"200": {"description": "OK",
+                        "schema": {"$ref": "#/definitions/test.skiff.e2e.v1.Gizmo"}}}}},
+                "/gizmo-server-only": {"get": {"responses": {"200": {"description": "OK",
+                    "schema": {"$ref": "#/definitions/test.skiff.e2e.ServerOnly"}}}}}},
+            "definitions": {
+                "test.skiff.e2e.v1.Gizmo": {
+                    "type": "object",
+                    "description": "A gizmo, as the server's v2 document describes it.",
+                    "properties": {
+                        "apiVersion": {"type": "string"}, "kind": {"type": "string"},
+                        "servedTo": {"type": "string", "description": "Who asked (v2)."}},
+                    "x-kubernetes-group-version-kind":
+                        [{"group": "e2e.skiff.test", "version": "v1", "kind": "Gizmo"}]},
+                "test.skiff.e2e.ServerOnly": {"type": "string"}}}),
         "/apis/e2e.skiff.test/v1" => json!({
             "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": GROUP_VERSION,
             "resources": [{"name": "gizmos", "singularName": "gizmo", "namespaced": true,
@@ -166,6 +188,30 @@ fn an_apiservice_answers_through_skiff_appears_in_discovery_and_fails_alone() {
     );
     let field = k.ok(&["explain", "gizmos.servedTo"]);
     assert!(field.contains("Who asked."), "{field}");
+    // Its v2 document is merged into skiff's `/openapi/v2`, cut to its group-version's paths,
+    // and kubectl's v2 reader (gnostic's protobuf) finds the kind there.
+    let v2 = k.ok(&["get", "--raw", "/openapi/v2"]);
+    assert!(
+        v2.contains("/apis/e2e.skiff.test/v1/namespaces/{namespace}/gizmos/{name}"),
+        "{v2}"
+    );
+    assert!(
+        v2.contains("/apis/apps/v1/deployments"),
+        "the local paths stay"
+    );
+    assert!(
+        !v2.contains("gizmo-server-only"),
+        "a path outside its group-version"
+    );
+    assert!(
+        !v2.contains("test.skiff.e2e.ServerOnly"),
+        "what only that path used"
+    );
+    let explained_v2 = k.ok(&["explain", "gizmos", "--output=plaintext-openapiv2"]);
+    assert!(
+        explained_v2.contains("A gizmo, as the server's v2 document describes it."),
+        "{explained_v2}"
+    );
 
     // The backend stops: its APIService turns unavailable, only its group fails.
     backend.stop();
