@@ -261,6 +261,7 @@ impl ApiServer {
         crate::follow::start(&server, rq, "admission's quotas", quotas).await?;
         crate::crd::start(&server).await?;
         crate::aggregation::start(&server).await?;
+        admission::policy::status::start(&server).await?;
         Ok(server)
     }
 

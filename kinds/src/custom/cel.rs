@@ -35,6 +35,11 @@ fn env() -> &'static Arc<Env> {
     &ENV
 }
 
+/// A parser with the environment's macros (for tools that read the parsed expression).
+pub(crate) fn parser() -> cel::parser::Parser {
+    env().parser()
+}
+
 /// One compiled rule.
 pub struct Rule {
     source: String,

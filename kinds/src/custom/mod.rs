@@ -20,6 +20,7 @@ pub mod cel;
 pub mod jsonpath;
 pub mod merge;
 pub mod schema;
+pub mod typecheck;
 
 use std::sync::Arc;
 

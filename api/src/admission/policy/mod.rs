@@ -8,6 +8,7 @@
 //! - [`params`]: where a binding's params are (pure).
 //! - [`evaluate`]: one policy for one request and param object, and the bindings' actions
 //!   (pure).
+//! - [`status`]: each policy's `status.typeChecking`, written as its generations arrive.
 //!
 //! Policies and bindings are kept in memory by a watch of both kinds ([`Policies::run`]),
 //! never listed per request; param objects are read when a binding that needs them matches.
@@ -29,13 +30,13 @@
 //! `authorizer` is bound as in Kubernetes ([`skiff_kinds::custom::authorizer`]): checks are
 //! decided by the server's authorizer for the request's user.
 //!
-//! Unlike Kubernetes: expressions are not type-checked (the `cel` crate compiles without
-//! declarations), so a type error shows only when the expression runs, and follows the failure
-//! policy then.
+//! Expressions are type checked after the fact, as in Kubernetes ([`status`]): a type error is
+//! a warning in the policy's status, and at run time it follows the failure policy.
 
 pub mod compiled;
 pub mod evaluate;
 pub mod params;
+pub mod status;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
