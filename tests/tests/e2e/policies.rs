@@ -4,7 +4,8 @@
 //! `parameterNotFoundAction: Deny` refuses; a policy without params bound with Warn makes
 //! kubectl print `Warning:`; a policy that refuses everything cannot stop its own removal; and
 //! deleting a binding lifts its denial. A second cluster checks namespace selectors, the codes
-//! of reasons, and runtime errors under `failurePolicy` Ignore and Fail.
+//! of reasons, runtime errors under `failurePolicy` Ignore and Fail, the `authorizer`
+//! variable asking RBAC about the request's user, and type checking in a policy's status.
 
 use std::time::Duration;
 
@@ -477,4 +478,142 @@ fn namespace_selectors_reasons_and_failure_policies() {
         &["create", "-f", "-"],
         &configmap("unlabelled", "dev", json!({})),
     );
+
+    // `authorizer`: more than two replicas only for a user who may update this Deployment's
+    // scale, asked of RBAC for the request's user (kubectl --as).
+    k.ok(&[
+        "create",
+        "role",
+        "deployer",
+        "-n",
+        "dev",
+        "--verb=create,get,list",
+        "--resource=deployments",
+    ]);
+    k.ok(&[
+        "create",
+        "rolebinding",
+        "deployers",
+        "-n",
+        "dev",
+        "--role=deployer",
+        "--user=alice",
+        "--user=bob",
+    ]);
+    k.ok(&[
+        "create",
+        "role",
+        "scaler",
+        "-n",
+        "dev",
+        "--verb=update",
+        "--resource=deployments/scale",
+    ]);
+    k.ok(&[
+        "create",
+        "rolebinding",
+        "scalers",
+        "-n",
+        "dev",
+        "--role=scaler",
+        "--user=bob",
+    ]);
+    k.ok_with_input(
+        &["create", "-f", "-"],
+        &policy(
+            "scalers-only",
+            json!({"matchConstraints": deployments_rule(),
+            "validations": [{
+                "expression": "object.spec.replicas <= 2 || authorizer.requestResource.subresource('scale').check('update').allowed()",
+                "messageExpression": "request.userInfo.username + ' may not run more than 2 replicas'",
+                "reason": "Forbidden"}]}),
+        ),
+    );
+    k.ok_with_input(
+        &["create", "-f", "-"],
+        &binding(
+            "scalers-only-binding",
+            json!({"policyName": "scalers-only", "validationActions": ["Deny"]}),
+        ),
+    );
+    let as_alice = |name: &str, replicas: &str| {
+        k.run(&[
+            "create",
+            "deployment",
+            name,
+            "--image=nginx",
+            "-n",
+            "dev",
+            &format!("--replicas={replicas}"),
+            "--as=alice",
+        ])
+    };
+    let mut n = 0;
+    let mut last = None;
+    let refused = eventually(Duration::from_secs(20), || {
+        n += 1;
+        let run = as_alice(&format!("many-{n}"), "5");
+        let held = !run.ok;
+        last = Some(run);
+        held
+    });
+    let run = last.expect("a run");
+    assert!(refused, "{run:?}");
+    assert!(
+        run.stderr.contains(
+            "ValidatingAdmissionPolicy 'scalers-only' with binding 'scalers-only-binding' denied request: alice may not run more than 2 replicas"
+        ),
+        "{}",
+        run.stderr
+    );
+    let few = as_alice("few", "2");
+    assert!(few.ok, "{few:?}");
+    let bob = k.run(&[
+        "create",
+        "deployment",
+        "bobs",
+        "--image=nginx",
+        "-n",
+        "dev",
+        "--replicas=5",
+        "--as=bob",
+    ]);
+    assert!(bob.ok, "{bob:?}");
+
+    // Type checking: each generation of a policy is checked against the schemas of the kinds it
+    // matches, and the result lands in its status (present and empty when nothing is wrong).
+    let type_checking = |name: &str| {
+        let mut last = String::new();
+        let checked = eventually(Duration::from_secs(20), || {
+            last = k.ok(&[
+                "get",
+                "validatingadmissionpolicy",
+                name,
+                "-o",
+                "jsonpath={.status.observedGeneration}|{.status.typeChecking}",
+            ]);
+            last.starts_with('1') && last.contains('{')
+        });
+        assert!(checked, "{name}: {last}");
+        last
+    };
+    let clean = type_checking("scalers-only");
+    assert!(!clean.contains("expressionWarnings\":[{"), "{clean}");
+    k.ok_with_input(
+        &["create", "-f", "-"],
+        &policy(
+            "typo",
+            json!({"matchConstraints": deployments_rule(),
+            "validations": [{"expression": "object.spec.replica <= 5"}]}),
+        ),
+    );
+    let warned = type_checking("typo");
+    // (kubectl prints the status as JSON, which may escape the `<input>` of the location.)
+    for part in [
+        "spec.validations[0].expression",
+        "apps/v1, Kind=Deployment: ERROR: ",
+        ":1:12: undefined field 'replica'",
+    ] {
+        assert!(warned.contains(part), "{part}: {warned}");
+    }
 }

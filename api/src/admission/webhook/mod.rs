@@ -16,8 +16,7 @@
 //!
 //! Unlike Kubernetes: the object is sent in the one version skiff serves (`matchPolicy:
 //! Equivalent` matches a rule naming another version of the resource without converting), the
-//! built-in mutating plugins are not reinvoked, and an invalid patch is a call failure that
-//! follows the failure policy.
+//! built-in mutating plugins are not reinvoked.
 
 pub mod client;
 pub mod config;
@@ -186,9 +185,9 @@ async fn dispatch(
     }
 }
 
-/// Applies a mutating webhook's patch to `object`. A patch that does not apply is a call
-/// failure of the webhook: the request fails under `failurePolicy: Fail`, and under `Ignore` the
-/// object stays as it was.
+/// Applies a mutating webhook's patch to `object`. A patch that does not apply fails the request
+/// whatever the webhook's failure policy, as in kube-apiserver (the failure policy covers
+/// calling the webhook, not what it answered); the error names the webhook.
 fn apply(hook: &Hook, object: &mut Value, patch: &json_patch::Patch) -> Result<()> {
     let mut patched = object.clone();
     let outcome = match json_patch::patch(&mut patched, patch) {
@@ -201,11 +200,12 @@ fn apply(hook: &Hook, object: &mut Value, patch: &json_patch::Patch) -> Result<(
             *object = patched;
             Ok(())
         }
-        Err(why) if hook.failure_policy == FailurePolicy::Ignore => {
-            tracing::warn!(webhook = %hook.name, error = %why, "webhook patch not applied; ignored");
-            Ok(())
-        }
-        Err(why) => Err(review::call_failed(&hook.name, &why).into()),
+        Err(why) => Err(Error::Api(skiff_meta::status::ApiError::internal_error(
+            format!(
+                "admission webhook {:?} returned a patch that does not apply: {why}",
+                hook.name
+            ),
+        ))),
     }
 }
 

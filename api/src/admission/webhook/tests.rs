@@ -317,7 +317,6 @@ async fn call_failures_follow_the_failure_policy() {
     for (path, why) in [
         ("/garbage", "failed to decode the webhook's response"),
         ("/wrong-uid", "expected response.uid="),
-        ("/bad-patch", "JSONPatch failed"),
     ] {
         let fail = configuration(
             "c",
@@ -345,6 +344,25 @@ async fn call_failures_follow_the_failure_policy() {
         );
         let object = mutate(&[ignore], &registry, false).await.unwrap();
         assert_eq!(object, config_map(), "{path}: unchanged");
+    }
+    // A patch that does not apply fails the request under either policy, naming the webhook.
+    for policy in ["Fail", "Ignore"] {
+        let bad = configuration(
+            "c",
+            "broken.example.com",
+            &s,
+            "/bad-patch",
+            json!({"failurePolicy": policy}),
+        );
+        let e = api_error(mutate(&[bad], &registry, false).await);
+        assert_eq!(e.code(), 500, "{policy}");
+        assert!(
+            e.message().starts_with(
+                "Internal error occurred: admission webhook \"broken.example.com\" returned a patch that does not apply: JSONPatch failed"
+            ),
+            "{policy}: {}",
+            e.message()
+        );
     }
     // Nobody listening.
     let closed = {
