@@ -1,8 +1,8 @@
 //! `admissionregistration.k8s.io/v1` ValidatingAdmissionPolicy: CEL validations the API server
 //! itself evaluates on the writes a binding points it at (the `ValidatingAdmissionPolicy`
 //! plugin of the API server). Validation and defaults are in
-//! [`crate::validation::policies`]; the `status` subresource carries what a type checker would
-//! report, which skiff does not write.
+//! [`crate::validation::policies`]; the `status` subresource carries what the API server's type
+//! checking found ([`crate::custom::typecheck`]).
 
 use k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicy as Vap;
 
