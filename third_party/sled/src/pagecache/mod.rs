@@ -439,9 +439,24 @@ impl<'a> RecoveryGuard<'a> {
 pub struct Page {
     pub(crate) update: Option<Box<Update>>,
     pub(crate) cache_infos: Vec<CacheInfo>,
+    // skiff: the node's size in memory, counted once when the page is made (a walk over its
+    // keys and values) instead of on every access.
+    in_memory: u64,
 }
 
 impl Page {
+    // skiff: every page is made here, so that its size in memory is counted once.
+    pub(crate) fn new(
+        update: Option<Box<Update>>,
+        cache_infos: Vec<CacheInfo>,
+    ) -> Page {
+        let in_memory = match update.as_deref() {
+            Some(Update::Node(node)) => node.rss(),
+            _ => 0,
+        };
+        Page { update, cache_infos, in_memory }
+    }
+
     pub(crate) fn to_page_state(&self) -> PageState {
         let base = &self.cache_infos[0];
         if self.is_free() {
@@ -494,11 +509,7 @@ impl Page {
     // fraction of the node they decode to, so a cache of N bytes held several times N in memory
     // (`cache_capacity` bounded nothing a user could plan for).
     pub(crate) fn cache_size(&self) -> u64 {
-        let in_memory = match self.update.as_deref() {
-            Some(Update::Node(node)) => node.rss(),
-            _ => 0,
-        };
-        in_memory.max(self.log_size())
+        self.in_memory.max(self.log_size())
     }
 
     fn ts(&self) -> u64 {
@@ -832,7 +843,7 @@ impl PageCache {
 
             trace!("allocating pid {} for the first time", pid);
 
-            let new_page = Page { update: None, cache_infos: Vec::default() };
+            let new_page = Page::new(None, Vec::default());
 
             let page_view = self.inner.insert(pid, new_page, guard);
 
@@ -1053,10 +1064,10 @@ impl PageCache {
             return Ok(short_circuit.map_err(|a| a.map(|b| (b.0, new))));
         }
 
-        let mut new_page = Some(Owned::new(Page {
-            update: Some(Box::new(Update::Node(node))),
-            cache_infos: Vec::default(),
-        }));
+        let mut new_page = Some(Owned::new(Page::new(
+            Some(Box::new(Update::Node(node))),
+            Vec::default(),
+        )));
 
         loop {
             // TODO handle replacement on threshold here instead
@@ -1286,6 +1297,7 @@ impl PageCache {
                 let new_page = Owned::new(Page {
                     update: page_view.update.clone(),
                     cache_infos: vec![cache_info],
+                    in_memory: page_view.in_memory,
                 });
 
                 debug_delay();
@@ -1475,10 +1487,8 @@ impl PageCache {
         let log_kind = log_kind_from_update(&update);
         trace!("cas_page on pid {} has log kind: {:?}", pid, log_kind);
 
-        let mut new_page = Some(Owned::new(Page {
-            update: Some(Box::new(update)),
-            cache_infos: Vec::default(),
-        }));
+        let mut new_page =
+            Some(Owned::new(Page::new(Some(Box::new(update)), Vec::default())));
 
         loop {
             let mut page_ptr = new_page.take().unwrap();
@@ -1750,10 +1760,10 @@ impl PageCache {
         updates.truncate(1);
         let base = updates.pop().unwrap();
 
-        let page = Owned::new(Page {
-            update: Some(Box::new(base)),
-            cache_infos: page_view.cache_infos.clone(),
-        });
+        let page = Owned::new(Page::new(
+            Some(Box::new(base)),
+            page_view.cache_infos.clone(),
+        ));
 
         debug_delay();
         let result = page_view.entry.compare_and_set(
@@ -1948,10 +1958,8 @@ impl PageCache {
                         // don't page-out Freed suckas
                         break;
                     }
-                    let new_page = Owned::new(Page {
-                        update: None,
-                        cache_infos: page_view.cache_infos.clone(),
-                    });
+                    let new_page =
+                        Owned::new(Page::new(None, page_view.cache_infos.clone()));
 
                     debug_delay();
                     if page_view
@@ -2139,7 +2147,7 @@ impl PageCache {
             } else {
                 None
             };
-            let page = Page { update, cache_infos };
+            let page = Page::new(update, cache_infos);
 
             self.inner.insert(pid, page, &guard);
         }
