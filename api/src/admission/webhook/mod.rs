@@ -212,6 +212,35 @@ fn apply(hook: &Hook, object: &mut Value, patch: &json_patch::Patch) -> Result<(
 /// `MutatingAdmissionWebhook`: the mutating webhooks, in order.
 pub struct MutatingAdmissionWebhook(pub Arc<Webhooks>);
 
+impl MutatingAdmissionWebhook {
+    /// Calls `hook` (if it matches) with `object` as it is now, and applies its patch.
+    async fn call_and_apply(
+        &self,
+        hook: &Hook,
+        registry: &Registry,
+        a: &Attributes<'_>,
+        object: &mut Option<Value>,
+        namespace: &mut NamespaceLabels,
+    ) -> Result<()> {
+        let view = a.without_object();
+        let called = dispatch(
+            hook,
+            registry,
+            &self.0.authorizer,
+            &view,
+            object.as_ref(),
+            namespace,
+        )
+        .await?;
+        if let Called::Allowed(Some(patch)) = called
+            && let Some(object) = object.as_mut()
+        {
+            apply(hook, object, &patch)?;
+        }
+        Ok(())
+    }
+}
+
 #[async_trait::async_trait]
 impl Plugin for MutatingAdmissionWebhook {
     fn name(&self) -> &'static str {
@@ -232,20 +261,8 @@ impl Plugin for MutatingAdmissionWebhook {
         // The object after each IfNeeded webhook's call: it is called again if that changed.
         let mut after: Vec<(usize, Value)> = Vec::new();
         for (i, hook) in hooks.iter().enumerate() {
-            let view = a.without_object();
-            if let Called::Allowed(Some(patch)) = dispatch(
-                hook,
-                registry,
-                &self.0.authorizer,
-                &view,
-                object.as_ref(),
-                &mut namespace,
-            )
-            .await?
-                && let Some(object) = object.as_mut()
-            {
-                apply(hook, object, &patch)?;
-            }
+            self.call_and_apply(hook, registry, a, &mut object, &mut namespace)
+                .await?;
             if hook.reinvoke
                 && let Some(object) = &object
             {
@@ -257,20 +274,8 @@ impl Plugin for MutatingAdmissionWebhook {
             if object.as_ref() == Some(&seen) {
                 continue;
             }
-            let view = a.without_object();
-            if let Called::Allowed(Some(patch)) = dispatch(
-                hook,
-                registry,
-                &self.0.authorizer,
-                &view,
-                object.as_ref(),
-                &mut namespace,
-            )
-            .await?
-                && let Some(object) = object.as_mut()
-            {
-                apply(hook, object, &patch)?;
-            }
+            self.call_and_apply(hook, registry, a, &mut object, &mut namespace)
+                .await?;
         }
         if let (Some(target), Some(object)) = (a.object.as_deref_mut(), object) {
             *target = object;
