@@ -21,7 +21,7 @@ pub struct ForUser {
 
 impl ForUser {
     /// `authorizer` deciding for `user`.
-    pub fn new(authorizer: Arc<Authorizer>, user: User) -> Arc<dyn Authorize> {
+    pub fn shared(authorizer: Arc<Authorizer>, user: User) -> Arc<dyn Authorize> {
         Arc::new(ForUser { authorizer, user })
     }
 }
@@ -53,7 +53,7 @@ impl Authorize for ForUser {
     }
 
     fn for_service_account(&self, namespace: &str, name: &str) -> Arc<dyn Authorize> {
-        ForUser::new(self.authorizer.clone(), service_account(namespace, name))
+        ForUser::shared(self.authorizer.clone(), service_account(namespace, name))
     }
 }
 
@@ -75,7 +75,7 @@ fn service_account(namespace: &str, name: &str) -> User {
 /// resource attributes.
 pub fn for_request(authorizer: &Arc<Authorizer>, a: &Attributes<'_>) -> RequestAuthorizer {
     RequestAuthorizer {
-        authorize: ForUser::new(authorizer.clone(), a.user.clone()),
+        authorize: ForUser::shared(authorizer.clone(), a.user.clone()),
         request: request_check(a),
     }
 }
@@ -127,7 +127,7 @@ mod tests {
             groups: vec![AUTHENTICATED_GROUP.into()],
             extra: BTreeMap::new(),
         };
-        let as_alice = ForUser::new(authorizer.clone(), alice);
+        let as_alice = ForUser::shared(authorizer.clone(), alice);
         let scale = Check {
             verb: "update".into(),
             group: "apps".into(),

@@ -73,7 +73,7 @@ pub fn merge_into(dest: &mut Value, source: &Value) {
         source.clone()
     };
 
-    let renamed = renames(dest, &source, "definitions", |a, b| equal_but_kinds(a, b));
+    let renamed = renames(dest, &source, "definitions", equal_but_kinds);
     rename(&mut source, "definitions", DEFINITIONS_PREFIX, &renamed);
     let renamed = renames(dest, &source, "parameters", |a, b| a == b);
     rename(&mut source, "parameters", PARAMETERS_PREFIX, &renamed);

@@ -315,7 +315,7 @@ fn check<'b, 'v>(args: Args<'b, 'v>) -> Returned<'b, 'v> {
     returning(Value::Opaque(Arc::new(Decided(s.authorize.decide(&check)))))
 }
 
-fn decision<'a>(function: &str, args: &'a [CowVal<'_, '_>]) -> Result<Decision, ExecutionError> {
+fn decision(function: &str, args: &[CowVal<'_, '_>]) -> Result<Decision, ExecutionError> {
     match args.first().map(|a| Value::try_from(a.as_ref())) {
         Some(Ok(Value::Opaque(o))) => o.downcast_ref::<Decided>().map(|d| d.0.clone()),
         _ => None,
@@ -349,12 +349,15 @@ mod tests {
     use super::*;
     use crate::custom::cel::{Expression, Scope, to_cel};
 
+    /// Every check asked, with the user it was asked for.
+    type Asked = Arc<Mutex<Vec<(String, Check)>>>;
+
     /// Allows what its user's list names (`verb group/resource/subresource ns/name` or
     /// `verb path`), and records every check.
     struct Listed {
         user: String,
         allowed: Vec<String>,
-        asked: Arc<Mutex<Vec<(String, Check)>>>,
+        asked: Asked,
     }
 
     fn line(check: &Check) -> String {
@@ -401,7 +404,7 @@ mod tests {
         }
     }
 
-    fn scope(allowed: &[&str]) -> (Scope, Arc<Mutex<Vec<(String, Check)>>>) {
+    fn scope(allowed: &[&str]) -> (Scope, Asked) {
         let asked = Arc::new(Mutex::new(Vec::new()));
         let authorize = Arc::new(Listed {
             user: "alice".into(),
