@@ -56,6 +56,27 @@ fn until(
     last
 }
 
+/// Runs `attempt` with `n` counting up until `done` holds of its run (policies reach the API
+/// server through a watch, a moment after they are written) and returns that run; the test
+/// fails with the last run when it never holds.
+fn retried(
+    n: &mut usize,
+    mut attempt: impl FnMut(usize) -> Run,
+    done: impl Fn(&Run) -> bool,
+) -> Run {
+    let mut last = None;
+    let held = eventually(Duration::from_secs(20), || {
+        *n += 1;
+        let run = attempt(*n);
+        let held = done(&run);
+        last = Some(run);
+        held
+    });
+    let run = last.expect("a run");
+    assert!(held, "{run:?}");
+    run
+}
+
 const DENIED: &str = "ValidatingAdmissionPolicy 'max-replicas' with binding 'max-replicas-binding' denied request: failed expression: object.spec.replicas <= int(params.data.maxReplicas)";
 
 #[test]
@@ -199,22 +220,23 @@ fn policies_deny_warn_read_params_and_never_lock_themselves_in() {
         ),
     );
     let mut n = 0;
-    let mut last = None;
-    let warned = eventually(Duration::from_secs(20), || {
-        n += 1;
-        let run = k.run(&[
-            "create",
-            "deployment",
-            &format!("latest-{n}"),
-            "--image=nginx:latest",
-            "--replicas=1",
-        ]);
-        let held = run.ok && run.stderr.contains(
-            "Warning: Validation failed for ValidatingAdmissionPolicy 'no-latest' with binding 'no-latest-binding': images must not use the latest tag");
-        last = Some(run);
-        held
-    });
-    assert!(warned, "{last:?}");
+    retried(
+        &mut n,
+        |n| {
+            k.run(&[
+                "create",
+                "deployment",
+                &format!("latest-{n}"),
+                "--image=nginx:latest",
+                "--replicas=1",
+            ])
+        },
+        |run| {
+            run.ok && run.stderr.contains(
+                "Warning: Validation failed for ValidatingAdmissionPolicy 'no-latest' with binding 'no-latest-binding': images must not use the latest tag",
+            )
+        },
+    );
 
     // Both kinds are listed with their columns.
     let shown = k.ok(&["get", "validatingadmissionpolicies"]);
@@ -325,19 +347,16 @@ fn namespace_selectors_reasons_and_failure_policies() {
     );
     const OWNER: &str = "ValidatingAdmissionPolicy 'owner-label' with binding 'owner-label-prod' denied request: configmaps need an owner label";
     let mut n = 0;
-    let mut last = None;
-    let refused = eventually(Duration::from_secs(20), || {
-        n += 1;
-        let run = k.run_with_input(
-            &["create", "-v=6", "-f", "-"],
-            &configmap(&format!("unowned-{n}"), "prod", json!({})),
-        );
-        let held = !run.ok;
-        last = Some(run);
-        held
-    });
-    let run = last.expect("a run");
-    assert!(refused, "{run:?}");
+    let run = retried(
+        &mut n,
+        |n| {
+            k.run_with_input(
+                &["create", "-v=6", "-f", "-"],
+                &configmap(&format!("unowned-{n}"), "prod", json!({})),
+            )
+        },
+        |run| !run.ok,
+    );
     // kubectl prints a 422 as `The configmaps "unowned-N" is invalid: : <cause>`.
     assert!(run.stderr.contains(OWNER), "{}", run.stderr);
     assert!(
@@ -375,19 +394,16 @@ fn namespace_selectors_reasons_and_failure_policies() {
                 "message": "configmaps need an owner label", "reason": "Forbidden"}]}),
         ),
     );
-    let mut last = None;
-    let forbidden = eventually(Duration::from_secs(20), || {
-        n += 1;
-        let run = k.run_with_input(
-            &["create", "-v=6", "-f", "-"],
-            &configmap(&format!("unowned-{n}"), "prod", json!({})),
-        );
-        let held = answered(&run, "403 Forbidden");
-        last = Some(run);
-        held
-    });
-    let run = last.expect("a run");
-    assert!(forbidden, "{run:?}");
+    let run = retried(
+        &mut n,
+        |n| {
+            k.run_with_input(
+                &["create", "-v=6", "-f", "-"],
+                &configmap(&format!("unowned-{n}"), "prod", json!({})),
+            )
+        },
+        |run| answered(run, "403 Forbidden"),
+    );
     assert!(!run.ok);
     assert!(
         run.stderr.contains(&format!(
@@ -423,23 +439,20 @@ fn namespace_selectors_reasons_and_failure_policies() {
             "matchResources": {"objectSelector": {"matchLabels": {"test": "erring"}}}}),
         ),
     );
-    let mut last = None;
-    let in_force = eventually(Duration::from_secs(20), || {
-        n += 1;
-        let run = k.run_with_input(
-            &["create", "-f", "-"],
-            &configmap(
-                &format!("blocked-{n}"),
-                "dev",
-                json!({"test": "erring", "block": "y"}),
-            ),
-        );
-        let held = !run.ok;
-        last = Some(run);
-        held
-    });
-    let run = last.expect("a run");
-    assert!(in_force, "{run:?}");
+    let run = retried(
+        &mut n,
+        |n| {
+            k.run_with_input(
+                &["create", "-f", "-"],
+                &configmap(
+                    &format!("blocked-{n}"),
+                    "dev",
+                    json!({"test": "erring", "block": "y"}),
+                ),
+            )
+        },
+        |run| !run.ok,
+    );
     assert!(
         run.stderr.contains(
             "ValidatingAdmissionPolicy 'erring' with binding 'erring-binding' denied request: blocked"
@@ -453,19 +466,16 @@ fn namespace_selectors_reasons_and_failure_policies() {
     );
     // Fail refuses it, with the evaluation error.
     k.ok_with_input(&["apply", "-f", "-"], &erring("Fail"));
-    let mut last = None;
-    let failed = eventually(Duration::from_secs(20), || {
-        n += 1;
-        let run = k.run_with_input(
-            &["create", "-f", "-"],
-            &configmap(&format!("failed-{n}"), "dev", json!({"test": "erring"})),
-        );
-        let held = !run.ok;
-        last = Some(run);
-        held
-    });
-    let run = last.expect("a run");
-    assert!(failed, "{run:?}");
+    let run = retried(
+        &mut n,
+        |n| {
+            k.run_with_input(
+                &["create", "-f", "-"],
+                &configmap(&format!("failed-{n}"), "dev", json!({"test": "erring"})),
+            )
+        },
+        |run| !run.ok,
+    );
     assert!(
         run.stderr.contains(
             "ValidatingAdmissionPolicy 'erring' with binding 'erring-binding' denied request: expression 'object.data.missing == 'x'' resulted in error: "
@@ -549,16 +559,11 @@ fn namespace_selectors_reasons_and_failure_policies() {
         ])
     };
     let mut n = 0;
-    let mut last = None;
-    let refused = eventually(Duration::from_secs(20), || {
-        n += 1;
-        let run = as_alice(&format!("many-{n}"), "5");
-        let held = !run.ok;
-        last = Some(run);
-        held
-    });
-    let run = last.expect("a run");
-    assert!(refused, "{run:?}");
+    let run = retried(
+        &mut n,
+        |n| as_alice(&format!("many-{n}"), "5"),
+        |run| !run.ok,
+    );
     assert!(
         run.stderr.contains(
             "ValidatingAdmissionPolicy 'scalers-only' with binding 'scalers-only-binding' denied request: alice may not run more than 2 replicas"
