@@ -346,17 +346,15 @@ fn namespace_selectors_reasons_and_failure_policies() {
         ),
     );
     const OWNER: &str = "ValidatingAdmissionPolicy 'owner-label' with binding 'owner-label-prod' denied request: configmaps need an owner label";
+    // A configmap without an owner in prod, verbosely (kubectl -v=6 prints the response code).
+    let unowned = |n: usize| {
+        k.run_with_input(
+            &["create", "-v=6", "-f", "-"],
+            &configmap(&format!("unowned-{n}"), "prod", json!({})),
+        )
+    };
     let mut n = 0;
-    let run = retried(
-        &mut n,
-        |n| {
-            k.run_with_input(
-                &["create", "-v=6", "-f", "-"],
-                &configmap(&format!("unowned-{n}"), "prod", json!({})),
-            )
-        },
-        |run| !run.ok,
-    );
+    let run = retried(&mut n, unowned, |run| !run.ok);
     // kubectl prints a 422 as `The configmaps "unowned-N" is invalid: : <cause>`.
     assert!(run.stderr.contains(OWNER), "{}", run.stderr);
     assert!(
@@ -394,16 +392,7 @@ fn namespace_selectors_reasons_and_failure_policies() {
                 "message": "configmaps need an owner label", "reason": "Forbidden"}]}),
         ),
     );
-    let run = retried(
-        &mut n,
-        |n| {
-            k.run_with_input(
-                &["create", "-v=6", "-f", "-"],
-                &configmap(&format!("unowned-{n}"), "prod", json!({})),
-            )
-        },
-        |run| answered(run, "403 Forbidden"),
-    );
+    let run = retried(&mut n, unowned, |run| answered(run, "403 Forbidden"));
     assert!(!run.ok);
     assert!(
         run.stderr.contains(&format!(
