@@ -593,6 +593,39 @@ pub fn aggregated_resources(list: &Value, group: &str, version: &str) -> Vec<Val
     out
 }
 
+/// The documents of the available remote APIServices, as the OpenAPI routes serve them.
+impl crate::openapi::Aggregated for Aggregator {
+    fn v3(&self) -> BTreeMap<String, crate::openapi::Built> {
+        let documents = self.documents.read().unwrap_or_else(|e| e.into_inner());
+        self.openapi
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|(name, _)| documents.contains_key(*name))
+            .map(|(_, remote)| (remote.path.clone(), remote.document.clone()))
+            .collect()
+    }
+
+    /// In discovery order, the order kube-aggregator merges them in.
+    fn v2(&self) -> Vec<crate::openapi::Built> {
+        if self
+            .openapi_v2
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
+        {
+            return Vec::new();
+        }
+        let available = self.available();
+        let v2 = self.openapi_v2.read().unwrap_or_else(|e| e.into_inner());
+        available
+            .iter()
+            .filter_map(|name| v2.get(name))
+            .map(|remote| remote.document.clone())
+            .collect()
+    }
+}
+
 /// A remote group-version as discovery shows it: the APIService and its backend's resource
 /// list when the last check fetched one.
 pub type Remote = (Registered, Option<Value>);
@@ -601,13 +634,29 @@ pub type Remote = (Registered, Option<Value>);
 /// priority.
 fn ordered(remote: &[Remote]) -> Vec<&Remote> {
     let mut list: Vec<&Remote> = remote.iter().collect();
-    list.sort_by(|(a, _), (b, _)| {
-        b.group_priority_minimum
-            .cmp(&a.group_priority_minimum)
-            .then(a.group.cmp(&b.group))
-            .then(b.version_priority.cmp(&a.version_priority))
-    });
+    list.sort_by(|(a, _), (b, _)| discovery_order(a, b));
     list
+}
+
+/// Discovery order: by group priority (highest first), then group, then version priority.
+fn discovery_order(a: &Registered, b: &Registered) -> std::cmp::Ordering {
+    b.group_priority_minimum
+        .cmp(&a.group_priority_minimum)
+        .then(a.group.cmp(&b.group))
+        .then(b.version_priority.cmp(&a.version_priority))
+}
+
+/// Keeps `value` under `name` in `map`, or forgets what was there when there is none.
+fn keep<T>(map: &RwLock<HashMap<String, T>>, name: &str, value: Option<T>) {
+    let mut map = map.write().unwrap_or_else(|e| e.into_inner());
+    match value {
+        Some(value) => {
+            map.insert(name.to_string(), value);
+        }
+        None => {
+            map.remove(name);
+        }
+    }
 }
 
 /// The legacy `/apis` body (`APIGroupList`, JSON) with the remote group-versions added.
@@ -747,37 +796,16 @@ impl Aggregator {
         serving(&registered, path).cloned()
     }
 
-    /// The OpenAPI documents of the available remote APIServices: v3 by their index path, v2 in
-    /// discovery order (the order kube-aggregator merges them in).
-    pub fn openapi_documents(&self) -> crate::openapi::Aggregated {
+    /// The names of the available remote APIServices, in discovery order.
+    fn available(&self) -> Vec<String> {
         let documents = self.documents.read().unwrap_or_else(|e| e.into_inner());
-        let v3 = self
-            .openapi
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .filter(|(name, _)| documents.contains_key(*name))
-            .map(|(_, remote)| (remote.path.clone(), remote.document.clone()))
+        let registered = self.registered.read().unwrap_or_else(|e| e.into_inner());
+        let mut list: Vec<&Registered> = registered
+            .values()
+            .filter(|r| documents.contains_key(&r.name))
             .collect();
-        let v2_documents = self.openapi_v2.read().unwrap_or_else(|e| e.into_inner());
-        let v2 = if v2_documents.is_empty() {
-            Vec::new()
-        } else {
-            let remote: Vec<Remote> = self
-                .registered
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .values()
-                .filter(|r| documents.contains_key(&r.name))
-                .map(|r| (r.clone(), None))
-                .collect();
-            ordered(&remote)
-                .into_iter()
-                .filter_map(|(r, _)| v2_documents.get(&r.name))
-                .map(|remote| remote.document.clone())
-                .collect()
-        };
-        crate::openapi::Aggregated { v3, v2 }
+        list.sort_by(|a, b| discovery_order(a, b));
+        list.into_iter().map(|r| r.name.clone()).collect()
     }
 
     /// Every remote APIService with its backend's last resource list.
@@ -1162,25 +1190,27 @@ async fn check(server: &ApiServer, registered: &Registered) -> (Condition, Optio
             let condition = discovery_condition(&url, Ok(code));
             if condition.is_true() {
                 let base = format!("https://{}:{}", reference.host(), addresses[0].port());
-                refresh_openapi(server, registered, &client, &base, headers.clone()).await;
-                refresh_openapi_v2(server, registered, &client, &base, headers).await;
+                let v3 = fetch_openapi(server, registered, &client, &base, headers.clone()).await;
+                keep(&server.aggregator.openapi, &registered.name, v3);
+                let v2 = fetch_openapi_v2(server, registered, &client, &base, headers).await;
+                keep(&server.aggregator.openapi_v2, &registered.name, v2);
             }
             (condition, document)
         }
     }
 }
 
-/// Fetches `registered`'s OpenAPI v3 document of its group-version from its server (at `base`)
-/// when the server's index names a new one, as kube-aggregator does. A server without one (its
-/// index fails or does not list the group-version) has none; that does not make it
+/// `registered`'s OpenAPI v3 document of its group-version, fetched from its server (at `base`)
+/// only when the server's index names a new one, as kube-aggregator does. A server without one
+/// (its index fails or does not list the group-version) has none; that does not make it
 /// unavailable.
-async fn refresh_openapi(
+async fn fetch_openapi(
     server: &ApiServer,
     registered: &Registered,
     client: &reqwest::Client,
     base: &str,
     headers: HeaderMap,
-) {
+) -> Option<RemoteOpenApi> {
     let path = crate::openapi::group_version_path(&registered.group, &registered.version);
     let get = |url: String| {
         client
@@ -1228,32 +1258,19 @@ async fn refresh_openapi(
             document: crate::openapi::Built::from_bytes(body.to_vec()),
         })
     };
-    let fetched = fetched.await;
-    let mut openapi = server
-        .aggregator
-        .openapi
-        .write()
-        .unwrap_or_else(|e| e.into_inner());
-    match fetched {
-        Some(document) => {
-            openapi.insert(registered.name.clone(), document);
-        }
-        None => {
-            openapi.remove(&registered.name);
-        }
-    }
+    fetched.await
 }
 
-/// Fetches `registered`'s server's OpenAPI v2 document (JSON) unless it answers that the one
-/// known is current (`If-None-Match`), and keeps its group-version's paths, as kube-aggregator
-/// does. A server without one has none; that does not make it unavailable.
-async fn refresh_openapi_v2(
+/// `registered`'s server's OpenAPI v2 document (JSON) cut to its group-version's paths, as
+/// kube-aggregator keeps it; the one known when the server answers that it is current
+/// (`If-None-Match`). A server without one has none; that does not make it unavailable.
+async fn fetch_openapi_v2(
     server: &ApiServer,
     registered: &Registered,
     client: &reqwest::Client,
     base: &str,
     mut headers: HeaderMap,
-) {
+) -> Option<RemoteOpenApiV2> {
     let known = server
         .aggregator
         .openapi_v2
@@ -1274,7 +1291,7 @@ async fn refresh_openapi_v2(
         .timeout(CHECK_TIMEOUT)
         .send()
         .await;
-    let fetched = match answer {
+    match answer {
         Ok(answer) if answer.status() == http::StatusCode::NOT_MODIFIED && known.is_some() => known,
         Ok(answer) if answer.status().is_success() => {
             let etag = answer
@@ -1297,19 +1314,6 @@ async fn refresh_openapi_v2(
             }
         }
         _ => None,
-    };
-    let mut documents = server
-        .aggregator
-        .openapi_v2
-        .write()
-        .unwrap_or_else(|e| e.into_inner());
-    match fetched {
-        Some(document) => {
-            documents.insert(registered.name.clone(), document);
-        }
-        None => {
-            documents.remove(&registered.name);
-        }
     }
 }
 

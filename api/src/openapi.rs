@@ -1012,8 +1012,8 @@ pub struct MergedV2 {
 
 /// Merges `remote` (in order) into the local v2 document of `docs` (a few tens of milliseconds
 /// of CPU: the local document is parsed back from its JSON, which keeps no second copy of it
-/// in memory between merges).
-fn merged_v2(docs: &Documents, remote: &[Built]) -> MergedV2 {
+/// in memory between merges); `key` says what it was made of.
+fn merged_v2(docs: &Documents, remote: &[Built], key: (u64, Vec<String>)) -> MergedV2 {
     let mut merged: Value =
         serde_json::from_slice(&docs.v2_json.body).expect("the local v2 document is JSON");
     for document in remote {
@@ -1023,10 +1023,7 @@ fn merged_v2(docs: &Documents, remote: &[Built]) -> MergedV2 {
         }
     }
     MergedV2 {
-        key: (
-            docs.generation,
-            remote.iter().map(|b| b.hash.clone()).collect(),
-        ),
+        key,
         protobuf: Built::from_bytes(gnostic::encode(&merged)),
         json: Built::new(&merged),
     }
@@ -1077,10 +1074,14 @@ impl OpenApi {
         }
     }
 
-    /// `/openapi/v2` with `remote` merged in, built again when the local documents or the
-    /// remote ones changed.
-    pub async fn merged_v2(self: &Arc<Self>, remote: Vec<Built>) -> Arc<MergedV2> {
+    /// `/openapi/v2` (JSON, protobuf) with `remote` merged in: the local documents when there
+    /// is nothing to merge, else the merge, built again when the local documents or the remote
+    /// ones changed.
+    pub async fn v2(self: &Arc<Self>, remote: Vec<Built>) -> (Built, Built) {
         let docs = self.current().await;
+        if remote.is_empty() {
+            return (docs.v2_json.clone(), docs.v2_protobuf.clone());
+        }
         let key = (
             docs.generation,
             remote.iter().map(|b| b.hash.clone()).collect::<Vec<_>>(),
@@ -1091,35 +1092,58 @@ impl OpenApi {
             .unwrap_or_else(|e| e.into_inner())
             .clone()
             .filter(|m| m.key == key);
-        if let Some(merged) = cached {
-            return merged;
-        }
-        let merged = tokio::task::spawn_blocking(move || Arc::new(merged_v2(&docs, &remote)))
-            .await
-            .expect("merging the OpenAPI v2 documents panicked");
-        *self.merged_v2.lock().unwrap_or_else(|e| e.into_inner()) = Some(merged.clone());
-        merged
+        let merged = match cached {
+            Some(merged) => merged,
+            None => {
+                let merged =
+                    tokio::task::spawn_blocking(move || Arc::new(merged_v2(&docs, &remote, key)))
+                        .await
+                        .expect("merging the OpenAPI v2 documents panicked");
+                *self.merged_v2.lock().unwrap_or_else(|e| e.into_inner()) = Some(merged.clone());
+                merged
+            }
+        };
+        (merged.json.clone(), merged.protobuf.clone())
     }
 }
 
-/// What aggregated APIServices' servers serve, as the aggregator last fetched it.
-#[derive(Debug, Clone, Default)]
-pub struct Aggregated {
+/// What aggregated APIServices' servers serve, as the aggregator last fetched it: each route
+/// asks only for what it serves.
+pub trait Aggregated: Send + Sync {
     /// The v3 documents of their group-versions, by [`group_version_path`].
-    pub v3: BTreeMap<String, Built>,
+    fn v3(&self) -> BTreeMap<String, Built>;
     /// Their v2 documents, each cut to its group-version's paths
     /// ([`merge::only_paths_under`]), in the order they are merged.
+    fn v2(&self) -> Vec<Built>;
+}
+
+/// Fixed documents (no aggregated servers: none).
+#[derive(Debug, Clone, Default)]
+pub struct Fixed {
+    /// See [`Aggregated::v3`].
+    pub v3: BTreeMap<String, Built>,
+    /// See [`Aggregated::v2`].
     pub v2: Vec<Built>,
 }
 
-/// Where the routes find the [`Aggregated`] documents now.
-pub type Remote = Arc<dyn Fn() -> Aggregated + Send + Sync>;
+impl Aggregated for Fixed {
+    fn v3(&self) -> BTreeMap<String, Built> {
+        self.v3.clone()
+    }
+
+    fn v2(&self) -> Vec<Built> {
+        self.v2.clone()
+    }
+}
+
+/// Where the routes find the aggregated documents now.
+pub type Remote = Arc<dyn Aggregated>;
 
 /// The OpenAPI routes (GET, no authentication of their own): `/openapi/v3`,
 /// `/openapi/v3/api/{version}`, `/openapi/v3/apis/{group}/{version}` and `/openapi/v2`;
 /// unserved group-versions get a 404 `Status`.
 pub fn routes(openapi: Arc<OpenApi>) -> BoxedFilter<(Response,)> {
-    routes_with(openapi, Arc::new(Aggregated::default))
+    routes_with(openapi, Arc::new(Fixed::default()))
 }
 
 /// [`routes`], with the documents of aggregated group-versions (`remote`) served as
@@ -1138,7 +1162,7 @@ pub fn routes_with(openapi: Arc<OpenApi>, remote: Remote) -> BoxedFilter<(Respon
     };
     let remote_documents = move || {
         let remote = remote.clone();
-        warp::any().map(move || remote().v3)
+        warp::any().map(move || remote.v3())
     };
     let index = warp::path!("openapi" / "v3")
         .and(if_none_match)
@@ -1193,25 +1217,10 @@ pub fn routes_with(openapi: Arc<OpenApi>, remote: Remote) -> BoxedFilter<(Respon
         .and(warp::header::optional::<String>("accept"))
         .then(move |inm: Option<String>, accept: Option<String>| {
             let openapi = v2_openapi.clone();
-            let remote = v2_remote().v2;
+            let remote = v2_remote.v2();
             async move {
-                if remote.is_empty() {
-                    let docs = openapi.current().await;
-                    serve_v2(
-                        &docs.v2_json,
-                        &docs.v2_protobuf,
-                        accept.as_deref(),
-                        inm.as_deref(),
-                    )
-                } else {
-                    let merged = openapi.merged_v2(remote).await;
-                    serve_v2(
-                        &merged.json,
-                        &merged.protobuf,
-                        accept.as_deref(),
-                        inm.as_deref(),
-                    )
-                }
+                let (json, protobuf) = openapi.v2(remote).await;
+                serve_v2(&json, &protobuf, accept.as_deref(), inm.as_deref())
             }
         });
     warp::get()
@@ -1684,7 +1693,7 @@ mod tests {
             let remote = remote.clone();
             routes_with(
                 Arc::new(OpenApi::new(Arc::new(Kinds::builtin()))),
-                Arc::new(move || Aggregated {
+                Arc::new(Fixed {
                     v3: remote.clone(),
                     v2: Vec::new(),
                 }),
@@ -1739,7 +1748,7 @@ mod tests {
             let remote = remote.clone();
             routes_with(
                 openapi.clone(),
-                Arc::new(move || Aggregated {
+                Arc::new(Fixed {
                     v3: BTreeMap::new(),
                     v2: remote.clone(),
                 }),

@@ -95,13 +95,7 @@ fn readiness(api: &ApiServer) -> Result<(), version::NotReady> {
 fn api_routes(api: Arc<ApiServer>, user: BoxedFilter<(User,)>) -> BoxedFilter<(Response,)> {
     let aggregated = aggregated_routes(api.clone(), user.clone());
     let discovery = crate::discovery::routes_with(api.kinds.clone(), Some(api.aggregator.clone()));
-    let openapi = {
-        let aggregator = api.aggregator.clone();
-        crate::openapi::routes_with(
-            api.openapi.clone(),
-            Arc::new(move || aggregator.openapi_documents()),
-        )
-    };
+    let openapi = crate::openapi::routes_with(api.openapi.clone(), api.aggregator.clone());
     let metrics = crate::metrics::route(api.clone());
     let debug = crate::replay::http::requests();
     let replay = crate::replay::Replay::with_kinds(api.registry.store().clone(), api.kinds.clone())

@@ -36,16 +36,11 @@ pub fn only_paths_under(document: &Value, prefixes: &[String]) -> Value {
 /// nothing used before either).
 fn keep_paths(document: &Value, keep: impl Fn(&str) -> bool) -> Value {
     let mut kept = document.clone();
-    let Some(paths) = document.get("paths").and_then(Value::as_object) else {
+    let Some(paths) = kept.get_mut("paths").and_then(Value::as_object_mut) else {
         return kept;
     };
+    paths.retain(|path, _| keep(path));
     let used_before = used_definitions(document);
-    let paths: Map<String, Value> = paths
-        .iter()
-        .filter(|(path, _)| keep(path))
-        .map(|(path, item)| (path.clone(), item.clone()))
-        .collect();
-    kept["paths"] = Value::Object(paths);
     let used_after = used_definitions(&kept);
     if let Some(definitions) = kept.get_mut("definitions").and_then(Value::as_object_mut) {
         definitions.retain(|name, _| used_after.contains(name) || !used_before.contains(name));

@@ -19,6 +19,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use cel::common::functions::Function;
 use cel::common::types::{STRING_TYPE, Type};
 use cel::common::value::{CowVal, Val};
 use cel::objects::Opaque;
@@ -142,11 +143,7 @@ impl RequestAuthorizer {
         };
         let request_resource = Step {
             kind: RESOURCE_CHECK,
-            check: Check {
-                verb: String::new(),
-                path: None,
-                ..self.request.clone()
-            },
+            check: self.request.clone(),
             ..authorizer.clone()
         };
         scope.bind("authorizer", Value::Opaque(Arc::new(authorizer)));
@@ -156,57 +153,28 @@ impl RequestAuthorizer {
 
 /// Declares the library's functions in `env`.
 pub fn declare(env: &mut Env) -> Result<(), cel::DeclarationError> {
-    let t = |name: &'static str| Type::new_opaque_type(name);
-    let string = || vec![STRING_TYPE];
-    env.add_member_overload("group", "authorizer_group", t(AUTHORIZER), string(), group)?;
-    env.add_member_overload("path", "authorizer_path", t(AUTHORIZER), string(), path)?;
-    env.add_member_overload(
-        "serviceAccount",
-        "authorizer_serviceaccount",
-        t(AUTHORIZER),
-        vec![STRING_TYPE, STRING_TYPE],
-        service_account,
-    )?;
-    env.add_member_overload(
-        "resource",
-        "groupcheck_resource",
-        t(GROUP_CHECK),
-        string(),
-        resource,
-    )?;
-    env.add_member_overload(
-        "subresource",
-        "resourcecheck_subresource",
-        t(RESOURCE_CHECK),
-        string(),
-        subresource,
-    )?;
-    env.add_member_overload(
-        "namespace",
-        "resourcecheck_namespace",
-        t(RESOURCE_CHECK),
-        string(),
-        namespace,
-    )?;
-    env.add_member_overload(
-        "name",
-        "resourcecheck_name",
-        t(RESOURCE_CHECK),
-        string(),
-        name,
-    )?;
-    env.add_member_overload(
-        "check",
-        "resourcecheck_check",
-        t(RESOURCE_CHECK),
-        string(),
-        check,
-    )?;
-    env.add_member_overload("check", "pathcheck_check", t(PATH_CHECK), string(), check)?;
-    env.add_member_overload("allowed", "decision_allowed", t(DECISION), vec![], allowed)?;
-    env.add_member_overload("reason", "decision_reason", t(DECISION), vec![], reason)?;
-    env.add_member_overload("errored", "decision_errored", t(DECISION), vec![], errored)?;
-    env.add_member_overload("error", "decision_error", t(DECISION), vec![], error)?;
+    // (name, receiver type, string arguments, function)
+    let methods: [(&str, &'static str, usize, Function); 13] = [
+        ("group", AUTHORIZER, 1, group),
+        ("path", AUTHORIZER, 1, path),
+        ("serviceAccount", AUTHORIZER, 2, service_account),
+        ("resource", GROUP_CHECK, 1, resource),
+        ("subresource", RESOURCE_CHECK, 1, subresource),
+        ("namespace", RESOURCE_CHECK, 1, namespace),
+        ("name", RESOURCE_CHECK, 1, name),
+        ("check", RESOURCE_CHECK, 1, check),
+        ("check", PATH_CHECK, 1, check),
+        ("allowed", DECISION, 0, allowed),
+        ("reason", DECISION, 0, reason),
+        ("errored", DECISION, 0, errored),
+        ("error", DECISION, 0, error),
+    ];
+    for (method, receiver, strings, f) in methods {
+        let id = format!("{receiver}.{method}");
+        let receiver = Type::new_opaque_type(receiver);
+        let arguments = (0..strings).map(|_| STRING_TYPE).collect();
+        env.add_member_overload(method, &id, receiver, arguments, f)?;
+    }
     for name in [
         AUTHORIZER,
         PATH_CHECK,
@@ -214,7 +182,7 @@ pub fn declare(env: &mut Env) -> Result<(), cel::DeclarationError> {
         RESOURCE_CHECK,
         DECISION,
     ] {
-        env.add_type(t(name))?;
+        env.add_type(Type::new_opaque_type(name))?;
     }
     Ok(())
 }
@@ -222,23 +190,27 @@ pub fn declare(env: &mut Env) -> Result<(), cel::DeclarationError> {
 type Args<'b, 'v> = Vec<CowVal<'b, 'v>>;
 type Returned<'b, 'v> = Result<CowVal<'b, 'v>, ExecutionError>;
 
-/// The receiver (a step of the library) and the string arguments of a call.
-fn step_and_strings(
+/// The receiver (a step of the library) and the `N` string arguments of a call.
+fn step_and_strings<const N: usize>(
     function: &str,
     args: &[CowVal<'_, '_>],
-) -> Result<(Step, Vec<String>), ExecutionError> {
+) -> Result<(Step, [String; N]), ExecutionError> {
     let mut values = args.iter().map(|a| Value::try_from(a.as_ref()));
     let receiver = match values.next() {
         Some(Ok(Value::Opaque(o))) => o.downcast_ref::<Step>().cloned(),
         _ => None,
     }
     .ok_or_else(|| ExecutionError::function_error(function, "not called on an authorizer"))?;
-    let strings = values
+    let strings: Vec<String> = values
         .map(|v| match v {
             Ok(Value::String(s)) => Ok(s.to_string()),
             _ => Err(ExecutionError::function_error(function, "takes strings")),
         })
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect::<Result<_, _>>()?;
+    let count = strings.len();
+    let strings = strings
+        .try_into()
+        .map_err(|_| ExecutionError::invalid_argument_count(N, count))?;
     Ok((receiver, strings))
 }
 
@@ -258,10 +230,7 @@ fn setting<'b, 'v>(
     kind: &'static str,
     set: impl FnOnce(&mut Check, String),
 ) -> Returned<'b, 'v> {
-    let (mut s, strings) = step_and_strings(function, &args)?;
-    let [value]: [String; 1] = strings
-        .try_into()
-        .map_err(|_| ExecutionError::invalid_argument_count(1, args.len() - 1))?;
+    let (mut s, [value]) = step_and_strings(function, &args)?;
     set(&mut s.check, value);
     s.kind = kind;
     step(s)
@@ -294,10 +263,7 @@ fn name<'b, 'v>(args: Args<'b, 'v>) -> Returned<'b, 'v> {
 }
 
 fn service_account<'b, 'v>(args: Args<'b, 'v>) -> Returned<'b, 'v> {
-    let (s, strings) = step_and_strings("serviceAccount", &args)?;
-    let [namespace, name]: [String; 2] = strings
-        .try_into()
-        .map_err(|_| ExecutionError::invalid_argument_count(2, args.len() - 1))?;
+    let (s, [namespace, name]) = step_and_strings("serviceAccount", &args)?;
     step(Step {
         authorize: s.authorize.for_service_account(&namespace, &name),
         kind: AUTHORIZER,
@@ -307,10 +273,7 @@ fn service_account<'b, 'v>(args: Args<'b, 'v>) -> Returned<'b, 'v> {
 
 /// `check(verb)` of a resource or a path: asks the authorizer.
 fn check<'b, 'v>(args: Args<'b, 'v>) -> Returned<'b, 'v> {
-    let (s, strings) = step_and_strings("check", &args)?;
-    let [verb]: [String; 1] = strings
-        .try_into()
-        .map_err(|_| ExecutionError::invalid_argument_count(1, args.len() - 1))?;
+    let (s, [verb]) = step_and_strings("check", &args)?;
     let check = Check { verb, ..s.check };
     returning(Value::Opaque(Arc::new(Decided(s.authorize.decide(&check)))))
 }

@@ -552,9 +552,7 @@ fn common(types: &[Type]) -> Type {
         None => Type::Dyn,
         Some(first) => {
             let rest: Vec<&Type> = known.collect();
-            if rest.iter().all(|t| {
-                std::mem::discriminant(*t) == std::mem::discriminant(first) && t.same(first)
-            }) {
+            if rest.iter().all(|t| t.same(first)) {
                 first.clone()
             } else {
                 Type::Dyn

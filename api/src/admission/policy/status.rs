@@ -11,13 +11,13 @@
 //! `namespaceObject` a Namespace's; each validation's `expression` and `messageExpression` are
 //! checked, and each warning names the kind (`apps/v1, Kind=Deployment: ERROR: ...`).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 use skiff_kinds::Snapshot;
 use skiff_kinds::builtin::validating_admission_policy::INFO;
-use skiff_kinds::custom::typecheck::{Declarations, Schemas, Type, check, display};
+use skiff_kinds::custom::typecheck::{Declarations, Schemas as SchemaMap, Type, check, display};
 
 use crate::openapi::{Documents, group_version_path};
 use crate::registry::Update;
@@ -89,37 +89,55 @@ async fn checked(server: &Arc<ApiServer>, policy: &Value) {
     }
 }
 
-/// The `expressionWarnings` of `policy` (JSON) with the schemas of `kinds` (in `documents`).
-pub fn type_check(kinds: &Snapshot, documents: &Documents, policy: &Value) -> Vec<Value> {
-    let spec = &policy["spec"];
-    let schema_of = |group: &str, version: &str, kind: &str| -> Option<Type> {
-        let built = documents
-            .group_versions
-            .get(&group_version_path(group, version))?;
-        let document: Value = serde_json::from_slice(&built.body).ok()?;
-        let schemas: Schemas = Arc::new(
-            document["components"]["schemas"]
-                .as_object()
-                .cloned()
-                .unwrap_or_default(),
-        );
+/// The schemas of the served group-versions, each document parsed once, when first asked for.
+struct Schemas<'a> {
+    documents: &'a Documents,
+    parsed: HashMap<String, Option<SchemaMap>>,
+}
+
+impl Schemas<'_> {
+    /// The type of `group/version` `kind`'s objects, if its schema is served.
+    fn of(&mut self, group: &str, version: &str, kind: &str) -> Option<Type> {
+        let path = group_version_path(group, version);
+        let documents = self.documents;
+        let schemas = self
+            .parsed
+            .entry(path)
+            .or_insert_with_key(|path| {
+                let built = documents.group_versions.get(path)?;
+                let mut document: Value = serde_json::from_slice(&built.body).ok()?;
+                match document["components"]["schemas"].take() {
+                    Value::Object(schemas) => Some(Arc::new(schemas)),
+                    _ => None,
+                }
+            })
+            .as_ref()?;
         let wanted = json!({"group": group, "version": version, "kind": kind});
         let schema = schemas.values().find(|s| {
             s["x-kubernetes-group-version-kind"]
                 .as_array()
                 .is_some_and(|kinds| kinds.contains(&wanted))
         })?;
-        Some(Type::of_schema(schema, &schemas))
+        Some(Type::of_schema(schema, schemas))
+    }
+}
+
+/// The `expressionWarnings` of `policy` (JSON) with the schemas of `kinds` (in `documents`).
+pub fn type_check(kinds: &Snapshot, documents: &Documents, policy: &Value) -> Vec<Value> {
+    let spec = &policy["spec"];
+    let mut schemas = Schemas {
+        documents,
+        parsed: HashMap::new(),
     };
     let params = spec["paramKind"]["apiVersion"]
         .as_str()
         .zip(spec["paramKind"]["kind"].as_str())
         .and_then(|(api_version, kind)| {
             let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
-            schema_of(group, version, kind)
+            schemas.of(group, version, kind)
         })
         .unwrap_or(Type::Dyn);
-    let namespace = schema_of("", "v1", "Namespace").unwrap_or(Type::Dyn);
+    let namespace = schemas.of("", "v1", "Namespace").unwrap_or(Type::Dyn);
     let variables: Map<String, Value> = spec["variables"]
         .as_array()
         .into_iter()
@@ -128,12 +146,12 @@ pub fn type_check(kinds: &Snapshot, documents: &Documents, policy: &Value) -> Ve
         .collect();
     let variables = Type::of_schema(
         &json!({"type": "object", "properties": variables}),
-        &Schemas::default(),
+        &SchemaMap::default(),
     );
     let checked: Vec<(String, Declarations)> = kinds_to_check(kinds, spec)
         .into_iter()
         .filter_map(|(group, version, kind)| {
-            let object = schema_of(&group, &version, &kind)?;
+            let object = schemas.of(&group, &version, &kind)?;
             let mut d = Declarations::default();
             d.declare("object", object.clone());
             d.declare("oldObject", object);
