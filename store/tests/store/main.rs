@@ -16,5 +16,4 @@ mod migrate;
 mod model;
 mod nospace;
 mod powercut;
-mod powercut_fs;
 mod store;

@@ -1,5 +1,5 @@
 //! Power cuts: the data dir lives on a file system that forgets everything not made durable
-//! (`powercut_fs.rs`, FUSE, needs root). A child process (this test binary, re-run with an
+//! (`skiff-powercut`, FUSE, needs root). A child process (this test binary, re-run with an
 //! environment variable) writes through many writers, small values and values large enough for
 //! sled to store apart from its log (blobs), and prints each write once acknowledged. The parent
 //! cuts the power at a random moment (the file system stops answering, the child is SIGKILLed,
@@ -12,10 +12,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rand::Rng;
+use skiff_powercut::PowerCut;
 use skiff_store::*;
 
 use crate::child;
-use crate::powercut_fs::PowerCut;
 
 const CHILD_ENV: &str = "SKIFF_STORE_POWERCUT_CHILD";
 const ROUND_ENV: &str = "SKIFF_STORE_POWERCUT_ROUND";
@@ -118,7 +118,12 @@ fn a_power_cut_loses_nothing_acknowledged() {
         all_acked.extend(acked);
         rt.block_on(verify(&path, round, &all_acked));
     }
-    let (file_syncs, dir_syncs, written, lost) = disk.stats();
+    let skiff_powercut::Stats {
+        file_syncs,
+        dir_syncs,
+        written,
+        lost,
+    } = disk.stats();
     eprintln!(
         "power cuts: 4; writes acknowledged and found: {}; file syncs {file_syncs}, directory \
          syncs {dir_syncs}; {written} bytes written, {lost} unsynced bytes dropped by the cuts",

@@ -1,6 +1,11 @@
 //! A file system that can lose power: an in-memory FUSE file system (mounted for a test, needs
 //! root and `/dev/fuse`) that remembers what was made durable and can forget everything else.
 //!
+//! Test-only. It exists so that the store's power-cut test (`store/tests/store/powercut.rs`) and
+//! the API server's (`tests/tests/e2e/powercut.rs`) check durability against the same rules: an
+//! ordinary disk in a test keeps everything the kernel cached, so a missing `fsync` never shows;
+//! this one forgets it.
+//!
 //! It keeps what a disk keeps across a power cut under POSIX's rules, and no more:
 //! - a file's contents (and length) as of its last `fsync`/`fdatasync`: every write since is
 //!   recorded in an undo log, and a cut plays the log backwards;
@@ -8,9 +13,16 @@
 //!   removed since is back as it was (a new file whose directory was never synced is gone, even
 //!   if the file itself was).
 //!
-//! [`PowerCut::cut`] first fails every request (so nothing reaches it while the writer is being
-//! killed), then forgets what was never made durable and serves again. Files are opened with
-//! direct I/O and attributes are never cached, so the kernel holds no copy that outlives a cut.
+//! [`PowerCut::freeze`] fails every request (so nothing reaches it while the writer is being
+//! killed), then [`PowerCut::restore_power`] forgets what was never made durable and serves
+//! again. Files are opened with direct I/O and attributes are never cached, so the kernel holds no
+//! copy that outlives a cut.
+//!
+//! # Layout
+//! - `State`: the nodes, each file with its undo log and each directory with its durable entries,
+//!   and the counters of [`Stats`].
+//! - `Volatile`: the FUSE side, every request served under the state's lock.
+//! - [`PowerCut`]: the mount, and the switches a test pulls.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{OsStr, OsString};
@@ -59,18 +71,27 @@ impl Node {
     }
 }
 
-/// What the file system holds, and counters for the test to report.
+/// What a test reports of the file system's life: how much durability it was asked for and
+/// how much the cuts threw away.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Stats {
+    /// `fsync`/`fdatasync` calls on files served.
+    pub file_syncs: u64,
+    /// `fsync` calls on directories served.
+    pub dir_syncs: u64,
+    /// Bytes written, in all.
+    pub written: u64,
+    /// Bytes the cuts threw away (written or overwritten since the last sync), in all.
+    pub lost: u64,
+}
+
+/// What the file system holds.
 #[derive(Debug, Default)]
-pub struct State {
+struct State {
     nodes: HashMap<u64, Node>,
     next_ino: u64,
     frozen: bool,
-    /// File syncs and directory syncs served.
-    pub file_syncs: u64,
-    pub dir_syncs: u64,
-    /// Bytes written and bytes a cut threw away, in all.
-    pub written: u64,
-    pub lost: u64,
+    stats: Stats,
 }
 
 impl State {
@@ -144,7 +165,7 @@ impl State {
             data.resize(end, 0);
         }
         data[offset..end].copy_from_slice(bytes);
-        self.written += bytes.len() as u64;
+        self.stats.written += bytes.len() as u64;
         Ok(())
     }
 
@@ -168,11 +189,11 @@ impl State {
             }) => {
                 *durable_len = data.len();
                 undo.clear();
-                self.file_syncs += 1;
+                self.stats.file_syncs += 1;
             }
             Some(Node::Dir { entries, durable }) => {
                 *durable = entries.clone();
-                self.dir_syncs += 1;
+                self.stats.dir_syncs += 1;
             }
             None => return Err(ENOENT),
         }
@@ -204,7 +225,7 @@ impl State {
                 Node::Dir { entries, durable } => *entries = durable.clone(),
             }
         }
-        self.lost += lost as u64;
+        self.stats.lost += lost as u64;
     }
 }
 
@@ -498,6 +519,7 @@ impl PowerCut {
         Some(fs)
     }
 
+    /// The mount point (an empty directory at first).
     pub fn path(&self) -> &Path {
         self.dir.path()
     }
@@ -514,9 +536,9 @@ impl PowerCut {
         st.frozen = false;
     }
 
-    pub fn stats(&self) -> (u64, u64, u64, u64) {
-        let st = self.state.lock().unwrap();
-        (st.file_syncs, st.dir_syncs, st.written, st.lost)
+    /// The counters so far.
+    pub fn stats(&self) -> Stats {
+        self.state.lock().unwrap().stats
     }
 }
 
@@ -559,6 +581,6 @@ mod tests {
         assert_eq!(st.lookup(dir, OsStr::new("f")), Ok(f));
         // d itself was never synced into the root: gone too.
         assert_eq!(st.lookup(ROOT, OsStr::new("d")), Err(ENOENT));
-        assert!(st.lost > 0);
+        assert!(st.stats.lost > 0);
     }
 }
