@@ -10,9 +10,12 @@
 //! - [`etcd`]: a throwaway etcd member on loopback for the clusters that run on etcd.
 //! - [`containerd`]: a containerd of the test's own with a loopback registry and a bridge, for
 //!   the CRI runtime's tests.
+//! - [`faults`]: a link between a component and the API server that a test can slow down,
+//!   partition, take down or sever.
 
 pub mod containerd;
 pub mod etcd;
+pub mod faults;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -476,10 +479,30 @@ impl TestCluster {
     /// Starts `skiff <args...>` (e.g. `["controllers"]`) with `--kubeconfig` naming this
     /// cluster's admin kubeconfig appended.
     pub fn spawn_component(&self, args: &[&str]) -> Component {
+        self.spawn_component_through(&self.server, args)
+    }
+
+    /// Like [`TestCluster::spawn_component`], the component reaching the API server at `server`
+    /// (a [`faults::Link`]'s URL, say) through an admin kubeconfig of its own.
+    pub fn spawn_component_through(&self, server: &str, args: &[&str]) -> Component {
+        let kubeconfig = self.kubeconfig_through(server);
         let mut all: Vec<&str> = args.to_vec();
-        let kubeconfig = self.kubeconfig.to_str().expect("UTF-8 kubeconfig path");
-        all.extend(["--kubeconfig", kubeconfig]);
+        all.extend(["--kubeconfig", kubeconfig.to_str().expect("UTF-8 kubeconfig path")]);
         self.spawn_skiff(&all)
+    }
+
+    /// The admin kubeconfig, or a copy of it naming `server` in its place (the server's
+    /// certificate holds for any port of its address).
+    pub fn kubeconfig_through(&self, server: &str) -> PathBuf {
+        if server == self.server {
+            return self.kubeconfig.clone();
+        }
+        let config = std::fs::read_to_string(&self.kubeconfig).expect("kubeconfig");
+        assert!(config.contains(&self.server), "the kubeconfig names another server");
+        let port = server.rsplit(':').next().expect("a URL with a port");
+        let copy = self.dir.path().join(format!("admin-via-{port}.kubeconfig"));
+        std::fs::write(&copy, config.replace(&self.server, server)).expect("kubeconfig copy");
+        copy
     }
 
     /// Starts `skiff controllers` against this cluster as [`TestCluster::spawn_component`]
@@ -487,6 +510,11 @@ impl TestCluster {
     /// `--cluster-signing-*-file` flags do) so that agents joining with the join token are issued
     /// their node certificates.
     pub fn spawn_controllers(&self, args: &[&str]) -> Component {
+        self.spawn_controllers_through(&self.server, args)
+    }
+
+    /// Like [`TestCluster::spawn_controllers`], reaching the API server at `server`.
+    pub fn spawn_controllers_through(&self, server: &str, args: &[&str]) -> Component {
         let pki = self.data_dir().join("pki");
         let cert = pki.join("ca.crt");
         let key = pki.join("ca.key");
@@ -498,15 +526,21 @@ impl TestCluster {
             key.to_str().expect("UTF-8 path"),
         ];
         all.extend(args);
-        self.spawn_component(&all)
+        self.spawn_component_through(server, &all)
     }
 
     /// Starts `skiff agent --server <url> --token <join token> <args...>`: a node joining this
     /// cluster as an agent would (give it `--node-name` and `--root-dir`). Its pods outlive it,
     /// as a real kubelet's do: see [`kill_pod_processes`].
     pub fn spawn_agent(&self, args: &[&str]) -> Component {
+        self.spawn_agent_through(&self.server, args)
+    }
+
+    /// Like [`TestCluster::spawn_agent`], the agent joining and then reaching the API server at
+    /// `server`.
+    pub fn spawn_agent_through(&self, server: &str, args: &[&str]) -> Component {
         let token = self.join_token();
-        let mut all = vec!["agent", "--server", &self.server, "--token", &token];
+        let mut all = vec!["agent", "--server", server, "--token", &token];
         all.extend(args);
         self.spawn_skiff(&all)
     }
