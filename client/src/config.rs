@@ -167,12 +167,30 @@ fn base_config(server: &str, ca_pem: &[u8]) -> Result<kube::Config> {
     Ok(config)
 }
 
+/// How long a request may wait for its response to begin before it is abandoned, and its
+/// connection with it.
+///
+/// kube-apiserver answers every request within a minute (its `--request-timeout`) except watches,
+/// log streams, exec and the like, and those begin their response at once; skiff's API server
+/// does the same. So a minute without a response means the connection is gone — a NAT or
+/// firewall that lost it tells neither side, and the HTTP/1.1 client (kube-rs) would otherwise
+/// wait out its read timeout, five minutes, on it. client-go finds such connections with HTTP/2
+/// pings instead.
+pub const RESPONSE_WITHIN: Duration = Duration::from_secs(60);
+
 /// A client on `config` that sends a request again only when the server says when
-/// ([`crate::retry`]).
+/// ([`crate::retry`]), and abandons one whose response has not begun within
+/// [`RESPONSE_WITHIN`].
 pub(crate) fn build(config: kube::Config) -> Result<Client> {
+    build_with(config, RESPONSE_WITHIN)
+}
+
+fn build_with(config: kube::Config, response_within: Duration) -> Result<Client> {
     let builder = kube::client::ClientBuilder::try_from(config)?;
     // A retried request goes through the stack again: the buffer makes the stack cloneable.
+    // The time limit is each attempt's.
     Ok(builder
+        .with_layer(&tower::timeout::TimeoutLayer::new(response_within))
         .with_layer(&tower::buffer::BufferLayer::new(1024))
         .with_layer(&tower::retry::RetryLayer::new(
             crate::retry::ServerDirected::default(),
@@ -186,4 +204,67 @@ fn tune(config: &mut kube::Config) {
     config.connect_timeout = Some(Duration::from_secs(10));
     // Watches are long-lived; the informer bounds each with a server-side timeout.
     config.read_timeout = Some(Duration::from_secs(330));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A server on loopback that reads each request and answers `/version` after `delay`, or
+    /// never when `delay` is None (a connection lost on the way looks the same to the client).
+    async fn server(delay: Option<Duration>) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut buffer = [0u8; 4096];
+                    let _ = stream.read(&mut buffer).await;
+                    let Some(delay) = delay else {
+                        std::future::pending::<()>().await;
+                        return;
+                    };
+                    tokio::time::sleep(delay).await;
+                    let body = r#"{"major":"1","minor":"32","gitVersion":"v1.32.0","gitCommit":"","gitTreeState":"","buildDate":"","goVersion":"","compiler":"","platform":""}"#;
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = stream.write_all(answer.as_bytes()).await;
+                });
+            }
+        });
+        format!("http://{address}")
+    }
+
+    fn client(server: &str, response_within: Duration) -> Client {
+        let mut config = kube::Config::new(server.parse().unwrap());
+        tune(&mut config);
+        build_with(config, response_within).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_request_without_an_answer_is_abandoned() {
+        let silent = server(None).await;
+        let started = std::time::Instant::now();
+        let outcome = tokio::time::timeout(
+            Duration::from_secs(20),
+            client(&silent, Duration::from_millis(300)).apiserver_version(),
+        )
+        .await
+        .expect("the request was still waiting after 20 s");
+        let err = outcome.expect_err("a silent server answered");
+        assert!(started.elapsed() < Duration::from_secs(5), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_slow_answer_within_the_limit_is_taken() {
+        let slow = server(Some(Duration::from_millis(200))).await;
+        let version = client(&slow, Duration::from_secs(5))
+            .apiserver_version()
+            .await
+            .unwrap();
+        assert_eq!(version.minor, "32");
+    }
 }

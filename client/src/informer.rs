@@ -9,6 +9,10 @@
 //!   re-opened from the last revision seen, events or bookmarks alike. Only when the server says
 //!   that revision is gone (410, compacted) does the reflector list again; the relist is diffed
 //!   against the cache and delivered as adds, updates and deletes, in revision order.
+//! - A watch that says nothing for [`WATCH_SILENCE`] is taken for a lost connection (a NAT or
+//!   firewall that forgot it tells neither side) and re-opened the same way. The reflector asks
+//!   for bookmarks, which skiff's API server sends every 15 s, so a live watch is never that
+//!   quiet.
 //! - Errors back off exponentially with jitter (200 ms doubling to 30 s), reset by success.
 //!
 //! Handlers run on the reflector's task, in event order, one at a time: they must not block
@@ -110,7 +114,15 @@ pub struct ListOptions {
     pub page_size: u32,
     /// Resync period: every cached object is handed to `on_update(obj, obj)` this often.
     pub resync: Option<Duration>,
+    /// How long a watch may say nothing, not even a bookmark, before it is given up for a lost
+    /// connection and re-opened (None: [`WATCH_SILENCE`]).
+    pub watch_silence: Option<Duration>,
 }
+
+/// How long a watch may say nothing before the reflector re-opens it: four of the skiff API
+/// server's bookmark intervals. kube-rs's watcher waits out the watch's whole server-side
+/// timeout (about 5 minutes) instead, and client-go leaves it to HTTP/2 pings.
+pub const WATCH_SILENCE: Duration = Duration::from_secs(60);
 
 impl ListOptions {
     /// Restricts to `namespace`.
@@ -131,6 +143,11 @@ impl ListOptions {
     /// Sets the resync period.
     pub fn resync(mut self, period: Duration) -> Self {
         self.resync = Some(period);
+        self
+    }
+    /// Sets how long a watch may be silent before it is re-opened.
+    pub fn watch_silence(mut self, limit: Duration) -> Self {
+        self.watch_silence = Some(limit);
         self
     }
 
@@ -155,6 +172,8 @@ pub struct InformerStats {
     pub relists_after_gone: u64,
     /// Watches opened.
     pub watches: u64,
+    /// Watches given up after [`ListOptions::watch_silence`] without a word.
+    pub silent_watches: u64,
     /// Watch events applied to the cache.
     pub events: u64,
     /// The newest revision seen (list, event or bookmark).
@@ -166,6 +185,7 @@ struct Counters {
     lists: AtomicU64,
     gone: AtomicU64,
     watches: AtomicU64,
+    silent: AtomicU64,
     events: AtomicU64,
     revision: AtomicU64,
 }
@@ -281,6 +301,7 @@ impl<K: Reflectable> Informer<K> {
             lists: c.lists.load(Ordering::Relaxed),
             relists_after_gone: c.gone.load(Ordering::Relaxed),
             watches: c.watches.load(Ordering::Relaxed),
+            silent_watches: c.silent.load(Ordering::Relaxed),
             events: c.events.load(Ordering::Relaxed),
             revision: c.revision.load(Ordering::Relaxed),
         }
@@ -386,6 +407,8 @@ impl<K: Reflectable> Informer<K> {
             }
         };
         let mut stream = std::pin::pin!(stream);
+        let silence = options.watch_silence.unwrap_or(WATCH_SILENCE);
+        let mut heard = tokio::time::Instant::now();
         loop {
             let tick = async {
                 match resync.as_mut() {
@@ -398,7 +421,17 @@ impl<K: Reflectable> Informer<K> {
             let event = tokio::select! {
                 _ = shutdown.cancelled() => return WatchEnd::Shutdown,
                 _ = tick => { self.resync(); continue; }
-                event = stream.next() => event,
+                event = tokio::time::timeout_at(heard + silence, stream.next()) => match event {
+                    Ok(event) => {
+                        heard = tokio::time::Instant::now();
+                        event
+                    }
+                    Err(_) => {
+                        self.shared.counters.silent.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(kind = %self.shared.kind, silent_for = ?silence, "watch said nothing, not even a bookmark; taking its connection for lost and rewatching");
+                        return WatchEnd::Closed;
+                    }
+                },
             };
             match event {
                 None => return WatchEnd::Closed,

@@ -3,15 +3,14 @@
 //! restarts, and no handler ever sees a revision go backwards.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
-use skiff_client::{Api, ClientConfig, EventHandler, SharedInformerFactory, key_of};
+use skiff_client::{Api, ClientConfig, EventHandler, ListOptions, SharedInformerFactory, key_of};
 use skiff_tests::TestCluster;
-use tokio::net::{TcpListener, TcpStream};
+use skiff_tests::faults::{Fault, Link};
 use tokio_util::sync::CancellationToken;
 
 fn rv(cm: &ConfigMap) -> u64 {
@@ -218,51 +217,22 @@ async fn the_cache_converges_under_concurrent_writes() {
     shutdown.cancel();
 }
 
-/// A TCP relay to the API server that can cut every connection and refuse new ones.
-struct Relay {
-    port: u16,
-    blocked: Arc<AtomicBool>,
-    cut: Arc<tokio::sync::Notify>,
+/// A client of `cluster` reaching it through `link`, with the admin token.
+async fn client_through(cluster: &TestCluster, link: &Link) -> skiff_client::Client {
+    let ca = cluster.dir.path().join("ca.crt");
+    std::fs::write(&ca, &cluster.ca_pem).unwrap();
+    skiff_client::connect(&ClientConfig {
+        server: Some(link.url()),
+        token: Some(cluster.token.clone()),
+        certificate_authority: Some(ca),
+        ..Default::default()
+    })
+    .await
+    .unwrap()
 }
 
-impl Relay {
-    async fn start(target: u16) -> Relay {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let blocked = Arc::new(AtomicBool::new(false));
-        let cut = Arc::new(tokio::sync::Notify::new());
-        let (b, c) = (blocked.clone(), cut.clone());
-        tokio::spawn(async move {
-            loop {
-                let Ok((mut inbound, _)) = listener.accept().await else {
-                    return;
-                };
-                if b.load(Ordering::SeqCst) {
-                    continue; // dropped: the client sees the connection close
-                }
-                let c = c.clone();
-                tokio::spawn(async move {
-                    let Ok(mut outbound) = TcpStream::connect(("127.0.0.1", target)).await else {
-                        return;
-                    };
-                    tokio::select! {
-                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
-                        _ = c.notified() => {}
-                    }
-                });
-            }
-        });
-        Relay { port, blocked, cut }
-    }
-
-    fn block(&self) {
-        self.blocked.store(true, Ordering::SeqCst);
-        self.cut.notify_waiters();
-    }
-
-    fn unblock(&self) {
-        self.blocked.store(false, Ordering::SeqCst);
-    }
+fn link_to(cluster: &TestCluster) -> Link {
+    Link::to(([127, 0, 0, 1], cluster.port()).into())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -272,19 +242,8 @@ async fn a_compacted_revision_forces_a_relist() {
     let api: Api<ConfigMap> = Api::namespaced(direct.clone(), "default");
     churn(api.clone(), 2, 20, 10, 3).await;
 
-    let relay = Relay::start(cluster.port()).await;
-    let token = cluster.token.clone();
-    let ca = cluster.dir.path().join("ca.crt");
-    std::fs::write(&ca, &cluster.ca_pem).unwrap();
-    let relayed = skiff_client::connect(&ClientConfig {
-        server: Some(format!("https://127.0.0.1:{}", relay.port)),
-        token: Some(token),
-        certificate_authority: Some(ca),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    let factory = SharedInformerFactory::new(relayed);
+    let link = link_to(&cluster);
+    let factory = SharedInformerFactory::new(client_through(&cluster, &link).await);
     let informer = factory.informer::<ConfigMap>();
     let recorder = Arc::new(Recorder::default());
     informer.add_handler(recorder.clone());
@@ -295,7 +254,7 @@ async fn a_compacted_revision_forces_a_relist() {
     let seen = informer.stats().revision;
 
     // Cut the informer off, change (and delete) things, and let compaction pass its revision.
-    relay.block();
+    link.set(Fault::Down);
     let before: Vec<String> = server_state(&api).await.into_keys().collect();
     churn(api.clone(), 2, 40, 10, 4).await;
     for key in &before {
@@ -320,7 +279,7 @@ async fn a_compacted_revision_forces_a_relist() {
         .await
         .expect("revision compacted");
 
-    relay.unblock();
+    link.heal();
     converges(&informer, &api).await;
     let stats = informer.stats();
     assert!(stats.relists_after_gone >= 1, "{stats:?}");
@@ -371,6 +330,44 @@ async fn informers_recover_from_api_server_restarts() {
     converges(&informer, &api).await;
     let watches = informer.stats().watches;
     assert!(watches >= 2, "the informer re-watched ({watches})");
+    assert_eq!(*recorder.violations.lock().unwrap(), Vec::<String>::new());
+    shutdown.cancel();
+}
+
+/// A NAT or firewall that loses the connection state tells neither side: the informer's watch
+/// goes silent, and only its own silence limit can tell it to watch again (on a new connection).
+/// Meanwhile its writes on connections lost the same way are abandoned after their limit, not
+/// waited on for the five minutes of the read timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_informer_watches_again_when_its_connection_is_silently_lost() {
+    let cluster = TestCluster::start(&[]);
+    let direct = client(&cluster.kubeconfig).await;
+    let api: Api<ConfigMap> = Api::namespaced(direct.clone(), "default");
+    churn(api.clone(), 2, 10, 5, 11).await;
+
+    let link = link_to(&cluster);
+    let factory = SharedInformerFactory::new(client_through(&cluster, &link).await);
+    let silence = Duration::from_secs(3);
+    let informer = factory.informer_with::<ConfigMap>(ListOptions::default().watch_silence(silence));
+    let recorder = Arc::new(Recorder::default());
+    informer.add_handler(recorder.clone());
+    let shutdown = CancellationToken::new();
+    factory.start(shutdown.clone());
+    factory.wait_for_sync().await;
+    converges(&informer, &api).await;
+    let watches = informer.stats().watches;
+
+    link.set(Fault::Sever);
+    assert!(link.counts().severed >= 1, "no connection was open");
+    churn(api.clone(), 2, 20, 5, 12).await;
+    // Within the silence limit plus a reconnect, the changes made meanwhile arrive.
+    tokio::time::timeout(silence * 5, converges(&informer, &api))
+        .await
+        .expect("the informer never caught up after its connection was lost");
+    let stats = informer.stats();
+    assert!(stats.silent_watches >= 1, "{stats:?}");
+    assert!(stats.watches > watches, "{stats:?}");
+    assert_eq!(stats.relists_after_gone, 0, "{stats:?}");
     assert_eq!(*recorder.violations.lock().unwrap(), Vec::<String>::new());
     shutdown.cancel();
 }
