@@ -1,7 +1,9 @@
 //! A chaos soak of the whole cluster: `skiff apiserver`, `skiff controllers`, `skiff scheduler`
 //! and two `skiff agent` nodes, each its own process, under a steady workload — Deployments
 //! scaled up and down, Jobs, ConfigMap churn, a watch — while a driver SIGKILLs a random component
-//! every few seconds and starts it again.
+//! every few seconds and starts it again, and faults the network between a random component and
+//! the API server (each reaches it through a [`Link`] of its own): latency, the server
+//! unreachable, a partition, or the connections open at that moment silently lost.
 //!
 //! Checked at the end: every ConfigMap write the API acknowledged is there (or its acknowledged
 //! delete is), the watch (resumed from its last resourceVersion after each API server kill, as a
@@ -18,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use crate::watching::resumed_watch;
 use serde_json::{Value, json};
+use skiff_tests::faults::{Fault, Link};
 use skiff_tests::{Component, TestCluster, eventually, processes_under, skiff_ok};
 
 const NAMESPACE: &str = "chaos";
@@ -250,17 +253,18 @@ fn the_cluster_survives_components_killed_at_random_under_load() {
         .iter()
         .map(|n| cluster.dir.path().join(format!("node-{n}")))
         .collect();
+    // Each component's own network to the API server.
+    let api: std::net::SocketAddr = ([127, 0, 0, 1], cluster.port()).into();
+    let links: Vec<Link> = (0..4).map(|_| Link::to(api)).collect();
     let mut components: Vec<Component> = vec![
-        cluster.spawn_controllers(&[]),
-        cluster.spawn_component(&["scheduler"]),
+        cluster.spawn_controllers_through(&links[0].url(), &[]),
+        cluster.spawn_component_through(&links[1].url(), &["scheduler"]),
     ];
-    for (n, root) in ["chaos-a", "chaos-b"].iter().zip(&roots) {
-        components.push(cluster.spawn_agent(&[
-            "--node-name",
-            n,
-            "--root-dir",
-            root.to_str().unwrap(),
-        ]));
+    for ((n, root), link) in ["chaos-a", "chaos-b"].iter().zip(&roots).zip(&links[2..]) {
+        components.push(cluster.spawn_agent_through(
+            &link.url(),
+            &["--node-name", n, "--root-dir", root.to_str().unwrap()],
+        ));
     }
     let k = cluster.kubectl();
     k.ok(&["create", "namespace", NAMESPACE]);
@@ -310,10 +314,13 @@ fn the_cluster_survives_components_killed_at_random_under_load() {
         start_rv,
     ));
 
-    // The chaos: every few seconds a random component is killed and started again; between
-    // kills the Deployments are rescaled and a Job is created.
+    // The chaos: every few seconds a random component is killed and started again, and the
+    // network of a random component (the same one or another) fails in one of the ways a
+    // network does until the next round; between kills the Deployments are rescaled and a Job
+    // is created.
     let mut scales: BTreeMap<&str, u32> = DEPLOYMENTS.iter().map(|d| (*d, 2)).collect();
     let mut kills: BTreeMap<&str, u32> = BTreeMap::new();
+    let mut faults: BTreeMap<&str, u32> = BTreeMap::new();
     let mut jobs = Vec::new();
     let names = [
         "apiserver",
@@ -335,6 +342,21 @@ fn the_cluster_survives_components_killed_at_random_under_load() {
             components[victim - 1].restart_after_crash();
         }
         *kills.entry(names[victim]).or_default() += 1;
+        for link in &links {
+            link.heal();
+        }
+        let faulted = (round as usize * 3 + victim) % links.len();
+        let (fault, label) = match (round / 2) % 4 {
+            0 => (
+                Fault::Latency(Duration::from_millis(50 + round % 4 * 100)),
+                "latency",
+            ),
+            1 => (Fault::Down, "down"),
+            2 => (Fault::Partition, "partition"),
+            _ => (Fault::Sever, "sever"),
+        };
+        links[faulted].set(fault);
+        *faults.entry(label).or_default() += 1;
         // The workload goes on through kubectl; a call that meets the API server down is
         // retried, as a user would.
         let deployment = DEPLOYMENTS[round as usize % DEPLOYMENTS.len()];
@@ -361,6 +383,9 @@ fn the_cluster_survives_components_killed_at_random_under_load() {
             jobs.push(name);
         }
         std::thread::sleep(Duration::from_secs(2));
+    }
+    for link in &links {
+        link.heal();
     }
     stop.store(true, Ordering::Relaxed);
     rt.block_on(churner).unwrap();
@@ -509,11 +534,23 @@ fn the_cluster_survives_components_killed_at_random_under_load() {
         data <= DATA_DIR_LIMIT_MIB,
         "data dir {data} MiB > {DATA_DIR_LIMIT_MIB} MiB"
     );
+    let carried = links.iter().fold((0, 0, 0), |(c, d, s), link| {
+        let counts = link.counts();
+        (
+            c + counts.connections,
+            d + counts.closed,
+            s + counts.severed,
+        )
+    });
     eprintln!(
-        "chaos: {seconds} s, kills {kills:?}; {} ConfigMap writes acknowledged ({} unanswered), \
+        "chaos: {seconds} s, kills {kills:?}, network faults {faults:?} (links carried {} \
+         connections, closed {}, severed {}); {} ConfigMap writes acknowledged ({} unanswered), \
          {checked} settled ones checked; watch: {} changes over {resumes} connections, equal to \
          the log; {} Deployments converged, {} Jobs completed; API server RSS {rss} MiB, data \
          dir {data} MiB",
+        carried.0,
+        carried.1,
+        carried.2,
         acked.writes,
         acked.unanswered,
         changes.len(),
