@@ -171,7 +171,7 @@ impl Authenticator {
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 if let Some(parent) = path.parent() {
-                    std::fs::create_dir_all(parent).map_err(io)?;
+                    crate::tls::create_dir_all_durably(parent, 0o777).map_err(io)?;
                 }
                 authenticator.add_token(User::admin())?;
             }

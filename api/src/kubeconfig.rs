@@ -86,7 +86,7 @@ pub fn write(path: &Path, params: &Params<'_>) -> Result<()> {
         source,
     };
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).map_err(io)?;
+        crate::tls::create_dir_all_durably(parent, 0o777).map_err(io)?;
     }
     crate::tls::write_atomically(path, yaml.as_bytes(), 0o600).map_err(io)
 }

@@ -464,7 +464,7 @@ fn create_private_dir(dir: &Path) -> Result<()> {
         source,
     };
     if !dir.exists() {
-        fs::create_dir_all(dir).map_err(io)?;
+        create_dir_all_durably(dir, 0o700).map_err(io)?;
         fs::set_permissions(dir, fs::Permissions::from_mode(0o700)).map_err(io)?;
     }
     Ok(())
@@ -479,7 +479,13 @@ pub(crate) fn write_file(path: &Path, contents: &[u8], mode: u32) -> Result<()> 
     })
 }
 
-/// Writes `contents` to `path` atomically (temp file, fsync, rename) with permissions `mode`.
+/// Writes `contents` to `path` atomically and durably (temp file, fsync, rename, fsync of the
+/// directory) with permissions `mode`.
+///
+/// The directory's fsync makes the rename itself durable: without it a power cut can leave the
+/// old file, or for a new file none, however well its contents were synced, and a server that
+/// comes back without its CA or token file makes new ones and locks out every client and agent
+/// (the API server's power-cut test, `tests/tests/e2e/powercut.rs`, checks this).
 pub fn write_atomically(path: &Path, contents: &[u8], mode: u32) -> std::io::Result<()> {
     let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
     tmp_name.push(".tmp");
@@ -495,7 +501,41 @@ pub fn write_atomically(path: &Path, contents: &[u8], mode: u32) -> std::io::Res
     drop(file);
     // The mode given to open() is masked by the umask; set it exactly.
     fs::set_permissions(&tmp, fs::Permissions::from_mode(mode))?;
-    fs::rename(&tmp, path)
+    fs::rename(&tmp, path)?;
+    sync_dir(parent_of(path))
+}
+
+/// Creates `dir` and its missing parents (each with `mode`, less the umask, as `mkdir` does),
+/// syncing the parent of each directory it creates so that a power cut cannot take the
+/// directory, and every synced file in it, away again.
+pub fn create_dir_all_durably(dir: &Path, mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    if dir.is_dir() {
+        return Ok(());
+    }
+    let parent = parent_of(dir);
+    if parent != dir {
+        create_dir_all_durably(parent, mode)?;
+    }
+    match fs::DirBuilder::new().mode(mode).create(dir) {
+        Ok(()) => sync_dir(parent),
+        // Created meanwhile by another: whoever created it syncs it.
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// The directory that names `path` (`.` for a bare name).
+fn parent_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(p) if p.as_os_str().is_empty() => Path::new("."),
+        Some(p) => p,
+        None => path,
+    }
+}
+
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    fs::File::open(dir)?.sync_all()
 }
 
 /// A TLS server's configuration, and the check of client certificates made after each
@@ -1076,6 +1116,29 @@ mod tests {
         assert!(!second.server_reissued());
         assert_eq!(first.ca_pem(), second.ca_pem());
         assert_eq!(first.server_cert_pem(), second.server_cert_pem());
+    }
+
+    /// Postmortem: files were renamed into place without an fsync of their directory (nor of the
+    /// directories created for them), so a power cut after the first start lost the CA and the
+    /// token file and the server came back as a new cluster.
+    #[test]
+    fn the_ca_and_the_tokens_survive_a_power_cut() {
+        let Some(disk) = skiff_powercut::PowerCut::mount() else {
+            eprintln!("SKIPPED: cannot mount a FUSE file system here (needs root and /dev/fuse)");
+            return;
+        };
+        let data = disk.path().join("data");
+        let sans = default_sans(&[]);
+        let pki = Pki::load_or_create(&data.join("pki"), &sans).unwrap();
+        let tokens = crate::auth::Authenticator::load_or_create(&data.join("tokens.csv")).unwrap();
+        disk.freeze();
+        disk.restore_power();
+        let again = Pki::load_or_create(&data.join("pki"), &sans).unwrap();
+        assert_eq!(pki.ca_pem(), again.ca_pem(), "a new CA after the power cut");
+        let tokens_again =
+            crate::auth::Authenticator::load_or_create(&data.join("tokens.csv")).unwrap();
+        assert_eq!(tokens.admin_token(), tokens_again.admin_token());
+        assert!(disk.stats().dir_syncs > 0);
     }
 
     #[test]

@@ -265,11 +265,7 @@ fn write(path: &Path, contents: &[u8], mode: u32) -> Result<()> {
 }
 
 fn create_private_dir(dir: &Path) -> Result<()> {
-    use std::os::unix::fs::DirBuilderExt as _;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
+    skiff_api::tls::create_dir_all_durably(dir, 0o700)
         .with_context(|| format!("cannot create {}", dir.display()))
 }
 

@@ -87,7 +87,7 @@ impl SigningKey {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let pair = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
                 if let Some(parent) = path.parent() {
-                    std::fs::create_dir_all(parent).map_err(io)?;
+                    crate::tls::create_dir_all_durably(parent, 0o777).map_err(io)?;
                 }
                 crate::tls::write_atomically(path, pair.serialize_pem().as_bytes(), 0o600)
                     .map_err(io)?;
