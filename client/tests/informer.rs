@@ -348,7 +348,8 @@ async fn an_informer_watches_again_when_its_connection_is_silently_lost() {
     let link = link_to(&cluster);
     let factory = SharedInformerFactory::new(client_through(&cluster, &link).await);
     let silence = Duration::from_secs(3);
-    let informer = factory.informer_with::<ConfigMap>(ListOptions::default().watch_silence(silence));
+    let informer =
+        factory.informer_with::<ConfigMap>(ListOptions::default().watch_silence(silence));
     let recorder = Arc::new(Recorder::default());
     informer.add_handler(recorder.clone());
     let shutdown = CancellationToken::new();

@@ -71,7 +71,9 @@ impl Link {
     /// Starts a healthy link to `target` (say the API server's address).
     pub fn to(target: SocketAddr) -> Link {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("binding a link port");
-        listener.set_nonblocking(true).expect("non-blocking listener");
+        listener
+            .set_nonblocking(true)
+            .expect("non-blocking listener");
         let address = listener.local_addr().expect("link address");
         let (fault, faults) = watch::channel(Fault::Healthy);
         let shared = Arc::new(Shared::default());
@@ -337,10 +339,15 @@ mod tests {
         let mut stream = connect(&link);
         assert!(round_trip(&mut stream, "before").is_some());
         link.set(Fault::Partition);
-        assert!(round_trip(&mut stream, "held").is_none(), "passed a partition");
+        assert!(
+            round_trip(&mut stream, "held").is_none(),
+            "passed a partition"
+        );
         link.heal();
         // What was held back arrives once the link heals, on the same connection.
-        stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
         let mut buffer = [0u8; 4];
         stream.read_exact(&mut buffer).unwrap();
         assert_eq!(&buffer, b"held");
@@ -365,7 +372,10 @@ mod tests {
         assert_eq!(link.counts().severed, 1);
         // Nor does the link going down reach it.
         link.set(Fault::Down);
-        assert!(old.read(&mut buffer).is_err(), "a severed connection was told");
+        assert!(
+            old.read(&mut buffer).is_err(),
+            "a severed connection was told"
+        );
     }
 
     #[test]
@@ -388,7 +398,9 @@ mod tests {
         link.set(Fault::Sever);
         close.send(()).unwrap();
         let mut buffer = [0u8; 1];
-        let err = stream.read(&mut buffer).expect_err("the server's close came through");
+        let err = stream
+            .read(&mut buffer)
+            .expect_err("the server's close came through");
         assert!(matches!(
             err.kind(),
             std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut

@@ -487,7 +487,10 @@ impl TestCluster {
     pub fn spawn_component_through(&self, server: &str, args: &[&str]) -> Component {
         let kubeconfig = self.kubeconfig_through(server);
         let mut all: Vec<&str> = args.to_vec();
-        all.extend(["--kubeconfig", kubeconfig.to_str().expect("UTF-8 kubeconfig path")]);
+        all.extend([
+            "--kubeconfig",
+            kubeconfig.to_str().expect("UTF-8 kubeconfig path"),
+        ]);
         self.spawn_skiff(&all)
     }
 
@@ -498,7 +501,10 @@ impl TestCluster {
             return self.kubeconfig.clone();
         }
         let config = std::fs::read_to_string(&self.kubeconfig).expect("kubeconfig");
-        assert!(config.contains(&self.server), "the kubeconfig names another server");
+        assert!(
+            config.contains(&self.server),
+            "the kubeconfig names another server"
+        );
         let port = server.rsplit(':').next().expect("a URL with a port");
         let copy = self.dir.path().join(format!("admin-via-{port}.kubeconfig"));
         std::fs::write(&copy, config.replace(&self.server, server)).expect("kubeconfig copy");
