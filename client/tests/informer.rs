@@ -235,6 +235,29 @@ fn link_to(cluster: &TestCluster) -> Link {
     Link::to(([127, 0, 0, 1], cluster.port()).into())
 }
 
+/// A ConfigMap informer of `cluster` through `link`, recording what it hands its handler,
+/// started and converged on what `api` lists.
+async fn informer_through(
+    cluster: &TestCluster,
+    link: &Link,
+    options: ListOptions,
+    api: &Api<ConfigMap>,
+) -> (
+    skiff_client::Informer<ConfigMap>,
+    Arc<Recorder>,
+    CancellationToken,
+) {
+    let factory = SharedInformerFactory::new(client_through(cluster, link).await);
+    let informer = factory.informer_with::<ConfigMap>(options);
+    let recorder = Arc::new(Recorder::default());
+    informer.add_handler(recorder.clone());
+    let shutdown = CancellationToken::new();
+    factory.start(shutdown.clone());
+    factory.wait_for_sync().await;
+    converges(&informer, api).await;
+    (informer, recorder, shutdown)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_compacted_revision_forces_a_relist() {
     let cluster = TestCluster::start(&["--history-revisions", "10", "--compact-interval", "200ms"]);
@@ -243,14 +266,8 @@ async fn a_compacted_revision_forces_a_relist() {
     churn(api.clone(), 2, 20, 10, 3).await;
 
     let link = link_to(&cluster);
-    let factory = SharedInformerFactory::new(client_through(&cluster, &link).await);
-    let informer = factory.informer::<ConfigMap>();
-    let recorder = Arc::new(Recorder::default());
-    informer.add_handler(recorder.clone());
-    let shutdown = CancellationToken::new();
-    factory.start(shutdown.clone());
-    factory.wait_for_sync().await;
-    converges(&informer, &api).await;
+    let (informer, recorder, shutdown) =
+        informer_through(&cluster, &link, ListOptions::default(), &api).await;
     let seen = informer.stats().revision;
 
     // Cut the informer off, change (and delete) things, and let compaction pass its revision.
@@ -346,16 +363,9 @@ async fn an_informer_watches_again_when_its_connection_is_silently_lost() {
     churn(api.clone(), 2, 10, 5, 11).await;
 
     let link = link_to(&cluster);
-    let factory = SharedInformerFactory::new(client_through(&cluster, &link).await);
     let silence = Duration::from_secs(3);
-    let informer =
-        factory.informer_with::<ConfigMap>(ListOptions::default().watch_silence(silence));
-    let recorder = Arc::new(Recorder::default());
-    informer.add_handler(recorder.clone());
-    let shutdown = CancellationToken::new();
-    factory.start(shutdown.clone());
-    factory.wait_for_sync().await;
-    converges(&informer, &api).await;
+    let options = ListOptions::default().watch_silence(silence);
+    let (informer, recorder, shutdown) = informer_through(&cluster, &link, options, &api).await;
     let watches = informer.stats().watches;
 
     link.set(Fault::Sever);
