@@ -23,6 +23,7 @@ mod leader;
 mod limits;
 mod linearizable;
 mod policies;
+mod powercut;
 mod rbac;
 mod replay;
 mod services;
