@@ -525,6 +525,27 @@ pub fn create_dir_all_durably(dir: &Path, mode: u32) -> std::io::Result<()> {
     }
 }
 
+/// Makes `dir` (created as [`create_dir_all_durably`] does when missing) survive a power cut even
+/// when it already exists: whoever made it, a provisioning script's `mkdir -p` a moment ago say,
+/// may not have synced the directories that name it, and a power cut would then take it away
+/// with every synced file in it. Syncs its parent, then each further ancestor as far as it may
+/// (a directory it cannot open is not its to sync).
+pub fn settle_dir(dir: &Path, mode: u32) -> std::io::Result<()> {
+    create_dir_all_durably(dir, mode)?;
+    // Absolute and free of `..`, so that the ancestors are the directories that name it.
+    let dir = dir.canonicalize()?;
+    let mut ancestors = dir.ancestors().skip(1);
+    if let Some(parent) = ancestors.next() {
+        sync_dir(parent)?;
+    }
+    for ancestor in ancestors {
+        if let Err(e) = sync_dir(ancestor) {
+            tracing::debug!(dir = %ancestor.display(), "not synced: {e}");
+        }
+    }
+    Ok(())
+}
+
 /// The directory that names `path` (`.` for a bare name).
 fn parent_of(path: &Path) -> &Path {
     match path.parent() {
@@ -1139,6 +1160,30 @@ mod tests {
             crate::auth::Authenticator::load_or_create(&data.join("tokens.csv")).unwrap();
         assert_eq!(tokens.admin_token(), tokens_again.admin_token());
         assert!(disk.stats().dir_syncs > 0);
+    }
+
+    /// A data dir made by `mkdir` just before the server's first start (nothing synced it) and
+    /// settled by the server survives a power cut, and the files in it with it.
+    #[test]
+    fn a_settled_dir_made_by_another_survives_a_power_cut() {
+        let Some(disk) = skiff_powercut::PowerCut::mount() else {
+            eprintln!("SKIPPED: cannot mount a FUSE file system here (needs root and /dev/fuse)");
+            return;
+        };
+        let data = disk.path().join("var/lib/skiff");
+        fs::create_dir_all(&data).unwrap();
+        settle_dir(&data, 0o700).unwrap();
+        write_atomically(&data.join("token"), b"kept", 0o600).unwrap();
+        // Made the same way but not settled: the power cut takes it.
+        let other = disk.path().join("other");
+        fs::create_dir_all(&other).unwrap();
+        disk.freeze();
+        disk.restore_power();
+        assert_eq!(fs::read(data.join("token")).unwrap(), b"kept");
+        assert!(
+            !other.exists(),
+            "the file system under test kept an unsynced directory"
+        );
     }
 
     #[test]

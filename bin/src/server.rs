@@ -375,8 +375,8 @@ pub async fn run(args: ApiArgs, plan: Plan) -> Result<()> {
         Some(dir) => dir,
         None => default_data_dir()?,
     };
-    // Durably: the store syncs the data dir, but not the directory that names it.
-    skiff_api::tls::create_dir_all_durably(&data_dir, 0o777)
+    // Durably, even when it exists: the store syncs the data dir, not the directories naming it.
+    skiff_api::tls::settle_dir(&data_dir, 0o777)
         .with_context(|| format!("cannot create data dir {}", data_dir.display()))?;
     tracing::info!(data_dir = %data_dir.display(), components = ?plan.components, "starting");
     if plan.options.is_none() {
