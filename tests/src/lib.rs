@@ -217,6 +217,8 @@ pub struct TestCluster {
     pub token: String,
     /// The PEM of the cluster CA.
     pub ca_pem: Vec<u8>,
+    /// The data dir: `data` under `dir`, unless the test chose one ([`TestCluster::start_on`]).
+    data: PathBuf,
     port: u16,
     child: Option<Child>,
     log: PathBuf,
@@ -254,6 +256,23 @@ impl TestCluster {
         let data = dir.path().join("data");
         std::fs::create_dir_all(&data).expect("data dir");
         prepare(&data);
+        TestCluster::start_at(command, dir, data, args)
+    }
+
+    /// Like [`TestCluster::start_command`], on the data dir `data` (made if missing): a file
+    /// system the test mounted, say. The log and kubectl's cache stay in a temporary dir.
+    pub fn start_on(command: &'static str, data: &Path, args: &[&str]) -> TestCluster {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::create_dir_all(data).expect("data dir");
+        TestCluster::start_at(command, dir, data.to_path_buf(), args)
+    }
+
+    fn start_at(
+        command: &'static str,
+        dir: tempfile::TempDir,
+        data: PathBuf,
+        args: &[&str],
+    ) -> TestCluster {
         let port = free_port();
         let log = dir.path().join("server.log");
         let mut cluster = TestCluster {
@@ -261,6 +280,7 @@ impl TestCluster {
             kubeconfig: PathBuf::new(),
             token: String::new(),
             ca_pem: Vec::new(),
+            data,
             port,
             child: None,
             log,
@@ -274,7 +294,7 @@ impl TestCluster {
 
     /// The data dir.
     pub fn data_dir(&self) -> PathBuf {
-        self.dir.path().join("data")
+        self.data.clone()
     }
 
     fn spawn(&mut self) {

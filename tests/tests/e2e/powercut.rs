@@ -5,6 +5,8 @@
 //! the file system stops answering, the server is SIGKILLed, and what was never synced is dropped.
 //! The server then starts again on what the "disk" kept, on the same data dir and port, and must
 //! come back as the same cluster:
+//! - its data dir there at all: the harness makes it with a plain `mkdir -p`, as a provisioning
+//!   script would, and nothing but the server syncs the directories that name it;
 //! - its own files (the cluster CA and every key and token under the data dir) unchanged, so the
 //!   clients and agents it had still trust it and are still trusted: the admin token from before
 //!   the cut authenticates, over a client trusting only the CA from before the cut;
@@ -19,15 +21,14 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rand::Rng;
 use serde_json::{Value, json};
 use skiff_powercut::PowerCut;
-use skiff_tests::{free_port, install_crypto, skiff_binary};
+use skiff_tests::{TestCluster, install_crypto};
 
 const NAMESPACE: &str = "powercut";
 const WRITERS: usize = 8;
@@ -87,114 +88,6 @@ struct Round {
     /// The lowest resourceVersion acknowledged in this round.
     lowest_rv: Option<u64>,
     highest_rv: u64,
-}
-
-/// The `skiff apiserver` under test, started as `TestCluster` starts it but on a data dir of the
-/// test's choice (the FUSE mount); SIGKILLed on drop, its log printed if the test panics.
-struct Server {
-    child: Option<Child>,
-    log: PathBuf,
-    base: String,
-}
-
-impl Server {
-    fn start(data: &Path, port: u16, log: &Path) -> Server {
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)
-            .expect("server log file");
-        let child = Command::new(skiff_binary())
-            .arg("apiserver")
-            .arg("--data-dir")
-            .arg(data)
-            .args(["--bind-address", "127.0.0.1", "--port", &port.to_string()])
-            // The FUSE file system's free space says nothing of the machine's: no reserve.
-            .args(["--disk-reserve", "0"])
-            .env(
-                "RUST_LOG",
-                std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
-            )
-            .env("SKIFF_DNS_PORT", "0")
-            .env("SKIFF_INGRESS_HTTP_ADDRESS", "127.0.0.1:0")
-            .env("SKIFF_INGRESS_HTTPS_ADDRESS", "127.0.0.1:0")
-            .stdin(Stdio::null())
-            .stdout(file.try_clone().expect("log handle"))
-            .stderr(file)
-            .spawn()
-            .expect("starting skiff apiserver");
-        Server {
-            child: Some(child),
-            log: log.to_path_buf(),
-            base: format!("https://127.0.0.1:{port}"),
-        }
-    }
-
-    /// Waits until `/readyz` answers, trusting whatever CA and token the data dir holds now (the
-    /// test compares them with the first ones itself, to say what changed).
-    fn wait_ready(&mut self, rt: &tokio::runtime::Runtime, data: &Path) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                panic!("skiff apiserver exited early with {status}");
-            }
-            if let (Ok(ca), Some(token)) =
-                (std::fs::read(data.join("pki/ca.crt")), admin_token(data))
-            {
-                let ready = rt.block_on(async {
-                    let response = client(&ca)
-                        .get(format!("{}/readyz", self.base))
-                        .bearer_auth(token)
-                        .timeout(Duration::from_secs(2))
-                        .send()
-                        .await;
-                    response.is_ok_and(|r| r.status().is_success())
-                });
-                if ready {
-                    return;
-                }
-            }
-            assert!(
-                Instant::now() < deadline,
-                "skiff apiserver not ready within 30 s"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.kill();
-        if std::thread::panicking() {
-            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-            let tail: Vec<&str> = log.lines().rev().take(200).collect();
-            eprintln!("---- skiff apiserver log (last 200 lines) ----");
-            for line in tail.into_iter().rev() {
-                eprintln!("{line}");
-            }
-        }
-    }
-}
-
-/// The admin token of the kubeconfig the server wrote in `data`.
-fn admin_token(data: &Path) -> Option<String> {
-    std::fs::read_to_string(data.join("admin.kubeconfig"))
-        .ok()?
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("token:"))
-        .map(|t| t.trim().trim_matches('"').to_string())
 }
 
 /// The server's own files: every file under the data dir but the log (`db/`), by path.
@@ -422,9 +315,6 @@ fn a_power_cut_of_the_api_server_loses_nothing_acknowledged() {
         return;
     };
     let data = disk.path().join("data");
-    let logs = tempfile::tempdir().expect("log dir");
-    let log = logs.path().join("server.log");
-    let port = free_port();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -432,15 +322,15 @@ fn a_power_cut_of_the_api_server_loses_nothing_acknowledged() {
         .unwrap();
     let mut rng = rand::rng();
 
-    let mut server = Server::start(&data, port, &log);
-    server.wait_ready(&rt, &data);
+    // The FUSE file system's free space says nothing of the machine's: no reserve.
+    let mut server = TestCluster::start_on("apiserver", &data, &["--disk-reserve", "0"]);
     let files = own_files(&data);
     let ca_pem = files
         .get(Path::new("pki/ca.crt"))
         .expect("the CA file")
         .clone();
-    let token = admin_token(&data).expect("the admin token");
-    let base = server.base.clone();
+    let token = server.token.clone();
+    let base = server.server.clone();
     rt.block_on(async {
         let created = client(&ca_pem)
             .post(format!("{base}/api/v1/namespaces"))
@@ -500,9 +390,7 @@ fn a_power_cut_of_the_api_server_loses_nothing_acknowledged() {
         floor = highest;
 
         // The power is back: the same server on the same data dir and port.
-        drop(server);
-        server = Server::start(&data, port, &log);
-        server.wait_ready(&rt, &data);
+        server.restart_after_crash();
         let now = own_files(&data);
         let changed: Vec<String> = files
             .iter()
