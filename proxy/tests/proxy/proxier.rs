@@ -349,12 +349,15 @@ async fn after_a_restart_only_listed_services_are_served() {
     let y = service("y", "127.96.6.2", json!({}));
     let eps = [endpoints("x", "http", &[a]), endpoints("y", "http", &[a])];
     let mut first = Proxier::new(config(), CancellationToken::new());
-    first.sync([&x, &y], &eps).await;
+    let report = first.sync([&x, &y], &eps).await;
+    assert_eq!(report.opened, 2, "{report:?}");
     assert_eq!(greeting(sa("127.96.6.1:8080")).await, "a");
     first.shutdown().await;
     // "x" was deleted while the proxy was down: the new proxy's first full sync lacks it.
     let mut second = Proxier::new(config(), CancellationToken::new());
-    second.sync([&y], &eps).await;
+    let report = second.sync([&y], &eps).await;
+    // A failure here names its cause (CI saw this list empty once, 7 Dec 2026, cause unknown).
+    assert_eq!(report.opened, 1, "{report:?}");
     assert_eq!(second.listeners().len(), 1);
     assert!(TcpStream::connect(sa("127.96.6.1:8080")).await.is_err());
     assert_eq!(greeting(sa("127.96.6.2:8080")).await, "a");
