@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# A bounded fuzz run, as CI does it: builds every target of this cargo fuzz package once, then runs
-# each for SECONDS (default 15) from its committed corpus, one at a time. New inputs go to a
-# scratch directory (the committed corpus stays as it is); a crash stops that target, keeps its
-# input under fuzz/artifacts/<target>/ and fails the run after the others have run.
+# A bounded fuzz run, as CI does it: builds the binary `all` (every target in one binary: one link
+# instead of one per target), then runs each target through it for SECONDS (default 15) from its
+# committed corpus, one at a time. New inputs go to a scratch directory (the committed corpus stays
+# as it is); a crash stops that target, keeps its input under fuzz/artifacts/<target>/ and fails
+# the run after the others have run.
 #
 #   fuzz/run.sh [SECONDS]
 #
@@ -18,17 +19,17 @@ target_dir="${CARGO_TARGET_DIR:-$HOME/.cache/skiff-target}/fuzz"
 triple=$(rustc -vV | sed -n 's/^host: //p')
 
 start=$(date +%s)
-cargo fuzz build -s none --codegen-units 16 --target-dir "$target_dir"
+cargo fuzz build -s none --codegen-units 16 --target-dir "$target_dir" all
 built=$(date +%s)
-echo "fuzz: built every target in $((built - start)) s"
+echo "fuzz: built the targets in $((built - start)) s"
 
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 failed=()
-for target in $(cargo fuzz list); do
+for target in $(cargo fuzz list | grep -vx all); do
   mkdir -p "$scratch/$target" "artifacts/$target"
   log="$scratch/$target.log"
-  if "$target_dir/$triple/release/$target" "$scratch/$target" "corpus/$target" \
+  if SKIFF_FUZZ_TARGET=$target "$target_dir/$triple/release/all" "$scratch/$target" "corpus/$target" \
     -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=8192 \
     -artifact_prefix="artifacts/$target/" -print_final_stats=1 2>"$log"; then
     runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
