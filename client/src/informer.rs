@@ -12,7 +12,8 @@
 //! - A watch that says nothing for [`WATCH_SILENCE`] is taken for a lost connection (a NAT or
 //!   firewall that forgot it tells neither side) and re-opened the same way. The reflector asks
 //!   for bookmarks, which skiff's API server sends every 15 s, so a live watch is never that
-//!   quiet.
+//!   quiet. A watch whose response does not begin within that time is given up too (it went out
+//!   on a pooled connection lost the same way).
 //! - Errors back off exponentially with jitter (200 ms doubling to 30 s), reset by success.
 //!
 //! Handlers run on the reflector's task, in event order, one at a time: they must not block
@@ -172,7 +173,8 @@ pub struct InformerStats {
     pub relists_after_gone: u64,
     /// Watches opened.
     pub watches: u64,
-    /// Watches given up after [`ListOptions::watch_silence`] without a word.
+    /// Watches given up after [`ListOptions::watch_silence`] without a word (before their
+    /// response began, or after).
     pub silent_watches: u64,
     /// Watch events applied to the cache.
     pub events: u64,
@@ -394,9 +396,20 @@ impl<K: Reflectable> Informer<K> {
         params.label_selector = options.label_selector.clone();
         params.field_selector = options.fields_with_namespace();
         self.shared.counters.watches.fetch_add(1, Ordering::Relaxed);
+        let silence = options.watch_silence.unwrap_or(WATCH_SILENCE);
+        // A watch's response begins at once. One that does not within the silence limit went out
+        // on a connection lost without a word (a pooled one, lost with the watch before it):
+        // given up like a silent watch, which drops that connection, and tried again.
         let stream = tokio::select! {
             _ = shutdown.cancelled() => return WatchEnd::Shutdown,
-            stream = self.shared.api.watch(&params, rv) => stream,
+            stream = tokio::time::timeout(silence, self.shared.api.watch(&params, rv)) => match stream {
+                Ok(stream) => stream,
+                Err(_) => {
+                    self.shared.counters.silent.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(kind = %self.shared.kind, silent_for = ?silence, "watch request unanswered; taking its connection for lost and rewatching");
+                    return WatchEnd::Closed;
+                }
+            },
         };
         let stream = match stream {
             Ok(stream) => stream,
@@ -407,7 +420,6 @@ impl<K: Reflectable> Informer<K> {
             }
         };
         let mut stream = std::pin::pin!(stream);
-        let silence = options.watch_silence.unwrap_or(WATCH_SILENCE);
         let mut heard = tokio::time::Instant::now();
         loop {
             let tick = async {
