@@ -121,6 +121,19 @@ fn client(ca_pem: &[u8]) -> reqwest::Client {
         .expect("HTTPS client")
 }
 
+/// The JSON body `request` is answered with, sent with `token` (the test's own reads and writes
+/// after a restart, which must be answered).
+async fn answer(request: reqwest::RequestBuilder, token: &str) -> Value {
+    request
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
 fn rv_of(object: &Value) -> u64 {
     object["metadata"]["resourceVersion"]
         .as_str()
@@ -410,18 +423,12 @@ fn a_power_cut_of_the_api_server_loses_nothing_acknowledged() {
         let (f, t) = rt.block_on(verify(&http, &base, &token, round, &mut known));
         found += f;
         took += t;
-        let list: Value = rt.block_on(async {
+        let list = rt.block_on(answer(
             http.get(format!(
                 "{base}/api/v1/namespaces/{NAMESPACE}/configmaps?limit=1"
-            ))
-            .bearer_auth(&token)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap()
-        });
+            )),
+            &token,
+        ));
         let list_rv = rv_of(&list);
         assert!(
             list_rv >= floor,
@@ -429,20 +436,14 @@ fn a_power_cut_of_the_api_server_loses_nothing_acknowledged() {
              {floor}"
         );
         // A write after the restart goes above every acknowledged one.
-        let marker: Value = rt.block_on(async {
+        let marker = rt.block_on(answer(
             http.post(format!("{base}/api/v1/namespaces/{NAMESPACE}/configmaps"))
-                .bearer_auth(&token)
                 .json(&json!({
                     "apiVersion": "v1", "kind": "ConfigMap",
                     "metadata": {"name": format!("after-cut-{round}"), "namespace": NAMESPACE},
-                }))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap()
-        });
+                })),
+            &token,
+        ));
         let marker_rv = rv_of(&marker);
         assert!(
             marker_rv > floor,
