@@ -78,10 +78,13 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+#[cfg(feature = "etcd")]
+use crate::EtcdStore;
 use crate::error::{Error, Result};
+#[cfg(feature = "etcd")]
 use crate::etcd::Mapping;
 use crate::types::{Event, EventKind, KeyValue, LeaseId, LogEntry, MAX_TAG, Revision};
-use crate::{EtcdStore, Importer, SledStore, Store};
+use crate::{Importer, SledStore, Store};
 
 const MAGIC: &[u8; 8] = b"SKIFFLOG";
 /// The archive format this build writes and reads.
@@ -182,7 +185,63 @@ pub fn window(
 #[derive(Clone, Copy)]
 enum Source<'a> {
     Log(&'a dyn Store),
+    #[cfg(feature = "etcd")]
     Etcd(&'a EtcdStore),
+}
+
+impl Source<'_> {
+    fn store(&self) -> &dyn Store {
+        match *self {
+            Source::Log(s) => s,
+            #[cfg(feature = "etcd")]
+            Source::Etcd(s) => s,
+        }
+    }
+
+    /// Whether the window's revisions have gaps (other prefixes' writes, etcd's own).
+    fn gaps(&self) -> bool {
+        !matches!(self, Source::Log(_))
+    }
+
+    async fn leases(&self) -> Result<Vec<(LeaseId, Duration)>> {
+        match *self {
+            Source::Log(s) => Ok(s.leases()),
+            #[cfg(feature = "etcd")]
+            Source::Etcd(s) => s.live_leases().await,
+        }
+    }
+
+    /// The commit time of the base version `kv` (`oldest`: the time of the oldest revision etcd
+    /// keeps, once asked).
+    async fn base_time(
+        &self,
+        kv: &KeyValue,
+        #[cfg_attr(not(feature = "etcd"), allow(unused_variables))] oldest: &mut Option<
+            Option<SystemTime>,
+        >,
+    ) -> Result<Option<SystemTime>> {
+        match *self {
+            Source::Log(s) => Ok(s
+                .history(&kv.key)
+                .await?
+                .into_iter()
+                .find(|(_, e)| e.kv.mod_revision == kv.mod_revision)
+                .map(|(c, _)| c.time)),
+            // etcd keeps no time for a version below its compaction: those get the time of the
+            // oldest revision it still has, the latest they can have been written at.
+            #[cfg(feature = "etcd")]
+            Source::Etcd(s) => match s.commit_time(kv.mod_revision).await? {
+                Some(t) => Ok(Some(t)),
+                None => {
+                    if oldest.is_none() {
+                        let floor = Revision(s.status().compacted.0.saturating_sub(1));
+                        *oldest = Some(s.commit_time(floor).await?);
+                    }
+                    Ok(oldest.flatten())
+                }
+            },
+        }
+    }
 }
 
 /// Reads the window `first ..= last` of `store` (see [`window`]) and hands every [`Item`] to
@@ -204,11 +263,8 @@ async fn read_from(
     sink: &mut dyn FnMut(Item) -> Result<()>,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Summary> {
-    let store: &dyn Store = match source {
-        Source::Log(s) => s,
-        Source::Etcd(s) => s,
-    };
-    let gaps = matches!(source, Source::Etcd(_));
+    let store = source.store();
+    let gaps = source.gaps();
     let total = last.0 - first.0 + 1;
     if gaps {
         sink(Item::Gaps)?;
@@ -216,11 +272,7 @@ async fn read_from(
     for (prefix, mark) in store.watermarks() {
         sink(Item::Watermark(prefix, mark))?;
     }
-    let leases = match source {
-        Source::Log(s) => s.leases(),
-        Source::Etcd(s) => s.live_leases().await?,
-    };
-    for (id, ttl) in leases {
+    for (id, ttl) in source.leases().await? {
         sink(Item::Lease(id, ttl))?;
     }
     // The state at first - 1, as far as it is retained (compaction keeps each key's newest
@@ -237,29 +289,12 @@ async fn read_from(
         entries: 0,
         gaps,
     };
-    // etcd keeps no time for a version below its compaction: those get the time of the oldest
-    // revision it still has, the latest they can have been written at.
     let mut oldest_time = None;
     for kv in base {
-        let time = match source {
-            Source::Log(_) => store
-                .history(&kv.key)
-                .await?
-                .into_iter()
-                .find(|(_, e)| e.kv.mod_revision == kv.mod_revision)
-                .map(|(c, _)| c.time),
-            Source::Etcd(s) => match s.commit_time(kv.mod_revision).await? {
-                Some(t) => Some(t),
-                None => {
-                    if oldest_time.is_none() {
-                        let floor = Revision(s.status().compacted.0.saturating_sub(1));
-                        oldest_time = Some(s.commit_time(floor).await?);
-                    }
-                    oldest_time.flatten()
-                }
-            },
-        }
-        .unwrap_or(UNIX_EPOCH);
+        let time = source
+            .base_time(&kv, &mut oldest_time)
+            .await?
+            .unwrap_or(UNIX_EPOCH);
         sink(Item::Base(kv, time))?;
         summary.base += 1;
     }
@@ -326,6 +361,7 @@ pub async fn export(
 /// leases are etcd's live leases holding keys of the prefix, and the base versions' times come
 /// from the clock key. The revisions are etcd's, as they are; [`import`] into a data dir
 /// numbers them densely.
+#[cfg(feature = "etcd")]
 pub async fn export_etcd(
     store: &EtcdStore,
     since: Option<Revision>,
@@ -482,6 +518,7 @@ pub fn import(
 /// checksum, every key and value against the prefix and the request limit) with nothing
 /// written, then it is written. A failure while writing removes everything written and is
 /// [`Error::ImportFailed`]; any error before is returned as it is, with nothing written.
+#[cfg(feature = "etcd")]
 pub async fn import_etcd(
     path: &Path,
     store: &EtcdStore,

@@ -79,7 +79,7 @@ pub enum Error {
         reason: String,
         /// The client's error, when there is one.
         #[source]
-        source: Option<etcd_client::Error>,
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
     },
     /// The external datastore did not answer in time (the API answers 504). A write that timed
     /// out may have committed.
@@ -91,6 +91,7 @@ pub enum Error {
         after: std::time::Duration,
     },
     /// Another error from the etcd client or server.
+    #[cfg(feature = "etcd")]
     #[error("etcd error: {0}")]
     Etcd(#[source] etcd_client::Error),
     /// A key the store keeps for itself (the etcd backend reserves keys that are empty or begin

@@ -17,7 +17,8 @@
 //!   (building a data dir from exported log entries, revisions and times kept).
 //! - [`EtcdStore`] (`etcd/`): the same contract over an external etcd v3 cluster — key layout
 //!   under a prefix, commit times in a reserved clock key, replays through etcd watches (see
-//!   [`etcd`]).
+//!   [`etcd`]). Behind the `etcd` feature, on by default; builds that never talk to etcd (the
+//!   fuzz targets) leave it and its client's gRPC stack out.
 //! - [`archive`]: the portable archive of log entries (export, import) and copying a window of
 //!   the log into a new data dir.
 //! - `keys`, `record`: the on-disk key spaces and records (`fuzzing`: their decoders, for the
@@ -78,6 +79,7 @@ pub mod archive;
 pub mod bench;
 mod engine;
 pub mod error;
+#[cfg(feature = "etcd")]
 pub mod etcd;
 #[doc(hidden)]
 pub mod fuzzing;
@@ -93,6 +95,7 @@ use futures::Stream;
 
 pub use engine::{Config, Importer, PrefixRetention, Retention, SledStore};
 pub use error::{Error, Result};
+#[cfg(feature = "etcd")]
 pub use etcd::EtcdStore;
 pub use types::*;
 

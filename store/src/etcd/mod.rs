@@ -287,7 +287,7 @@ fn failure(e: ec::Error, what: &str, write: bool) -> Error {
     match classify(&e) {
         Kind::Unavailable => Error::Unavailable {
             reason: format!("{what}: {e}{may}"),
-            source: Some(e),
+            source: Some(Box::new(e)),
         },
         Kind::Timeout => Error::Timeout {
             what: format!("{what}: {e}{may}"),
@@ -331,7 +331,7 @@ impl EtcdStore {
             Ok(Err(e)) => {
                 return Err(Error::Unavailable {
                     reason: format!("cannot connect to etcd at {endpoints}: {e}"),
-                    source: Some(e),
+                    source: Some(Box::new(e)),
                 });
             }
             Err(_) => {
