@@ -473,6 +473,7 @@ pub async fn run_with_host(
             max_pods: options.max_pods,
             update: options.node_status_update_frequency,
             report: options.node_status_report_frequency,
+            heartbeat: heartbeat_limit(&options),
             host,
         },
         manager.clone(),
@@ -601,7 +602,23 @@ async fn register(nodes: &Api<Node>, name: &str, shutdown: &CancellationToken) -
     }
 }
 
-/// Renews the node's Lease every interval (creating it, and its namespace, when missing).
+/// How long one heartbeat request (a Lease renewal, a read or PATCH of the node status) may take
+/// before it is abandoned, and the connection it went out on with it: the status update period,
+/// at most the Lease's duration, as Kubernetes' kubelet bounds its heartbeat client (never under
+/// a second, so that a loaded box's slow answer is not taken for a lost connection). A renewal
+/// that went out on a connection a NAT or a partition lost without a word would otherwise wait
+/// out the client's response limit (a minute), and the Lease (40 s) lapse meanwhile: the node
+/// turns Unknown and its pods not ready, though nothing is wrong with them.
+fn heartbeat_limit(options: &Options) -> Duration {
+    let lease = Duration::from_secs(options.node_lease_duration_seconds.max(1) as u64);
+    options
+        .node_status_update_frequency
+        .min(lease)
+        .max(Duration::from_secs(1))
+}
+
+/// Renews the node's Lease every interval (creating it, and its namespace, when missing), each
+/// renewal within the [`heartbeat_limit`].
 async fn lease_loop(
     client: Client,
     node_name: String,
@@ -612,23 +629,32 @@ async fn lease_loop(
     let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
     let mut cached: Option<Lease> = None;
     let mut retry = Duration::from_millis(200);
+    let limit = heartbeat_limit(&options);
     loop {
-        let wait = match renew_lease(
+        let renewal = renew_lease(
             &client,
             &leases,
             cached.take(),
             &node_name,
             &node_uid,
             &options,
-        )
-        .await
-        {
-            Ok(lease) => {
+        );
+        let failed = match tokio::time::timeout(limit, renewal).await {
+            Ok(Ok(lease)) => {
                 cached = Some(lease);
+                None
+            }
+            Ok(Err(err)) => Some(err.to_string()),
+            Err(_) => Some(format!(
+                "no answer within {limit:?}; its connection is dropped"
+            )),
+        };
+        let wait = match failed {
+            None => {
                 retry = Duration::from_millis(200);
                 options.node_lease_renew_interval
             }
-            Err(err) => {
+            Some(err) => {
                 tracing::warn!(%err, "renewing node lease");
                 let wait = retry;
                 retry = (retry * 2).min(Duration::from_secs(7));
@@ -723,13 +749,21 @@ struct StatusSettings {
     max_pods: u64,
     update: Duration,
     report: Duration,
+    /// Each read and PATCH of the Node, at most ([`heartbeat_limit`]).
+    heartbeat: Duration,
     host: HostReader,
 }
 
 /// Computes the node status every update period (every second until Ready), with the
 /// runtime's health check deciding Ready, and PATCHes it when it changed or the report interval
-/// passed; a failed attempt is retried up to 5 times, the
-/// retries reading the Node fresh.
+/// passed; a failed attempt is retried up to 5 times.
+///
+/// Each period compares with the Node as the API server has it now, read fresh, not with the
+/// kubelet's last report: another writer may have changed it since. The node lifecycle
+/// controller sets Ready to Unknown when the Lease lapses (a renewal lost on a dead connection,
+/// say), and then marks every pod of the node not ready, again on each of their updates, until
+/// Ready is True. The kubelet overrules it at its next period, as Kubernetes' kubelet does, not
+/// at the report interval (5 minutes by default).
 async fn status_loop(
     nodes: Api<Node>,
     node: Node,
@@ -739,7 +773,8 @@ async fn status_loop(
     shutdown: CancellationToken,
 ) {
     let setters = node_status::default_setters();
-    let mut cached = Some(node);
+    // The Node as registration left it: the first period needs no read.
+    let mut registered = Some(node);
     let mut last_report: Option<Instant> = None;
     let mut range: Option<Range> = None;
     let mut runtime_error: Option<String> = None;
@@ -774,15 +809,22 @@ async fn status_loop(
         };
         let mut ready = false;
         for attempt in 0..5 {
-            let node = match cached.take().filter(|_| attempt == 0) {
+            let node = match registered.take() {
                 Some(n) => n,
-                None => match nodes.get(&settings.node_name).await {
-                    Ok(n) => n,
-                    Err(err) => {
-                        tracing::warn!(%err, attempt, "reading node for status");
-                        continue;
+                None => {
+                    let read = nodes.get(&settings.node_name);
+                    match tokio::time::timeout(settings.heartbeat, read).await {
+                        Ok(Ok(n)) => n,
+                        Ok(Err(err)) => {
+                            tracing::warn!(%err, attempt, "reading node for status");
+                            continue;
+                        }
+                        Err(_) => {
+                            tracing::warn!(limit = ?settings.heartbeat, attempt, "reading node for status: no answer");
+                            continue;
+                        }
                     }
-                },
+                }
             };
             let new_range = pod_range(&node, &settings.node_name);
             if range != Some(new_range) {
@@ -795,29 +837,25 @@ async fn status_loop(
                 || last_report.is_none_or(|t| t.elapsed() >= settings.report);
             if !due {
                 ready = node_status::condition_status(&old, "Ready") == Some("True");
-                cached = Some(node);
                 break;
             }
             let patch = json!({ "status": status_patch(&new) });
-            match nodes
-                .patch_status(
-                    &settings.node_name,
-                    &PatchParams::default(),
-                    &Patch::Merge(&patch),
-                )
-                .await
-            {
-                Ok(updated) => {
+            let (params, patch) = (PatchParams::default(), Patch::Merge(&patch));
+            let patched = nodes.patch_status(&settings.node_name, &params, &patch);
+            match tokio::time::timeout(settings.heartbeat, patched).await {
+                Err(_) => {
+                    tracing::warn!(limit = ?settings.heartbeat, attempt, "patching node status: no answer");
+                }
+                Ok(Ok(updated)) => {
                     last_report = Some(Instant::now());
                     ready = updated
                         .status
                         .as_ref()
                         .and_then(|s| node_status::condition_status(s, "Ready"))
                         == Some("True");
-                    cached = Some(updated);
                     break;
                 }
-                Err(err) => tracing::warn!(%err, attempt, "patching node status"),
+                Ok(Err(err)) => tracing::warn!(%err, attempt, "patching node status"),
             }
         }
         let wait = if ready {

@@ -1,7 +1,9 @@
 //! The node's heartbeats against a real API server: the Lease renews every interval, the Node's
 //! status is not PATCHed while nothing changes (PATCHes counted by the API server's own
-//! `/metrics`), and is PATCHed at the next sync when a condition changes. The host readings are
-//! the test's, through [`skiff_kubelet::run_with_host`], so that memory pressure can be turned on.
+//! `/metrics`), and is PATCHed at the next sync when a condition changes, or when another writer
+//! changed it; a renewal that went out on a connection lost without a word is abandoned in time
+//! for the Lease not to lapse. The host readings are the test's, through
+//! [`skiff_kubelet::run_with_host`], so that memory pressure can be turned on.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -9,10 +11,13 @@ use std::time::Duration;
 use clap::Parser;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::jiff::Timestamp;
 use skiff_client::Api;
+use skiff_client::api::{Patch, PatchParams};
 use skiff_kubelet::Options;
 use skiff_kubelet::host::{self, Readings};
 use skiff_tests::TestCluster;
+use skiff_tests::faults::{Fault, Link};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Parser)]
@@ -207,6 +212,110 @@ async fn lease_renews_and_status_is_patched_only_on_change() {
         condition(&node, "Ready").as_deref() == Some("True")
     })
     .await;
+
+    // Another writer says Unknown, as the node lifecycle controller does when the Lease lapsed
+    // (and then marks the node's pods not ready until Ready is True): the kubelet overrules it
+    // at its next sync, not at the 1 h report interval.
+    let unknown = serde_json::json!({"status": {"conditions": [{
+        "type": "Ready",
+        "status": "Unknown",
+        "reason": "NodeStatusUnknown",
+        "message": "Kubelet stopped posting node status.",
+    }]}});
+    nodes
+        .patch_status("hb", &PatchParams::default(), &Patch::Strategic(&unknown))
+        .await
+        .unwrap();
+    assert_eq!(
+        condition(&nodes.get("hb").await.unwrap(), "Ready").as_deref(),
+        Some("Unknown")
+    );
+    until("the kubelet sets Ready back to True", || async {
+        let node = nodes.get("hb").await.unwrap();
+        condition(&node, "Ready").as_deref() == Some("True")
+    })
+    .await;
+
+    shutdown.cancel();
+    kubelet.await.unwrap().unwrap();
+}
+
+/// The connections the kubelet has open are lost without a word (a NAT that forgot them): the
+/// renewal that goes out next on one of them is abandoned after the heartbeat limit (the status
+/// update period, here a second), and a later one gets through on a new connection, well before
+/// the Lease's 20 s run out. Before the limit, the renewal waited out the client's minute.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_on_a_silently_lost_connection_gives_up_before_the_lease_lapses() {
+    skiff_tests::install_crypto();
+    let cluster = tokio::task::spawn_blocking(|| TestCluster::start(&[]))
+        .await
+        .unwrap();
+    let link = Link::to(([127, 0, 0, 1], cluster.port()).into());
+    let root = tempfile::tempdir().unwrap();
+    let client = skiff_client::connect(&skiff_client::ClientConfig {
+        kubeconfig: Some(cluster.kubeconfig_through(&link.url())),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let options = Cli::parse_from([
+        "kubelet",
+        "--node-name",
+        "lost",
+        "--root-dir",
+        root.path().to_str().unwrap(),
+        "--node-status-update-frequency",
+        "1s",
+        "--node-lease-renew-interval",
+        "1s",
+        "--node-lease-duration-seconds",
+        "20",
+        "--container-runtime-endpoint",
+        "process",
+    ])
+    .options;
+    let shutdown = CancellationToken::new();
+    let kubelet = tokio::spawn(skiff_kubelet::run(client, options, shutdown.clone()));
+
+    // The test reads the Lease directly, not through the link.
+    let direct = skiff_client::connect(&skiff_client::ClientConfig {
+        kubeconfig: Some(cluster.kubeconfig.clone()),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let leases: Api<Lease> = Api::namespaced(direct, "kube-node-lease");
+    let renewed = || async {
+        leases
+            .get_opt("lost")
+            .await
+            .unwrap()
+            .and_then(|l| l.spec?.renew_time)
+            .map(|t| t.0)
+    };
+    until("the Lease is renewed", || async {
+        renewed().await.is_some()
+    })
+    .await;
+    // A few renewals first, so that the pool holds idle connections to lose.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    link.set(Fault::Sever);
+    let severed_at = Timestamp::now();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if renewed().await.is_some_and(|t| t > severed_at) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no renewal got through within the Lease's 20 s of losing the connections \
+             ({:?})",
+            link.counts()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(link.counts().severed > 0, "nothing was severed");
 
     shutdown.cancel();
     kubelet.await.unwrap().unwrap();
