@@ -405,12 +405,48 @@ fn the_cluster_survives_components_killed_at_random_under_load() {
             ]);
             run.stdout.trim() == format!("{replicas}/{replicas}/{replicas}")
         });
-        let pods = k.run(&["get", "pods", "-n", NAMESPACE, "-l", &format!("app={name}")]);
-        assert!(
-            converged,
-            "deployment {name} did not converge on {replicas}:\n{}",
-            pods.stdout
-        );
+        if !converged {
+            // What the controllers and the node lifecycle saw: the status that fell short, the
+            // pods' Ready conditions (kubectl's READY column counts containers only), the nodes.
+            let deployment = k.run(&[
+                "get",
+                "deployment",
+                "-n",
+                NAMESPACE,
+                name,
+                "-o",
+                "jsonpath={.status}",
+            ]);
+            let sets = k.run(&[
+                "get",
+                "replicaset",
+                "-n",
+                NAMESPACE,
+                "-l",
+                &format!("app={name}"),
+                "-o",
+                "jsonpath={range .items[*]}{.metadata.name}: {.status}{\"\\n\"}{end}",
+            ]);
+            let pods = k.run(&[
+                "get",
+                "pods",
+                "-n",
+                NAMESPACE,
+                "-l",
+                &format!("app={name}"),
+                "-o",
+                "wide",
+            ]);
+            let ready = k.run(&[
+                "get", "pods", "-n", NAMESPACE, "-l", &format!("app={name}"), "-o",
+                "jsonpath={range .items[*]}{.metadata.name}: {.status.conditions[?(@.type==\"Ready\")]}{\"\\n\"}{end}",
+            ]);
+            let nodes = k.run(&["get", "nodes"]);
+            panic!(
+                "deployment {name} did not converge on {replicas}: {}\n{}\n{}\n{}\n{}",
+                deployment.stdout, sets.stdout, pods.stdout, ready.stdout, nodes.stdout
+            );
+        }
     }
     for name in &jobs {
         let done = eventually(Duration::from_secs(180), || {
