@@ -392,76 +392,50 @@ fn the_cluster_survives_components_killed_at_random_under_load() {
     let (changes, resumes) = rt.block_on(watcher).unwrap();
 
     // Every Deployment converges on its last scale, every Job completes.
+    // `kubectl get <what> -n chaos <selection...> -o <output>`, its output.
+    let get = |what: &str, selection: &[&str], output: &str| {
+        let mut args = vec!["get", what, "-n", NAMESPACE];
+        args.extend_from_slice(selection);
+        args.extend(["-o", output]);
+        k.run(&args).stdout
+    };
     for (name, replicas) in &scales {
         let converged = eventually(Duration::from_secs(180), || {
-            let run = k.run(&[
-                "get",
+            get(
                 "deployment",
-                "-n",
-                NAMESPACE,
-                name,
-                "-o",
+                &[name],
                 "jsonpath={.status.readyReplicas}/{.status.replicas}/{.status.updatedReplicas}",
-            ]);
-            run.stdout.trim() == format!("{replicas}/{replicas}/{replicas}")
+            )
+            .trim()
+                == format!("{replicas}/{replicas}/{replicas}")
         });
         if !converged {
             // What the controllers and the node lifecycle saw: the status that fell short, the
             // pods' Ready conditions (kubectl's READY column counts containers only), the nodes.
-            let deployment = k.run(&[
-                "get",
-                "deployment",
-                "-n",
-                NAMESPACE,
-                name,
-                "-o",
-                "jsonpath={.status}",
-            ]);
-            let sets = k.run(&[
-                "get",
-                "replicaset",
-                "-n",
-                NAMESPACE,
-                "-l",
-                &format!("app={name}"),
-                "-o",
-                "jsonpath={range .items[*]}{.metadata.name}: {.status}{\"\\n\"}{end}",
-            ]);
-            let pods = k.run(&[
-                "get",
-                "pods",
-                "-n",
-                NAMESPACE,
-                "-l",
-                &format!("app={name}"),
-                "-o",
-                "wide",
-            ]);
-            let ready = k.run(&[
-                "get", "pods", "-n", NAMESPACE, "-l", &format!("app={name}"), "-o",
-                "jsonpath={range .items[*]}{.metadata.name}: {.status.conditions[?(@.type==\"Ready\")]}{\"\\n\"}{end}",
-            ]);
-            let nodes = k.run(&["get", "nodes"]);
+            let label = format!("app={name}");
+            let pods = ["-l", label.as_str()];
             panic!(
                 "deployment {name} did not converge on {replicas}: {}\n{}\n{}\n{}\n{}",
-                deployment.stdout, sets.stdout, pods.stdout, ready.stdout, nodes.stdout
+                get("deployment", &[name], "jsonpath={.status}"),
+                get(
+                    "replicaset",
+                    &pods,
+                    "jsonpath={range .items[*]}{.metadata.name}: {.status}{\"\\n\"}{end}"
+                ),
+                get("pods", &pods, "wide"),
+                get(
+                    "pods",
+                    &pods,
+                    "jsonpath={range .items[*]}{.metadata.name}: \
+                     {.status.conditions[?(@.type==\"Ready\")]}{\"\\n\"}{end}"
+                ),
+                k.run(&["get", "nodes"]).stdout,
             );
         }
     }
     for name in &jobs {
         let done = eventually(Duration::from_secs(180), || {
-            k.run(&[
-                "get",
-                "job",
-                "-n",
-                NAMESPACE,
-                name,
-                "-o",
-                "jsonpath={.status.succeeded}",
-            ])
-            .stdout
-            .trim()
-                == "2"
+            get("job", &[name], "jsonpath={.status.succeeded}").trim() == "2"
         });
         assert!(done, "job {name} did not complete");
     }
