@@ -464,7 +464,6 @@ pub async fn run_with_host(
     ));
     tasks.spawn(status_loop(
         nodes.clone(),
-        node,
         StatusSettings {
             node_name: node_name.clone(),
             node_ip: options.node_ip,
@@ -617,6 +616,20 @@ fn heartbeat_limit(options: &Options) -> Duration {
         .max(Duration::from_secs(1))
 }
 
+/// A heartbeat request, given up after `limit` (see [`heartbeat_limit`]): dropped, and the
+/// connection it went out on with it.
+async fn heartbeat<T, E: std::fmt::Display>(
+    limit: Duration,
+    request: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, String> {
+    match tokio::time::timeout(limit, request).await {
+        Ok(answer) => answer.map_err(|err| err.to_string()),
+        Err(_) => Err(format!(
+            "no answer within {limit:?}; its connection is dropped"
+        )),
+    }
+}
+
 /// Renews the node's Lease every interval (creating it, and its namespace, when missing), each
 /// renewal within the [`heartbeat_limit`].
 async fn lease_loop(
@@ -639,22 +652,13 @@ async fn lease_loop(
             &node_uid,
             &options,
         );
-        let failed = match tokio::time::timeout(limit, renewal).await {
-            Ok(Ok(lease)) => {
+        let wait = match heartbeat(limit, renewal).await {
+            Ok(lease) => {
                 cached = Some(lease);
-                None
-            }
-            Ok(Err(err)) => Some(err.to_string()),
-            Err(_) => Some(format!(
-                "no answer within {limit:?}; its connection is dropped"
-            )),
-        };
-        let wait = match failed {
-            None => {
                 retry = Duration::from_millis(200);
                 options.node_lease_renew_interval
             }
-            Some(err) => {
+            Err(err) => {
                 tracing::warn!(%err, "renewing node lease");
                 let wait = retry;
                 retry = (retry * 2).min(Duration::from_secs(7));
@@ -763,18 +767,15 @@ struct StatusSettings {
 /// controller sets Ready to Unknown when the Lease lapses (a renewal lost on a dead connection,
 /// say), and then marks every pod of the node not ready, again on each of their updates, until
 /// Ready is True. The kubelet overrules it at its next period, as Kubernetes' kubelet does, not
-/// at the report interval (5 minutes by default).
+/// at the report interval (5 minutes by default). Each read and PATCH is a [`heartbeat`].
 async fn status_loop(
     nodes: Api<Node>,
-    node: Node,
     settings: StatusSettings,
     manager: Manager,
     runtime: Arc<dyn Runtime>,
     shutdown: CancellationToken,
 ) {
     let setters = node_status::default_setters();
-    // The Node as registration left it: the first period needs no read.
-    let mut registered = Some(node);
     let mut last_report: Option<Instant> = None;
     let mut range: Option<Range> = None;
     let mut runtime_error: Option<String> = None;
@@ -809,21 +810,11 @@ async fn status_loop(
         };
         let mut ready = false;
         for attempt in 0..5 {
-            let node = match registered.take() {
-                Some(n) => n,
-                None => {
-                    let read = nodes.get(&settings.node_name);
-                    match tokio::time::timeout(settings.heartbeat, read).await {
-                        Ok(Ok(n)) => n,
-                        Ok(Err(err)) => {
-                            tracing::warn!(%err, attempt, "reading node for status");
-                            continue;
-                        }
-                        Err(_) => {
-                            tracing::warn!(limit = ?settings.heartbeat, attempt, "reading node for status: no answer");
-                            continue;
-                        }
-                    }
+            let node = match heartbeat(settings.heartbeat, nodes.get(&settings.node_name)).await {
+                Ok(n) => n,
+                Err(err) => {
+                    tracing::warn!(%err, attempt, "reading node for status");
+                    continue;
                 }
             };
             let new_range = pod_range(&node, &settings.node_name);
@@ -842,11 +833,8 @@ async fn status_loop(
             let patch = json!({ "status": status_patch(&new) });
             let (params, patch) = (PatchParams::default(), Patch::Merge(&patch));
             let patched = nodes.patch_status(&settings.node_name, &params, &patch);
-            match tokio::time::timeout(settings.heartbeat, patched).await {
-                Err(_) => {
-                    tracing::warn!(limit = ?settings.heartbeat, attempt, "patching node status: no answer");
-                }
-                Ok(Ok(updated)) => {
+            match heartbeat(settings.heartbeat, patched).await {
+                Ok(updated) => {
                     last_report = Some(Instant::now());
                     ready = updated
                         .status
@@ -855,7 +843,7 @@ async fn status_loop(
                         == Some("True");
                     break;
                 }
-                Ok(Err(err)) => tracing::warn!(%err, attempt, "patching node status"),
+                Err(err) => tracing::warn!(%err, attempt, "patching node status"),
             }
         }
         let wait = if ready {

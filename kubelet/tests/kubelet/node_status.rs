@@ -49,6 +49,16 @@ async fn status_patches(cluster: &TestCluster) -> u64 {
         .sum()
 }
 
+/// A client on the admin kubeconfig at `kubeconfig`.
+async fn connect(kubeconfig: std::path::PathBuf) -> skiff_client::Client {
+    skiff_client::connect(&skiff_client::ClientConfig {
+        kubeconfig: Some(kubeconfig),
+        ..Default::default()
+    })
+    .await
+    .unwrap()
+}
+
 fn condition(node: &Node, type_: &str) -> Option<String> {
     node.status
         .as_ref()?
@@ -78,12 +88,7 @@ async fn lease_renews_and_status_is_patched_only_on_change() {
         .await
         .unwrap();
     let root = tempfile::tempdir().unwrap();
-    let client = skiff_client::connect(&skiff_client::ClientConfig {
-        kubeconfig: Some(cluster.kubeconfig.clone()),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let client = connect(cluster.kubeconfig.clone()).await;
     // Plenty of memory to start with; the rest is the real host's.
     let readings = Arc::new(Mutex::new(Readings {
         memory_available: 1 << 40,
@@ -252,12 +257,7 @@ async fn a_renewal_on_a_silently_lost_connection_gives_up_before_the_lease_lapse
         .unwrap();
     let link = Link::to(([127, 0, 0, 1], cluster.port()).into());
     let root = tempfile::tempdir().unwrap();
-    let client = skiff_client::connect(&skiff_client::ClientConfig {
-        kubeconfig: Some(cluster.kubeconfig_through(&link.url())),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let client = connect(cluster.kubeconfig_through(&link.url())).await;
     let options = Cli::parse_from([
         "kubelet",
         "--node-name",
@@ -278,12 +278,7 @@ async fn a_renewal_on_a_silently_lost_connection_gives_up_before_the_lease_lapse
     let kubelet = tokio::spawn(skiff_kubelet::run(client, options, shutdown.clone()));
 
     // The test reads the Lease directly, not through the link.
-    let direct = skiff_client::connect(&skiff_client::ClientConfig {
-        kubeconfig: Some(cluster.kubeconfig.clone()),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let direct = connect(cluster.kubeconfig.clone()).await;
     let leases: Api<Lease> = Api::namespaced(direct, "kube-node-lease");
     let renewed = || async {
         leases
