@@ -264,6 +264,45 @@ async fn connect_as(
     })
 }
 
+/// [`connect_as`], tried again while the API server cannot be reached or cannot serve yet (a
+/// box that boots before its server, a server restarting), as a kubelet waits for its API server
+/// instead of exiting. What the server can never accept (a malformed token, a CA that does not
+/// match the join token's hash, a refused credential, an unreadable file) fails at once. `None`
+/// when shut down while waiting.
+async fn connect_when_reachable(
+    config: &skiff_client::ClientConfig,
+    identities: Option<(&std::path::Path, &[Identity])>,
+    shutdown: &tokio_util::sync::CancellationToken,
+) -> anyhow::Result<Option<Connected>> {
+    const LONGEST: std::time::Duration = std::time::Duration::from_secs(8);
+    let mut wait = std::time::Duration::from_secs(1);
+    loop {
+        let error = match connect_as(config, identities).await {
+            Ok(connected) => return Ok(Some(connected)),
+            Err(error) if transient(&error) => error,
+            Err(error) => return Err(error),
+        };
+        tracing::warn!(error = %format!("{error:#}"), retry_in = ?wait, "the API server cannot be reached yet");
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            () = shutdown.cancelled() => return Ok(None),
+        }
+        wait = (wait * 2).min(LONGEST);
+    }
+}
+
+/// Whether a failure to connect may pass by itself (see [`skiff_client::Error::is_transient`]).
+fn transient(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<skiff_client::Error>()
+            .is_some_and(skiff_client::Error::is_transient)
+            || cause
+                .downcast_ref::<kube::Error>()
+                .is_some_and(skiff_client::transient)
+    })
+}
+
 /// Sleeps until the wall clock reaches `time` (checking at least hourly, so that a clock that
 /// jumped, or a machine that slept, is noticed).
 async fn sleep_until(time: std::time::SystemTime) {
@@ -332,7 +371,9 @@ where
     // A --server list: every client of this process goes through one relay to them.
     let config = &config.balanced().await?;
     loop {
-        let connected = connect_as(config, identities).await?;
+        let Some(connected) = connect_when_reachable(config, identities, &shutdown).await? else {
+            return Ok(());
+        };
         let round = shutdown.child_token();
         let mut running = std::pin::pin!(run(connected.clients, round.clone()));
         let renewed = async {

@@ -119,6 +119,8 @@ impl Targets {
                 {
                     Ok(Ok(stream)) => {
                         let _ = stream.set_nodelay(true);
+                        // A server gone silent ends the relayed connection, and so the client's.
+                        crate::transport::Liveness::default().apply(&stream);
                         if index != start % count
                             && self
                                 .current

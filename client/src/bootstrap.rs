@@ -155,19 +155,20 @@ pub async fn request(client: &Client, identity: &Identity) -> Result<Credentials
     let api: Api<Csr> = Api::all(client.clone());
     api.create(&PostParams::default(), &csr)
         .await
-        .map_err(|e| {
-            Error::Config(format!(
-                "asking for a certificate for {}: {e}",
+        .map_err(|source| Error::Request {
+            what: format!(
+                "asking for a certificate for {}",
                 identity.subject.common_name
-            ))
+            ),
+            source,
         })?;
     tracing::info!(%name, user = %identity.subject.common_name, "asked for a client certificate");
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
-        let current = api
-            .get(&name)
-            .await
-            .map_err(|e| Error::Config(format!("reading {name}: {e}")))?;
+        let current = api.get(&name).await.map_err(|source| Error::Request {
+            what: format!("reading {name}"),
+            source,
+        })?;
         if let Some(status) = &current.status {
             if let Some(cert) = status.certificate.as_ref().filter(|c| !c.0.is_empty()) {
                 let cert_pem = String::from_utf8(cert.0.clone()).map_err(|_| {

@@ -8,6 +8,7 @@ use kube::Client;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
 use crate::join::JoinToken;
+use crate::transport::Liveness;
 use crate::{Error, Result};
 
 /// Where a component finds the API server, as its command line gives it.
@@ -92,14 +93,20 @@ pub async fn connect(config: &ClientConfig) -> Result<Client> {
     };
     let server = kube_config.cluster_url.to_string();
     let client = build(kube_config)?;
-    client
-        .apiserver_version()
-        .await
-        .map_err(|e| Error::Unreachable {
+    match client.apiserver_version().await {
+        Ok(_) => Ok(client),
+        // An answer that is not "cannot serve now" (say 401 for a token it does not know).
+        Err(source) if matches!(source, kube::Error::Api(_)) && !crate::transient(&source) => {
+            Err(Error::Request {
+                what: format!("the API server at {server} refused GET /version"),
+                source,
+            })
+        }
+        Err(e) => Err(Error::Unreachable {
             server,
             message: e.to_string(),
-        })?;
-    Ok(client)
+        }),
+    }
 }
 
 /// A client for `server`, trusting the PEM bundle `ca_pem` and authenticating with `token`; no
@@ -172,10 +179,11 @@ fn base_config(server: &str, ca_pem: &[u8]) -> Result<kube::Config> {
 ///
 /// kube-apiserver answers every request within a minute (its `--request-timeout`) except watches,
 /// log streams, exec and the like, and those begin their response at once; skiff's API server
-/// does the same. So a minute without a response means the connection is gone — a NAT or
-/// firewall that lost it tells neither side, and the HTTP/1.1 client (kube-rs) would otherwise
-/// wait out its read timeout, five minutes, on it. client-go finds such connections with HTTP/2
-/// pings instead.
+/// does the same. So a minute without a response means the connection is gone. The kernel finds
+/// most such connections sooner ([`crate::transport`]: keepalive, and a limit on unacknowledged
+/// bytes); this limit is for what it cannot see, such as a relay on the way whose far side went
+/// silent. Without it the HTTP/1.1 client (kube-rs) would wait out its read timeout, five
+/// minutes. client-go finds such connections with HTTP/2 pings instead.
 pub const RESPONSE_WITHIN: Duration = Duration::from_secs(60);
 
 /// A client on `config` that sends a request again only when the server says when
@@ -186,7 +194,7 @@ pub(crate) fn build(config: kube::Config) -> Result<Client> {
 }
 
 fn build_with(config: kube::Config, response_within: Duration) -> Result<Client> {
-    let builder = kube::client::ClientBuilder::try_from(config)?;
+    let builder = crate::transport::client_builder(config, Liveness::default())?;
     // A retried request goes through the stack again: the buffer makes the stack cloneable.
     // The time limit is each attempt's.
     Ok(builder

@@ -32,6 +32,7 @@ pub mod informer;
 pub mod join;
 pub mod leaderelection;
 pub mod retry;
+mod transport;
 pub mod workqueue;
 
 pub use cache::{Cache, index, key_of};
@@ -80,9 +81,47 @@ pub enum Error {
         /// The underlying error.
         message: String,
     },
+    /// A request to the API server failed.
+    #[error("{what}: {source}")]
+    Request {
+        /// What the request was for.
+        what: String,
+        /// How it failed.
+        source: kube::Error,
+    },
     /// An error from the API or the transport.
     #[error(transparent)]
     Kube(#[from] kube::Error),
+}
+
+impl Error {
+    /// Whether trying again later may succeed: the server could not be reached or could not
+    /// serve (see [`transient`]). A configuration the server can never accept (a malformed
+    /// token, a CA that does not match the join token's hash, an unreadable file, a refused
+    /// credential) is not.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::Unreachable { .. } => true,
+            Error::Request { source, .. } | Error::Kube(source) => transient(source),
+            Error::Kubeconfig { .. }
+            | Error::Config(_)
+            | Error::BadToken(_)
+            | Error::CaMismatch { .. } => false,
+        }
+    }
+}
+
+/// Whether `err` says the API server was not reached, or could not serve for now (429 and 5xx
+/// answers), rather than that the request itself is wrong.
+pub fn transient(err: &kube::Error) -> bool {
+    match err {
+        kube::Error::Api(status) => status.code == 429 || status.code >= 500,
+        kube::Error::HyperError(_)
+        | kube::Error::Service(_)
+        | kube::Error::ReadEvents(_)
+        | kube::Error::HttpError(_) => true,
+        _ => false,
+    }
 }
 
 /// This crate's result type.

@@ -568,3 +568,110 @@ fn the_cluster_survives_components_killed_at_random_under_load() {
         jobs.len()
     );
 }
+
+/// Components started while the API server cannot be reached wait for it, as a kubelet does (an
+/// edge box that boots before its server), rather than exit; what the server can never accept
+/// still stops them at once. The soak above found the first: an agent it started again while
+/// the API server was down exited ("cannot reach the API server"), and its node stayed NotReady.
+#[test]
+fn components_started_while_the_api_server_is_unreachable_wait_for_it() {
+    let cluster = TestCluster::start(&["--service-cluster-ip-range", "127.98.35.0/24"]);
+    // No pod is scheduled here, so the kubelet leaves no process behind.
+    let root = cluster.dir.path().join("node-late");
+    let api: std::net::SocketAddr = ([127, 0, 0, 1], cluster.port()).into();
+    let link = Link::to(api);
+    link.set(Fault::Down);
+    // The controllers reach the server directly: they sign the agent's certificate requests.
+    let _controllers = cluster.spawn_controllers(&[]);
+    let mut scheduler = cluster.spawn_component_through(&link.url(), &["scheduler"]);
+    let mut agent = cluster.spawn_agent_through(
+        &link.url(),
+        &["--node-name", "late", "--root-dir", root.to_str().unwrap()],
+    );
+    const WAITING: &str = "the API server cannot be reached yet";
+    let waiting = eventually(Duration::from_secs(30), || {
+        agent.log_text().contains(WAITING) && scheduler.log_text().contains(WAITING)
+    });
+    assert!(
+        waiting,
+        "they do not wait for the server:\n{}\n{}",
+        agent.log_text(),
+        scheduler.log_text()
+    );
+    // Past the first retries (1 s, then 2 s, 4 s), still waiting.
+    std::thread::sleep(Duration::from_secs(8));
+    assert!(agent.is_running(), "the agent exited: {}", agent.log_text());
+    assert!(
+        scheduler.is_running(),
+        "the scheduler exited: {}",
+        scheduler.log_text()
+    );
+
+    link.heal();
+    let k = cluster.kubectl();
+    let ready = eventually(Duration::from_secs(90), || {
+        k.run(&[
+            "get",
+            "node",
+            "late",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+        ])
+        .stdout
+            == "True"
+    });
+    assert!(ready, "node late never became Ready: {}", agent.log_text());
+    let leading = eventually(Duration::from_secs(30), || {
+        scheduler
+            .log_text()
+            .contains("successfully acquired the leader lease")
+    });
+    assert!(
+        leading,
+        "the scheduler never started: {}",
+        scheduler.log_text()
+    );
+
+    // What can never succeed stops the agent at once: a join token whose CA hash is not the
+    // server's, and one whose secret the server does not know.
+    let real = cluster.join_token();
+    let (hash, _secret) = real
+        .strip_prefix("SKIFF1::")
+        .and_then(|rest| rest.split_once("::"))
+        .expect("a join token");
+    let cases = [
+        (
+            format!("SKIFF1::{}::s3cret", "0".repeat(64)),
+            "refusing to trust it",
+        ),
+        (format!("SKIFF1::{hash}::wrong"), "Unauthorized"),
+    ];
+    for (i, (token, why)) in cases.iter().enumerate() {
+        let mut refused = cluster.spawn_skiff(&[
+            "agent",
+            "--server",
+            &cluster.server,
+            "--token",
+            token,
+            "--node-name",
+            "refused",
+            "--root-dir",
+            cluster
+                .dir
+                .path()
+                .join(format!("node-refused-{i}"))
+                .to_str()
+                .unwrap(),
+        ]);
+        assert!(
+            eventually(Duration::from_secs(30), || !refused.is_running()),
+            "an agent with a token that cannot work kept trying: {}",
+            refused.log_text()
+        );
+        assert!(
+            refused.log_text().contains(why),
+            "{why}: {}",
+            refused.log_text()
+        );
+    }
+}
