@@ -9,7 +9,8 @@
 //! delete is), the watch (resumed from its last resourceVersion after each API server kill, as a
 //! client does) saw the log's changes in order with none skipped or repeated, every Deployment
 //! converged and every Job completed, no pod process is left behind once the workloads are gone,
-//! and the API server's resident memory and the data dir stay within stated bounds.
+//! no socket listens on the cluster's addresses once the components are stopped, and the API
+//! server's resident memory and the data dir stay within stated bounds.
 //!
 //! It runs for `SKIFF_CHAOS_SECONDS` (60 by default; BENCHMARKS.md reports a 10-minute run).
 
@@ -27,6 +28,8 @@ const NAMESPACE: &str = "chaos";
 /// The Deployments and the replica counts the driver moves them between.
 const DEPLOYMENTS: [&str; 3] = ["alpha", "beta", "gamma"];
 const SCALES: [u32; 4] = [1, 2, 3, 5];
+/// The soak's ClusterIP range (a /24 of its own): the agents' proxies bind its addresses.
+const SERVICE_RANGE: [u8; 3] = [127, 98, 33];
 /// Resident memory of the API server after the soak, at most.
 const RSS_LIMIT_MIB: u64 = 400;
 /// The data dir after the soak, at most.
@@ -241,6 +244,26 @@ fn size_mib(dir: &std::path::Path) -> u64 {
     walk(dir) / (1024 * 1024)
 }
 
+/// The IPv4 TCP sockets listening on this machine (`/proc/net/tcp`, state `0A`).
+fn listeners() -> Vec<std::net::SocketAddrV4> {
+    let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if fields.get(3) != Some(&"0A") {
+                return None;
+            }
+            let (ip, port) = fields.get(1)?.split_once(':')?;
+            // The address as the kernel's 32-bit word, printed in hex: its bytes little-endian.
+            let ip = u32::from_str_radix(ip, 16).ok()?.to_le_bytes();
+            let port = u16::from_str_radix(port, 16).ok()?;
+            Some(std::net::SocketAddrV4::new(ip.into(), port))
+        })
+        .collect()
+}
+
 #[test]
 fn the_cluster_survives_components_killed_at_random_under_load() {
     let seconds: u64 = std::env::var("SKIFF_CHAOS_SECONDS")
@@ -248,7 +271,11 @@ fn the_cluster_survives_components_killed_at_random_under_load() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(60);
     // A ClusterIP range of its own: the agents' proxies bind its addresses on loopback.
-    let mut cluster = TestCluster::start(&["--service-cluster-ip-range", "127.98.33.0/24"]);
+    let range = format!(
+        "{}.{}.{}.0/24",
+        SERVICE_RANGE[0], SERVICE_RANGE[1], SERVICE_RANGE[2]
+    );
+    let mut cluster = TestCluster::start(&["--service-cluster-ip-range", &range]);
     let roots: Vec<_> = ["a", "b"]
         .iter()
         .map(|n| cluster.dir.path().join(format!("node-{n}")))
@@ -493,12 +520,28 @@ fn the_cluster_survives_components_killed_at_random_under_load() {
     let leftover: Vec<_> = roots.iter().map(|r| processes_under(r)).collect();
     assert!(drained, "pod processes left behind: {leftover:?}");
 
+    // The agents' proxies listen on the service range (the `kubernetes` Service at least) while
+    // they run; once everything is stopped, nothing may listen there or on the API server's port.
+    let api_port = cluster.port();
+    let ours = |address: &std::net::SocketAddrV4| {
+        address.ip().octets()[..3] == SERVICE_RANGE[..]
+            || (address.ip().is_loopback() && address.port() == api_port)
+    };
+    let before: Vec<_> = listeners().into_iter().filter(ours).collect();
+    assert!(
+        before
+            .iter()
+            .any(|a| a.ip().octets()[..3] == SERVICE_RANGE[..]),
+        "no proxy listens on the service range while the agents run: {before:?}"
+    );
     let rss = resident_mib(cluster.pid().unwrap());
     for mut c in components {
         let status = c.stop();
         assert!(status.is_some(), "a component was not running at the end");
     }
     cluster.stop();
+    let left: Vec<_> = listeners().into_iter().filter(ours).collect();
+    assert!(left.is_empty(), "listeners left behind: {left:?}");
     let data = size_mib(&cluster.data_dir());
 
     let logged = skiff_ok(&[

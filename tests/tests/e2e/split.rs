@@ -85,11 +85,15 @@ fn components_recover_when_the_api_server_is_killed_and_restarted() {
     assert_eq!(names.lines().count(), 2, "{names}");
 }
 
+/// A component whose server does not answer names it, and waits for it (as a kubelet does)
+/// rather than exit: `chaos::components_started_while_the_api_server_is_unreachable_wait_for_it`
+/// shows it getting through once the server answers.
 #[test]
-fn an_unreachable_server_fails_fast() {
+fn an_unreachable_server_is_named_while_the_component_waits_for_it() {
     let dir = tempfile::tempdir().unwrap();
     let port = skiff_tests::free_port();
-    let out = std::process::Command::new(skiff_tests::skiff_binary())
+    let log = dir.path().join("controllers.log");
+    let mut child = std::process::Command::new(skiff_tests::skiff_binary())
         .args([
             "controllers",
             "--server",
@@ -97,11 +101,20 @@ fn an_unreachable_server_fails_fast() {
         ])
         .args(["--token", &format!("SKIFF1::{}::secret", "0".repeat(64))])
         .current_dir(dir.path())
-        .output()
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
         .unwrap();
-    assert!(!out.status.success());
-    let text = String::from_utf8_lossy(&out.stderr);
-    assert!(text.contains("cannot reach the API server"), "{text}");
+    let named = format!("cannot reach the API server at https://127.0.0.1:{port}");
+    let reported = eventually(Duration::from_secs(20), || {
+        std::fs::read_to_string(&log).is_ok_and(|text| text.contains(&named))
+    });
+    let waiting = matches!(child.try_wait(), Ok(None));
+    let _ = child.kill();
+    let _ = child.wait();
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(reported, "the unreachable server is not named: {text}");
+    assert!(waiting, "it exited instead of waiting: {text}");
 }
 
 #[test]
