@@ -81,11 +81,17 @@ pub(crate) type Stack = tower::util::BoxService<
 
 /// A kube-rs client stack on `config`: TLS as `config` says, over TCP connections kept by
 /// `liveness`. kube-rs's own retry layer is left out (`config.default_retry`): the caller adds
-/// the retries it wants.
+/// the retries it wants. A kubeconfig's `proxy-url` is refused, as kube-rs refuses it without
+/// its proxy features: skiff's components reach their API server directly.
 pub(crate) fn client_builder(
     config: kube::Config,
     liveness: Liveness,
-) -> kube::Result<ClientBuilder<Stack>> {
+) -> crate::Result<ClientBuilder<Stack>> {
+    if let Some(proxy) = &config.proxy_url {
+        return Err(crate::Error::Config(format!(
+            "proxy-url {proxy} is not supported: skiff components connect to the API server directly"
+        )));
+    }
     let mut tcp = HttpConnector::new();
     // https URLs go to the TLS connector above; this one only dials.
     tcp.enforce_http(false);
@@ -210,6 +216,16 @@ mod tests {
             .unwrap()
             .with_layer(&tower::timeout::TimeoutLayer::new(Duration::from_secs(300)))
             .build()
+    }
+
+    #[test]
+    fn a_proxy_url_is_refused_not_ignored() {
+        let mut config = kube::Config::new("https://127.0.0.1:6443".parse().unwrap());
+        config.proxy_url = Some("http://127.0.0.1:3128".parse().unwrap());
+        let Err(err) = client_builder(config, Liveness::default()) else {
+            panic!("a client was built that would not go through the proxy");
+        };
+        assert!(err.to_string().contains("proxy-url"), "{err}");
     }
 
     /// For the copy of test `name` that runs in a network namespace of its own (see
