@@ -430,10 +430,9 @@ mod tests {
 
     /// A body observed from kubectl's point of view (copied from the team's wire notes).
     fn reference(name: &str) -> Value {
-        let path = format!(
-            "{}/testdata/kubectl-wire/{name}",
-            env!("CARGO_MANIFEST_DIR")
-        );
+        let path = crate::package_dir()
+            .join("testdata/kubectl-wire")
+            .join(name);
         serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
     }
 

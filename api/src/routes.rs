@@ -748,11 +748,8 @@ mod tests {
     }
 
     fn fixture(name: &str) -> Vec<u8> {
-        let path = format!(
-            "{}/../kinds/testdata/protobuf/{name}.v1_33.pb",
-            env!("CARGO_MANIFEST_DIR")
-        );
-        std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+        let path = crate::package_dir().join(format!("../kinds/testdata/protobuf/{name}.v1_33.pb"));
+        std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
     }
 
     #[tokio::test]

@@ -6,10 +6,15 @@ use std::path::PathBuf;
 
 use skiff_fuzz_targets::TARGETS;
 
+/// This package's directory: where `cargo test` says it is at run time, else where it was at
+/// build time (a binary built in another checkout sharing the build directory reads this one's).
+fn package_dir() -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), Into::into)
+}
+
 fn corpus_dir(target: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../fuzz/corpus")
-        .join(target)
+    package_dir().join("../fuzz/corpus").join(target)
 }
 
 #[test]
@@ -38,7 +43,7 @@ fn every_target_has_a_corpus_and_each_file_passes() {
 
 #[test]
 fn every_target_has_a_fuzz_binary() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fuzz/fuzz_targets");
+    let dir = package_dir().join("../fuzz/fuzz_targets");
     for (name, _) in TARGETS {
         let file = dir.join(format!("{name}.rs"));
         assert!(file.exists(), "{} is missing", file.display());

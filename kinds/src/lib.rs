@@ -34,3 +34,13 @@ pub use kind::{
     Checked, Kind, ScalePaths, SelectorShape, Source, Strategy, converts, to_served, to_stored,
 };
 pub use registry::{Kinds, Snapshot};
+
+/// This package's directory, for tests that read its files (`testdata/`): where `cargo test`
+/// says it is at run time, else where it was when the test was built. A test binary built in
+/// another checkout of the workspace (CI's, sharing the build directory) then still reads this
+/// checkout's files, not the other's.
+#[cfg(test)]
+pub(crate) fn package_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), Into::into)
+}

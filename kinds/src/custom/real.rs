@@ -24,9 +24,9 @@ const FILES: &[&str] = &[
 ];
 
 fn definition(file: &str) -> Value {
-    let path = format!("{}/testdata/crds/{file}", env!("CARGO_MANIFEST_DIR"));
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
+    let path = crate::package_dir().join("testdata/crds").join(file);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 fn kind_of(file: &str) -> Arc<dyn Kind> {

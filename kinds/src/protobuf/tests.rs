@@ -31,11 +31,8 @@ const FIXTURES: &[&str] = &[
 ];
 
 fn fixture(name: &str, ext: &str) -> Vec<u8> {
-    let path = format!(
-        "{}/testdata/protobuf/{name}.{ext}",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+    let path = crate::package_dir().join(format!("testdata/protobuf/{name}.{ext}"));
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 #[test]

@@ -667,10 +667,7 @@ mod tests {
 
     #[test]
     fn the_job_kubectl_create_job_sends_is_valid() {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/testdata/protobuf/job.v1_33.pb"
-        );
+        let path = crate::package_dir().join("testdata/protobuf/job.v1_33.pb");
         let body = std::fs::read(path).unwrap();
         let object = crate::protobuf::decode(&body).unwrap();
         let mut object = info("batch", "Job").decode(&object).unwrap();

@@ -16,7 +16,7 @@ use skiff_tests::{Kubectl, TestCluster};
 
 /// The directory of the manifests.
 fn testdata() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/installs")
+    crate::package_dir().join("testdata/installs")
 }
 
 /// `name`'s manifest as a plain YAML file in `dir` (the large ones are kept gzipped).

@@ -3,6 +3,14 @@
 //! One test binary per crate, its areas as modules: every integration binary links the whole
 //! dependency tree again, and on a 2-core CI machine those links cost more than the tests run.
 
+/// This package's directory, for tests that read its files: where `cargo test` says it is at
+/// run time, else where it was at build time (a binary built in another checkout sharing the
+/// build directory then reads this checkout's files).
+fn package_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), Into::into)
+}
+
 mod aggregated;
 mod aggregation;
 mod api;

@@ -83,7 +83,7 @@ fn screenshot_dir() -> PathBuf {
 
 #[test]
 fn timeline_page_shows_filters_points_diffs_and_live_changes() {
-    let browser_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("browser");
+    let browser_dir = crate::package_dir().join("browser");
     browser_tools(&browser_dir);
     let cluster = TestCluster::start_server(&[]);
     let _cleanup = PodCleanup(cluster.kubelet_root());
