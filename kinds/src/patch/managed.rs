@@ -37,12 +37,16 @@ pub enum PathElement {
 impl PathElement {
     /// The `FieldsV1` spelling (`f:name`, `k:{...}`, `v:...`, `i:0`).
     pub fn encode(&self) -> String {
-        match self {
-            PathElement::Field(f) => format!("f:{f}"),
-            PathElement::Key(k) => format!("k:{k}"),
-            PathElement::Value(v) => format!("v:{v}"),
-            PathElement::Index(i) => format!("i:{i}"),
-        }
+        let (tag, text) = match self {
+            PathElement::Field(f) => ("f:", f.as_str()),
+            PathElement::Key(k) => ("k:", k.as_str()),
+            PathElement::Value(v) => ("v:", v.as_str()),
+            PathElement::Index(i) => return format!("i:{i}"),
+        };
+        let mut out = String::with_capacity(tag.len() + text.len());
+        out.push_str(tag);
+        out.push_str(text);
+        out
     }
 
     /// Parses the `FieldsV1` spelling.
@@ -111,7 +115,15 @@ impl FieldSet {
     pub fn insert(&mut self, path: &[PathElement]) {
         let mut node = self;
         for pe in path {
-            node = node.children.entry(pe.clone()).or_default();
+            // The element is copied only for a node not yet in the trie: every insert walks the
+            // nodes its siblings made.
+            if !node.children.contains_key(pe) {
+                node.children.insert(pe.clone(), FieldSet::new());
+            }
+            node = node
+                .children
+                .get_mut(pe)
+                .expect("the node was there or has just been added");
         }
         node.member = true;
     }
@@ -171,6 +183,32 @@ impl FieldSet {
             out.children.insert(pe.clone(), merged);
         }
         out.prune()
+    }
+
+    /// Adds the paths of `other`, in place ([`FieldSet::union`] without copying this set).
+    pub fn extend(&mut self, other: &FieldSet) {
+        self.member |= other.member;
+        for (pe, c) in &other.children {
+            match self.children.get_mut(pe) {
+                Some(mine) => mine.extend(c),
+                None => {
+                    self.children.insert(pe.clone(), c.clone());
+                }
+            }
+        }
+        self.children.retain(|_, c| !c.is_empty());
+    }
+
+    /// Takes the paths of `other` out, in place ([`FieldSet::difference`] without copying this
+    /// set).
+    pub fn remove_all(&mut self, other: &FieldSet) {
+        self.member &= !other.member;
+        for (pe, o) in &other.children {
+            if let Some(mine) = self.children.get_mut(pe) {
+                mine.remove_all(o);
+            }
+        }
+        self.children.retain(|_, c| !c.is_empty());
     }
 
     /// The paths of this set that are not in `other`.
@@ -359,6 +397,18 @@ impl Comparison {
     pub fn changed(&self) -> FieldSet {
         self.modified.union(&self.added)
     }
+
+    /// [`Comparison::changed`] and `removed`, taking the comparison apart instead of copying
+    /// its sets.
+    fn into_changed_and_removed(self) -> (FieldSet, FieldSet) {
+        let Comparison {
+            mut added,
+            modified,
+            removed,
+        } = self;
+        added.extend(&modified);
+        (added, removed)
+    }
 }
 
 /// Compares two versions of an object (structured-merge-diff's `Compare`).
@@ -421,7 +471,8 @@ fn compare_node(
         Some(Value::Object(_)) => {
             let lm = l.and_then(Value::as_object).unwrap_or(&empty_obj);
             let rm = r.and_then(Value::as_object).unwrap_or(&empty_obj);
-            let keys: std::collections::BTreeSet<&String> = lm.keys().chain(rm.keys()).collect();
+            // Every key of either side once; the order does not matter, the results are sets.
+            let keys = lm.keys().chain(rm.keys().filter(|k| !lm.contains_key(*k)));
             for k in keys {
                 if skip_managed_fields && is_managed_fields(path, k) {
                     continue;
@@ -542,22 +593,24 @@ fn build_stripped() -> FieldSet {
 /// subresource owns only `status`.
 pub(crate) fn scope(set: FieldSet, resource: &ResourceInfo, subresource: Option<&str>) -> FieldSet {
     let status = PathElement::Field("status".into());
-    match subresource {
+    let mut scoped = match subresource {
         None if resource.subresource("status").is_some() => {
             let mut s = set;
             s.children.remove(&status);
             s
         }
         Some("status") => {
-            let mut s = FieldSet::new();
-            if let Some(st) = set.children.get(&status) {
-                s.children.insert(status, st.clone());
+            let mut s = set;
+            let mut only = FieldSet::new();
+            if let Some(st) = s.children.remove(&status) {
+                only.children.insert(status, st);
             }
-            s
+            only
         }
         _ => set,
-    }
-    .difference(&STRIPPED_FIELDS)
+    };
+    scoped.remove_all(&STRIPPED_FIELDS);
+    scoped
 }
 
 /// `Apply` or `Update`.
@@ -669,9 +722,15 @@ impl Entry {
     }
 }
 
+/// `metadata.<field>` of an object (`Value::pointer` without parsing a pointer and copying its
+/// parts on every write).
+fn metadata_field<'a>(obj: &'a Value, field: &str) -> Option<&'a Value> {
+    obj.get("metadata")?.get(field)
+}
+
 /// Decodes `metadata.managedFields`; an invalid list is an error.
 pub fn decode(obj: &Value) -> Result<Vec<Entry>, String> {
-    match obj.pointer("/metadata/managedFields") {
+    match metadata_field(obj, "managedFields") {
         None | Some(Value::Null) => Ok(Vec::new()),
         Some(Value::Array(a)) => a.iter().map(Entry::from_json).collect(),
         Some(other) => Err(format!("managedFields must be a list, got {other}")),
@@ -720,10 +779,8 @@ pub fn encode(obj: &mut Value, mut entries: Vec<Entry>) {
 /// RFC 3339 with seconds, as `metav1.Time` serialises.
 pub(crate) fn format_time(t: jiff::Timestamp) -> String {
     let secs = jiff::Timestamp::from_second(t.as_second()).unwrap_or(t);
-    serde_json::to_value(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(secs))
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_else(|| secs.to_string())
+    // `metav1.Time`'s RFC 3339 in UTC, whole seconds: `2026-12-08T01:02:03Z`.
+    secs.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
 pub(crate) fn api_version_of(obj: &Value, resource: &ResourceInfo) -> String {
@@ -737,7 +794,7 @@ pub(crate) fn api_version_of(obj: &Value, resource: &ResourceInfo) -> String {
 /// The managed fields an update starts from: the ones the request carries when it sets them
 /// (`[]` resets them), else the live object's (`decodeLiveOrNew`).
 fn entries_for_update(live: Option<&Value>, new: &Value) -> Vec<Entry> {
-    match new.pointer("/metadata/managedFields") {
+    match metadata_field(new, "managedFields") {
         Some(Value::Array(a)) if a.is_empty() => return Vec::new(),
         Some(Value::Array(a)) if a.len() == 1 && a[0] == json!({}) => return Vec::new(),
         _ => {}
@@ -765,7 +822,7 @@ pub fn record_update(
     let resource = kind.info();
     let mut entries = entries_for_update(live, &new);
     let live_uid = live
-        .and_then(|l| l.pointer("/metadata/uid"))
+        .and_then(|l| metadata_field(l, "uid"))
         .and_then(Value::as_str)
         .unwrap_or("");
     if entries.is_empty() && !live_uid.is_empty() {
@@ -779,16 +836,17 @@ pub fn record_update(
         meta.remove("managedFields");
     }
     let empty = json!({});
-    let cmp = compare_without_managed_fields(live.unwrap_or(&empty), &new, &root);
-    let changed = scope(cmp.changed(), resource, options.subresource);
-    let removed = scope(cmp.removed.clone(), resource, options.subresource);
-    let me = Entry {
+    let (changed, removed) = compare_without_managed_fields(live.unwrap_or(&empty), &new, &root)
+        .into_changed_and_removed();
+    let changed = scope(changed, resource, options.subresource);
+    let removed = scope(removed, resource, options.subresource);
+    let mut me = Entry {
         manager: options.field_manager.to_string(),
         operation: Operation::Update,
         api_version: api_version_of(&new, resource),
         subresource: options.subresource.map(str::to_string),
         time: Some(format_time(options.now)),
-        fields: changed.clone(),
+        fields: FieldSet::new(),
     };
     let mut mine: Option<Entry> = None;
     let mut out = Vec::with_capacity(entries.len() + 1);
@@ -797,20 +855,25 @@ pub fn record_update(
             mine = Some(e);
             continue;
         }
-        e.fields = e.fields.difference(&changed).difference(&removed);
+        e.fields.remove_all(&changed);
+        e.fields.remove_all(&removed);
         out.push(e);
     }
     match mine {
         Some(mut prev) if changed.is_empty() => {
-            prev.fields = prev.fields.difference(&removed);
+            prev.fields.remove_all(&removed);
             out.push(prev);
         }
         Some(prev) => {
-            let mut e = me;
-            e.fields = prev.fields.difference(&removed).union(&changed);
-            out.push(e);
+            me.fields = prev.fields;
+            me.fields.remove_all(&removed);
+            me.fields.extend(&changed);
+            out.push(me);
         }
-        None => out.push(me),
+        None => {
+            me.fields = changed;
+            out.push(me);
+        }
     }
     out.retain(|e| !e.fields.is_empty());
     let out = cap_update_managers(out);
@@ -1209,5 +1272,68 @@ mod tests {
             json!({"f:status": {"f:phase": {}}})
         );
         assert_eq!(out["metadata"]["managedFields"][0]["subresource"], "status");
+    }
+
+    /// A field set from a handful of short paths over a small alphabet, so that random sets
+    /// overlap, nest and share prefixes.
+    fn field_set(paths: &[Vec<u8>]) -> FieldSet {
+        let mut s = FieldSet::new();
+        for p in paths {
+            let path: Path = p
+                .iter()
+                .map(|b| match b % 4 {
+                    0 => PathElement::Field(format!("a{}", b % 3)),
+                    1 => PathElement::Key(format!("{{\"k\":{}}}", b % 2)),
+                    2 => PathElement::Value(format!("{}", b % 2)),
+                    _ => PathElement::Index(usize::from(b % 2)),
+                })
+                .collect();
+            s.insert(&path);
+        }
+        s
+    }
+
+    fn paths() -> impl proptest::strategy::Strategy<Value = Vec<Vec<u8>>> {
+        proptest::collection::vec(proptest::collection::vec(0u8..12, 0..4), 0..8)
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+
+        /// The in-place operations the write path uses give what the copying ones give.
+        #[test]
+        fn in_place_set_operations_match_the_copying_ones(a in paths(), b in paths()) {
+            let (a, b) = (field_set(&a), field_set(&b));
+            let mut extended = a.clone();
+            extended.extend(&b);
+            proptest::prop_assert_eq!(&extended, &a.union(&b));
+            let mut removed = a.clone();
+            removed.remove_all(&b);
+            proptest::prop_assert_eq!(&removed, &a.difference(&b));
+            let cmp = Comparison { added: a.clone(), modified: b.clone(), removed: b.clone() };
+            let (changed, gone) = cmp.clone().into_changed_and_removed();
+            proptest::prop_assert_eq!(changed, cmp.changed());
+            proptest::prop_assert_eq!(gone, cmp.removed);
+        }
+    }
+
+    /// `metav1.Time`'s spelling, as k8s-openapi serialises it, over centuries and leap days.
+    #[test]
+    fn times_are_spelled_as_kubernetes_spells_them() {
+        for (secs, nanos) in [
+            (0, 0),
+            (1_796_690_000, 999_999_999),
+            (951_782_400, 5),
+            (253_402_207_200, 0),
+            (-62_135_596_800, 0),
+            (1_000_000_000, 1),
+        ] {
+            let t = jiff::Timestamp::new(secs, nanos).unwrap();
+            let whole = jiff::Timestamp::from_second(secs).unwrap();
+            let expected =
+                serde_json::to_value(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(whole))
+                    .unwrap();
+            assert_eq!(json!(format_time(t)), expected, "at {secs}");
+        }
     }
 }
