@@ -551,8 +551,11 @@ impl Writer {
                 kv.version,
                 kv.lease.map(|l| l.0),
                 Some(&kv.value),
+                self.shared.compress_values,
             ),
-            None => HistRecord::encode_parts_into(&mut group.scratch, time, 0, 0, None, None),
+            None => {
+                HistRecord::encode_parts_into(&mut group.scratch, time, 0, 0, None, None, false)
+            }
         }
         group
             .batch
