@@ -33,7 +33,7 @@ pub fn decode_hist_kv(key: Vec<u8>, mod_revision: u64, bytes: &[u8]) -> Result<K
 /// Encodes a history record as the writer does.
 pub fn encode_hist(hist: &Hist) -> Vec<u8> {
     let (time, create, version, lease, value) = hist;
-    HistRecord::encode_parts(*time, *create, *version, *lease, value.as_deref(), true)
+    HistRecord::encode_parts(*time, *create, *version, *lease, value.as_deref())
 }
 
 /// One revision of a log record: revision, commit time, tag, keys written.

@@ -31,9 +31,8 @@
 //! for each of its revisions the commit time and the keys written), `m` meta (format `skiff-log/2`,
 //! compacted revision, per-prefix watermarks, leases), `x` lease attachments.
 //! The transactions waiting for the writer are applied as one `apply_batch`, which sled recovers
-//! all or nothing, so no transaction is ever partly on disk. The writer compresses each value
-//! (zstd) once, into its history record; data dirs created while sled compressed its whole log
-//! instead keep that ([`Config::compression`]).
+//! all or nothing, so no transaction is ever partly on disk. sled compresses what it writes (zstd)
+//! in data dirs created since compression became the default ([`Config::compression`]).
 //!
 //! # Faults
 //! A write that would leave less than [`Config::disk_reserve`] free is refused before sled meets a

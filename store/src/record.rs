@@ -27,18 +27,17 @@ impl HistRecord {
         self.value.is_none()
     }
 
-    /// Encodes the record: its header with bincode, then the value's bytes, as they are or
-    /// compressed (values are opaque; passing a kilobyte through serde byte by byte would cost
-    /// more than the rest of a write together).
+    /// Encodes the record: its header with bincode, then the value's bytes as they are (values are
+    /// opaque; passing a kilobyte through serde byte by byte would cost more than the rest of a
+    /// write together).
     #[cfg(test)]
-    pub fn encode(&self, compress: bool) -> Vec<u8> {
+    pub fn encode(&self) -> Vec<u8> {
         HistRecord::encode_parts(
             self.time,
             self.create,
             self.version,
             self.lease,
             self.value.as_deref(),
-            compress,
         )
     }
 
@@ -49,16 +48,14 @@ impl HistRecord {
         version: u64,
         lease: Option<u64>,
         value: Option<&[u8]>,
-        compress: bool,
     ) -> Vec<u8> {
         let mut out = Vec::with_capacity(24 + value.map_or(0, <[u8]>::len));
-        HistRecord::encode_parts_into(&mut out, time, create, version, lease, value, compress);
+        HistRecord::encode_parts_into(&mut out, time, create, version, lease, value);
         out
     }
 
     /// [`HistRecord::encode_parts`] into `out` (cleared first), so that a writer can reuse one
-    /// buffer rather than allocate a record per write. With `compress`, a value is stored
-    /// compressed when that makes it at least an eighth smaller (see [`Form::Zstd`]).
+    /// buffer rather than allocate a record per write.
     pub fn encode_parts_into(
         out: &mut Vec<u8>,
         time: u64,
@@ -66,63 +63,42 @@ impl HistRecord {
         version: u64,
         lease: Option<u64>,
         value: Option<&[u8]>,
-        compress: bool,
     ) {
-        let header = |form: Form| HistHeader {
+        let header = HistHeader {
             time,
             create,
             version,
             lease,
-            form: form as u8,
+            tombstone: value.is_none(),
         };
         out.clear();
-        let Some(value) = value else {
-            bincode::serde::encode_into_std_write(header(Form::Tombstone), &mut *out, config())
-                .expect("encoding to a Vec cannot fail");
-            return;
-        };
-        if compress {
-            let written = values::compress(value, |compressed| {
-                bincode::serde::encode_into_std_write(header(Form::Zstd), &mut *out, config())
-                    .expect("encoding to a Vec cannot fail");
-                out.extend_from_slice(compressed);
-            });
-            if written {
-                return;
-            }
-        }
-        bincode::serde::encode_into_std_write(header(Form::Plain), &mut *out, config())
+        bincode::serde::encode_into_std_write(&header, &mut *out, config())
             .expect("encoding to a Vec cannot fail");
-        out.extend_from_slice(value);
+        out.extend_from_slice(value.unwrap_or_default());
     }
 
     /// Decodes a record written by [`HistRecord::encode`].
     pub fn decode(bytes: &[u8]) -> Result<HistRecord> {
         let (header, read) = HistRecord::decode_header(bytes)?;
         let rest = &bytes[read..];
-        let value = match header.form()? {
-            Form::Tombstone if !rest.is_empty() => {
-                return Err(Error::Decode {
-                    what: "history record",
-                    source: bincode::error::DecodeError::Other("a tombstone with a value"),
-                });
-            }
-            Form::Tombstone => None,
-            Form::Plain => Some(rest.to_vec()),
-            Form::Zstd => Some(values::decompress(rest)?),
-        };
+        if header.tombstone && !rest.is_empty() {
+            return Err(Error::Decode {
+                what: "history record",
+                source: bincode::error::DecodeError::Other("a tombstone with a value"),
+            });
+        }
         Ok(HistRecord {
             time: header.time,
             create: header.create,
             version: header.version,
             lease: header.lease,
-            value,
+            value: (!header.tombstone).then(|| rest.to_vec()),
         })
     }
 
     /// Whether an encoded record is a tombstone, reading only its header.
     pub fn is_tombstone_encoded(bytes: &[u8]) -> Result<bool> {
-        Ok(HistRecord::decode_header(bytes)?.0.form()? == Form::Tombstone)
+        Ok(HistRecord::decode_header(bytes)?.0.tombstone)
     }
 
     /// The live key-value an encoded record describes, copying the value once (straight out of
@@ -134,21 +110,19 @@ impl HistRecord {
         keys_only: bool,
     ) -> Result<KeyValue> {
         let (header, read) = HistRecord::decode_header(bytes)?;
-        let rest = &bytes[read..];
-        let value = match header.form()? {
-            Form::Tombstone => {
-                return Err(Error::Decode {
-                    what: "history record",
-                    source: bincode::error::DecodeError::Other("a tombstone where a value was due"),
-                });
-            }
-            _ if keys_only => Vec::new(),
-            Form::Plain => rest.to_vec(),
-            Form::Zstd => values::decompress(rest)?,
-        };
+        if header.tombstone {
+            return Err(Error::Decode {
+                what: "history record",
+                source: bincode::error::DecodeError::Other("a tombstone where a value was due"),
+            });
+        }
         Ok(KeyValue {
             key,
-            value,
+            value: if keys_only {
+                Vec::new()
+            } else {
+                bytes[read..].to_vec()
+            },
             create_revision: Revision(header.create),
             mod_revision: Revision(mod_revision),
             version: header.version,
@@ -171,108 +145,7 @@ struct HistHeader {
     create: u64,
     version: u64,
     lease: Option<u64>,
-    /// A [`Form`]. Records written before values were compressed had a `bool` here (false for
-    /// a value, true for a tombstone), which bincode spells as the bytes 0 and 1.
-    form: u8,
-}
-
-impl HistHeader {
-    fn form(&self) -> Result<Form> {
-        match self.form {
-            0 => Ok(Form::Plain),
-            1 => Ok(Form::Tombstone),
-            2 => Ok(Form::Zstd),
-            _ => Err(Error::Decode {
-                what: "history record",
-                source: bincode::error::DecodeError::Other("an unknown form of value"),
-            }),
-        }
-    }
-}
-
-/// How a history record holds its value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-enum Form {
-    /// The value's bytes as they are.
-    Plain = 0,
-    /// No value: the version is a delete.
-    Tombstone = 1,
-    /// The value as one zstd frame that names its size. The store compresses each value once,
-    /// when it is first written, rather than sled compressing every tree node each time it
-    /// rewrites one (BENCHMARKS.md, "Compressing each value once").
-    Zstd = 2,
-}
-
-/// Compression of values with one zstd context per thread, reused.
-mod values {
-    use std::cell::RefCell;
-
-    use crate::error::{Error, Result};
-
-    /// zstd's fastest level: level 3 wrote as many bytes for Kubernetes objects and cost more CPU
-    /// (BENCHMARKS.md, "Disk bytes per write").
-    const LEVEL: i32 = 1;
-
-    /// Values shorter than this are stored as they are: a frame's header and tables outweigh
-    /// what compression could save.
-    const MIN: usize = 64;
-
-    /// The largest value compressed, and so the largest size a frame may claim when it is read
-    /// back: a damaged record cannot make a reader allocate more. Larger values are stored as
-    /// they are.
-    pub const MAX: usize = 64 << 20;
-
-    thread_local! {
-        static COMPRESSOR: RefCell<(zstd::block::Compressor, Vec<u8>)> =
-            RefCell::new((zstd::block::Compressor::new(), Vec::new()));
-        static DECOMPRESSOR: RefCell<zstd::block::Decompressor> =
-            RefCell::new(zstd::block::Decompressor::new());
-    }
-
-    /// Compresses `value` and hands the frame to `write`, when that makes it at least an eighth
-    /// smaller; returns whether it did.
-    pub fn compress(value: &[u8], write: impl FnOnce(&[u8])) -> bool {
-        if !(MIN..=MAX).contains(&value.len()) {
-            return false;
-        }
-        COMPRESSOR.with(|c| {
-            let (compressor, buffer) = &mut *c.borrow_mut();
-            buffer.clear();
-            buffer.reserve(zstd::zstd_safe::compress_bound(value.len()));
-            match compressor.compress_to_buffer(value, buffer, LEVEL) {
-                Ok(n) if n <= value.len() - value.len() / 8 => {
-                    write(&buffer[..n]);
-                    true
-                }
-                _ => false,
-            }
-        })
-    }
-
-    /// The value a frame written by [`compress`] holds.
-    pub fn decompress(frame: &[u8]) -> Result<Vec<u8>> {
-        let bad = |why: &'static str| Error::Decode {
-            what: "history record",
-            source: bincode::error::DecodeError::Other(why),
-        };
-        // `ZSTD_CONTENTSIZE_UNKNOWN` and `_ERROR` are the two largest u64s: above MAX too.
-        let size = zstd::zstd_safe::get_frame_content_size(frame);
-        let size = usize::try_from(size)
-            .ok()
-            .filter(|&s| s <= MAX)
-            .ok_or_else(|| bad("a compressed value without a size, or too large"))?;
-        let mut out = Vec::with_capacity(size);
-        let n = DECOMPRESSOR
-            .with(|d| d.borrow_mut().decompress_to_buffer(frame, &mut out))
-            .map_err(|_| bad("a compressed value that does not decompress"))?;
-        if n != size {
-            return Err(bad(
-                "a compressed value of another size than its frame says",
-            ));
-        }
-        Ok(out)
-    }
+    tombstone: bool,
 }
 
 /// One revision of a [`LogGroup`]. It lists the keys written, in the order the transaction
@@ -469,132 +342,6 @@ pub(crate) fn decode_u64(bytes: &[u8], what: &'static str) -> Result<u64> {
 mod tests {
     use super::*;
 
-    /// A value as the API server writes them: JSON that compresses.
-    fn object(i: usize) -> Vec<u8> {
-        format!(
-            "{{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"metadata\":{{\"name\":\"cm-{i}\",\
-             \"namespace\":\"default\"}},\"data\":{{\"d\":\"{}\"}}}}",
-            "x".repeat(1024)
-        )
-        .into_bytes()
-    }
-
-    #[test]
-    fn values_are_compressed_when_that_pays_and_read_back_alike() {
-        let rec = |value: Option<Vec<u8>>| HistRecord {
-            time: 7,
-            create: 3,
-            version: 2,
-            lease: None,
-            value,
-        };
-        let json = rec(Some(object(1)));
-        let compressed = json.encode(true);
-        let plain = json.encode(false);
-        assert!(
-            compressed.len() * 4 < plain.len(),
-            "{} bytes",
-            compressed.len()
-        );
-        assert_eq!(HistRecord::decode(&compressed).unwrap(), json);
-        assert_eq!(HistRecord::decode(&plain).unwrap(), json);
-        let kv = HistRecord::decode_kv(b"k".to_vec(), 9, &compressed, false).unwrap();
-        assert_eq!(kv.value, object(1));
-        assert!(
-            HistRecord::decode_kv(b"k".to_vec(), 9, &compressed, true)
-                .unwrap()
-                .value
-                .is_empty()
-        );
-        assert!(!HistRecord::is_tombstone_encoded(&compressed).unwrap());
-        // Short values, and values compression would not shrink by an eighth, stay as they are.
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let random: Vec<u8> = (0..4096)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                (x >> 32) as u8
-            })
-            .collect();
-        for value in [b"short".to_vec(), random] {
-            let r = rec(Some(value));
-            assert_eq!(r.encode(true), r.encode(false));
-            assert_eq!(HistRecord::decode(&r.encode(true)).unwrap(), r);
-        }
-    }
-
-    #[test]
-    fn records_written_before_compression_read_as_they_did() {
-        // The header's last field was `tombstone: bool`: the same bytes as the forms 0 and 1.
-        #[derive(Serialize)]
-        struct Old {
-            time: u64,
-            create: u64,
-            version: u64,
-            lease: Option<u64>,
-            tombstone: bool,
-        }
-        let old = |tombstone| Old {
-            time: 5,
-            create: 3,
-            version: 2,
-            lease: Some(9),
-            tombstone,
-        };
-        let mut put = encode(&old(false));
-        put.extend_from_slice(&object(2));
-        let decoded = HistRecord::decode(&put).unwrap();
-        assert_eq!(decoded.value.as_deref(), Some(&object(2)[..]));
-        assert_eq!(
-            (decoded.time, decoded.create, decoded.lease),
-            (5, 3, Some(9))
-        );
-        let tomb = encode(&old(true));
-        assert!(HistRecord::is_tombstone_encoded(&tomb).unwrap());
-        assert_eq!(HistRecord::decode(&tomb).unwrap().value, None);
-    }
-
-    #[test]
-    fn damaged_compressed_values_are_errors_not_panics_or_huge_allocations() {
-        let json = HistRecord {
-            time: 1,
-            create: 1,
-            version: 1,
-            lease: None,
-            value: Some(object(3)),
-        };
-        let good = json.encode(true);
-        let is_decode_error = |bytes: &[u8]| {
-            matches!(
-                HistRecord::decode(bytes),
-                Err(Error::Decode {
-                    what: "history record",
-                    ..
-                })
-            )
-        };
-        // Cut short, a byte flipped anywhere past the header, an unknown form.
-        let start = HistRecord::encode_parts(1, 1, 1, None, Some(b""), false).len();
-        assert!(is_decode_error(&good[..good.len() - 3]));
-        assert!(is_decode_error(&good[..start + 2]));
-        for at in start..good.len() {
-            let mut bad = good.clone();
-            bad[at] ^= 0x5a;
-            // Either an error or (a flipped byte of the compressed payload that zstd cannot
-            // tell, as it keeps no checksum here) some value: never a panic.
-            let _ = HistRecord::decode(&bad);
-        }
-        let mut unknown = good.clone();
-        unknown[start - 1] = 3;
-        assert!(is_decode_error(&unknown));
-        // A frame that claims more than the largest value written compressed.
-        let mut huge = good[..start].to_vec();
-        huge.extend_from_slice(&[0x28, 0xb5, 0x2f, 0xfd, 0xe0]);
-        huge.extend_from_slice(&(1u64 << 40).to_le_bytes());
-        assert!(is_decode_error(&huge));
-    }
-
     #[test]
     fn records_round_trip_and_reject_trailing_bytes() {
         let rec = HistRecord {
@@ -604,13 +351,13 @@ mod tests {
             lease: Some(9),
             value: Some(b"v".to_vec()),
         };
-        let bytes = rec.encode(true);
+        let bytes = rec.encode();
         assert_eq!(HistRecord::decode(&bytes).unwrap(), rec);
         let tomb = HistRecord {
             value: None,
             ..rec.clone()
         };
-        let mut bytes = tomb.encode(true);
+        let mut bytes = tomb.encode();
         assert_eq!(HistRecord::decode(&bytes).unwrap(), tomb);
         bytes.push(0);
         assert!(matches!(
@@ -624,7 +371,7 @@ mod tests {
             value: Some(vec![]),
             ..rec
         };
-        assert_eq!(HistRecord::decode(&empty.encode(true)).unwrap(), empty);
+        assert_eq!(HistRecord::decode(&empty.encode()).unwrap(), empty);
         let log = LogRecord {
             time: 1,
             keys: vec![b"a".to_vec(), vec![]],

@@ -61,7 +61,7 @@ impl Importer {
                 format!("import target {} is not empty", data_dir.display()),
             )));
         }
-        let db = super::sled_config(data_dir, false)
+        let db = super::sled_config(data_dir, true)
             .open()
             .map_err(read::sled_err)?;
         Ok(Importer {
@@ -118,7 +118,6 @@ impl Importer {
             kv.version,
             kv.lease.map(|l| l.0),
             Some(&kv.value),
-            true,
         );
         self.insert(keys::hist_key(&kv.key, rev), rec)
     }
@@ -183,9 +182,8 @@ impl Importer {
                     kv.version,
                     kv.lease.map(|l| l.0),
                     Some(&kv.value),
-                    true,
                 ),
-                EventKind::Delete => HistRecord::encode_parts(time, 0, 0, None, None, false),
+                EventKind::Delete => HistRecord::encode_parts(time, 0, 0, None, None),
             };
             self.insert(keys::hist_key(&kv.key, rev), rec)?;
             log_keys.push(kv.key.clone());

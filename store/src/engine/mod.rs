@@ -78,11 +78,10 @@ pub struct Config {
     /// Default 64 MiB; 0 turns the guard off (sled then meets the full disk itself, and the store
     /// reopens to recover).
     pub disk_reserve: u64,
-    /// Compress each value (zstd, its fastest level) once, as it is first written. Kubernetes
-    /// objects are JSON, and sled rewrites each tree node several times over: compressed, a write
-    /// costs the disk a fraction of the bytes. Data dirs created before values were compressed
-    /// this way, with sled compressing its whole log, keep that (it costs several compressions
-    /// of each value) and their values are not compressed again. Default true.
+    /// Compress the log's messages (zstd, its fastest level) in a data dir this creates. Kubernetes
+    /// objects are JSON, and sled rewrites each tree node many times over: compressed, a write
+    /// costs the disk about a third of the bytes, for some CPU. A data dir keeps the setting it
+    /// was created with. Default true.
     pub compression: bool,
 }
 
@@ -203,9 +202,6 @@ pub(crate) struct Shared {
     pub db: sled::Db,
     pub path: PathBuf,
     pub config: Config,
-    /// Whether the writer compresses values: [`Config::compression`], unless sled compresses
-    /// this data dir's whole log (created so before values were compressed).
-    pub compress_values: bool,
     /// The newest durable revision: readers read here. Written only by the flusher.
     durable: AtomicU64,
     /// Watchers to wake when entries in their range become durable.
@@ -515,15 +511,12 @@ fn foreign_contents(dir: &Path) -> Result<Option<String>> {
     )))
 }
 
-/// zstd's level for the log's messages in data dirs whose log sled compresses: its fastest.
-/// Level 3 wrote as many bytes for Kubernetes objects and cost more CPU (BENCHMARKS.md, "Disk
-/// bytes per write").
+/// zstd's level for the log's messages: its fastest. Level 3 wrote as many bytes for Kubernetes
+/// objects and cost more CPU (BENCHMARKS.md, "Disk bytes per write").
 const COMPRESSION_LEVEL: i32 = 1;
 
-/// sled's configuration for the data dir at `path`: its log compressed if it is new and
-/// `compress` says so, else as it was created (sled refuses to change the setting of an
-/// existing database). New data dirs leave it off and compress values instead
-/// ([`Config::compression`]).
+/// sled's configuration for the data dir at `path`: compressed if it is new and `compress` says
+/// so, else as it was created (sled refuses to change the setting of an existing database).
 pub(crate) fn sled_config(path: &Path, compress: bool) -> sled::Config {
     let compressed = persisted_compression(path).unwrap_or(compress);
     sled::Config::new()
@@ -546,7 +539,7 @@ pub(crate) fn persisted_compression(path: &Path) -> Option<bool> {
 /// damaged or foreign file). sled panics on some damaged files; that is a corrupt dir too.
 fn open_sled(config: &Config) -> Result<sled::Db> {
     let path = config.path.clone();
-    let sled_config = sled_config(&config.path, false)
+    let sled_config = sled_config(&config.path, config.compression)
         .cache_capacity(config.cache_capacity)
         .flush_every_ms(Some(1000));
     let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || sled_config.open()));
@@ -757,11 +750,9 @@ impl Engine {
         } else {
             None
         };
-        let compress_values = config.compression && persisted_compression(&path) != Some(true);
         let shared = Arc::new(Shared {
             db,
             path,
-            compress_values,
             ring: RwLock::new(watch::Ring::new(config.watch_ring)),
             config,
             durable: AtomicU64::new(loaded.revision),

@@ -114,7 +114,7 @@ impl SledStore {
     pub async fn rebuild(config: Config) -> Result<Revision> {
         let path = config.path.clone();
         let (next, old, snap) = rebuild_paths(&path);
-        let compress = super::persisted_compression(&path).unwrap_or(false);
+        let compress = super::persisted_compression(&path).unwrap_or(config.compression);
         let store = SledStore::open(config)?;
         let snapshot = store.snapshot(&snap).await;
         store.close().await?;

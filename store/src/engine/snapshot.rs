@@ -155,11 +155,10 @@ impl<R: Read> Verified<R> {
 
 /// Creates `data_dir` from the snapshot at `snapshot`. On any failure the new dir is removed.
 pub(crate) fn restore(snapshot: &Path, data_dir: &Path) -> Result<Revision> {
-    restore_with(snapshot, data_dir, false)
+    restore_with(snapshot, data_dir, true)
 }
 
-/// [`restore`] into a dir whose log sled compresses as `compress` says (a rebuilt dir keeps what
-/// it was created with).
+/// [`restore`] into a dir compressed as `compress` says.
 pub(crate) fn restore_with(snapshot: &Path, data_dir: &Path, compress: bool) -> Result<Revision> {
     if data_dir.exists() && std::fs::read_dir(data_dir)?.next().is_some() {
         return Err(Error::Io(std::io::Error::new(

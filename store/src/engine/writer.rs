@@ -551,11 +551,8 @@ impl Writer {
                 kv.version,
                 kv.lease.map(|l| l.0),
                 Some(&kv.value),
-                self.shared.compress_values,
             ),
-            None => {
-                HistRecord::encode_parts_into(&mut group.scratch, time, 0, 0, None, None, false)
-            }
+            None => HistRecord::encode_parts_into(&mut group.scratch, time, 0, 0, None, None),
         }
         group
             .batch
