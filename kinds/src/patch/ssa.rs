@@ -469,7 +469,8 @@ fn apply_config(
         return Err(Error::Conflict(Conflicts(conflicts)));
     }
     for e in &mut others {
-        e.fields = e.fields.difference(&changed).difference(&removed);
+        e.fields.remove_all(&changed);
+        e.fields.remove_all(&removed);
     }
     if merged == live_obj
         && let Some(prev) = &previous

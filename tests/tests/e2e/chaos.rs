@@ -523,15 +523,14 @@ fn the_cluster_survives_components_killed_at_random_under_load() {
     // The agents' proxies listen on the service range (the `kubernetes` Service at least) while
     // they run; once everything is stopped, nothing may listen there or on the API server's port.
     let api_port = cluster.port();
+    let in_service_range =
+        |address: &std::net::SocketAddrV4| address.ip().octets()[..3] == SERVICE_RANGE[..];
     let ours = |address: &std::net::SocketAddrV4| {
-        address.ip().octets()[..3] == SERVICE_RANGE[..]
-            || (address.ip().is_loopback() && address.port() == api_port)
+        in_service_range(address) || (address.ip().is_loopback() && address.port() == api_port)
     };
     let before: Vec<_> = listeners().into_iter().filter(ours).collect();
     assert!(
-        before
-            .iter()
-            .any(|a| a.ip().octets()[..3] == SERVICE_RANGE[..]),
+        before.iter().any(in_service_range),
         "no proxy listens on the service range while the agents run: {before:?}"
     );
     let rss = resident_mib(cluster.pid().unwrap());
